@@ -1,0 +1,339 @@
+"""The SDK object: ``Collector.collect()`` on the caller's hot path, a flusher thread behind it."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from collector._buffer import TOO_LARGE, EventBuffer, no_pending
+from collector._config import TelemetryConfig
+from collector._config_loader import build_config, load_config, raw_settings
+from collector._exceptions import BackendError
+from collector._ratelog import RateLimitedLog
+from collector._redis import describe, make_client
+from collector._schema import KeySchema, validate_game
+from collector._scripts import Scripts
+from collector._writer import Writer
+
+logger = logging.getLogger("collector")
+
+# A flush starts early once this many events are waiting.
+FLUSH_SOON_EVENTS = 2048
+# Events one flush round takes from the buffer.
+FLUSH_MAX_EVENTS = 20_000
+# Validated game names remembered, so the hot path skips the regex for known games.
+KNOWN_GAMES_LIMIT = 10_000
+
+_live: weakref.WeakSet[Collector] = weakref.WeakSet()
+
+# Keyword arguments of Collector() and the config section each one sets.
+_KEYWORDS = {
+    "url": "redis", "cluster": "redis", "key_prefix": "redis", "shards": "redis",
+    "socket_timeout_seconds": "redis", "connect_timeout_seconds": "redis",
+    "mode": "collector", "max_buffer_events": "collector", "flush_interval_ms": "collector",
+    "close_timeout_seconds": "collector", "retry_max_delay_ms": "collector",
+    "max_events_per_game": "buffer", "ttl_seconds": "buffer", "max_event_bytes": "buffer",
+}
+
+
+class Collector:
+    """Buffers game events and stores them in Redis.
+
+    ``Collector(url="redis://host:6379/0")`` starts from the built-in defaults and applies the
+    keyword arguments; ``Collector.from_config()`` reads the config file and environment.
+    In the default ``"background"`` mode ``collect()`` never touches the network: it appends to
+    a bounded in-process buffer that a flusher thread writes to Redis.  In ``"sync"`` mode it
+    writes in the caller's thread and returns how many old events the cap evicted.
+    """
+
+    def __init__(self, *, config: TelemetryConfig | None = None, client: Any = None,
+                 **settings: Any) -> None:
+        base = config or TelemetryConfig.default()
+        if settings:
+            raw = raw_settings(base)
+            for key, value in settings.items():
+                if key not in _KEYWORDS:
+                    raise TypeError(f"Collector() got an unexpected keyword argument {key!r}; "
+                                    f"expected one of {', '.join(_KEYWORDS)}")
+                raw[_KEYWORDS[key]][key] = value
+            base = build_config(raw, "Collector() arguments", env={}, interpolate=False)
+        self.config = base
+        self._schema = KeySchema(base.redis.key_prefix, base.redis.shards)
+        self._sync = base.collector.mode == "sync"
+        self._max_event_bytes = base.buffer.max_event_bytes
+        self._buffer = EventBuffer(base.collector.max_buffer_events)
+        self._known_games: set[str] = set()
+        self._client = client
+        self._writer: Writer | None = None
+        self._start_lock = threading.Lock()
+        self._count_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._idle = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._close_deadline = 0.0
+        self._in_flush = 0
+        self._stats = dict.fromkeys(
+            ("stored", "evicted_by_cap", "dropped_too_large", "dropped_at_close",
+             "dropped_closed", "backend_errors", "flushes"), 0)
+        self._sync_accepted = 0
+        self._ratelog = RateLimitedLog(logger)
+        _live.add(self)
+
+    @classmethod
+    def from_config(cls, path: str | None = None, **settings: Any) -> Collector:
+        """Build from ``path``, else ``$TELEMETRY_CONFIG``, else the packaged default,
+        with ``TELEMETRY_<SECTION>_<KEY>`` environment overrides applied."""
+        return cls(config=load_config(path), **settings)
+
+    # -- the hot path -------------------------------------------------------------------------
+
+    def collect(self, game: str, event: Mapping[str, Any]) -> int:
+        """Record one event of ``game``.
+
+        Raises ``ValueError`` for an invalid game name and ``TypeError`` for an event that is
+        not a JSON-serialisable mapping.  Returns the number of events the cap evicted in sync
+        mode, 0 in background mode (where nothing about Redis is known yet).
+        """
+        if game not in self._known_games:
+            self._admit(game)
+        if not isinstance(event, Mapping):
+            raise TypeError(f"event for game {game!r} must be a mapping, "
+                            f"got {type(event).__name__}")
+        try:
+            data = orjson.dumps(event)
+        except TypeError as exc:
+            raise TypeError(f"event for game {game!r} is not JSON-serialisable: {exc}") from None
+        if len(data) > self._max_event_bytes:
+            self._refuse_large(game, len(data))
+            return 0
+        entry = b"%013d" % (time.time_ns() // 1_000_000) + data
+        if self._closed:
+            self._count("dropped_closed")
+            self._ratelog.log(logging.WARNING, "closed",
+                              "collect() after close(): event of game %r dropped", game)
+            return 0
+        if self._sync:
+            return self._store_now(game, entry)
+        if self._buffer.append(game, entry) == FLUSH_SOON_EVENTS:
+            self._wake.set()
+        if self._thread is None:
+            self._start()
+        return 0
+
+    def _admit(self, game: str) -> None:
+        validate_game(game)
+        if len(self._known_games) < KNOWN_GAMES_LIMIT:
+            self._known_games.add(game)
+
+    def _refuse_large(self, game: str, size: int) -> None:
+        self._count("dropped_too_large")
+        self._buffer.note(TOO_LARGE, game)
+        self._ratelog.log(
+            logging.WARNING, f"large:{game}",
+            "event of game %r dropped: %d bytes of JSON, over [buffer] max_event_bytes = %d",
+            game, size, self._max_event_bytes,
+        )
+        if not self._sync and self._thread is None:
+            self._start()  # the drop count still has to reach Redis
+
+    def _count(self, name: str, amount: int = 1) -> None:
+        with self._count_lock:
+            self._stats[name] += amount
+
+    # -- sync mode ----------------------------------------------------------------------------
+
+    def _store_now(self, game: str, entry: bytes) -> int:
+        _, pending = self._buffer.take(0)
+        try:
+            result = self._get_writer().write([(game, entry)], pending)
+        except Exception as exc:
+            result = None
+            error: Exception | None = exc
+        else:
+            error = result.error
+        if error is not None:
+            self._buffer.put_back([], result.failed_pending if result else pending)
+            self._count("backend_errors")
+            raise BackendError(
+                f"could not store event of game {game!r} in {describe(self.config.redis)}: "
+                f"{error}"
+            ) from error
+        assert result is not None
+        with self._count_lock:
+            self._sync_accepted += 1
+            self._stats["stored"] += result.stored
+            self._stats["evicted_by_cap"] += result.evicted
+        return result.evicted
+
+    # -- background mode ----------------------------------------------------------------------
+
+    def _get_writer(self) -> Writer:
+        if self._writer is None:
+            client = self._client if self._client is not None else make_client(self.config.redis)
+            self._writer = Writer(client, Scripts(client), self._schema, self.config.redis.cluster,
+                                  self.config.cap_for, self.config.ttl_for)
+        return self._writer
+
+    def _start(self, closing: bool = False) -> None:
+        with self._start_lock:
+            if self._thread is None and (closing or not self._closed):
+                self._thread = threading.Thread(
+                    target=self._run, name="telemetry-collector-flusher", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        interval = self.config.collector.flush_interval_ms / 1000
+        longest = self.config.collector.retry_max_delay_ms / 1000
+        delay = interval
+        while True:
+            self._wake.wait(delay)
+            self._wake.clear()
+            ok = self._flush_round()
+            if self._stop.is_set() and (
+                not len(self._buffer) or time.monotonic() >= self._close_deadline):
+                return
+            if ok:
+                delay = interval
+            else:
+                delay = min(max(delay * 2, interval), longest)
+                if self._stop.is_set():
+                    delay = min(delay, max(0.0, self._close_deadline - time.monotonic()))
+
+    def _flush_round(self) -> bool:
+        """Write what is buffered; False if Redis failed (the events are put back)."""
+        while True:
+            self._idle.clear()
+            items, pending = self._buffer.take(FLUSH_MAX_EVENTS)
+            if not items and not any(pending.values()):
+                self._idle.set()
+                return True
+            self._in_flush = len(items)
+            try:
+                result = self._get_writer().write(items, pending)
+            except Exception as exc:  # never let the flusher die; Redis may come back
+                self._buffer.put_back(items, pending)
+                self._in_flush = 0
+                self._backend_failed(exc, len(items))
+                return False
+            self._in_flush = 0
+            with self._count_lock:
+                self._stats["stored"] += result.stored
+                self._stats["evicted_by_cap"] += result.evicted
+                self._stats["flushes"] += 1
+            if result.error is not None:
+                self._buffer.put_back(result.failed, result.failed_pending)
+                self._backend_failed(result.error, len(result.failed))
+                return False
+            self._ratelog.reset("backend")
+
+    def _backend_failed(self, exc: Exception, count: int) -> None:
+        self._count("backend_errors")
+        self._ratelog.log(
+            logging.WARNING, "backend",
+            "cannot store %d events in %s (%s: %s); %d buffered, retrying with backoff",
+            count, describe(self.config.redis), type(exc).__name__, exc, len(self._buffer),
+        )
+
+    # -- control ------------------------------------------------------------------------------
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until everything collected so far is stored; False if ``timeout`` ran out."""
+        if self._sync:
+            return True
+        if self._thread is None:
+            self._start()
+        deadline = time.monotonic() + timeout
+        while len(self._buffer) or self._in_flush:
+            self._idle.clear()
+            self._wake.set()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._idle.wait(remaining):
+                return False
+        return True
+
+    def close(self, timeout: float | None = None) -> None:
+        """Store what is buffered (waiting at most ``timeout`` seconds, by default
+        ``[collector] close_timeout_seconds``), then stop. What is left is counted as
+        ``dropped_at_close``. Safe to call twice."""
+        if self._closed:
+            return
+        timeout = self.config.collector.close_timeout_seconds if timeout is None else timeout
+        self._closed = True
+        self._close_deadline = time.monotonic() + timeout
+        thread = self._thread
+        if thread is None and len(self._buffer):
+            self._start(closing=True)
+            thread = self._thread
+        self._stop.set()
+        self._wake.set()
+        if thread is not None:
+            thread.join(timeout + 0.5)
+        left = self._buffer.clear()
+        if left:
+            self._count("dropped_at_close", left)
+            logger.warning("collector closed with %d events not stored (Redis: %s)",
+                           left, describe(self.config.redis))
+        _live.discard(self)
+
+    def stats(self) -> dict[str, int]:
+        """Counters of this process's collector.
+
+        ``accepted == stored + dropped_buffer_full + dropped_at_close + buffered`` holds at
+        any quiet moment; ``dropped_too_large`` and ``dropped_closed`` were never accepted.
+        """
+        with self._count_lock:
+            out = dict(self._stats)
+            sync_accepted = self._sync_accepted
+        out["dropped_buffer_full"] = self._buffer.dropped_total
+        out["buffered"] = len(self._buffer) + self._in_flush
+        out["accepted"] = sync_accepted if self._sync else self._buffer.accepted_total
+        return out
+
+    def __enter__(self) -> Collector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Collector(mode={self.config.collector.mode!r}, "
+                f"redis={describe(self.config.redis)!r})")
+
+    def _after_fork_in_child(self) -> None:
+        # The parent keeps and sends what it buffered; the child starts empty.
+        self._buffer.reset_after_fork()
+        self._start_lock = threading.Lock()
+        self._count_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._idle = threading.Event()
+        self._stop = threading.Event()
+        self._thread = None
+        self._in_flush = 0
+        self._stats = dict.fromkeys(self._stats, 0)
+        self._sync_accepted = 0
+        if self._client is None:
+            self._writer = None  # a fresh client and connection pool in the child
+
+
+def _close_all_at_exit() -> None:
+    for collector in list(_live):
+        collector.close()
+
+
+def _reset_all_in_child() -> None:
+    for collector in list(_live):
+        collector._after_fork_in_child()
+
+
+atexit.register(_close_all_at_exit)
+os.register_at_fork(after_in_child=_reset_all_in_child)

@@ -1,0 +1,287 @@
+"""Turn a TOML file plus environment overrides into a validated ``TelemetryConfig``.
+
+All validation happens here, once.  Every error names where the value came from (file or
+environment variable), the key, what was expected and what was found.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+import typing
+from collections.abc import Mapping
+from importlib.resources import files
+from types import MappingProxyType
+from typing import Any
+
+from collector._config import (
+    BufferSettings,
+    CollectorSettings,
+    DeadSettings,
+    GameSettings,
+    RedisSettings,
+    ReporterSettings,
+    RetrySettings,
+    SinkSettings,
+    TelemetryConfig,
+)
+from collector._exceptions import ConfigError
+from collector._schema import is_valid_prefix, validate_game
+
+CONFIG_ENV = "TELEMETRY_CONFIG"
+ENV_PREFIX = "TELEMETRY_"
+DEFAULT_CONFIG_NAME = "telemetry.toml"
+
+SECTIONS: dict[str, type] = {
+    "redis": RedisSettings,
+    "buffer": BufferSettings,
+    "collector": CollectorSettings,
+    "reporter": ReporterSettings,
+    "sink": SinkSettings,
+    "retry": RetrySettings,
+    "dead": DeadSettings,
+}
+_INTERPOLATION = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def default_config_text() -> str:
+    """The documented default file, read from the installed package."""
+    return (files("collector._defaults") / DEFAULT_CONFIG_NAME).read_text(encoding="utf-8")
+
+
+def load_config(path: str | os.PathLike[str] | None = None,
+                env: Mapping[str, str] | None = None) -> TelemetryConfig:
+    env = os.environ if env is None else env
+    path = path or env.get(CONFIG_ENV) or None
+    if path is None:
+        source, text = f"<packaged {DEFAULT_CONFIG_NAME}>", default_config_text()
+    else:
+        source = os.fspath(path)
+        try:
+            with open(source, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise ConfigError(f"{source}: cannot read config file: {exc.strerror}") from exc
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
+    return build_config(raw, source, env)
+
+
+def build_config(raw: Mapping[str, Any], source: str, env: Mapping[str, str] | None = None,
+                 *, interpolate: bool = True) -> TelemetryConfig:
+    """Validate already-parsed data (from TOML or keyword arguments) into a config."""
+    env = os.environ if env is None else env
+    if interpolate:
+        raw = _interpolate(raw, source, env, path="")
+    overrides = _env_overrides(env)
+    sections: dict[str, Any] = {}
+    for name in raw:
+        if name not in SECTIONS and name != "games":
+            raise ConfigError(
+                f"{source}: unknown section [{name}]; expected one of "
+                f"{', '.join(sorted([*SECTIONS, 'games']))}"
+            )
+    for name, cls in SECTIONS.items():
+        table = raw.get(name, {})
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{source}: [{name}] must be a table, found {table!r}")
+        sections[name] = _build_section(cls, name, table, source, overrides.get(name, {}))
+    sections["games"] = _build_games(raw.get("games", {}), source)
+    config = TelemetryConfig(**sections, source=source)
+    _check_together(config, source)
+    return config
+
+
+def raw_settings(config: TelemetryConfig) -> dict[str, dict[str, Any]]:
+    """A config as plain nested dicts, secrets included, ready for ``build_config``."""
+    raw: dict[str, dict[str, Any]] = {}
+    for name in SECTIONS:
+        section = getattr(config, name)
+        raw[name] = {
+            f.name: (dict(v) if isinstance(v := getattr(section, f.name), Mapping) else v)
+            for f in dataclasses.fields(section)
+        }
+    raw["games"] = {g: dataclasses.asdict(s) for g, s in config.games.items()}
+    return raw
+
+
+def _interpolate(value: Any, source: str, env: Mapping[str, str], path: str) -> Any:
+    if isinstance(value, str):
+        def substitute(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name is None:
+                return "$"
+            if name not in env:
+                raise ConfigError(
+                    f"{source}: {path}: refers to ${{{name}}}, but the environment "
+                    f"variable {name} is not set"
+                )
+            return env[name]
+
+        return _INTERPOLATION.sub(substitute, value)
+    if isinstance(value, Mapping):
+        return {k: _interpolate(v, source, env, f"{path}.{k}" if path else k)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, source, env, path) for v in value]
+    return value
+
+
+def _env_overrides(env: Mapping[str, str]) -> dict[str, dict[str, tuple[str, str]]]:
+    """``TELEMETRY_REDIS_URL=...`` -> {"redis": {"url": ("TELEMETRY_REDIS_URL", "...")}}."""
+    out: dict[str, dict[str, tuple[str, str]]] = {}
+    for var, value in env.items():
+        if not var.startswith(ENV_PREFIX) or var == CONFIG_ENV:
+            continue
+        rest = var[len(ENV_PREFIX):].lower()
+        section, _, key = rest.partition("_")
+        if section not in SECTIONS or not key:
+            continue  # not ours: other tools use TELEMETRY_* too
+        cls = SECTIONS[section]
+        if key not in {f.name for f in dataclasses.fields(cls)}:
+            raise ConfigError(
+                f"environment variable {var}: unknown key {key!r} in [{section}]; "
+                f"expected one of {', '.join(f.name for f in dataclasses.fields(cls))}"
+            )
+        out.setdefault(section, {})[key] = (var, value)
+    return out
+
+
+def _build_section(cls: type, name: str, table: Mapping[str, Any], source: str,
+                   overrides: Mapping[str, tuple[str, str]]) -> Any:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key in table:
+        if key not in fields:
+            raise ConfigError(
+                f"{source}: [{name}] unknown key {key!r}; expected one of {', '.join(fields)}"
+            )
+    values: dict[str, Any] = {}
+    for key, f in fields.items():
+        if key in overrides:
+            var, text = overrides[key]
+            where = f"environment variable {var}"
+            value = _from_env_text(text, hints[key], where, f"[{name}] {key}")
+        elif key in table:
+            where, value = source, table[key]
+        else:
+            continue
+        values[key] = _check_value(value, hints[key], f.metadata, where, f"[{name}] {key}")
+    return cls(**values)
+
+
+def _build_games(table: Any, source: str) -> Mapping[str, GameSettings]:
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{source}: [games] must be a table of tables, found {table!r}")
+    games: dict[str, GameSettings] = {}
+    for game, section in table.items():
+        try:
+            validate_game(game)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: [games.{game!r}]: {exc}") from None
+        if not isinstance(section, Mapping):
+            raise ConfigError(f'{source}: [games."{game}"] must be a table, found {section!r}')
+        games[game] = _build_section(GameSettings, f'games."{game}"', section, source, {})
+    return MappingProxyType(games)
+
+
+def _describe(tp: Any) -> str:
+    if tp is bool:
+        return "true or false"
+    if tp is int:
+        return "an integer"
+    if tp is float:
+        return "a number"
+    if tp is str:
+        return "a string"
+    return f"a table of {_describe(typing.get_args(tp)[1])}s"
+
+
+def _from_env_text(text: str, tp: Any, where: str, key: str) -> Any:
+    if tp is str:
+        return text
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        raise ConfigError(
+            f"{where}: {key}: expected {_describe(tp)} (TOML syntax), found {text!r}"
+        ) from None
+
+
+def _check_value(value: Any, tp: Any, meta: Mapping[str, Any], where: str, key: str) -> Any:
+    def fail(expected: str) -> ConfigError:
+        return ConfigError(f"{where}: {key}: expected {expected}, found {value!r}")
+
+    origin = typing.get_origin(tp)
+    if origin is not None:  # Mapping[str, X]
+        item_type = typing.get_args(tp)[1]
+        if not isinstance(value, Mapping):
+            raise fail(_describe(tp))
+        checked = {
+            str(k): _check_value(v, item_type, meta, where, f"{key}.{k}") for k, v in value.items()
+        }
+        return MappingProxyType(checked)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise fail("true or false")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise fail("a string")
+        choices = meta.get("choices") or ()
+        if choices and value not in choices:
+            raise fail(f"one of {', '.join(repr(c) for c in choices)}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+        tp is int and not isinstance(value, int)
+    ):
+        raise fail(_describe(tp))
+    lo, hi = meta.get("lo"), meta.get("hi")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise fail(f"{_describe(tp)} from {lo} to {hi}")
+    return float(value) if tp is float else value
+
+
+def _check_together(config: TelemetryConfig, source: str) -> None:
+    """Rules that tie two keys together."""
+    shards = config.redis.shards
+    if shards & (shards - 1):
+        raise ConfigError(
+            f"{source}: [redis] shards: expected a power of two (1, 2, 4, ... 16384), "
+            f"found {shards}"
+        )
+    if not is_valid_prefix(config.redis.key_prefix):
+        raise ConfigError(
+            f"{source}: [redis] key_prefix: expected 1 to 64 characters from "
+            f"[A-Za-z0-9_.:-], found {config.redis.key_prefix!r}"
+        )
+    max_age = config.reporter.max_age_seconds
+    ttls = [("[buffer] ttl_seconds", config.buffer.ttl_seconds)] + [
+        (f'[games."{g}"] ttl_seconds', s.ttl_seconds) for g, s in config.games.items()
+        if s.ttl_seconds
+    ]
+    for key, ttl in ttls:
+        if ttl <= max_age:
+            raise ConfigError(
+                f"{source}: {key}: expected more than [reporter] max_age_seconds ({max_age:g}) "
+                f"so a buffer never expires before its events go stale, found {ttl}"
+            )
+    if config.reporter.linger_ms >= max_age * 1000:
+        raise ConfigError(
+            f"{source}: [reporter] linger_ms: expected less than max_age_seconds * 1000 "
+            f"({max_age * 1000:g}), found {config.reporter.linger_ms}"
+        )
+    if config.retry.initial_delay_ms > config.retry.max_delay_ms:
+        raise ConfigError(
+            f"{source}: [retry] initial_delay_ms: expected at most max_delay_ms "
+            f"({config.retry.max_delay_ms}), found {config.retry.initial_delay_ms}"
+        )
+    for game in config.reporter.hot_games:
+        try:
+            validate_game(game)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: [reporter.hot_games] {exc}") from None

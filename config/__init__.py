@@ -1,0 +1,1 @@
+"""Configuration files; installed as the ``collector._defaults`` resource package."""

@@ -1,0 +1,46 @@
+-- collect: append events of one game to its capped buffer and register the game.
+--
+-- KEYS[1]  q:<game>   list   the game's buffer
+-- KEYS[2]  active     set    games with buffered events
+-- KEYS[3]  ring       list   round-robin order of active games
+-- KEYS[4]  stats      hash   the shard's counters
+-- ARGV[1]  game name
+-- ARGV[2]  cap: most events the buffer keeps (the oldest go first)
+-- ARGV[3]  buffer TTL in seconds, refreshed on every push
+-- ARGV[4]  events the client already evicted for this game before sending (count)
+-- ARGV[5]  events the client dropped because its buffer was full (count, reported here)
+-- ARGV[6]  events the client dropped as too large (count, reported here)
+-- ARGV[7..] entries: 13-digit collect time in ms followed by the event's JSON
+-- returns  number of events the cap evicted, including ARGV[4]
+local game, cap, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local evicted = tonumber(ARGV[4])
+local n = #ARGV - 6
+local len = redis.call('LLEN', KEYS[1])
+-- unpack() is limited by Lua's stack, so push in slices
+local first = 7
+while first <= #ARGV do
+  local last = math.min(first + 999, #ARGV)
+  len = redis.call('RPUSH', KEYS[1], unpack(ARGV, first, last))
+  first = last + 1
+end
+if len > cap then
+  redis.call('LTRIM', KEYS[1], len - cap, -1)
+  evicted = evicted + (len - cap)
+end
+if len > 0 then
+  redis.call('EXPIRE', KEYS[1], ttl)
+  if redis.call('SADD', KEYS[2], game) == 1 then
+    redis.call('RPUSH', KEYS[3], game)
+  end
+end
+if n + tonumber(ARGV[4]) > 0 then
+  redis.call('HINCRBY', KEYS[4], 'stored', n + tonumber(ARGV[4]))
+end
+if evicted > 0 then redis.call('HINCRBY', KEYS[4], 'evicted', evicted) end
+if tonumber(ARGV[5]) > 0 then
+  redis.call('HINCRBY', KEYS[4], 'sdk_dropped_buffer_full', ARGV[5])
+end
+if tonumber(ARGV[6]) > 0 then
+  redis.call('HINCRBY', KEYS[4], 'sdk_dropped_too_large', ARGV[6])
+end
+return evicted

@@ -1,0 +1,55 @@
+#!lua flags=allow-oom
+-- nack: a delivery attempt failed. Schedule a retry with exponential backoff and full
+-- jitter, or dead-letter the batch when it is rejected for good or out of attempts.
+--
+-- KEYS[1]  inflight   zset   batch id -> lease deadline (ms)
+-- KEYS[2]  batches    hash   batch id -> metadata (JSON)
+-- KEYS[3]  payloads   hash   batch id -> entries
+-- KEYS[4]  retry      zset   batch id -> when it is due (ms)
+-- KEYS[5]  dead       list   dead-lettered batch ids, newest first
+-- KEYS[6]  stats      hash   the shard's counters
+-- ARGV[1]  batch id
+-- ARGV[2]  lease token
+-- ARGV[3]  1 = rejected for good (dead-letter now), 0 = may succeed later
+-- ARGV[4]  least delay in ms (the endpoint's Retry-After), 0 if none
+-- ARGV[5]  first backoff delay in ms
+-- ARGV[6]  longest backoff delay in ms
+-- ARGV[7]  attempts before dead-lettering
+-- ARGV[8]  a random number in [0, 1) for the jitter (scripts cannot draw their own)
+-- ARGV[9]  most dead-lettered batches kept in this shard
+-- ARGV[10] reason, kept with a dead letter
+-- returns  {state, delay ms}: state 'retry' or 'dead', or {'lost', 0} if the lease is not held
+local id, token = ARGV[1], ARGV[2]
+local raw = redis.call('HGET', KEYS[2], id)
+if not raw then return {'lost', 0} end
+local meta = cjson.decode(raw)
+if meta.t ~= token or redis.call('ZREM', KEYS[1], id) == 0 then return {'lost', 0} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+meta.a = meta.a + 1
+meta.t = ''
+meta.r = ARGV[10]
+if ARGV[3] == '1' or meta.a >= tonumber(ARGV[7]) then
+  meta.d = now
+  redis.call('HSET', KEYS[2], id, cjson.encode(meta))
+  redis.call('LPUSH', KEYS[5], id)
+  redis.call('HINCRBY', KEYS[6], 'rejected', meta.n)
+  redis.call('HINCRBY', KEYS[6], 'batches_dead', 1)
+  local keep = tonumber(ARGV[9])
+  for _, old in ipairs(redis.call('LRANGE', KEYS[5], keep, keep + 99)) do
+    local gone = redis.call('HGET', KEYS[2], old)
+    if gone then
+      redis.call('HINCRBY', KEYS[6], 'dead_dropped', cjson.decode(gone).n)
+      redis.call('HDEL', KEYS[2], old)
+      redis.call('HDEL', KEYS[3], old)
+    end
+  end
+  redis.call('LTRIM', KEYS[5], 0, keep - 1)
+  return {'dead', 0}
+end
+local ceiling = math.min(tonumber(ARGV[6]), tonumber(ARGV[5]) * 2 ^ (meta.a - 1))
+local delay = math.max(tonumber(ARGV[4]), math.floor(tonumber(ARGV[8]) * ceiling))
+redis.call('HSET', KEYS[2], id, cjson.encode(meta))
+redis.call('ZADD', KEYS[4], now + delay, id)
+redis.call('HINCRBY', KEYS[6], 'batches_retried', 1)
+return {'retry', delay}

@@ -1,0 +1,53 @@
+#!lua flags=allow-oom
+-- reap: return batches whose lease expired (their reporter died or hung) to the retry queue,
+-- charging one attempt, or dead-letter them when out of attempts. Bounded per call.
+--
+-- KEYS[1]  inflight   zset   batch id -> lease deadline (ms)
+-- KEYS[2]  batches    hash   batch id -> metadata (JSON)
+-- KEYS[3]  payloads   hash   batch id -> entries
+-- KEYS[4]  retry      zset   batch id -> when it is due (ms)
+-- KEYS[5]  dead       list   dead-lettered batch ids, newest first
+-- KEYS[6]  stats      hash   the shard's counters
+-- ARGV[1]  batches to reap at most
+-- ARGV[2]  attempts before dead-lettering
+-- ARGV[3]  most dead-lettered batches kept in this shard
+-- returns  {batches returned to retry, batches dead-lettered}
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+local retried, dead = 0, 0
+for _, id in ipairs(expired) do
+  redis.call('ZREM', KEYS[1], id)
+  local raw = redis.call('HGET', KEYS[2], id)
+  if raw then
+    local meta = cjson.decode(raw)
+    meta.a = meta.a + 1
+    meta.t = ''
+    meta.r = 'lease expired'
+    if meta.a >= tonumber(ARGV[2]) then
+      meta.d = now
+      redis.call('LPUSH', KEYS[5], id)
+      redis.call('HINCRBY', KEYS[6], 'rejected', meta.n)
+      redis.call('HINCRBY', KEYS[6], 'batches_dead', 1)
+      dead = dead + 1
+    else
+      redis.call('ZADD', KEYS[4], now, id)
+      retried = retried + 1
+    end
+    redis.call('HSET', KEYS[2], id, cjson.encode(meta))
+  end
+end
+if dead > 0 then
+  local keep = tonumber(ARGV[3])
+  for _, old in ipairs(redis.call('LRANGE', KEYS[5], keep, -1)) do
+    local gone = redis.call('HGET', KEYS[2], old)
+    if gone then
+      redis.call('HINCRBY', KEYS[6], 'dead_dropped', cjson.decode(gone).n)
+      redis.call('HDEL', KEYS[2], old)
+      redis.call('HDEL', KEYS[3], old)
+    end
+  end
+  redis.call('LTRIM', KEYS[5], 0, keep - 1)
+end
+if retried + dead > 0 then redis.call('HINCRBY', KEYS[6], 'batches_reaped', retried + dead) end
+return {retried, dead}
