@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from tests.servers import Cluster, Server, server_binaries
+
+try:
+    BINARIES = server_binaries()
+except RuntimeError as exc:  # fail loudly: a missing server must not skip the suite
+    raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.fixture(scope="session", params=sorted(BINARIES))
+def server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    """A server of each kind found (redis-server, valkey-server), shared by the session."""
+    srv = Server(BINARIES[request.param]).start()
+    yield srv
+    srv.cleanup()
+
+
+@pytest.fixture
+def redis_url(server: Server) -> Iterator[str]:
+    """The shared server, emptied before the test."""
+    if server.proc is None:
+        server.start()
+    server.client().flushall()
+    yield server.url
+
+
+@pytest.fixture
+def r(redis_url: str) -> redis.Redis:
+    return redis.Redis.from_url(redis_url, socket_timeout=5)
+
+
+@pytest.fixture
+def own_server() -> Iterator[Server]:
+    """A private server the test may stop and restart."""
+    srv = Server(BINARIES.get("redis") or BINARIES["valkey"]).start()
+    yield srv
+    srv.cleanup()
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    c = Cluster(BINARIES.get("redis") or BINARIES["valkey"]).start()
+    yield c
+    c.cleanup()
