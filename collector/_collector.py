@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from collector._buffer import TOO_LARGE, EventBuffer, no_pending
+from collector._buffer import TOO_LARGE, EventBuffer
 from collector._config import TelemetryConfig
 from collector._config_loader import build_config, load_config, raw_settings
 from collector._exceptions import BackendError
@@ -156,19 +156,15 @@ class Collector:
         _, pending = self._buffer.take(0)
         try:
             result = self._get_writer().write([(game, entry)], pending)
+            if result.error is not None:
+                raise result.error
         except Exception as exc:
-            result = None
-            error: Exception | None = exc
-        else:
-            error = result.error
-        if error is not None:
-            self._buffer.put_back([], result.failed_pending if result else pending)
+            self._buffer.put_back([], pending)
             self._count("backend_errors")
             raise BackendError(
                 f"could not store event of game {game!r} in {describe(self.config.redis)}: "
-                f"{error}"
-            ) from error
-        assert result is not None
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         with self._count_lock:
             self._sync_accepted += 1
             self._stats["stored"] += result.stored

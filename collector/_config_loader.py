@@ -213,37 +213,36 @@ def _from_env_text(text: str, tp: Any, where: str, key: str) -> Any:
 
 
 def _check_value(value: Any, tp: Any, meta: Mapping[str, Any], where: str, key: str) -> Any:
-    def fail(expected: str) -> ConfigError:
-        return ConfigError(f"{where}: {key}: expected {expected}, found {value!r}")
-
-    origin = typing.get_origin(tp)
-    if origin is not None:  # Mapping[str, X]
-        item_type = typing.get_args(tp)[1]
+    if typing.get_origin(tp) is not None:  # Mapping[str, X]
         if not isinstance(value, Mapping):
-            raise fail(_describe(tp))
-        checked = {
+            raise _mismatch(value, _describe(tp), where, key)
+        item_type = typing.get_args(tp)[1]
+        return MappingProxyType({
             str(k): _check_value(v, item_type, meta, where, f"{key}.{k}") for k, v in value.items()
-        }
-        return MappingProxyType(checked)
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise fail("true or false")
-        return value
-    if tp is str:
-        if not isinstance(value, str):
-            raise fail("a string")
-        choices = meta.get("choices") or ()
-        if choices and value not in choices:
-            raise fail(f"one of {', '.join(repr(c) for c in choices)}")
-        return value
+        })
+    if tp is bool or tp is str:
+        return _check_plain(value, tp, meta, where, key)
     if isinstance(value, bool) or not isinstance(value, int | float) or (
         tp is int and not isinstance(value, int)
     ):
-        raise fail(_describe(tp))
+        raise _mismatch(value, _describe(tp), where, key)
     lo, hi = meta.get("lo"), meta.get("hi")
     if (lo is not None and value < lo) or (hi is not None and value > hi):
-        raise fail(f"{_describe(tp)} from {lo} to {hi}")
+        raise _mismatch(value, f"{_describe(tp)} from {lo} to {hi}", where, key)
     return float(value) if tp is float else value
+
+
+def _check_plain(value: Any, tp: type, meta: Mapping[str, Any], where: str, key: str) -> Any:
+    if not isinstance(value, tp):
+        raise _mismatch(value, _describe(tp), where, key)
+    choices = meta.get("choices") or ()
+    if choices and value not in choices:
+        raise _mismatch(value, f"one of {', '.join(repr(c) for c in choices)}", where, key)
+    return value
+
+
+def _mismatch(value: Any, expected: str, where: str, key: str) -> ConfigError:
+    return ConfigError(f"{where}: {key}: expected {expected}, found {value!r}")
 
 
 def _check_together(config: TelemetryConfig, source: str) -> None:

@@ -1,0 +1,11 @@
+"""telemetry-collector's reporter service: drains Redis buffers and POSTs fixed-size batches.
+
+Run it as ``telemetry-reporter run`` (or ``python -m reporter run``); embed it with
+``ReporterService(TelemetryConfig.load())``.
+"""
+
+from reporter._exceptions import ReporterError, SinkConfigError
+from reporter._outcomes import Outcome
+from reporter._service import ReporterService
+
+__all__ = ["Outcome", "ReporterError", "ReporterService", "SinkConfigError"]

@@ -1,0 +1,13 @@
+"""``python -m reporter`` is the same as ``telemetry-reporter``."""
+
+import sys
+
+from reporter._cli import main as _main
+
+
+def main() -> None:
+    sys.exit(_main())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""Deliver one claimed batch: drop what is stale, send the rest, record the outcome."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import orjson
+
+from collector._config import ReporterSettings
+from collector._schema import ENTRY_TIME_DIGITS, ShardKeys, entry_time_ms
+from reporter._outcomes import DELIVERED, REJECTED
+from reporter._sinks import Sender
+from reporter._store import BatchStore
+
+logger = logging.getLogger("reporter")
+
+Clock = Callable[[], float]  # wall-clock seconds, injectable for tests
+
+
+def split_fresh(entries: list[bytes], now_ms: int, settings: ReporterSettings
+                ) -> tuple[list[bytes], int]:
+    """The events (raw JSON) young enough to send, and how many are stale.
+
+    Age is measured from the collect time, or from ``event_time_field`` when configured (an
+    event without a usable value there falls back to its collect time).
+    """
+    max_age_ms = settings.max_age_seconds * 1000
+    field_name = settings.event_time_field
+    scale = 1000 if settings.event_time_unit == "s" else 1
+    fresh: list[bytes] = []
+    for entry in entries:
+        born = entry_time_ms(entry)
+        event = entry[ENTRY_TIME_DIGITS:]
+        if field_name:
+            try:
+                value = orjson.loads(event).get(field_name)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    born = int(value * scale)
+            except (orjson.JSONDecodeError, AttributeError):
+                pass
+        if now_ms - born <= max_age_ms:
+            fresh.append(event)
+    return fresh, len(entries) - len(fresh)
+
+
+@dataclass
+class Held:
+    """Batches this process holds a lease on, so they can be extended or released."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    batches: dict[str, tuple[ShardKeys, str]] = field(default_factory=dict)
+
+    def add(self, keys: ShardKeys, batch_id: str, token: str) -> None:
+        with self.lock:
+            self.batches[batch_id] = (keys, token)
+
+    def drop(self, batch_id: str) -> None:
+        with self.lock:
+            self.batches.pop(batch_id, None)
+
+    def snapshot(self) -> list[tuple[str, ShardKeys, str]]:
+        with self.lock:
+            return [(b, k, t) for b, (k, t) in self.batches.items()]
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+@dataclass
+class Tally:
+    """This process's delivery counters (the shard stats in Redis hold the global ones)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, **amounts: int) -> None:
+        with self.lock:
+            for name, amount in amounts.items():
+                self.counts[name] = self.counts.get(name, 0) + amount
+
+    def snapshot(self) -> dict[str, int]:
+        with self.lock:
+            return dict(self.counts)
+
+
+class Deliverer:
+    def __init__(self, store: BatchStore, sender: Sender, settings: ReporterSettings,
+                 clock: Clock, held: Held, tally: Tally) -> None:
+        self._store = store
+        self._sender = sender
+        self._settings = settings
+        self._clock = clock
+        self.held = held
+        self.tally = tally
+
+    def deliver(self, keys: ShardKeys, game: str, batch_id: str, token: str,
+                entries: list[bytes]) -> str:
+        """Send one leased batch and finish it; returns the outcome's kind."""
+        self.held.add(keys, batch_id, token)
+        try:
+            return self._deliver(keys, game, batch_id, token, entries)
+        finally:
+            self.held.drop(batch_id)
+
+    def _deliver(self, keys: ShardKeys, game: str, batch_id: str, token: str,
+                 entries: list[bytes]) -> str:
+        fresh, stale = split_fresh(entries, int(self._clock() * 1000), self._settings)
+        if not fresh:
+            self._store.ack(keys, batch_id, token, stale=stale, rejected=0)
+            self.tally.add(stale=stale, batches_stale=1)
+            return "stale"
+        outcome = self._sender.send(game, batch_id, fresh)
+        if outcome.kind == DELIVERED:
+            done = self._store.ack(keys, batch_id, token, stale=stale,
+                                   rejected=outcome.rejected_items)
+            if done < 0:
+                logger.warning("batch %s of game %r was delivered after its lease ran out; "
+                               "it may be sent again", batch_id, game)
+                self.tally.add(lease_lost=1)
+            else:
+                self.tally.add(delivered=done, stale=stale, rejected=outcome.rejected_items,
+                               batches_delivered=1)
+            return DELIVERED
+        permanent = outcome.kind == REJECTED
+        result = self._store.nack(keys, batch_id, token, permanent=permanent,
+                                  min_delay_ms=int(outcome.retry_after * 1000),
+                                  reason=outcome.reason)
+        if result.state == "dead":
+            logger.error("batch %s of game %r dead-lettered (%d events): %s",
+                         batch_id, game, len(entries), outcome.reason)
+            self.tally.add(batches_dead=1)
+        elif result.state == "retry":
+            self.tally.add(batches_retried=1)
+        return result.state

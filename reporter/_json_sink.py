@@ -1,0 +1,61 @@
+"""The ``json`` sender: a keep-alive ``httpx.Client`` POSTing ``{"game", "batch_id", "events"}``."""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Sequence
+
+import httpx
+import orjson
+
+from collector._config import SinkSettings
+from reporter._outcomes import Outcome, classify_http, classify_transport_error
+
+USER_AGENT = "telemetry-reporter/0.1"
+
+
+def json_body(game: str, batch_id: str, events: Sequence[bytes]) -> bytes:
+    """Assemble the body from the events' raw JSON, without decoding them."""
+    return b"".join((
+        b'{"game":', orjson.dumps(game), b',"batch_id":', orjson.dumps(batch_id),
+        b',"events":[', b",".join(events), b"]}",
+    ))
+
+
+class JsonSender:
+    """Sends one batch per POST; every response or error becomes an ``Outcome``."""
+
+    def __init__(self, settings: SinkSettings, transport: httpx.BaseTransport | None = None
+                 ) -> None:
+        self._url = settings.url
+        self._gzip = settings.gzip
+        headers = {"User-Agent": USER_AGENT, "Content-Type": "application/json",
+                   **settings.headers}
+        if settings.gzip:
+            headers["Content-Encoding"] = "gzip"
+        self._client = httpx.Client(
+            headers=headers,
+            timeout=httpx.Timeout(settings.timeout_seconds,
+                                  connect=settings.connect_timeout_seconds),
+            limits=httpx.Limits(max_connections=settings.max_connections,
+                                max_keepalive_connections=settings.max_connections),
+            transport=transport,
+        )
+
+    def send(self, game: str, batch_id: str, events: Sequence[bytes]) -> Outcome:
+        body = json_body(game, batch_id, events)
+        if self._gzip:
+            body = gzip.compress(body, compresslevel=5)
+        try:
+            response = self._client.post(self._url, content=body,
+                                         headers={"Idempotency-Key": batch_id})
+        except httpx.HTTPError as exc:
+            return classify_transport_error(exc)
+        return classify_http(response.status_code, response.headers.get("Retry-After"),
+                             response.content)
+
+    def describe(self) -> str:
+        return f"json {self._url}" + (" (gzip)" if self._gzip else "")
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,57 @@
+"""What one delivery attempt came to, decided by small pure functions."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+DELIVERED: Literal["delivered"] = "delivered"
+RETRY: Literal["retry"] = "retry"
+REJECTED: Literal["rejected"] = "rejected"
+
+# Longest Retry-After we honour; a larger one is clamped (the freshness window is 3 minutes).
+MAX_RETRY_AFTER_SECONDS = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """``delivered``: done (``rejected_items`` of it refused one by one); ``retry``: try again,
+    not before ``retry_after`` seconds; ``rejected``: the endpoint will never take it."""
+
+    kind: Literal["delivered", "retry", "rejected"]
+    reason: str = ""
+    retry_after: float = 0.0
+    rejected_items: int = 0
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date); 0 if absent/bad."""
+    if not value:
+        return 0.0
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return 0.0
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
+
+
+def classify_http(status: int, retry_after: str | None, body: bytes) -> Outcome:
+    """2xx delivered; 408, 429 and 5xx retry later; any other status is a rejection."""
+    if 200 <= status < 300:
+        return Outcome(DELIVERED)
+    reason = f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}".rstrip(": ")
+    if status in (408, 429) or status >= 500:
+        return Outcome(RETRY, reason, parse_retry_after(retry_after))
+    return Outcome(REJECTED, reason)
+
+
+def classify_transport_error(exc: Exception) -> Outcome:
+    """Timeouts, refused or reset connections: the endpoint may be back later."""
+    return Outcome(RETRY, f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,90 @@
+"""Shard leases: which reporter process sweeps which shard.
+
+Each process keeps a heartbeat in a registry (in shard 0's hash tag) and aims for an equal
+share of the shards: ceil(shards / live processes).  It takes free shards while below its
+share and gives up the excess above it, so work spreads when processes join and a dead
+process's shards are taken over once its leases expire.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+
+from collector._schema import KeySchema
+from reporter._store import BatchStore
+
+logger = logging.getLogger("reporter")
+
+
+def process_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class ShardOwnership:
+    def __init__(self, schema: KeySchema, store: BatchStore, lease_seconds: float,
+                 owner: str | None = None) -> None:
+        self.owner = owner or process_id()
+        self._schema = schema
+        self._store = store
+        self._lease_ms = int(lease_seconds * 1000)
+        self._owned: set[int] = set()
+        self._lock = threading.Lock()
+        self._registry = f"{schema.shard(0).tag}:reporters"
+
+    def owns(self, shard: int) -> bool:
+        return shard in self._owned
+
+    def owned(self) -> frozenset[int]:
+        with self._lock:
+            return frozenset(self._owned)
+
+    def loop(self) -> bool:
+        """Renew what is held, then move towards this process's fair share."""
+        client = self._store.client
+        now_ms = int(time.time() * 1000)
+        with client.pipeline(transaction=False) as pipe:
+            pipe.zadd(self._registry, {self.owner: now_ms + self._lease_ms})
+            pipe.zremrangebyscore(self._registry, "-inf", now_ms)
+            pipe.zcard(self._registry)
+            live = max(1, int(pipe.execute()[2]))
+        share = math.ceil(self._schema.shards / live)
+        held: set[int] = set()
+        scripts = self._store.scripts
+        for keys in self._schema.all_shards():
+            mine = keys.shard in self._owned
+            if (mine or len(held) < share) and scripts.shard_lease(
+                    keys, self.owner, self._lease_ms):
+                held.add(keys.shard)
+        for shard in sorted(held)[share:]:
+            scripts.shard_lease(self._schema.shard(shard), self.owner, 0)
+            held.discard(shard)
+        with self._lock:
+            if held != self._owned:
+                logger.info("now sweeping shards %s (%d reporters live)",
+                            _ranges(sorted(held)) or "none", live)
+            self._owned = held
+        return False
+
+    def give_up(self) -> None:
+        """On shutdown: hand every shard back so another process can take it at once."""
+        with self._lock:
+            owned, self._owned = self._owned, set()
+        for shard in owned:
+            self._store.scripts.shard_lease(self._schema.shard(shard), self.owner, 0)
+        self._store.client.zrem(self._registry, self.owner)
+
+
+def _ranges(numbers: list[int]) -> str:
+    parts: list[str] = []
+    for n in numbers:
+        if parts and parts[-1].split("-")[-1] == str(n - 1):
+            parts[-1] = f"{parts[-1].split('-')[0]}-{n}"
+        else:
+            parts.append(str(n))
+    return ",".join(parts)

@@ -1,0 +1,173 @@
+"""Workers: each an object whose ``loop()`` does one bounded unit of work and returns.
+
+``loop()`` returns True when it stopped early with work left, so the runner calls it again
+at once instead of waiting a poll interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from collector._config import TelemetryConfig
+from collector._ratelog import RateLimitedLog
+from collector._redis import UNAVAILABLE
+from collector._schema import KeySchema, ShardKeys
+from reporter._delivery import Clock, Deliverer
+from reporter._ownership import ShardOwnership
+from reporter._store import BatchStore, GameState, new_id
+
+logger = logging.getLogger("reporter")
+ratelog = RateLimitedLog(logger, interval=30.0)
+
+# Retried batches one loop takes at most.
+RETRIES_PER_LOOP = 16
+
+
+def log_unavailable(where: str, exc: Exception) -> None:
+    ratelog.log(logging.WARNING, f"redis:{where}",
+                "Redis unavailable in %s (%s: %s); backing off", where, type(exc).__name__, exc)
+
+
+class ShardSweeper:
+    """Sweeps one shard: due retries first, then ready games in round-robin order.
+
+    A game is ready when a full batch waits, or its oldest event has waited ``linger_ms``.
+    Each game gets at most one claim per sweep, so a flooding game cannot starve the rest.
+    """
+
+    def __init__(self, keys: ShardKeys, store: BatchStore, deliverer: Deliverer,
+                 config: TelemetryConfig, ownership: ShardOwnership, stop: threading.Event,
+                 clock: Clock) -> None:
+        self.keys = keys
+        self._store = store
+        self._deliverer = deliverer
+        self._r = config.reporter
+        self._hot = frozenset(config.reporter.hot_games)
+        self._ownership = ownership
+        self._stop = stop
+        self._clock = clock
+        self._cursor = 0
+
+    def loop(self) -> bool:
+        if self._stop.is_set() or not self._ownership.owns(self.keys.shard):
+            return False
+        more = self._retries()
+        games, ring_length = self._store.ring(self.keys, self._cursor, self._r.games_per_sweep)
+        self._cursor += len(games)
+        if self._cursor >= ring_length:
+            self._cursor = 0
+        candidates = [g for g in games if g not in self._hot]
+        now_ms = int(self._clock() * 1000)
+        for state in self._store.game_states(self.keys, candidates):
+            if self._stop.is_set():
+                return False
+            if self._is_ready(state, now_ms):
+                more |= self._drain(state.game)
+        return more or self._cursor != 0
+
+    def _is_ready(self, state: GameState, now_ms: int) -> bool:
+        if state.length >= self._r.batch_size or state.length == 0:
+            return True  # an empty buffer is claimed to unregister the game
+        return state.oldest_ms is not None and now_ms - state.oldest_ms >= self._r.linger_ms
+
+    def _drain(self, game: str) -> bool:
+        token = new_id()
+        claimed = self._store.claim(self.keys, game, token, self._r.max_batches_per_claim)
+        if claimed.stale:
+            self._deliverer.tally.add(stale=claimed.stale)
+        for batch_id, entries in claimed.batches:
+            self._deliverer.deliver(self.keys, game, batch_id, token, entries)
+        return claimed.remaining >= self._r.batch_size
+
+    def _retries(self) -> bool:
+        token = new_id()
+        due = self._store.take_retries(self.keys, token, RETRIES_PER_LOOP)
+        for batch in due:
+            self._deliverer.deliver(self.keys, batch.game, batch.batch_id, token, batch.entries)
+        return len(due) == RETRIES_PER_LOOP
+
+
+class HotGameWorker:
+    """One of a hot game's dedicated threads: claims and sends that game only."""
+
+    def __init__(self, game: str, keys: ShardKeys, store: BatchStore, deliverer: Deliverer,
+                 config: TelemetryConfig, stop: threading.Event) -> None:
+        self.game = game
+        self.keys = keys
+        self._store = store
+        self._deliverer = deliverer
+        self._r = config.reporter
+        self._stop = stop
+
+    def loop(self) -> bool:
+        if self._stop.is_set():
+            return False
+        token = new_id()
+        for batch in self._store.take_retries(self.keys, token, RETRIES_PER_LOOP, self.game):
+            self._deliverer.deliver(self.keys, self.game, batch.batch_id, token, batch.entries)
+        if self._stop.is_set():
+            return False
+        token = new_id()
+        claimed = self._store.claim(self.keys, self.game, token, self._r.max_batches_per_claim)
+        if claimed.stale:
+            self._deliverer.tally.add(stale=claimed.stale)
+        for batch_id, entries in claimed.batches:
+            self._deliverer.deliver(self.keys, self.game, batch_id, token, entries)
+        return claimed.remaining >= self._r.batch_size
+
+
+class Reaper:
+    """Returns batches whose lease expired (a crashed reporter's) to retry, per owned shard."""
+
+    PER_CALL = 200
+
+    def __init__(self, schema: KeySchema, store: BatchStore, ownership: ShardOwnership,
+                 stop: threading.Event) -> None:
+        self._schema = schema
+        self._store = store
+        self._ownership = ownership
+        self._stop = stop
+
+    def loop(self) -> bool:
+        more = False
+        for keys in self._schema.all_shards():
+            if self._stop.is_set():
+                return False
+            if self._ownership.owns(keys.shard):
+                retried, dead = self._store.reap(keys, self.PER_CALL)
+                if retried or dead:
+                    logger.info("reaped %d expired leases in shard %d (%d dead-lettered)",
+                                retried + dead, keys.shard, dead)
+                more |= retried + dead == self.PER_CALL
+        return more
+
+
+class LeaseKeeper:
+    """Extends the leases of batches this process is still sending (slow endpoints)."""
+
+    def __init__(self, deliverer: Deliverer, store: BatchStore) -> None:
+        self._deliverer = deliverer
+        self._store = store
+
+    def loop(self) -> bool:
+        for batch_id, keys, token in self._deliverer.held.snapshot():
+            self._store.extend(keys, batch_id, token)
+        return False
+
+
+def guarded(name: str, work: Callable[[], bool]) -> Callable[[], bool]:
+    """Run ``work``; Redis outages and bugs are logged (rate-limited), never raised."""
+
+    def run() -> bool:
+        try:
+            return work()
+        except UNAVAILABLE as exc:
+            log_unavailable(name, exc)
+            return False
+        except Exception:
+            logger.exception("%s failed; it will run again", name)
+            return False
+
+    return run
