@@ -15,7 +15,8 @@ class RateLimitedLog:
         self._last: dict[str, float] = {}
         self._suppressed: dict[str, int] = {}
 
-    def log(self, level: int, key: str, msg: str, *args: object) -> None:
+    def log(self, level: int, key: str, msg: str, *args: object, exc_info: bool = False
+            ) -> None:
         now = time.monotonic()
         with self._lock:
             last = self._last.get(key)
@@ -27,7 +28,7 @@ class RateLimitedLog:
         if hidden:
             msg += " (%d similar messages suppressed)"
             args = (*args, hidden)
-        self._logger.log(level, msg, *args)
+        self._logger.log(level, msg, *args, exc_info=exc_info)
 
     def reset(self, key: str) -> None:
         with self._lock:

@@ -10,12 +10,14 @@ from dataclasses import dataclass, field
 import orjson
 
 from collector._config import ReporterSettings
+from collector._ratelog import RateLimitedLog
 from collector._schema import ENTRY_TIME_DIGITS, ShardKeys, entry_time_ms
-from reporter._outcomes import DELIVERED, REJECTED
+from reporter._outcomes import DELIVERED, REJECTED, SinkGate
 from reporter._sinks import Sender
 from reporter._store import BatchStore
 
 logger = logging.getLogger("reporter")
+ratelog = RateLimitedLog(logger, interval=30.0)
 
 Clock = Callable[[], float]  # wall-clock seconds, injectable for tests
 
@@ -88,31 +90,35 @@ class Tally:
 
 class Deliverer:
     def __init__(self, store: BatchStore, sender: Sender, settings: ReporterSettings,
-                 clock: Clock, held: Held, tally: Tally) -> None:
+                 clock: Clock, held: Held, tally: Tally, gate: SinkGate) -> None:
         self._store = store
         self._sender = sender
         self._settings = settings
         self._clock = clock
         self.held = held
         self.tally = tally
+        self.gate = gate
 
     def deliver(self, keys: ShardKeys, game: str, batch_id: str, token: str,
-                entries: list[bytes]) -> str:
-        """Send one leased batch and finish it; returns the outcome's kind."""
+                entries: list[bytes], attempts: int = 0) -> str:
+        """Send one leased batch and finish it; returns the outcome's kind.
+
+        ``attempts`` is how many earlier attempts failed (0 for a fresh batch)."""
         self.held.add(keys, batch_id, token)
         try:
-            return self._deliver(keys, game, batch_id, token, entries)
+            return self._deliver(keys, game, batch_id, token, entries, attempts)
         finally:
             self.held.drop(batch_id)
 
     def _deliver(self, keys: ShardKeys, game: str, batch_id: str, token: str,
-                 entries: list[bytes]) -> str:
+                 entries: list[bytes], attempts: int) -> str:
         fresh, stale = split_fresh(entries, int(self._clock() * 1000), self._settings)
         if not fresh:
             self._store.ack(keys, batch_id, token, stale=stale, rejected=0)
             self.tally.add(stale=stale, batches_stale=1)
             return "stale"
-        outcome = self._sender.send(game, batch_id, fresh)
+        outcome = self._sender.send(game, batch_id, fresh, attempts + 1)
+        self.gate.record(outcome)
         if outcome.kind == DELIVERED:
             done = self._store.ack(keys, batch_id, token, stale=stale,
                                    rejected=outcome.rejected_items)
@@ -129,9 +135,14 @@ class Deliverer:
                                   min_delay_ms=int(outcome.retry_after * 1000),
                                   reason=outcome.reason)
         if result.state == "dead":
-            logger.error("batch %s of game %r dead-lettered (%d events): %s",
-                         batch_id, game, len(entries), outcome.reason)
+            ratelog.log(logging.ERROR, f"dead:{outcome.reason[:40]}",
+                        "batch %s of game %r dead-lettered (%d events) after %d attempts: %s",
+                        batch_id, game, len(entries), attempts + 1, outcome.reason)
             self.tally.add(batches_dead=1)
         elif result.state == "retry":
+            ratelog.log(logging.WARNING, "retry",
+                        "endpoint failed (%s); batch %s of game %r retries in %.1fs, "
+                        "new claims paused", outcome.reason, batch_id, game,
+                        result.delay_ms / 1000)
             self.tally.add(batches_retried=1)
         return result.state

@@ -76,8 +76,9 @@ def run_demo(seconds: float, out: TextIO) -> int:
         traffic = threading.Thread(target=_traffic, args=(collector, stop), daemon=True)
         traffic.start()
         started = time.monotonic()
-        while (elapsed := time.monotonic() - started) < seconds:
-            stop.wait(min(1.0, seconds - elapsed))
+        while (left := seconds - (time.monotonic() - started)) > 0:
+            stop.wait(min(1.0, left))
+            elapsed = time.monotonic() - started
             stats = collector.stats()
             print(f"  {elapsed:5.1f}s  collected {stats['accepted']:>7}  delivered "
                   f"{len(endpoint.events()):>7}  batches {len(endpoint.received):>5}", file=out)

@@ -12,6 +12,7 @@ from collector._config import SinkSettings
 from reporter._outcomes import Outcome, classify_http, classify_transport_error
 
 USER_AGENT = "telemetry-reporter/0.1"
+ATTEMPT_HEADER = "X-Telemetry-Attempt"  # 1 for the first try of a batch, then 2, 3, ...
 
 
 def json_body(game: str, batch_id: str, events: Sequence[bytes]) -> bytes:
@@ -42,13 +43,14 @@ class JsonSender:
             transport=transport,
         )
 
-    def send(self, game: str, batch_id: str, events: Sequence[bytes]) -> Outcome:
+    def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1
+             ) -> Outcome:
         body = json_body(game, batch_id, events)
         if self._gzip:
             body = gzip.compress(body, compresslevel=5)
         try:
-            response = self._client.post(self._url, content=body,
-                                         headers={"Idempotency-Key": batch_id})
+            response = self._client.post(self._url, content=body, headers={
+                "Idempotency-Key": batch_id, ATTEMPT_HEADER: str(attempt)})
         except httpx.HTTPError as exc:
             return classify_transport_error(exc)
         return classify_http(response.status_code, response.headers.get("Retry-After"),

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import email.utils
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -55,3 +57,39 @@ def classify_http(status: int, retry_after: str | None, body: bytes) -> Outcome:
 def classify_transport_error(exc: Exception) -> Outcome:
     """Timeouts, refused or reset connections: the endpoint may be back later."""
     return Outcome(RETRY, f"{type(exc).__name__}: {exc}")
+
+
+class SinkGate:
+    """Stops all claiming while the endpoint is failing, so an outage costs one probe per
+    backoff period instead of one request per batch.
+
+    Each retryable failure in a row doubles the pause (from ``initial`` to ``longest``
+    seconds); a Retry-After longer than that is honoured; any answer that is not a
+    retryable failure opens the gate again.
+    """
+
+    def __init__(self, initial: float, longest: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._initial = initial
+        self._longest = longest
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._failures = 0
+        self._closed_until = 0.0
+
+    def is_open(self) -> bool:
+        return self._clock() >= self._closed_until
+
+    def record(self, outcome: Outcome) -> None:
+        with self._lock:
+            if outcome.kind != RETRY:
+                self._failures = 0
+                self._closed_until = 0.0
+                return
+            self._failures += 1
+            pause = min(self._longest, self._initial * 2 ** (self._failures - 1))
+            self._closed_until = self._clock() + max(pause, outcome.retry_after)
+
+    @property
+    def failures(self) -> int:
+        return self._failures

@@ -22,6 +22,7 @@ from collector._config import TelemetryConfig
 from collector._redis import describe, make_client
 from collector._schema import KeySchema
 from reporter._delivery import Clock, Deliverer, Held, Tally
+from reporter._outcomes import SinkGate
 from reporter._ownership import ShardOwnership
 from reporter._sinks import Sender, make_sender
 from reporter._store import BatchStore
@@ -47,8 +48,10 @@ class ReporterService:
         self.abort_event = threading.Event()  # a second signal: stop waiting for POSTs
         self.held = Held()
         self.tally = Tally()
+        self.gate = SinkGate(config.retry.initial_delay_ms / 1000,
+                             config.retry.max_delay_ms / 1000)
         self.deliverer = Deliverer(self.store, self.sender, config.reporter, clock, self.held,
-                                   self.tally)
+                                   self.tally, self.gate)
         r = config.reporter
         self.ownership = ShardOwnership(self.schema, self.store, r.shard_lease_seconds)
         self.sweepers = [
@@ -97,12 +100,19 @@ class ReporterService:
     def _every(self, job_id: str, work: Callable[[], bool], interval: float,
                executor: str) -> None:
         run = guarded(job_id, work)
+        failures = 0
 
         def job() -> None:
+            nonlocal failures
             more = run()
             if self.stop_event.is_set():
                 return
-            delay = 0.0 if more else interval
+            # Back off while Redis is down: double the pause per failure, up to 5 s.
+            if more is not None and failures:
+                logger.info("%s: working again after %d failed runs", job_id, failures)
+            failures = failures + 1 if more is None else 0
+            delay = min(interval * 2 ** failures, max(interval, 5.0)) if failures else (
+                0.0 if more else interval)
             # A fresh job each time: reusing the id races with the scheduler removing the
             # finished one-shot job.
             self.scheduler.add_job(job, "date", name=job_id, executor=executor,

@@ -14,7 +14,8 @@ from reporter._outcomes import Outcome
 
 
 class Sender(Protocol):
-    def send(self, game: str, batch_id: str, events: Sequence[bytes]) -> Outcome: ...
+    def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1
+             ) -> Outcome: ...
 
     def describe(self) -> str: ...
 

@@ -51,7 +51,8 @@ class ShardSweeper:
         self._cursor = 0
 
     def loop(self) -> bool:
-        if self._stop.is_set() or not self._ownership.owns(self.keys.shard):
+        if (self._stop.is_set() or not self._ownership.owns(self.keys.shard)
+                or not self._deliverer.gate.is_open()):
             return False
         more = self._retries()
         games, ring_length = self._store.ring(self.keys, self._cursor, self._r.games_per_sweep)
@@ -61,7 +62,7 @@ class ShardSweeper:
         candidates = [g for g in games if g not in self._hot]
         now_ms = int(self._clock() * 1000)
         for state in self._store.game_states(self.keys, candidates):
-            if self._stop.is_set():
+            if self._stop.is_set() or not self._deliverer.gate.is_open():
                 return False
             if self._is_ready(state, now_ms):
                 more |= self._drain(state.game)
@@ -85,7 +86,8 @@ class ShardSweeper:
         token = new_id()
         due = self._store.take_retries(self.keys, token, RETRIES_PER_LOOP)
         for batch in due:
-            self._deliverer.deliver(self.keys, batch.game, batch.batch_id, token, batch.entries)
+            self._deliverer.deliver(self.keys, batch.game, batch.batch_id, token, batch.entries,
+                                    batch.attempts)
         return len(due) == RETRIES_PER_LOOP
 
 
@@ -102,12 +104,13 @@ class HotGameWorker:
         self._stop = stop
 
     def loop(self) -> bool:
-        if self._stop.is_set():
+        if self._stop.is_set() or not self._deliverer.gate.is_open():
             return False
         token = new_id()
         for batch in self._store.take_retries(self.keys, token, RETRIES_PER_LOOP, self.game):
-            self._deliverer.deliver(self.keys, self.game, batch.batch_id, token, batch.entries)
-        if self._stop.is_set():
+            self._deliverer.deliver(self.keys, self.game, batch.batch_id, token, batch.entries,
+                                    batch.attempts)
+        if self._stop.is_set() or not self._deliverer.gate.is_open():
             return False
         token = new_id()
         claimed = self._store.claim(self.keys, self.game, token, self._r.max_batches_per_claim)
@@ -157,17 +160,20 @@ class LeaseKeeper:
         return False
 
 
-def guarded(name: str, work: Callable[[], bool]) -> Callable[[], bool]:
-    """Run ``work``; Redis outages and bugs are logged (rate-limited), never raised."""
+def guarded(name: str, work: Callable[[], bool]) -> Callable[[], bool | None]:
+    """Run ``work``; Redis outages and bugs are logged (rate-limited), never raised.
 
-    def run() -> bool:
+    Returns what ``work`` returned, or None if it failed."""
+
+    def run() -> bool | None:
         try:
             return work()
         except UNAVAILABLE as exc:
             log_unavailable(name, exc)
-            return False
+            return None
         except Exception:
-            logger.exception("%s failed; it will run again", name)
-            return False
+            ratelog.log(logging.ERROR, f"bug:{name}", "%s failed; it will run again", name,
+                        exc_info=True)
+            return None
 
     return run
