@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -148,6 +149,7 @@ def main() -> int:
             producer.kill()
         endpoint.stop()
         server.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def act(action: str, server: Server, outage: Outage,

@@ -33,6 +33,10 @@ class EventBuffer:
         self._pending = no_pending()
         self.accepted_total = 0
         self.dropped_total = 0
+        # Bumped by every append and note; ``taken_seq`` is its value at the latest take, so a
+        # take that finds nothing proves everything up to ``taken_seq`` has been handed over.
+        self.seq = 0
+        self.taken_seq = 0
 
     def __len__(self) -> int:
         return len(self._items)
@@ -46,11 +50,13 @@ class EventBuffer:
                 self.dropped_total += 1
             items.append((game, entry))
             self.accepted_total += 1
+            self.seq += 1
             return len(items)
 
     def note(self, kind: str, game: str, count: int = 1) -> None:
         with self._lock:
             self._pending[kind][game] += count
+            self.seq += 1
 
     def take(self, most: int) -> tuple[list[Item], Pending]:
         """Remove up to ``most`` of the oldest events and the drop counts not yet reported."""
@@ -62,6 +68,7 @@ class EventBuffer:
             else:
                 taken = [items.popleft() for _ in range(most)]
             pending, self._pending = self._pending, no_pending()
+            self.taken_seq = self.seq
             return taken, pending
 
     def put_back(self, items: Iterable[Item], pending: Pending) -> None:
@@ -88,3 +95,5 @@ class EventBuffer:
         self._pending = no_pending()
         self.accepted_total = 0
         self.dropped_total = 0
+        self.seq = 0
+        self.taken_seq = 0

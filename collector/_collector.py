@@ -82,6 +82,7 @@ class Collector:
         self._closed = False
         self._close_deadline = 0.0
         self._in_flush = 0
+        self._flushed_seq = 0  # the buffer's seq at the flusher's latest take that found nothing
         self._stats = dict.fromkeys(
             ("stored", "evicted_by_cap", "dropped_too_large", "dropped_at_close",
              "dropped_closed", "backend_errors", "flushes"), 0)
@@ -104,13 +105,13 @@ class Collector:
         not a JSON-serialisable mapping.  Returns the number of events the cap evicted in sync
         mode, 0 in background mode (where nothing about Redis is known yet).
         """
-        if game not in self._known_games:
+        if type(game) is not str or game not in self._known_games:  # a list is unhashable
             self._admit(game)
         if not isinstance(event, Mapping):
             raise TypeError(f"event for game {game!r} must be a mapping, "
                             f"got {type(event).__name__}")
         try:
-            data = orjson.dumps(event)
+            data = orjson.dumps(event if isinstance(event, dict) else dict(event))
         except TypeError as exc:
             raise TypeError(f"event for game {game!r} is not JSON-serialisable: {exc}") from None
         if len(data) > self._max_event_bytes:
@@ -211,6 +212,7 @@ class Collector:
             self._idle.clear()
             items, pending = self._buffer.take(FLUSH_MAX_EVENTS)
             if not items and not any(pending.values()):
+                self._flushed_seq = self._buffer.taken_seq
                 self._idle.set()
                 return True
             self._in_flush = len(items)
@@ -246,10 +248,15 @@ class Collector:
         """Wait until everything collected so far is stored; False if ``timeout`` ran out."""
         if self._sync:
             return True
+        if self._closed and (self._thread is None or not self._thread.is_alive()):
+            return self._flushed_seq >= self._buffer.seq  # nothing will be written any more
         if self._thread is None:
             self._start()
         deadline = time.monotonic() + timeout
-        while len(self._buffer) or self._in_flush:
+        # Done once the flusher has found the buffer empty after everything collected (and
+        # every drop count noted) so far; an empty buffer alone may mean "taken, not stored".
+        target = self._buffer.seq
+        while self._flushed_seq < target:
             self._idle.clear()
             self._wake.set()
             remaining = deadline - time.monotonic()
@@ -315,8 +322,10 @@ class Collector:
         self._stop = threading.Event()
         self._thread = None
         self._in_flush = 0
+        self._flushed_seq = 0
         self._stats = dict.fromkeys(self._stats, 0)
         self._sync_accepted = 0
+        self._ratelog = RateLimitedLog(logger)  # its lock may have been held at the fork
         if self._client is None:
             self._writer = None  # a fresh client and connection pool in the child
 

@@ -25,8 +25,16 @@ def setting(default: Any, *, lo: float | None = None, hi: float | None = None,
     return field(default=default, metadata=meta)
 
 
-@dataclass(frozen=True)
-class RedisSettings:
+class _MaskedRepr:
+    """Sections print with secrets masked, like the whole config."""
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in _section_dict(self).items())
+        return f"{type(self).__name__}({fields})"
+
+
+@dataclass(frozen=True, repr=False)
+class RedisSettings(_MaskedRepr):
     url: str = setting("redis://127.0.0.1:6379/0", secret=True)
     cluster: bool = setting(False)
     key_prefix: str = setting("telemetry")
@@ -78,8 +86,8 @@ class ReporterSettings:
     hot_games: Mapping[str, int] = setting(_EMPTY, lo=1, hi=64)
 
 
-@dataclass(frozen=True)
-class SinkSettings:
+@dataclass(frozen=True, repr=False)
+class SinkSettings(_MaskedRepr):
     kind: str = setting("json", choices=("json",))
     url: str = setting("http://127.0.0.1:8080/ingest", secret=True)
     timeout_seconds: float = setting(5.0, lo=0.05, hi=300)

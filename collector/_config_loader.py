@@ -11,7 +11,7 @@ import os
 import re
 import tomllib
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib.resources import files
 from types import MappingProxyType
 from typing import Any
@@ -26,6 +26,7 @@ from collector._config import (
     RetrySettings,
     SinkSettings,
     TelemetryConfig,
+    mask_url,
 )
 from collector._exceptions import ConfigError
 from collector._schema import is_valid_prefix, validate_game
@@ -92,7 +93,12 @@ def build_config(raw: Mapping[str, Any], source: str, env: Mapping[str, str] | N
         sections[name] = _build_section(cls, name, table, source, overrides.get(name, {}))
     sections["games"] = _build_games(raw.get("games", {}), source)
     config = TelemetryConfig(**sections, source=source)
-    _check_together(config, source)
+
+    def where(section: str, key: str) -> str:
+        var = overrides.get(section, {}).get(key)
+        return f"environment variable {var[0]}" if var else source
+
+    _check_together(config, where)
     return config
 
 
@@ -245,42 +251,47 @@ def _mismatch(value: Any, expected: str, where: str, key: str) -> ConfigError:
     return ConfigError(f"{where}: {key}: expected {expected}, found {value!r}")
 
 
-def _check_together(config: TelemetryConfig, source: str) -> None:
+def _check_together(config: TelemetryConfig, where: Callable[[str, str], str]) -> None:
     """Rules that tie two keys together."""
     shards = config.redis.shards
     if shards & (shards - 1):
         raise ConfigError(
-            f"{source}: [redis] shards: expected a power of two (1, 2, 4, ... 16384), "
-            f"found {shards}"
+            f"{where('redis', 'shards')}: [redis] shards: expected a power of two "
+            f"(1, 2, 4, ... 16384), found {shards}"
+        )
+    if not config.redis.url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError(
+            f"{where('redis', 'url')}: [redis] url: expected a redis://, rediss:// or unix:// URL, "
+            f"found {mask_url(config.redis.url)!r}"
         )
     if not is_valid_prefix(config.redis.key_prefix):
         raise ConfigError(
-            f"{source}: [redis] key_prefix: expected 1 to 64 characters from "
+            f"{where('redis', 'key_prefix')}: [redis] key_prefix: expected 1 to 64 characters from "
             f"[A-Za-z0-9_.:-], found {config.redis.key_prefix!r}"
         )
     max_age = config.reporter.max_age_seconds
-    ttls = [("[buffer] ttl_seconds", config.buffer.ttl_seconds)] + [
-        (f'[games."{g}"] ttl_seconds', s.ttl_seconds) for g, s in config.games.items()
-        if s.ttl_seconds
-    ]
-    for key, ttl in ttls:
+    ttls = [(where("buffer", "ttl_seconds"), "[buffer] ttl_seconds", config.buffer.ttl_seconds)]
+    ttls += [(config.source, f'[games."{g}"] ttl_seconds', s.ttl_seconds)
+             for g, s in config.games.items() if s.ttl_seconds]
+    for origin, key, ttl in ttls:
         if ttl <= max_age:
             raise ConfigError(
-                f"{source}: {key}: expected more than [reporter] max_age_seconds ({max_age:g}) "
+                f"{origin}: {key}: expected more than [reporter] max_age_seconds ({max_age:g}) "
                 f"so a buffer never expires before its events go stale, found {ttl}"
             )
     if config.reporter.linger_ms >= max_age * 1000:
         raise ConfigError(
-            f"{source}: [reporter] linger_ms: expected less than max_age_seconds * 1000 "
-            f"({max_age * 1000:g}), found {config.reporter.linger_ms}"
+            f"{where('reporter', 'linger_ms')}: [reporter] linger_ms: expected less than "
+            f"max_age_seconds * 1000 ({max_age * 1000:g}), found {config.reporter.linger_ms}"
         )
     if config.retry.initial_delay_ms > config.retry.max_delay_ms:
         raise ConfigError(
-            f"{source}: [retry] initial_delay_ms: expected at most max_delay_ms "
-            f"({config.retry.max_delay_ms}), found {config.retry.initial_delay_ms}"
+            f"{where('retry', 'initial_delay_ms')}: [retry] initial_delay_ms: expected at most "
+            f"max_delay_ms ({config.retry.max_delay_ms}), found {config.retry.initial_delay_ms}"
         )
     for game in config.reporter.hot_games:
         try:
             validate_game(game)
         except ValueError as exc:
-            raise ConfigError(f"{source}: [reporter.hot_games] {exc}") from None
+            raise ConfigError(f"{where('reporter', 'hot_games')}: [reporter.hot_games] {exc}"
+                              ) from None

@@ -104,7 +104,7 @@ class Scripts:
         return bool(self.run("extend", (keys.inflight, keys.batches), (batch_id, token, lease_ms)))
 
     def release(self, keys: ShardKeys, batch_id: str, token: str) -> bool:
-        return bool(self.run("release", (keys.inflight, keys.batches, keys.retry),
+        return bool(self.run("release", (keys.inflight, keys.batches, keys.retry, keys.stats),
                              (batch_id, token)))
 
     def reap(self, keys: ShardKeys, limit: int, max_attempts: int, dead_max: int

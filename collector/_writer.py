@@ -26,6 +26,9 @@ class Call:
     pre_evicted: int = 0
     dropped_full: int = 0
     too_large: int = 0
+    # The oldest events, left out because the cap would trim them at once (in pre_evicted);
+    # kept so that a failed call puts them back as events rather than as a bare count.
+    thinned: list[bytes] = field(default_factory=list)
 
 
 @dataclass
@@ -57,6 +60,7 @@ def plan_calls(items: list[Item], pending: Pending, cap_for: Callable[[str], int
         calls.append(Call(
             game, kept[:EVENTS_PER_CALL], thinned + pending[EVICTED].get(game, 0),
             pending[DROPPED_FULL].get(game, 0), pending[TOO_LARGE].get(game, 0),
+            entries[:thinned],
         ))
         calls.extend(
             Call(game, kept[i:i + EVENTS_PER_CALL])
@@ -90,10 +94,12 @@ class Writer:
         if self._cluster:
             # Scripts must not go through a cluster pipeline (no NOSCRIPT recovery there).
             replies = []
+            # A refused call (WRONGTYPE, OOM, ...) fails alone, as in a pipeline: raising here
+            # would put back, and so send again, the calls that already succeeded.
             for c in calls:
                 try:
                     replies.append(self.call(c))
-                except UNAVAILABLE as exc:
+                except Exception as exc:
                     replies.append(exc)
         else:
             try:
@@ -112,8 +118,9 @@ def tally(calls: list[Call], replies: list[Any]) -> WriteResult:
     for c, reply in zip(calls, replies, strict=True):
         if isinstance(reply, Exception):
             result.error = reply
+            result.failed.extend((c.game, e) for e in c.thinned)
             result.failed.extend((c.game, e) for e in c.entries)
-            result.failed_pending[EVICTED][c.game] += c.pre_evicted
+            result.failed_pending[EVICTED][c.game] += c.pre_evicted - len(c.thinned)
             result.failed_pending[DROPPED_FULL][c.game] += c.dropped_full
             result.failed_pending[TOO_LARGE][c.game] += c.too_large
         else:

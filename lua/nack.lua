@@ -35,8 +35,11 @@ if ARGV[3] == '1' or meta.a >= tonumber(ARGV[7]) then
   redis.call('LPUSH', KEYS[5], id)
   redis.call('HINCRBY', KEYS[6], 'rejected', meta.n)
   redis.call('HINCRBY', KEYS[6], 'batches_dead', 1)
+  -- Over the cap: the oldest fall off the tail, counted (bounded, in case the cap shrank).
   local keep = tonumber(ARGV[9])
-  for _, old in ipairs(redis.call('LRANGE', KEYS[5], keep, keep + 99)) do
+  local excess = math.min(redis.call('LLEN', KEYS[5]) - keep, 100)
+  for _ = 1, excess do
+    local old = redis.call('RPOP', KEYS[5])
     local gone = redis.call('HGET', KEYS[2], old)
     if gone then
       redis.call('HINCRBY', KEYS[6], 'dead_dropped', cjson.decode(gone).n)
@@ -44,7 +47,6 @@ if ARGV[3] == '1' or meta.a >= tonumber(ARGV[7]) then
       redis.call('HDEL', KEYS[3], old)
     end
   end
-  redis.call('LTRIM', KEYS[5], 0, keep - 1)
   return {'dead', 0}
 end
 local ceiling = math.min(tonumber(ARGV[6]), tonumber(ARGV[5]) * 2 ^ (meta.a - 1))

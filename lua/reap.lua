@@ -38,8 +38,11 @@ for _, id in ipairs(expired) do
   end
 end
 if dead > 0 then
+  -- Over the cap: the oldest fall off the tail, counted (bounded, in case the cap shrank).
   local keep = tonumber(ARGV[3])
-  for _, old in ipairs(redis.call('LRANGE', KEYS[5], keep, -1)) do
+  local excess = math.min(redis.call('LLEN', KEYS[5]) - keep, 100 + dead)
+  for _ = 1, excess do
+    local old = redis.call('RPOP', KEYS[5])
     local gone = redis.call('HGET', KEYS[2], old)
     if gone then
       redis.call('HINCRBY', KEYS[6], 'dead_dropped', cjson.decode(gone).n)
@@ -47,7 +50,6 @@ if dead > 0 then
       redis.call('HDEL', KEYS[3], old)
     end
   end
-  redis.call('LTRIM', KEYS[5], 0, keep - 1)
 end
 if retried + dead > 0 then redis.call('HINCRBY', KEYS[6], 'batches_reaped', retried + dead) end
 return {retried, dead}

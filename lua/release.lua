@@ -4,6 +4,7 @@
 -- KEYS[1]  inflight   zset   batch id -> lease deadline (ms)
 -- KEYS[2]  batches    hash   batch id -> metadata (JSON)
 -- KEYS[3]  retry      zset   batch id -> when it is due (ms)
+-- KEYS[4]  stats      hash   the shard's counters
 -- ARGV[1]  batch id
 -- ARGV[2]  lease token
 -- returns  1 if released, 0 if the lease is no longer held
@@ -16,4 +17,5 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 meta.t = ''
 redis.call('HSET', KEYS[2], ARGV[1], cjson.encode(meta))
 redis.call('ZADD', KEYS[3], now, ARGV[1])
+redis.call('HINCRBY', KEYS[4], 'batches_released', 1)
 return 1

@@ -41,10 +41,17 @@ def server_binaries() -> dict[str, str]:
     return found
 
 
+# A cluster node's bus listens on port + 10000, so ports stay at or below 55535.
+HIGHEST_PORT = 65535 - 10000
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port <= HIGHEST_PORT:
+            return port
 
 
 class Server:

@@ -1,0 +1,36 @@
+"""The public surface of the collector package is pinned."""
+
+from __future__ import annotations
+
+import collector
+
+EXPECTED = {"BackendError", "Collector", "ConfigError", "TelemetryConfig", "TelemetryError",
+            "collect"}
+
+
+def test_exports_are_pinned() -> None:
+    assert sorted(collector.__all__) == sorted(EXPECTED)
+    assert len(collector.__all__) == len(set(collector.__all__))
+
+
+def test_every_export_exists_and_claims_the_package() -> None:
+    for name in collector.__all__:
+        member = getattr(collector, name)
+        assert member.__module__.startswith("collector."), name
+
+
+def test_nothing_else_public_is_exported() -> None:
+    public = {n for n in vars(collector) if not n.startswith("_")}
+    assert public == EXPECTED
+
+
+def test_error_tree() -> None:
+    assert issubclass(collector.ConfigError, collector.TelemetryError)
+    assert issubclass(collector.BackendError, collector.TelemetryError)
+    assert issubclass(collector.TelemetryError, Exception)
+    assert not issubclass(collector.BackendError, collector.ConfigError)
+
+
+def test_version_is_a_string() -> None:
+    assert isinstance(collector.__version__, str)
+    assert collector.__version__.count(".") >= 1

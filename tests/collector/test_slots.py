@@ -1,0 +1,156 @@
+"""Every key of a collect call shares one hash slot; the collector runs on Redis Cluster."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+
+import collector._collector
+from collector._schema import KeySchema, validate_game
+from collector._scripts import Scripts
+from tests.collector.conftest import MakeCollector
+from tests.collector.helpers import queue_events, stats_total, wait_until
+from tests.servers import Cluster
+
+NASTY_GAMES = [
+    "a:b", "x/y", "g@h", "1.2-3", "a", "Z", "0", "-", "_", ".", ":", "@", "/",
+    "q:other", "active", "ring", "stats", "::", "a//b", "telemetry:3", "x" * 128,
+]
+BAD_GAMES: list[Any] = [
+    "a{b", "a}b", "{t:1}", "{}", "a b", " ", "", "x" * 129, "é", "ゲーム", "a\n", "a\tb",
+    "a\x00b", "a,b", "a*b", 5, None, b"game", 1.5, ("a",), ["a"],
+]
+
+
+class RecordingScripts(Scripts):
+    """Scripts that remember the keys of every call they run."""
+
+    calls: list[tuple[str, tuple[str, ...]]] = []
+
+    def run(self, name: str, keys: Sequence[str], args: Sequence[Any],
+            client: Any = None) -> Any:
+        RecordingScripts.calls.append((name, tuple(keys)))
+        return super().run(name, keys, args, client)
+
+
+def one_slot(keys: Sequence[str]) -> int:
+    slots = {key_slot(k.encode()) for k in keys}
+    assert len(slots) == 1, f"keys span slots {slots}: {keys}"
+    return slots.pop()
+
+
+@pytest.mark.parametrize("game", NASTY_GAMES)
+def test_valid_names_validate(game: str) -> None:
+    assert validate_game(game) == game
+
+
+@pytest.mark.parametrize("game", BAD_GAMES, ids=repr)
+def test_invalid_names_raise_value_error(game: Any, make_collector: MakeCollector) -> None:
+    with pytest.raises(ValueError, match="game name"):
+        validate_game(game)
+    c = make_collector(url="redis://127.0.0.1:1/0")
+    with pytest.raises(ValueError, match="game name"):
+        c.collect(game, {"a": 1})
+    assert c.stats()["accepted"] == 0
+
+
+def test_every_key_of_a_collect_call_shares_the_shard_slot(
+        monkeypatch: pytest.MonkeyPatch, redis_url: str, r: redis.Redis,
+        make_collector: MakeCollector) -> None:
+    monkeypatch.setattr(RecordingScripts, "calls", [])
+    monkeypatch.setattr(collector._collector, "Scripts", RecordingScripts)
+    c = make_collector(url=redis_url, mode="sync", key_prefix="slots", shards=16)
+    for game in NASTY_GAMES:
+        c.collect(game, {"g": game})
+    calls = RecordingScripts.calls
+    assert [name for name, _ in calls] == ["collect"] * len(NASTY_GAMES)
+
+    schema = KeySchema("slots", 16)
+    for game, (_, keys) in zip(NASTY_GAMES, calls, strict=True):
+        shard = schema.for_game(game)
+        assert one_slot(keys) == key_slot(shard.tag.encode())
+        assert keys[0] == shard.queue(game)
+        assert queue_events(r, schema, game) == [{"g": game}]
+
+
+def test_server_computes_the_same_slot(cluster: Cluster) -> None:
+    node = cluster.nodes[0].client()
+    schema = KeySchema("telemetry", 16)
+    for game in NASTY_GAMES:
+        shard = schema.for_game(game)
+        keys = [shard.queue(game), shard.active, shard.ring, shard.stats, shard.tag]
+        server_slots = {node.execute_command("CLUSTER", "KEYSLOT", k) for k in keys}
+        assert server_slots == {one_slot(keys)}
+
+
+def test_shards_cover_more_than_one_cluster_node(cluster: Cluster) -> None:
+    # sanity of the layout: the 16 shard tags do not all land on one node
+    node = cluster.nodes[0].client()
+    slots = {node.execute_command("CLUSTER", "KEYSLOT", s.tag)
+             for s in KeySchema("telemetry", 16).all_shards()}
+    per_node = 16384 // len(cluster.nodes)
+    assert len({min(slot // per_node, len(cluster.nodes) - 1) for slot in slots}) > 1
+
+
+@pytest.fixture
+def cluster_client(cluster: Cluster) -> Any:
+    client = RedisCluster.from_url(cluster.url, socket_timeout=5)
+    yield client
+    client.close()
+
+
+@pytest.mark.parametrize("mode", ["background", "sync"])
+def test_collector_on_cluster_stores_many_games(cluster: Cluster, cluster_client: Any,
+                                                make_collector: MakeCollector,
+                                                mode: str) -> None:
+    prefix = f"c{uuid.uuid4().hex[:8]}"
+    games = [*NASTY_GAMES, *(f"game-{i}" for i in range(60))]
+    c = make_collector(url=cluster.url, cluster=True, key_prefix=prefix, mode=mode)
+    for i in range(5):
+        for game in games:
+            c.collect(game, {"game": game, "seq": i})
+    assert c.flush(timeout=20)
+    stats = c.stats()
+    assert stats["backend_errors"] == 0
+    assert stats["stored"] == stats["accepted"] == 5 * len(games)
+
+    schema = KeySchema(prefix, 16)
+    for game in games:
+        assert queue_events(cluster_client, schema, game) == [
+            {"game": game, "seq": i} for i in range(5)]
+    assert stats_total(cluster_client, schema, "stored") == 5 * len(games)
+    for shard in schema.all_shards():
+        for game in cluster_client.smembers(shard.active):
+            assert schema.for_game(game.decode()) is shard
+
+
+@pytest.mark.parametrize("bad_first", [False, True])
+def test_cluster_failure_of_one_game_does_not_resend_the_others(
+        cluster: Cluster, cluster_client: Any, make_collector: MakeCollector,
+        bad_first: bool) -> None:
+    """A refused call (here WRONGTYPE) fails alone; the other games are stored exactly once."""
+    prefix = f"c{uuid.uuid4().hex[:8]}"
+    schema = KeySchema(prefix, 16)
+    cluster_client.set(schema.for_game("bad").queue("bad"), "not a list")
+    c = make_collector(url=cluster.url, cluster=True, key_prefix=prefix,
+                       flush_interval_ms=5, retry_max_delay_ms=10)
+    order = ["bad", "good"] if bad_first else ["good", "bad"]
+    for i in range(10):
+        for game in order:
+            c.collect(game, {"seq": i})
+    wait_until(lambda: c.stats()["backend_errors"] >= 3, what="several failed rounds")
+
+    assert queue_events(cluster_client, schema, "good") == [{"seq": i} for i in range(10)]
+    stats = c.stats()
+    assert stats["stored"] == 10
+    assert stats["buffered"] == 10
+    cluster_client.delete(schema.for_game("bad").queue("bad"))
+    assert c.flush(timeout=10)
+    assert queue_events(cluster_client, schema, "bad") == [{"seq": i} for i in range(10)]
+    assert queue_events(cluster_client, schema, "good") == [{"seq": i} for i in range(10)]
