@@ -16,7 +16,7 @@ from collector._schema import KeySchema, ShardKeys, entry_time_ms
 COUNTERS = (
     "stored", "evicted", "stale", "delivered", "rejected", "replayed", "dead_dropped", "purged",
     "sdk_dropped_buffer_full", "sdk_dropped_too_large", "claimed", "batches_claimed",
-    "batches_delivered", "batches_retried", "batches_dead", "batches_reaped",
+    "batches_delivered", "batches_retried", "batches_dead", "batches_reaped", "batches_released",
 )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import orjson
@@ -20,6 +20,8 @@ logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=30.0)
 
 Clock = Callable[[], float]  # wall-clock seconds, injectable for tests
+# One leased batch waiting to be sent: (game, batch id, entries, earlier failed attempts).
+Leased = tuple[str, str, list[bytes], int]
 
 
 def split_fresh(entries: list[bytes], now_ms: int, settings: ReporterSettings
@@ -98,6 +100,26 @@ class Deliverer:
         self.held = held
         self.tally = tally
         self.gate = gate
+
+    def deliver_all(self, keys: ShardKeys, token: str, batches: Sequence[Leased],
+                    stop: threading.Event) -> None:
+        """Send batches leased together, one after another.
+
+        All of them are held from the start, so the LeaseKeeper renews the leases of those
+        still waiting behind a slow POST.  Once the process is stopping or the endpoint has
+        started failing, the ones not yet sent are released without charging an attempt."""
+        for _, batch_id, _, _ in batches:
+            self.held.add(keys, batch_id, token)
+        try:
+            for i, (game, batch_id, entries, attempts) in enumerate(batches):
+                if stop.is_set() or not self.gate.is_open():
+                    for _, rest, _, _ in batches[i:]:
+                        self._store.release(keys, rest, token)
+                    return
+                self.deliver(keys, game, batch_id, token, entries, attempts)
+        finally:
+            for _, batch_id, _, _ in batches:
+                self.held.drop(batch_id)
 
     def deliver(self, keys: ShardKeys, game: str, batch_id: str, token: str,
                 entries: list[bytes], attempts: int = 0) -> str:

@@ -10,7 +10,7 @@ import gzip
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -25,6 +25,7 @@ class Received:
     events: list[Any]
     at: float
     status: int
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 # (request number, parsed body) -> (status, extra headers, body); may sleep to be slow.
@@ -36,16 +37,22 @@ def _ok(_: int, __: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
 
 
 class LocalEndpoint:
-    def __init__(self, respond: Responder | None = None, path: str = "/ingest") -> None:
+    def __init__(self, respond: Responder | None = None, path: str = "/ingest",
+                 port: int = 0) -> None:
         self.respond = respond or _ok
         self.path = path
         self.lock = threading.Lock()
         self.received: list[Received] = []
         self.requests = 0
+        # The headers of every request, answered or not, in arrival order.
+        self.request_headers: list[dict[str, str]] = []
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in separate writes: with Nagle on, the body waits for
+            # the client's delayed ACK, 40 ms per request on a keep-alive connection.
+            disable_nagle_algorithm = True
 
             def do_POST(self) -> None:
                 endpoint._handle(self)
@@ -53,7 +60,7 @@ class LocalEndpoint:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -71,20 +78,22 @@ class LocalEndpoint:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             body = {}
+        headers = dict(request.headers.items())
         with self.lock:
             self.requests += 1
             number = self.requests
-        status, headers, reply = self.respond(number, body)
+            self.request_headers.append(headers)
+        status, reply_headers, reply = self.respond(number, body)
         if 200 <= status < 300 and isinstance(body, dict):
             with self.lock:
                 self.received.append(Received(
                     str(body.get("game")), str(body.get("batch_id")),
                     request.headers.get("Idempotency-Key", ""), list(body.get("events", [])),
-                    time.time(), status,
+                    time.time(), status, headers,
                 ))
         try:
             request.send_response(status)
-            for name, value in headers.items():
+            for name, value in reply_headers.items():
                 request.send_header(name, value)
             request.send_header("Content-Type", "application/json")
             request.send_header("Content-Length", str(len(reply)))

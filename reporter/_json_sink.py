@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import httpx
 import orjson
 
-from collector._config import SinkSettings
+from collector._config import SinkSettings, mask_url
 from reporter._outcomes import Outcome, classify_http, classify_transport_error
 
 USER_AGENT = "telemetry-reporter/0.1"
@@ -57,7 +57,7 @@ class JsonSender:
                              response.content)
 
     def describe(self) -> str:
-        return f"json {self._url}" + (" (gzip)" if self._gzip else "")
+        return f"json {mask_url(self._url)}" + (" (gzip)" if self._gzip else "")
 
     def close(self) -> None:
         self._client.close()

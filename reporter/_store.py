@@ -59,9 +59,12 @@ class BatchStore:
 
     def claim(self, keys: ShardKeys, game: str, token: str, max_batches: int) -> Claimed:
         r = self._reporter
+        # With event_time_field the event's own time decides, which the script cannot read:
+        # it drops nothing then, and the deliverer drops (and counts) the stale events.
+        max_age_ms = 0 if r.event_time_field else int(r.max_age_seconds * 1000)
         return self.scripts.claim(
             keys, game, new_id(), token, r.batch_size, max_batches, self._lease_ms,
-            int(r.max_age_seconds * 1000), r.linger_ms,
+            max_age_ms, r.linger_ms,
         )
 
     def take_retries(self, keys: ShardKeys, token: str, limit: int, game: str = ""

@@ -78,16 +78,17 @@ class ShardSweeper:
         claimed = self._store.claim(self.keys, game, token, self._r.max_batches_per_claim)
         if claimed.stale:
             self._deliverer.tally.add(stale=claimed.stale)
-        for batch_id, entries in claimed.batches:
-            self._deliverer.deliver(self.keys, game, batch_id, token, entries)
+        self._deliverer.deliver_all(
+            self.keys, token, [(game, b, entries, 0) for b, entries in claimed.batches],
+            self._stop)
         return claimed.remaining >= self._r.batch_size
 
     def _retries(self) -> bool:
         token = new_id()
         due = self._store.take_retries(self.keys, token, RETRIES_PER_LOOP)
-        for batch in due:
-            self._deliverer.deliver(self.keys, batch.game, batch.batch_id, token, batch.entries,
-                                    batch.attempts)
+        self._deliverer.deliver_all(
+            self.keys, token, [(b.game, b.batch_id, b.entries, b.attempts) for b in due],
+            self._stop)
         return len(due) == RETRIES_PER_LOOP
 
 
@@ -107,17 +108,19 @@ class HotGameWorker:
         if self._stop.is_set() or not self._deliverer.gate.is_open():
             return False
         token = new_id()
-        for batch in self._store.take_retries(self.keys, token, RETRIES_PER_LOOP, self.game):
-            self._deliverer.deliver(self.keys, self.game, batch.batch_id, token, batch.entries,
-                                    batch.attempts)
+        due = self._store.take_retries(self.keys, token, RETRIES_PER_LOOP, self.game)
+        self._deliverer.deliver_all(
+            self.keys, token, [(b.game, b.batch_id, b.entries, b.attempts) for b in due],
+            self._stop)
         if self._stop.is_set() or not self._deliverer.gate.is_open():
             return False
         token = new_id()
         claimed = self._store.claim(self.keys, self.game, token, self._r.max_batches_per_claim)
         if claimed.stale:
             self._deliverer.tally.add(stale=claimed.stale)
-        for batch_id, entries in claimed.batches:
-            self._deliverer.deliver(self.keys, self.game, batch_id, token, entries)
+        self._deliverer.deliver_all(
+            self.keys, token, [(self.game, b, entries, 0) for b, entries in claimed.batches],
+            self._stop)
         return claimed.remaining >= self._r.batch_size
 
 

@@ -1,0 +1,56 @@
+"""The reporter on a 3-node Redis Cluster: every script call stays in one shard's slot."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from collector._redis import make_client
+from reporter._accounting import read_totals
+from reporter._endpoint import LocalEndpoint
+from tests.reporter.conftest import MakeService
+from tests.reporter.helpers import ids_of, make_config, now_ms, numbered, store, wait_until
+from tests.servers import Cluster
+
+
+@pytest.fixture
+def cluster_client(cluster: Cluster) -> Iterator[Any]:
+    config = make_config(cluster.url, redis={"cluster": True})
+    c = make_client(config.redis)
+    yield c
+    c.close()
+
+
+def test_reporter_drains_every_shard_of_a_cluster(cluster: Cluster, cluster_client: Any,
+                                                  endpoint: LocalEndpoint,
+                                                  make_service: MakeService) -> None:
+    prefix = f"rc{uuid.uuid4().hex[:8]}"  # the cluster is shared by the session
+    config = make_config(cluster.url, sink_url=endpoint.url, shards=16,
+                         redis={"cluster": True, "key_prefix": prefix},
+                         reporter={"linger_ms": 100, "poll_interval_ms": 50,
+                                   "hot_games": {"hot": 1}})
+    service = make_service(config, client=cluster_client)
+    games = ["hot", *(f"game-{i}" for i in range(40))]
+    assert len({service.schema.shard_of(g) for g in games}) == 16
+    for game in games:
+        store(service.store.scripts, service.schema, game, numbered(game, 150))
+    store(service.store.scripts, service.schema, "game-0",
+          numbered("game-0", 5, born_ms=now_ms() - 200_000, start=1000))
+
+    service.start()
+    wait_until(lambda: len(endpoint.events()) >= 150 * len(games), what="every event")
+    wait_until(lambda: read_totals(cluster_client, service.schema).pending_events == 0,
+               what="every batch acked")
+    counts = service.stop()
+
+    assert Counter(ids_of(endpoint.events())) == Counter(
+        f"{g}#{i}" for g in games for i in range(150))
+    assert all(len(r.events) <= 128 for r in endpoint.received)
+    totals = read_totals(cluster_client, service.schema)
+    assert (totals.counter("delivered"), totals.counter("stale")) == (150 * len(games), 5)
+    assert totals.unaccounted == 0
+    assert counts["delivered"] == 150 * len(games)

@@ -1,0 +1,157 @@
+"""No event older than ``max_age_seconds`` is ever POSTed; each one dropped is counted stale."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+import pytest
+import redis
+
+from reporter._accounting import read_totals
+from reporter._delivery import split_fresh
+from reporter._service import ReporterService
+from tests.reporter.conftest import MakeService
+from tests.reporter.helpers import (
+    entry,
+    ids_of,
+    make_config,
+    now_ms,
+    numbered,
+    stats_total,
+    store,
+)
+from tests.reporter.recorder import Recorder
+
+NOW_MS = 1_700_000_000_000
+MAX_AGE_MS = 180_000
+
+
+def settings(**reporter: Any) -> Any:
+    return make_config("redis://127.0.0.1:6379/0", reporter=reporter).reporter
+
+
+@pytest.mark.parametrize(("age_ms", "fresh"), [
+    (0, True),
+    (1_000, True),
+    (MAX_AGE_MS - 1, True),
+    (MAX_AGE_MS, True),
+    (MAX_AGE_MS + 1, False),
+    (200_000, False),
+    (-5_000, True),  # collected "in the future" (another host's clock): not stale
+])
+def test_split_fresh_by_collect_time(age_ms: int, fresh: bool) -> None:
+    event = {"id": "e", "nested": {"x": [1, "ü"]}}
+    sent, stale = split_fresh([entry(event, NOW_MS - age_ms)], NOW_MS, settings())
+    assert (sent, stale) == (([orjson.dumps(event)], 0) if fresh else ([], 1))
+
+
+def test_split_fresh_keeps_order_and_counts() -> None:
+    entries = [entry({"id": i}, NOW_MS - (200_000 if i % 3 == 0 else 10)) for i in range(10)]
+    sent, stale = split_fresh(entries, NOW_MS, settings())
+    assert [orjson.loads(e)["id"] for e in sent] == [1, 2, 4, 5, 7, 8]
+    assert stale == 4
+
+
+def test_split_fresh_follows_max_age_seconds() -> None:
+    entries = [entry({"id": 1}, NOW_MS - 11_000), entry({"id": 2}, NOW_MS - 9_000)]
+    sent, stale = split_fresh(entries, NOW_MS, settings(max_age_seconds=10, linger_ms=100))
+    assert (sent, stale) == ([b'{"id":2}'], 1)
+
+
+@pytest.mark.parametrize(("unit", "scale"), [("s", 1000), ("ms", 1)])
+def test_event_time_field_decides(unit: str, scale: int) -> None:
+    config = settings(event_time_field="ot", event_time_unit=unit)
+    now_s = NOW_MS // 1000
+    cases = [
+        # (event, collect time, sent?)
+        ({"id": "old-ot", "ot": (now_s - 200) * 1000 // scale}, NOW_MS, False),
+        ({"id": "fresh-ot", "ot": (now_s - 10) * 1000 // scale}, NOW_MS, True),
+        ({"id": "fresh-ot-old-collect", "ot": now_s * 1000 // scale}, NOW_MS - 200_000, True),
+        ({"id": "float-ot", "ot": (now_s - 200) * 1000 / scale}, NOW_MS, False),
+        ({"id": "no-ot"}, NOW_MS, True),
+        ({"id": "no-ot-old"}, NOW_MS - 200_000, False),
+        ({"id": "bad-ot", "ot": "yesterday"}, NOW_MS, True),
+        ({"id": "bool-ot", "ot": True}, NOW_MS, True),
+    ]
+    for event, born, expect_sent in cases:
+        sent, stale = split_fresh([entry(event, born)], NOW_MS, config)
+        assert (len(sent), stale) == ((1, 0) if expect_sent else (0, 1)), event
+
+
+# -- through the reporter ------------------------------------------------------------------
+
+
+def service_with(make_service: MakeService, redis_url: str, client: redis.Redis,
+                 recorder: Recorder, clock: Any = time.time, **reporter: Any
+                 ) -> ReporterService:
+    config = make_config(redis_url, reporter={"linger_ms": 0, **reporter})
+    service = make_service(config, client=client, transport=recorder.transport(), clock=clock)
+    service.ownership.loop()
+    return service
+
+
+def sweep_all(service: ReporterService) -> None:
+    for sweeper in service.sweepers:
+        while sweeper.loop():
+            pass
+
+
+def test_old_events_are_never_sent(redis_url: str, client: redis.Redis,
+                                   make_service: MakeService) -> None:
+    recorder = Recorder()
+    service = service_with(make_service, redis_url, client, recorder)
+    old_ms = now_ms() - 200_000  # 13 digits, 200 s ago
+    scripts, schema = service.store.scripts, service.schema
+    store(scripts, schema, "g1", numbered("g1", 150, born_ms=old_ms) + numbered("g1", 20,
+                                                                                 start=150))
+    store(scripts, schema, "g2", numbered("g2", 5, born_ms=old_ms))
+
+    sweep_all(service)
+
+    assert sorted(ids_of(recorder.events())) == sorted(f"g1#{i}" for i in range(150, 170))
+    assert stats_total(client, schema, "stale") == 155
+    assert stats_total(client, schema, "delivered") == 20
+    totals = read_totals(client, schema)
+    assert (totals.unaccounted, totals.buffered, totals.pending_events) == (0, 0, 0)
+
+
+def test_events_gone_stale_after_the_claim_are_dropped_before_the_post(
+        redis_url: str, client: redis.Redis, make_service: MakeService) -> None:
+    recorder = Recorder()
+    # Redis (claim) sees fresh events; the deliverer's clock is 200 s later
+    service = service_with(make_service, redis_url, client, recorder,
+                           clock=lambda: time.time() + 200)
+    keys = store(service.store.scripts, service.schema, "g1", numbered("g1", 10))
+
+    sweep_all(service)
+
+    assert recorder.posts == []
+    assert stats_total(client, service.schema, "stale") == 10
+    assert client.zcard(keys.inflight) == 0
+    assert client.hlen(keys.batches) == 0
+    assert service.tally.snapshot()["stale"] == 10
+    assert read_totals(client, service.schema).unaccounted == 0
+
+
+def test_the_events_own_time_decides(redis_url: str, client: redis.Redis,
+                                     make_service: MakeService) -> None:
+    recorder = Recorder()
+    service = service_with(make_service, redis_url, client, recorder,
+                           event_time_field="ot", event_time_unit="s")
+    now_s = time.time()
+    entries = [
+        entry({"id": "old-ot", "ot": int(now_s) - 200}),
+        entry({"id": "fresh-ot", "ot": int(now_s) - 5}),
+        entry({"id": "no-ot"}),
+        entry({"id": "fresh-ot-old-collect", "ot": int(now_s)}, now_ms() - 200_000),
+        entry({"id": "old-ot-old-collect", "ot": int(now_s) - 200}, now_ms() - 200_000),
+    ]
+    store(service.store.scripts, service.schema, "g1", entries)
+
+    sweep_all(service)
+
+    assert sorted(ids_of(recorder.events())) == ["fresh-ot", "fresh-ot-old-collect", "no-ot"]
+    assert stats_total(client, service.schema, "stale") == 2
+    assert read_totals(client, service.schema).unaccounted == 0

@@ -1,0 +1,164 @@
+"""The ``json`` sender against ``httpx.MockTransport``: body, headers, gzip and outcomes."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from collector._config import SinkSettings, TelemetryConfig
+from collector._config_loader import build_config, raw_settings
+from reporter._exceptions import SinkConfigError
+from reporter._json_sink import JsonSender, json_body
+from reporter._outcomes import DELIVERED, REJECTED, RETRY
+from reporter._sinks import make_sender
+
+URL = "http://ingest.invalid/v1/events"
+EVENTS: list[Any] = [
+    {"type": "login", "player": "p1", "ts": 1_700_000_000_123},
+    {"名字": "玩家一", "emoji": "🎮", "text": "line\nbreak \"quoted\" \\ back"},
+    {"nested": {"list": [1, 2.5, None, True, {"deep": ["x"]}], "empty": {}}, "n": -0.0},
+    {"big": 2**62, "float": 1e-7, "ascii": "\u0000\u001f"},
+]
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+class Recorder:
+    """A MockTransport handler that records requests and answers from a script."""
+
+    def __init__(self, reply: Handler | None = None) -> None:
+        self.requests: list[httpx.Request] = []
+        self.reply = reply or (lambda _: httpx.Response(200, json={"ok": True}))
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        request.read()
+        self.requests.append(request)
+        return self.reply(request)
+
+
+def sink_config(env: dict[str, str] | None = None, **sink: Any) -> TelemetryConfig:
+    raw = raw_settings(TelemetryConfig())
+    raw["sink"].update(url=URL, **sink)
+    return build_config(raw, "test", env=env or {}, interpolate=env is not None)
+
+
+@pytest.fixture
+def sender_for() -> Iterator[Callable[..., JsonSender]]:
+    made: list[JsonSender] = []
+
+    def make(recorder: Recorder, settings: SinkSettings | None = None) -> JsonSender:
+        sender = make_sender(settings or sink_config().sink, httpx.MockTransport(recorder))
+        assert isinstance(sender, JsonSender)
+        made.append(sender)
+        return sender
+
+    yield make
+    for sender in made:
+        sender.close()
+
+
+def raw_events() -> list[bytes]:
+    return [orjson.dumps(e) for e in EVENTS]
+
+
+def test_body_holds_the_events_unchanged(sender_for: Callable[..., JsonSender]) -> None:
+    recorder = Recorder()
+    outcome = sender_for(recorder).send("game-1", "batch-42", raw_events())
+
+    assert outcome.kind == DELIVERED
+    [request] = recorder.requests
+    assert request.method == "POST"
+    assert str(request.url) == URL
+    body = json.loads(request.content)
+    assert body == {"game": "game-1", "batch_id": "batch-42", "events": EVENTS}
+    assert list(body) == ["game", "batch_id", "events"]
+    assert request.headers["Content-Type"] == "application/json"
+    assert "Content-Encoding" not in request.headers
+
+
+def test_idempotency_key_is_the_batch_id(sender_for: Callable[..., JsonSender]) -> None:
+    recorder = Recorder()
+    sender = sender_for(recorder)
+    sender.send("g", "b-1.0", raw_events())
+    sender.send("g", "b-2.3", raw_events())
+    assert [r.headers["Idempotency-Key"] for r in recorder.requests] == ["b-1.0", "b-2.3"]
+
+
+def test_json_body_is_assembled_from_raw_bytes() -> None:
+    body = json_body('odd "game"', "id", [b'{"a":1}', b"[2]"])
+    assert json.loads(body) == {"game": 'odd "game"', "batch_id": "id",
+                                "events": [{"a": 1}, [2]]}
+    assert json.loads(json_body("g", "id", [])) == {"game": "g", "batch_id": "id",
+                                                     "events": []}
+
+
+def test_configured_headers_are_sent_with_env_interpolation(
+        sender_for: Callable[..., JsonSender]) -> None:
+    config = sink_config(env={"INGEST_TOKEN": "s3cret", "TENANT": "acme"},
+                         headers={"Authorization": "Bearer ${INGEST_TOKEN}",
+                                  "X-Tenant": "${TENANT}", "X-Price": "$$5"})
+    recorder = Recorder()
+    sender_for(recorder, config.sink).send("g", "b", raw_events())
+
+    [request] = recorder.requests
+    assert request.headers["Authorization"] == "Bearer s3cret"
+    assert request.headers["X-Tenant"] == "acme"
+    assert request.headers["X-Price"] == "$5"
+    assert request.headers["Idempotency-Key"] == "b"
+    assert "s3cret" not in repr(config)
+
+
+def test_gzip_body_decompresses_to_the_same_json(sender_for: Callable[..., JsonSender]) -> None:
+    plain, zipped = Recorder(), Recorder()
+    sender_for(plain).send("game-1", "b", raw_events())
+    sender = sender_for(zipped, sink_config(gzip=True).sink)
+    sender.send("game-1", "b", raw_events())
+
+    [request] = zipped.requests
+    assert request.headers["Content-Encoding"] == "gzip"
+    assert gzip.decompress(request.content) == plain.requests[0].content
+    assert json.loads(gzip.decompress(request.content))["events"] == EVENTS
+    assert "gzip" in sender.describe()
+
+
+@pytest.mark.parametrize(("status", "headers", "kind", "retry_after"), [
+    (200, {}, DELIVERED, 0.0),
+    (204, {}, DELIVERED, 0.0),
+    (408, {}, RETRY, 0.0),
+    (429, {"Retry-After": "9"}, RETRY, 9.0),
+    (500, {}, RETRY, 0.0),
+    (502, {}, RETRY, 0.0),
+    (503, {"Retry-After": "120"}, RETRY, 120.0),
+    (400, {}, REJECTED, 0.0),
+    (401, {}, REJECTED, 0.0),
+    (404, {}, REJECTED, 0.0),
+    (413, {"Retry-After": "9"}, REJECTED, 0.0),
+])
+def test_responses_map_to_outcomes(sender_for: Callable[..., JsonSender], status: int,
+                                   headers: dict[str, str], kind: str,
+                                   retry_after: float) -> None:
+    recorder = Recorder(lambda _: httpx.Response(status, headers=headers, content=b"why"))
+    outcome = sender_for(recorder).send("g", "b", raw_events())
+    assert (outcome.kind, outcome.retry_after) == (kind, retry_after)
+
+
+@pytest.mark.parametrize("error", [httpx.ConnectError, httpx.ReadTimeout, httpx.WriteError])
+def test_transport_errors_become_retry(sender_for: Callable[..., JsonSender],
+                                       error: type[httpx.TransportError]) -> None:
+    def fail(request: httpx.Request) -> httpx.Response:
+        raise error("boom", request=request)
+
+    outcome = sender_for(Recorder(fail)).send("g", "b", raw_events())
+    assert outcome.kind == RETRY
+    assert error.__name__ in outcome.reason
+
+
+def test_unknown_sink_kind_is_a_sink_config_error() -> None:
+    with pytest.raises(SinkConfigError, match="nppa"):
+        make_sender(SinkSettings(kind="nppa"))

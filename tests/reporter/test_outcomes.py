@@ -1,0 +1,93 @@
+"""Delivery rules: the pure functions that turn a response into an ``Outcome``."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+
+import httpx
+import pytest
+
+from reporter._outcomes import (
+    DELIVERED,
+    MAX_RETRY_AFTER_SECONDS,
+    REJECTED,
+    RETRY,
+    Outcome,
+    classify_http,
+    classify_transport_error,
+    parse_retry_after,
+)
+
+NOW = 1_700_000_000.0
+
+
+@pytest.mark.parametrize("status", [200, 201, 202, 204, 299])
+def test_2xx_is_delivered(status: int) -> None:
+    assert classify_http(status, None, b"") == Outcome(DELIVERED)
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504])
+def test_retryable_statuses(status: int) -> None:
+    outcome = classify_http(status, "7", b"try later")
+    assert outcome.kind == RETRY
+    assert outcome.retry_after == 7.0
+    assert outcome.reason == f"HTTP {status}: try later"
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 409, 413, 422])
+def test_other_statuses_are_rejected(status: int) -> None:
+    outcome = classify_http(status, "7", b'{"error":"bad"}')
+    assert outcome.kind == REJECTED
+    assert outcome.retry_after == 0.0
+    assert str(status) in outcome.reason
+    assert "bad" in outcome.reason
+
+
+def test_retry_without_retry_after_has_no_least_delay() -> None:
+    assert classify_http(503, None, b"") == Outcome(RETRY, "HTTP 503", 0.0)
+
+
+def test_reason_is_short_and_survives_bad_utf8() -> None:
+    outcome = classify_http(500, None, b"\xff" * 1000)
+    assert outcome.kind == RETRY
+    assert len(outcome.reason) < 260
+
+
+@pytest.mark.parametrize(("header", "seconds"), [
+    ("7", 7.0),
+    (" 12 ", 12.0),
+    ("0", 0.0),
+    ("2.5", 2.5),
+    ("-5", 0.0),
+    (None, 0.0),
+    ("", 0.0),
+    ("soon", 0.0),
+    ("100000", MAX_RETRY_AFTER_SECONDS),
+    (email.utils.formatdate(NOW + 30, usegmt=True), 30.0),
+    (email.utils.formatdate(NOW + 3600, usegmt=True), MAX_RETRY_AFTER_SECONDS),
+    (email.utils.formatdate(NOW - 30, usegmt=True), 0.0),
+    ("Wed, 99 Foo 2015 07:28:00 GMT", 0.0),
+])
+def test_parse_retry_after(header: str | None, seconds: float) -> None:
+    assert parse_retry_after(header, now=NOW) == seconds
+
+
+def test_retry_after_as_an_http_date_in_a_response() -> None:
+    # classify_http reads the wall clock for dates; a date 5 minutes ahead stays near 300 s
+    when = email.utils.formatdate(time.time() + 300, usegmt=True)
+    outcome = classify_http(429, when, b"")
+    assert outcome.kind == RETRY
+    assert 290.0 <= outcome.retry_after <= 300.0
+
+
+@pytest.mark.parametrize("error", [
+    httpx.ConnectError("connection refused"),
+    httpx.ReadTimeout("timed out"),
+    httpx.RemoteProtocolError("peer closed"),
+    OSError("network down"),
+])
+def test_transport_errors_retry(error: Exception) -> None:
+    outcome = classify_transport_error(error)
+    assert outcome.kind == RETRY
+    assert type(error).__name__ in outcome.reason

@@ -1,0 +1,273 @@
+"""The running service (``start()``/``stop()``): fairness, hot pools, graceful stop and
+the accounting invariant."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import httpx
+import orjson
+import redis
+
+from collector._config import TelemetryConfig
+from collector._schema import entry_event
+from reporter._accounting import read_totals
+from reporter._endpoint import LocalEndpoint, Received
+from reporter._service import ReporterService
+from tests.reporter.conftest import MakeService
+from tests.reporter.helpers import (
+    TTL,
+    ids_of,
+    make_config,
+    now_ms,
+    numbered,
+    wait_until,
+)
+from tests.reporter.recorder import Recorder
+from tests.servers import Server
+
+QUICK = {"linger_ms": 200, "poll_interval_ms": 50}
+
+
+def delivered(endpoint: LocalEndpoint) -> int:
+    with endpoint.lock:
+        return sum(len(r.events) for r in endpoint.received)
+
+
+def check_batches(received: list[Received]) -> None:
+    for post in received:
+        assert 1 <= len(post.events) <= 128
+        assert {e["game"] for e in post.events} == {post.game}, "one game per batch"
+        assert post.idempotency_key == post.batch_id
+
+
+def store_many(client: redis.Redis, service: ReporterService,
+               games: dict[str, list[bytes]]) -> None:
+    """Store several games' entries in one pipeline, through collect.lua."""
+    scripts, schema = service.store.scripts, service.schema
+    with client.pipeline(transaction=False) as pipe:
+        for game, entries in games.items():
+            scripts.collect(schema.for_game(game), game, service.config.cap_for(game), TTL,
+                            entries, client=pipe)
+        pipe.execute()
+
+
+# -- fairness ------------------------------------------------------------------------------
+
+
+def test_a_flooding_game_does_not_hold_up_small_games(own_server: Server,
+                                                      own_client: redis.Redis,
+                                                      make_service: MakeService) -> None:
+    """20,000 events of one game (not hot) and 1,000 games with 3 events each.
+
+    The endpoint is slow for the flood (25 ms a POST), so draining it takes seconds: a
+    sweeper that drained one game before moving on would keep the small games of the flood's
+    shard waiting until the flood was gone, and a flood that took over the thread pool would
+    hold up every shard."""
+    flood, slow_s, per_claim = "flood", 0.025, 8
+
+    def respond(_: int, body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        if body.get("game") == flood:
+            time.sleep(slow_s)  # a slow ingest of big batches, not a wait for a condition
+        return 200, {}, b"{}"
+
+    with LocalEndpoint(respond) as endpoint:
+        config = make_config(own_server.url, sink_url=endpoint.url, shards=16,
+                             reporter={**QUICK, "max_batches_per_claim": per_claim},
+                             buffer={"max_events_per_game": 50_000})
+        service = make_service(config, client=own_client)
+        flood_entries = numbered(flood, 20_000)
+        made_at = time.time()  # no small game's collect time is earlier
+        small = {f"small-{i:04d}": numbered(f"small-{i:04d}", 3) for i in range(1000)}
+        store_many(own_client, service, {flood: flood_entries})
+        store_many(own_client, service, small)  # behind the flood in its shard's ring
+        service.start()
+
+        wait_until(lambda: delivered(endpoint) == 23_000, timeout=90, step=0.1,
+                   what="every event delivered")
+        received = list(endpoint.received)
+
+    check_batches(received)
+    expected = [*flood_entries, *(e for entries in small.values() for e in entries)]
+    assert Counter(ids_of(e for r in received for e in r.events)) == Counter(
+        orjson.loads(entry_event(e))["id"] for e in expected)
+    flood_done = max(r.at for r in received if r.game == flood)
+    small_at: dict[str, float] = {}
+    for r in received:
+        if r.game != flood:
+            assert r.game not in small_at, "a small game fits in one batch"
+            small_at[r.game] = r.at
+    assert set(small_at) == set(small)
+    # a partial batch is not sent before it lingered
+    assert min(small_at.values()) >= made_at + QUICK["linger_ms"] / 1000 - 0.002
+    # every small game went out before the flood had drained
+    assert max(small_at.values()) < flood_done
+    # In the flood's shard one sweep claims 8 of its batches (over 200 ms at 25 ms each,
+    # longer than linger), then every other ready game: the small neighbours all go in the
+    # second sweep, behind 16 of the flood's 157 batches.
+    flood_shard = service.schema.shard_of(flood)
+    neighbours = {g for g in small if service.schema.shard_of(g) == flood_shard}
+    assert len(neighbours) > 20
+    order = [r.game for r in received if r.game == flood or r.game in neighbours]
+    last_neighbour = max(i for i, game in enumerate(order) if game != flood)
+    assert order[:last_neighbour].count(flood) <= 2 * per_claim
+    totals = read_totals(own_client, service.schema)
+    assert totals.counter("delivered") == 23_000
+    assert totals.unaccounted == 0
+
+
+# -- hot games -----------------------------------------------------------------------------
+
+
+def pool_threads(service: ReporterService, executor: str) -> set[int]:
+    """Idents of the threads of one of the scheduler's pools."""
+    pool = service.scheduler._executors[executor]._pool
+    return {t.ident for t in pool._threads if t.ident is not None}
+
+
+def test_hot_games_are_sent_by_their_own_pool(redis_url: str, client: redis.Redis,
+                                              make_service: MakeService) -> None:
+    recorder = Recorder()
+    config = make_config(redis_url, reporter={**QUICK, "hot_games": {"hot": 2}},
+                         buffer={"max_events_per_game": 10_000})
+    service = make_service(config, client=client, transport=recorder.transport())
+    games = {"hot": numbered("hot", 2000), "cold-1": numbered("cold-1", 1000),
+             "cold-2": numbered("cold-2", 300)}
+    store_many(client, service, games)
+
+    service.start()
+    wait_until(lambda: len(recorder.events()) == 3300, what="every event delivered")
+
+    hot_pool = pool_threads(service, "hot:hot")
+    default_pool = pool_threads(service, "default")
+    assert 1 <= len(hot_pool) <= 2
+    hot_senders = {p.thread_id for p in recorder.posts if p.game == "hot"}
+    cold_senders = {p.thread_id for p in recorder.posts if p.game != "hot"}
+    assert hot_senders <= hot_pool
+    assert cold_senders <= default_pool
+    assert not hot_pool & default_pool
+    assert Counter(ids_of(recorder.events("hot"))) == Counter(f"hot#{i}" for i in range(2000))
+    assert all(len(p.events) <= 128 for p in recorder.posts)
+
+
+# -- stop ----------------------------------------------------------------------------------
+
+
+def blocking_endpoint(gate: threading.Event) -> LocalEndpoint:
+    def respond(_: int, __: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        gate.wait(30)
+        return 200, {}, b"{}"
+
+    return LocalEndpoint(respond).start()
+
+
+def quiet_config(redis_url: str, sink_url: str, **reporter: Any) -> TelemetryConfig:
+    return make_config(redis_url, sink_url=sink_url, shards=1,
+                       reporter={**QUICK, "workers": 1, "max_batches_per_claim": 1,
+                                 **reporter})
+
+
+def test_stop_waits_for_an_inflight_post_within_the_grace(
+        redis_url: str, client: redis.Redis, make_service: MakeService) -> None:
+    gate = threading.Event()
+    endpoint = blocking_endpoint(gate)
+    try:
+        service = make_service(quiet_config(redis_url, endpoint.url), client=client)
+        store_many(client, service, {"g1": numbered("g1", 128)})
+        service.start()
+        wait_until(lambda: endpoint.requests == 1, what="the POST to arrive")
+
+        result: dict[str, int] = {}
+        stopper = threading.Thread(target=lambda: result.update(service.stop(grace=30)))
+        stopper.start()
+        wait_until(service.stop_event.is_set, what="stop to begin")
+        assert stopper.is_alive()  # still waiting for the POST
+        gate.set()
+        stopper.join(30)
+        assert not stopper.is_alive()
+    finally:
+        gate.set()
+        endpoint.stop()
+
+    assert result["delivered"] == 128
+    assert result["released"] == 0
+    assert read_totals(client, service.schema).counter("delivered") == 128
+    assert client.zcard(service.schema.shard(0).retry) == 0
+
+
+def test_stop_releases_what_the_grace_did_not_cover(
+        redis_url: str, client: redis.Redis, make_service: MakeService) -> None:
+    gate = threading.Event()
+    endpoint = blocking_endpoint(gate)
+    try:
+        service = make_service(quiet_config(redis_url, endpoint.url), client=client)
+        store_many(client, service, {"g1": numbered("g1", 128)})
+        service.start()
+        wait_until(lambda: endpoint.requests == 1, what="the POST to arrive")
+
+        result = service.stop(grace=0.1)
+
+        keys = service.schema.shard(0)
+        assert result["released"] == 1
+        [batch_id] = client.zrange(keys.retry, 0, -1)
+        assert client.zcard(keys.inflight) == 0
+        assert b'"a":0' in client.hget(keys.batches, batch_id)  # no attempt charged
+        totals = read_totals(client, service.schema)
+        assert (totals.pending_events, totals.unaccounted) == (128, 0)
+        assert client.get(keys.owner) is None  # the shard was handed back
+    finally:
+        gate.set()
+        wait_until(lambda: len(service.held) == 0, what="the late POST to finish")
+        endpoint.stop()
+    # the late POST could not ack a batch it no longer held: it stays pending, to be sent
+    # again (at least once)
+    assert read_totals(client, service.schema).pending_events == 128
+
+
+# -- accounting ----------------------------------------------------------------------------
+
+
+def test_counters_add_up_after_a_run(redis_url: str, client: redis.Redis,
+                                     make_service: MakeService) -> None:
+    recorder = Recorder(lambda request: httpx.Response(
+        400 if b'"game":"bad"' in request.content else 200))
+    config = make_config(redis_url, reporter=QUICK, games={"capped": {
+        "max_events_per_game": 100}})
+    service = make_service(config, client=client, transport=recorder.transport())
+    old = now_ms() - 200_000
+    store_many(client, service, {
+        "ok": numbered("ok", 500),
+        "capped": numbered("capped", 300),  # the cap keeps the newest 100
+        "old": numbered("old", 50, born_ms=old),
+        "bad": numbered("bad", 20),  # rejected: dead-lettered
+    })
+
+    service.start()
+    wait_until(lambda: read_totals(client, service.schema).buffered == 0
+               and read_totals(client, service.schema).pending_events == 0,
+               what="everything drained")
+    counts = service.stop()
+    # after the run: one game buffered, one batch claimed and not finished
+    store_many(client, service, {"late": numbered("late", 30), "held": numbered("held", 40)})
+    keys = service.schema.for_game("held")
+    assert service.store.scripts.claim(keys, "held", "b", "t", 128, 1, 30_000, 180_000, 0
+                                       ).batches
+
+    totals = read_totals(client, service.schema)
+    c = totals.counter
+    assert (c("stored"), c("delivered"), c("evicted"), c("stale")) == (940, 600, 200, 50)
+    assert (totals.dead_events, totals.buffered, totals.pending_events) == (20, 30, 40)
+    assert totals.unaccounted == 0
+    assert c("stored") == (c("delivered") + c("evicted") + c("stale") + totals.dead_events
+                           + totals.buffered + totals.pending_events)
+    assert counts["delivered"] == 600
+    assert counts["stale"] == 50
+    assert counts["batches_dead"] == 1
+    summary = totals.summary()
+    assert summary["unaccounted"] == 0
+    assert summary["batches_dead_listed"] == 1
+    assert sorted(set(ids_of(recorder.events("ok")))) == sorted(f"ok#{i}" for i in range(500))
+    assert ids_of(recorder.events("capped")) == [f"capped#{i}" for i in range(200, 300)]

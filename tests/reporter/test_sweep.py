@@ -1,0 +1,262 @@
+"""``ShardSweeper.loop()`` and ``HotGameWorker.loop()`` called directly, with a fixed clock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from collector._schema import KeySchema
+from reporter._accounting import read_totals
+from reporter._service import ReporterService
+from tests.reporter.conftest import MakeService
+from tests.reporter.helpers import (
+    ids_of,
+    make_config,
+    now_ms,
+    numbered,
+    stats,
+    store,
+    wait_until,
+)
+from tests.reporter.recorder import Recorder
+
+LINGER_MS = 1000
+GAME = "game-1"
+
+
+class Clock:
+    """A clock the test sets; the service reads it through ``__call__``."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __call__(self) -> float:
+        return self.seconds
+
+    def at_ms(self, ms: int) -> None:
+        self.seconds = ms / 1000 + 0.0005  # inside the millisecond, safe from rounding
+
+
+Build = Callable[..., tuple[ReporterService, Recorder, Clock]]
+
+
+@pytest.fixture
+def build(redis_url: str, client: redis.Redis, make_service: MakeService) -> Build:
+    def make(owned: bool = True, **reporter: Any) -> tuple[ReporterService, Recorder, Clock]:
+        config = make_config(redis_url, reporter={"linger_ms": LINGER_MS, **reporter})
+        recorder, clock = Recorder(), Clock(now_ms() / 1000)
+        service = make_service(config, client=client, transport=recorder.transport(),
+                               clock=clock)
+        if owned:
+            service.ownership.loop()
+        return service, recorder, clock
+
+    return make
+
+
+def sweep(service: ReporterService, game: str) -> bool:
+    return service.sweepers[service.schema.shard_of(game)].loop()
+
+
+def test_the_only_process_owns_every_shard(build: Build) -> None:
+    service, _, _ = build()
+    assert service.ownership.owned() == frozenset(range(service.schema.shards))
+
+
+def test_a_full_batch_is_claimed_at_once(build: Build, client: redis.Redis) -> None:
+    service, recorder, _ = build()
+    entries = numbered(GAME, 128)
+    keys = store(service.store.scripts, service.schema, GAME, entries)
+
+    assert sweep(service, GAME) is False
+
+    [post] = recorder.posts
+    assert (post.game, len(post.events)) == (GAME, 128)
+    assert ids_of(post.events) == [f"{GAME}#{i}" for i in range(128)]
+    assert post.idempotency_key == post.batch_id
+    assert client.llen(keys.queue(GAME)) == 0
+    assert client.zcard(keys.inflight) == 0
+    assert stats(client, keys)["delivered"] == 128
+    assert service.tally.snapshot()["delivered"] == 128
+
+
+def test_a_partial_batch_waits_for_linger(build: Build, client: redis.Redis) -> None:
+    service, recorder, clock = build()
+    born = now_ms() - 5_000  # old enough for Redis too; the sweeper's clock decides
+    keys = store(service.store.scripts, service.schema, GAME, numbered(GAME, 5, born_ms=born))
+
+    clock.at_ms(born)
+    sweep(service, GAME)
+    clock.at_ms(born + LINGER_MS - 1)
+    sweep(service, GAME)
+    assert recorder.posts == []
+    assert client.llen(keys.queue(GAME)) == 5
+
+    clock.at_ms(born + LINGER_MS)
+    sweep(service, GAME)
+    [post] = recorder.posts
+    assert ids_of(post.events) == [f"{GAME}#{i}" for i in range(5)]
+    assert client.llen(keys.queue(GAME)) == 0
+
+
+def test_linger_zero_sends_a_partial_batch_at_once(build: Build) -> None:
+    service, recorder, clock = build(linger_ms=0)
+    born = now_ms()
+    store(service.store.scripts, service.schema, GAME, numbered(GAME, 3, born_ms=born))
+    clock.at_ms(born)
+    sweep(service, GAME)
+    assert len(recorder.events(GAME)) == 3
+
+
+def test_a_sweeper_does_nothing_in_a_shard_it_does_not_own(build: Build,
+                                                           client: redis.Redis) -> None:
+    service, recorder, _ = build(owned=False)
+    keys = store(service.store.scripts, service.schema, GAME, numbered(GAME, 200))
+    assert sweep(service, GAME) is False
+    assert recorder.posts == []
+    assert client.llen(keys.queue(GAME)) == 200
+
+
+def test_a_flooding_game_gets_one_claim_per_sweep(build: Build, client: redis.Redis) -> None:
+    service, recorder, _ = build(max_batches_per_claim=4)
+    flood = GAME
+    keys = service.schema.for_game(flood)
+    small = [g for g in (f"small-{i}" for i in range(200))
+             if service.schema.for_game(g) == keys][:5]
+    scripts = service.store.scripts
+    store(scripts, service.schema, flood, numbered(flood, 2000))
+    for game in small:
+        store(scripts, service.schema, game, numbered(game, 2, born_ms=now_ms() - 5_000))
+
+    assert sweep(service, flood) is True  # work left: run again at once
+
+    sent = [p.game for p in recorder.posts]
+    assert sent.count(flood) == 4
+    assert sorted(g for g in sent if g != flood) == sorted(small)
+    assert client.llen(keys.queue(flood)) == 2000 - 4 * 128
+
+    while sweep(service, flood):
+        pass
+    assert len(recorder.events(flood)) == 2000
+    assert max(len(p.events) for p in recorder.posts) == 128
+
+
+def test_an_emptied_game_is_unregistered_by_the_next_sweep(build: Build,
+                                                            client: redis.Redis) -> None:
+    service, _, _ = build()
+    keys = service.schema.for_game(GAME)
+    client.sadd(keys.active, GAME)
+    client.rpush(keys.ring, GAME)  # registered, but the buffer expired
+    sweep(service, GAME)
+    assert client.lrange(keys.ring, 0, -1) == []
+    assert client.smembers(keys.active) == set()
+
+
+def test_sweepers_never_claim_a_hot_game(build: Build, client: redis.Redis) -> None:
+    service, recorder, clock = build(hot_games={"hot": 2})
+    scripts = service.store.scripts
+    hot_keys = store(scripts, service.schema, "hot", numbered("hot", 300))
+    store(scripts, service.schema, "cold", numbered("cold", 300))
+    clock.at_ms(now_ms() + 60_000)
+
+    for _ in range(5):
+        for sweeper in service.sweepers:
+            sweeper.loop()
+
+    assert {p.game for p in recorder.posts} == {"cold"}
+    assert len(recorder.events("cold")) == 300
+    assert client.llen(hot_keys.queue("hot")) == 300
+    assert client.lrange(hot_keys.ring, 0, -1).count(b"hot") == 1
+
+    assert [w.game for w in service.hot_workers] == ["hot", "hot"]
+    while service.hot_workers[0].loop():
+        pass
+    assert ids_of(recorder.events("hot")) == [f"hot#{i}" for i in range(300)]
+    assert client.llen(hot_keys.queue("hot")) == 0
+
+
+def test_sweep_takes_due_retries_first(build: Build, client: redis.Redis) -> None:
+    service, recorder, _ = build()
+    entries = numbered(GAME, 10, born_ms=now_ms() - 5_000)
+    keys = store(service.store.scripts, service.schema, GAME, entries)
+    claimed = service.store.claim(keys, GAME, "crashed-worker", 1)
+    [(batch_id, _)] = claimed.batches
+    assert service.store.release(keys, batch_id, "crashed-worker")
+
+    assert sweep(service, GAME) is False
+
+    [post] = recorder.posts
+    assert post.batch_id == batch_id
+    assert len(post.events) == 10
+    assert client.zcard(keys.retry) == 0
+    assert stats(client, keys)["delivered"] == 10
+
+
+def test_failed_posts_are_retried_then_delivered(redis_url: str, client: redis.Redis,
+                                                 make_service: MakeService) -> None:
+    answers = [503, 500, 200]
+    recorder = Recorder(lambda _: httpx.Response(answers.pop(0)))
+    config = make_config(redis_url, reporter={"linger_ms": 0},
+                         retry={"initial_delay_ms": 1, "max_delay_ms": 1})
+    service = make_service(config, client=client, transport=recorder.transport())
+    service.ownership.loop()
+    keys = store(service.store.scripts, service.schema, GAME, numbered(GAME, 10))
+
+    for _ in range(3):
+        # a failure pauses claims for initial_delay_ms (1 ms here)
+        wait_until(service.gate.is_open, what="the sink gate to open")
+        sweep(service, GAME)
+        client.zadd(keys.retry, {p.batch_id: 0 for p in recorder.posts}, xx=True)  # due now
+
+    assert len({p.batch_id for p in recorder.posts}) == 1
+    assert [p.attempt for p in recorder.posts] == ["1", "2", "3"]
+    assert stats(client, keys)["delivered"] == 10
+    assert stats(client, keys)["batches_retried"] == 2
+    assert service.tally.snapshot()["batches_retried"] == 2
+    assert read_totals(client, service.schema).unaccounted == 0
+
+
+def test_a_rejected_batch_is_dead_lettered(redis_url: str, client: redis.Redis,
+                                           make_service: MakeService) -> None:
+    recorder = Recorder(lambda _: httpx.Response(400, content=b"schema mismatch"))
+    config = make_config(redis_url, reporter={"linger_ms": 0})
+    service = make_service(config, client=client, transport=recorder.transport())
+    service.ownership.loop()
+    keys = store(service.store.scripts, service.schema, GAME, numbered(GAME, 10))
+
+    sweep(service, GAME)
+
+    assert len(recorder.posts) == 1
+    [dead] = client.lrange(keys.dead, 0, -1)
+    assert dead.decode() == recorder.posts[0].batch_id
+    totals = read_totals(client, KeySchema(config.redis.key_prefix, config.redis.shards))
+    assert totals.dead_events == 10
+    assert totals.unaccounted == 0
+
+
+def test_a_sweep_pages_through_the_ring(build: Build) -> None:
+    """Games behind a page of games that are not ready yet are still reached."""
+    service, recorder, clock = build(games_per_sweep=2)
+    keys = service.schema.for_game(GAME)
+    games = [g for g in (f"g-{i}" for i in range(300)) if service.schema.for_game(g) == keys][:5]
+    lingering, ready = games[:2], games[2:]
+    now = now_ms()
+    for game in games:
+        born = now if game in lingering else now - 5_000
+        store(service.store.scripts, service.schema, game, numbered(game, 2, born_ms=born))
+    clock.at_ms(now + LINGER_MS // 2)
+
+    per_sweep = []
+    for _ in range(10):
+        before = len(recorder.posts)
+        sweep(service, GAME)
+        per_sweep.append(len(recorder.posts) - before)
+        if len(recorder.posts) == len(ready):
+            break
+    assert sorted(p.game for p in recorder.posts) == sorted(ready)
+    assert max(per_sweep) <= 2  # games_per_sweep bounds one sweep
+    assert [g.decode() for g in service.store.client.lrange(keys.ring, 0, -1)] == lingering
