@@ -94,6 +94,7 @@ class SinkSettings(_MaskedRepr):
     connect_timeout_seconds: float = setting(2.0, lo=0.05, hi=300)
     max_connections: int = setting(32, lo=1, hi=1000)
     gzip: bool = setting(False)
+    transport: str = setting("stdlib", choices=("stdlib", "httpx"))
     headers: Mapping[str, str] = setting(_EMPTY, secret=True)
 
 

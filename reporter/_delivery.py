@@ -33,6 +33,9 @@ def split_fresh(entries: list[bytes], now_ms: int, settings: ReporterSettings
     """
     max_age_ms = settings.max_age_seconds * 1000
     field_name = settings.event_time_field
+    # Entries start with a fixed-width time, so the smallest entry is the oldest one.
+    if not field_name and entries and now_ms - entry_time_ms(min(entries)) <= max_age_ms:
+        return [entry[ENTRY_TIME_DIGITS:] for entry in entries], 0
     scale = 1000 if settings.event_time_unit == "s" else 1
     fresh: list[bytes] = []
     for entry in entries:

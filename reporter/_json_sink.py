@@ -10,6 +10,7 @@ import orjson
 
 from collector._config import SinkSettings, mask_url
 from reporter._outcomes import Outcome, classify_http, classify_transport_error
+from reporter._transport import StdlibTransport
 
 USER_AGENT = "telemetry-reporter/0.1"
 ATTEMPT_HEADER = "X-Telemetry-Attempt"  # 1 for the first try of a batch, then 2, 3, ...
@@ -21,6 +22,12 @@ def json_body(game: str, batch_id: str, events: Sequence[bytes]) -> bytes:
         b'{"game":', orjson.dumps(game), b',"batch_id":', orjson.dumps(batch_id),
         b',"events":[', b",".join(events), b"]}",
     ))
+
+
+def _default_transport(settings: SinkSettings) -> httpx.BaseTransport | None:
+    if settings.transport == "stdlib":
+        return StdlibTransport(settings.connect_timeout_seconds, settings.timeout_seconds)
+    return None  # httpx's own
 
 
 class JsonSender:
@@ -40,7 +47,8 @@ class JsonSender:
                                   connect=settings.connect_timeout_seconds),
             limits=httpx.Limits(max_connections=settings.max_connections,
                                 max_keepalive_connections=settings.max_connections),
-            transport=transport,
+            transport=transport or _default_transport(settings),
+            trust_env=settings.transport == "httpx",
         )
 
     def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1

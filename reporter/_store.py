@@ -34,13 +34,15 @@ class BatchStore:
         self._dead_max = config.dead.max_batches
         self._lease_ms = int(config.reporter.lease_seconds * 1000)
 
-    def ring(self, keys: ShardKeys, start: int, count: int) -> tuple[list[str], int]:
-        """Up to ``count`` games of the shard's ring from ``start``, and the ring's length."""
+    def ring(self, keys: ShardKeys, start: int, count: int) -> tuple[list[str], int, int]:
+        """Up to ``count`` games of the shard's ring from ``start``, the ring's length, and
+        how many batches wait for a retry (so an idle shard costs one round trip)."""
         with self.client.pipeline(transaction=False) as pipe:
             pipe.lrange(keys.ring, start, start + count - 1)
             pipe.llen(keys.ring)
-            names, length = pipe.execute()
-        return [n.decode() for n in names], int(length)
+            pipe.zcard(keys.retry)
+            names, length, retries = pipe.execute()
+        return [n.decode() for n in names], int(length), int(retries)
 
     def game_states(self, keys: ShardKeys, games: list[str]) -> list[GameState]:
         """Length and oldest collect time of each game's buffer, in one round trip."""

@@ -54,8 +54,9 @@ class ShardSweeper:
         if (self._stop.is_set() or not self._ownership.owns(self.keys.shard)
                 or not self._deliverer.gate.is_open()):
             return False
-        more = self._retries()
-        games, ring_length = self._store.ring(self.keys, self._cursor, self._r.games_per_sweep)
+        games, ring_length, retries = self._store.ring(self.keys, self._cursor,
+                                                       self._r.games_per_sweep)
+        more = self._retries() if retries else False
         self._cursor += len(games)
         if self._cursor >= ring_length:
             self._cursor = 0

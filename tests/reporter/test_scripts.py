@@ -506,8 +506,8 @@ def test_batch_store_uses_the_configured_batch_size_and_linger(client: redis.Red
     store(store_.scripts, schema, GAME, numbered(GAME, 49))
     assert store_.claim(keys, GAME, TOKEN, 8).batches == []  # lingering
     assert store_.game_states(keys, [GAME])[0].length == 49
-    games, length = store_.ring(keys, 0, 10)
-    assert (games, length) == ([GAME], 1)
+    games, length, retries = store_.ring(keys, 0, 10)
+    assert (games, length, retries) == ([GAME], 1, 0)
     for batch_id, _ in claimed.batches:
         assert store_.ack(keys, batch_id, TOKEN, 0, 0) > 0
     assert stats(client, keys)["delivered"] == 120
