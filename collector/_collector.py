@@ -34,6 +34,21 @@ KNOWN_GAMES_LIMIT = 10_000
 
 _live: weakref.WeakSet[Collector] = weakref.WeakSet()
 
+# The entry prefix of the current millisecond, formatted once per millisecond: one tuple, so
+# a thread never pairs one millisecond with another's text.
+_prefix: tuple[int, bytes] = (0, b"")
+
+
+def _time_prefix() -> bytes:
+    global _prefix
+    ms = time.time_ns() // 1_000_000
+    cached = _prefix
+    if cached[0] == ms:
+        return cached[1]
+    text = b"%013d" % ms
+    _prefix = (ms, text)
+    return text
+
 # Keyword arguments of Collector() and the config section each one sets.
 _KEYWORDS = {
     "url": "redis", "cluster": "redis", "key_prefix": "redis", "shards": "redis",
@@ -107,17 +122,19 @@ class Collector:
         """
         if type(game) is not str or game not in self._known_games:  # a list is unhashable
             self._admit(game)
-        if not isinstance(event, Mapping):
-            raise TypeError(f"event for game {game!r} must be a mapping, "
-                            f"got {type(event).__name__}")
+        if type(event) is not dict:  # the common case skips the slower ABC check
+            if not isinstance(event, Mapping):
+                raise TypeError(f"event for game {game!r} must be a mapping, "
+                                f"got {type(event).__name__}")
+            event = dict(event)
         try:
-            data = orjson.dumps(event if isinstance(event, dict) else dict(event))
+            data = orjson.dumps(event)
         except TypeError as exc:
             raise TypeError(f"event for game {game!r} is not JSON-serialisable: {exc}") from None
         if len(data) > self._max_event_bytes:
             self._refuse_large(game, len(data))
             return 0
-        entry = b"%013d" % (time.time_ns() // 1_000_000) + data
+        entry = _time_prefix() + data
         if self._closed:
             self._count("dropped_closed")
             self._ratelog.log(logging.WARNING, "closed",

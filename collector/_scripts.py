@@ -65,7 +65,7 @@ class Scripts:
         return self.run(
             "collect",
             (keys.queue(game), keys.active, keys.ring, keys.stats),
-            (game, cap, ttl, pre_evicted, dropped_full, dropped_large, *entries),
+            (game, cap, ttl, pre_evicted, dropped_full, dropped_large, b"\n".join(entries)),
             client,
         )
 

