@@ -77,32 +77,36 @@ class Totals:
         return out
 
 
-def read_shard(client: Any, keys: ShardKeys) -> ShardView:
-    with client.pipeline(transaction=False) as pipe:
-        pipe.lrange(keys.ring, 0, -1)
-        pipe.zrange(keys.inflight, 0, -1)
-        pipe.zrange(keys.retry, 0, -1)
-        pipe.llen(keys.dead)
-        pipe.hgetall(keys.stats)
-        pipe.get(keys.owner)
-        ring, inflight, retry, dead, stats, owner = pipe.execute()
-    games = [g.decode() for g in ring]
-    views: list[GameView] = []
-    if games:
-        with client.pipeline(transaction=False) as pipe:
+def read_shard(client: Any, keys: ShardKeys, tries: int = 5) -> ShardView:
+    """One shard's state, read in one MULTI so that no batch is caught between two states.
+
+    The games to read come from a first look at the ring; if the ring gained a game before
+    the transaction ran, it is read again."""
+    games = [g.decode() for g in client.lrange(keys.ring, 0, -1)]
+    for _ in range(tries):
+        with client.pipeline(transaction=True) as pipe:
+            pipe.lrange(keys.ring, 0, -1)
+            pipe.zrange(keys.inflight, 0, -1)
+            pipe.zrange(keys.retry, 0, -1)
+            pipe.llen(keys.dead)
+            pipe.hgetall(keys.stats)
+            pipe.get(keys.owner)
+            pipe.hgetall(keys.batches)
             for game in games:
                 pipe.llen(keys.queue(game))
                 pipe.lindex(keys.queue(game), 0)
-            replies = pipe.execute()
-        views = [GameView(g, keys.shard, int(replies[2 * i]),
-                          entry_time_ms(replies[2 * i + 1]) if replies[2 * i + 1] else None)
-                 for i, g in enumerate(games)]
-    pending = 0
-    ids = [*inflight, *retry]
-    if ids:
-        for raw in client.hmget(keys.batches, ids):
-            if raw:
-                pending += int(json.loads(raw)["n"])
+            ring, inflight, retry, dead, stats, owner, metas, *queues = pipe.execute()
+        now_ring = [g.decode() for g in ring]
+        if set(now_ring) <= set(games):
+            break
+        games = now_ring
+    else:
+        raise RuntimeError(f"shard {keys.shard}: its games kept changing; try again")
+    lengths = dict(zip(games, queues[0::2], strict=True))
+    heads = dict(zip(games, queues[1::2], strict=True))
+    views = [GameView(g, keys.shard, int(lengths[g]),
+                      entry_time_ms(heads[g]) if heads[g] else None) for g in now_ring]
+    pending = sum(int(json.loads(metas[i])["n"]) for i in (*inflight, *retry) if i in metas)
     return ShardView(
         shard=keys.shard, owner=(owner or b"").decode(), buffered=sum(v.buffered for v in views),
         games=views, inflight=len(inflight), retry=len(retry), dead=int(dead),
