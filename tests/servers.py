@@ -34,7 +34,7 @@ def server_binaries() -> dict[str, str]:
         valkey = get_binary_path()
         if valkey.exists():
             found["valkey"] = str(valkey)
-    except Exception:  # noqa: S110 - absence is reported below
+    except Exception:
         pass
     if not found:
         raise RuntimeError(INSTALL_HINT)

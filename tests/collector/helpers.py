@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
 
 from collector._schema import ENTRY_TIME_DIGITS, KeySchema
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, step: float = 0.01,
-               what: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(step)
+from tests.polling import wait_until  # noqa: F401 - re-exported for the tests
 
 
 def queue_entries(client: Any, schema: KeySchema, game: str) -> list[bytes]:

@@ -17,6 +17,7 @@ from collector._schema import KeySchema, encode_entry
 from collector._scripts import Scripts
 from reporter._accounting import Totals, read_totals
 from reporter._endpoint import LocalEndpoint
+from tests.polling import wait_until  # noqa: F401 - re-exported for the tests
 
 # Short settings so a fault and its recovery take seconds, not minutes.
 FAST: dict[str, dict[str, Any]] = {
@@ -47,17 +48,6 @@ def schema_of(config: TelemetryConfig) -> KeySchema:
     return KeySchema(config.redis.key_prefix, config.redis.shards)
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, step: float = 0.02,
-               what: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(step)
 
 
 def event(game: str, seq: int) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -12,6 +12,7 @@ from collector._config import TelemetryConfig
 from collector._config_loader import build_config, raw_settings
 from collector._schema import KeySchema, ShardKeys, encode_entry
 from collector._scripts import Scripts
+from tests.polling import wait_until  # noqa: F401 - re-exported for the tests
 
 # Nothing listens here: a sender pointed at it fails at once (tests that never POST use it).
 NOWHERE = "http://127.0.0.1:9/ingest"
@@ -53,17 +54,6 @@ def store(scripts: Scripts, schema: KeySchema, game: str, entries: list[bytes],
     return keys
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, step: float = 0.01,
-               what: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(step)
 
 
 def stats(client: Any, keys: ShardKeys) -> dict[str, int]:
