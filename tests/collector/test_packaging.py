@@ -25,18 +25,12 @@ SOURCES = ["pyproject.toml", "collector", "reporter", "lua", "config", "README.m
 
 
 def offline_build_possible() -> bool:
-    """True when this interpreter's setuptools can build the wheel without fetching anything."""
+    """True when this interpreter's setuptools meets pyproject's build requirement, so the
+    wheel builds without fetching anything."""
     try:
-        have = Version(version("setuptools"))
+        return Version(version("setuptools")) >= Version("77")
     except PackageNotFoundError:
         return False
-    if have >= Version("70.1"):  # bdist_wheel is built in
-        return True
-    try:
-        version("wheel")
-    except PackageNotFoundError:
-        return False
-    return have >= Version("68")
 
 
 def pip(*args: str, cwd: Path) -> None:
