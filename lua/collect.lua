@@ -18,15 +18,18 @@ local game, cap, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local evicted = tonumber(ARGV[4])
 local n = 0
 local len = nil
--- unpack() is limited by Lua's stack, so push in slices
-local slice = {}
-for entry in string.gmatch(ARGV[7], '[^\n]+') do
+-- Cut with a plain find (memchr), not a pattern; unpack() is limited by Lua's stack, so push
+-- in slices of 1000.
+local blob, pos, slice = ARGV[7], 1, {}
+while pos <= #blob do
+  local stop = string.find(blob, '\n', pos, true) or (#blob + 1)
   n = n + 1
-  slice[#slice + 1] = entry
+  slice[#slice + 1] = string.sub(blob, pos, stop - 1)
   if #slice == 1000 then
     len = redis.call('RPUSH', KEYS[1], unpack(slice))
     slice = {}
   end
+  pos = stop + 1
 end
 if #slice > 0 then len = redis.call('RPUSH', KEYS[1], unpack(slice)) end
 if len == nil then len = redis.call('LLEN', KEYS[1]) end
