@@ -126,8 +126,8 @@ def main() -> int:
                                  str(args.rate), str(args.seconds), str(stats_file)], cwd=ROOT)
     s = args.seconds
     schedule = [
-        (0.2 * s, "kill the Redis server (SIGKILL) for 10 s", "redis_down"),
-        (0.2 * s + 10, "start the Redis server again", "redis_up"),
+        (0.2 * s, "kill the Redis server (SIGKILL) for 30 s", "redis_down"),
+        (0.2 * s + 30, "start the Redis server again", "redis_up"),
         (0.45 * s, "endpoint outage: 503 for 30 s", "sink_down"),
         (0.45 * s + 30, "endpoint back", "sink_up"),
         (0.7 * s, "SIGKILL reporter 0", "kill_reporter"),

@@ -90,7 +90,8 @@ def run_demo(seconds: float, out: TextIO) -> int:
             totals = read_totals(service.client, service.schema)
             if totals.buffered == 0 and totals.pending_events == 0:
                 break
-            time.sleep(0.1)
+            if service.stop_event.wait(0.1):
+                break
         service.stop()
         print(_summary(collector, service, endpoint), file=out)
         return 0

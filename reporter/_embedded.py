@@ -53,9 +53,11 @@ class EmbeddedServer:
                     probe.ping()
                 return self
             except redis.exceptions.ConnectionError:
-                if self._proc.poll() is not None:
+                try:
+                    self._proc.wait(0.05)  # returns at once if the server died
                     break
-                time.sleep(0.05)
+                except subprocess.TimeoutExpired:
+                    pass
         self.stop()
         raise ReporterError("the embedded valkey-server did not start")
 

@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from collector._config import TelemetryConfig
+from collector._scripts import Scripts
 from reporter._endpoint import LocalEndpoint
 from reporter._service import ReporterService
 from tests.reporter.helpers import wait_until
@@ -59,3 +60,9 @@ def make_service() -> Iterator[MakeService]:
     wait_until(lambda: not [t for t in threading.enumerate() if t not in before
                             and t.name.startswith("ThreadPoolExecutor")],
                what="the stopped services' pool threads to end")
+
+
+@pytest.fixture
+def scripts(client: redis.Redis) -> Scripts:
+    """The project's scripts on the flushed shared server."""
+    return Scripts(client)
