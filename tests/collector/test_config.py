@@ -441,3 +441,11 @@ ttl_seconds = 7200
     assert stats_of(r, schema, "big")["evicted"] == 15
     assert "evicted" not in stats_of(r, schema, "small") or (
         schema.for_game("small") is schema.for_game("big"))
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "config").glob("*.toml")))
+def test_every_shipped_config_file_is_valid(name: str) -> None:
+    env = {"REDIS_PASSWORD": "pw", "INGEST_TOKEN": "token"}
+    config = TelemetryConfig.load(str(ROOT / "config" / name), env=env)
+    assert config.source.endswith(name)
+    assert "pw" not in repr(config) and "token" not in repr(config)
