@@ -33,6 +33,7 @@ class EventBuffer:
         self._pending = no_pending()
         self.accepted_total = 0
         self.dropped_total = 0
+        self.closed = False
         # Bumped by every append and note; ``taken_seq`` is its value at the latest take, so a
         # take that finds nothing proves everything up to ``taken_seq`` has been handed over.
         self.seq = 0
@@ -42,8 +43,10 @@ class EventBuffer:
         return len(self._items)
 
     def append(self, game: str, entry: bytes) -> int:
-        """Add one event; return the number now waiting."""
+        """Add one event; return the number now waiting, or -1 if the buffer is closed."""
         with self._lock:
+            if self.closed:
+                return -1
             items = self._items
             if len(items) >= self.limit:
                 self._pending[DROPPED_FULL][items.popleft()[0]] += 1
@@ -82,8 +85,10 @@ class EventBuffer:
                 self._pending[DROPPED_FULL][self._items.popleft()[0]] += 1
                 self.dropped_total += 1
 
-    def clear(self) -> int:
+    def close(self) -> int:
+        """Refuse further events; drop and return the number still waiting."""
         with self._lock:
+            self.closed = True
             count = len(self._items)
             self._items.clear()
             return count

@@ -135,17 +135,21 @@ class Collector:
             self._refuse_large(game, len(data))
             return 0
         entry = _time_prefix() + data
-        if self._closed:
-            self._count("dropped_closed")
-            self._ratelog.log(logging.WARNING, "closed",
-                              "collect() after close(): event of game %r dropped", game)
-            return 0
         if self._sync:
             return self._store_now(game, entry)
-        if self._buffer.append(game, entry) == FLUSH_SOON_EVENTS:
+        waiting = self._buffer.append(game, entry)  # refused (-1) once close() has finished
+        if waiting == FLUSH_SOON_EVENTS:
             self._wake.set()
+        elif waiting < 0:
+            return self._drop_closed(game)
         if self._thread is None:
             self._start()
+        return 0
+
+    def _drop_closed(self, game: str) -> int:
+        self._count("dropped_closed")
+        self._ratelog.log(logging.WARNING, "closed",
+                          "collect() after close(): event of game %r dropped", game)
         return 0
 
     def _admit(self, game: str) -> None:
@@ -171,6 +175,8 @@ class Collector:
     # -- sync mode ----------------------------------------------------------------------------
 
     def _store_now(self, game: str, entry: bytes) -> int:
+        if self._closed:
+            return self._drop_closed(game)
         _, pending = self._buffer.take(0)
         try:
             result = self._get_writer().write([(game, entry)], pending)
@@ -298,7 +304,7 @@ class Collector:
         self._wake.set()
         if thread is not None:
             thread.join(timeout + 0.5)
-        left = self._buffer.clear()
+        left = self._buffer.close()
         if left:
             self._count("dropped_at_close", left)
             logger.warning("collector closed with %d events not stored (Redis: %s)",
