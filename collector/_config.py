@@ -183,7 +183,7 @@ def mask_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
-def _mask(name: str, value: Any) -> Any:
+def _mask(value: Any) -> Any:
     if isinstance(value, str):
         return mask_url(value)
     if isinstance(value, Mapping):
@@ -199,7 +199,7 @@ def _section_dict(section: Any) -> dict[str, Any]:
     for f in dataclasses.fields(section):
         value = getattr(section, f.name)
         if f.metadata.get("secret"):
-            value = _mask(f.name, value)
+            value = _mask(value)
         elif isinstance(value, Mapping):
             value = dict(value)
         out[f.name] = value

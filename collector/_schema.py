@@ -21,23 +21,17 @@ _PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 # The reporter reads ages and assembles POST bodies without decoding the events.
 ENTRY_TIME_DIGITS = 13
 
-# Names of the per-shard counters kept in the ``stats`` hash (HINCRBY from the scripts).
+# Names of the per-shard counters kept in the ``stats`` hash (HINCRBY from the scripts, which
+# spell them out: Lua cannot import these).
 STORED = "stored"
 EVICTED = "evicted"
 SDK_DROPPED_BUFFER_FULL = "sdk_dropped_buffer_full"
 SDK_DROPPED_TOO_LARGE = "sdk_dropped_too_large"
-CLAIMED = "claimed"
-STALE = "stale"
-DELIVERED = "delivered"
-REJECTED = "rejected"
-DEAD_DROPPED = "dead_dropped"
-BATCHES_CLAIMED = "batches_claimed"
-BATCHES_DELIVERED = "batches_delivered"
-BATCHES_RETRIED = "batches_retried"
-BATCHES_DEAD = "batches_dead"
-BATCHES_RELEASED = "batches_released"
-BATCHES_REAPED = "batches_reaped"
-REPLAYED = "replayed"
+COUNTERS = (
+    STORED, EVICTED, "stale", "delivered", "rejected", "replayed", "dead_dropped", "purged",
+    SDK_DROPPED_BUFFER_FULL, SDK_DROPPED_TOO_LARGE, "claimed", "batches_claimed",
+    "batches_delivered", "batches_retried", "batches_dead", "batches_reaped", "batches_released",
+)
 
 
 def validate_game(game: object) -> str:

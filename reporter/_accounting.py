@@ -11,13 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from collector._schema import KeySchema, ShardKeys, entry_time_ms
-
-COUNTERS = (
-    "stored", "evicted", "stale", "delivered", "rejected", "replayed", "dead_dropped", "purged",
-    "sdk_dropped_buffer_full", "sdk_dropped_too_large", "claimed", "batches_claimed",
-    "batches_delivered", "batches_retried", "batches_dead", "batches_reaped", "batches_released",
-)
+from collector._schema import COUNTERS, KeySchema, ShardKeys, entry_time_ms
 
 
 @dataclass

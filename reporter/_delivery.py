@@ -14,12 +14,14 @@ from collector._ratelog import RateLimitedLog
 from collector._schema import ENTRY_TIME_DIGITS, ShardKeys, entry_time_ms
 from reporter._outcomes import DELIVERED, REJECTED, SinkGate
 from reporter._sinks import Sender
-from reporter._store import BatchStore
+from reporter._store import BatchStore, new_id
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=30.0)
 
 Clock = Callable[[], float]  # wall-clock seconds, injectable for tests
+# Retried batches one call takes at most.
+RETRIES_PER_LOOP = 16
 # One leased batch waiting to be sent: (game, batch id, entries, earlier failed attempts).
 Leased = tuple[str, str, list[bytes], int]
 
@@ -103,6 +105,25 @@ class Deliverer:
         self.held = held
         self.tally = tally
         self.gate = gate
+
+    def drain(self, keys: ShardKeys, game: str, stop: threading.Event) -> bool:
+        """Claim the game's next batches and send them; True if a full batch still waits."""
+        token = new_id()
+        claimed = self._store.claim(keys, game, token, self._settings.max_batches_per_claim)
+        if claimed.stale:
+            self.tally.add(stale=claimed.stale)
+        self.deliver_all(keys, token, [(game, b, entries, 0) for b, entries in claimed.batches],
+                         stop)
+        return claimed.remaining >= self._settings.batch_size
+
+    def send_retries(self, keys: ShardKeys, stop: threading.Event, game: str = "") -> bool:
+        """Take the shard's due retries (of one game, or of any) and send them; True if there
+        may be more."""
+        token = new_id()
+        due = self._store.take_retries(keys, token, RETRIES_PER_LOOP, game)
+        self.deliver_all(keys, token, [(b.game, b.batch_id, b.entries, b.attempts) for b in due],
+                         stop)
+        return len(due) == RETRIES_PER_LOOP
 
     def deliver_all(self, keys: ShardKeys, token: str, batches: Sequence[Leased],
                     stop: threading.Event) -> None:

@@ -47,6 +47,9 @@ class StdlibTransport(httpx.BaseTransport):
     def _forget(self, url: httpx.URL, conn: http.client.HTTPConnection) -> None:
         conn.close()
         self._local.conns.pop((url.scheme, url.host, url.port), None)
+        with self._lock:
+            if conn in self._all:  # close() may have taken the list already
+                self._all.remove(conn)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url

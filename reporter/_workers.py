@@ -16,13 +16,10 @@ from collector._redis import UNAVAILABLE
 from collector._schema import KeySchema, ShardKeys
 from reporter._delivery import Clock, Deliverer
 from reporter._ownership import ShardOwnership
-from reporter._store import BatchStore, GameState, new_id
+from reporter._store import BatchStore, GameState
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=30.0)
-
-# Retried batches one loop takes at most.
-RETRIES_PER_LOOP = 16
 
 
 def log_unavailable(where: str, exc: Exception) -> None:
@@ -56,7 +53,7 @@ class ShardSweeper:
             return False
         games, ring_length, retries = self._store.ring(self.keys, self._cursor,
                                                        self._r.games_per_sweep)
-        more = self._retries() if retries else False
+        more = self._deliverer.send_retries(self.keys, self._stop) if retries else False
         self._cursor += len(games)
         if self._cursor >= ring_length:
             self._cursor = 0
@@ -66,31 +63,13 @@ class ShardSweeper:
             if self._stop.is_set() or not self._deliverer.gate.is_open():
                 return False
             if self._is_ready(state, now_ms):
-                more |= self._drain(state.game)
+                more |= self._deliverer.drain(self.keys, state.game, self._stop)
         return more or self._cursor != 0
 
     def _is_ready(self, state: GameState, now_ms: int) -> bool:
         if state.length >= self._r.batch_size or state.length == 0:
             return True  # an empty buffer is claimed to unregister the game
         return state.oldest_ms is not None and now_ms - state.oldest_ms >= self._r.linger_ms
-
-    def _drain(self, game: str) -> bool:
-        token = new_id()
-        claimed = self._store.claim(self.keys, game, token, self._r.max_batches_per_claim)
-        if claimed.stale:
-            self._deliverer.tally.add(stale=claimed.stale)
-        self._deliverer.deliver_all(
-            self.keys, token, [(game, b, entries, 0) for b, entries in claimed.batches],
-            self._stop)
-        return claimed.remaining >= self._r.batch_size
-
-    def _retries(self) -> bool:
-        token = new_id()
-        due = self._store.take_retries(self.keys, token, RETRIES_PER_LOOP)
-        self._deliverer.deliver_all(
-            self.keys, token, [(b.game, b.batch_id, b.entries, b.attempts) for b in due],
-            self._stop)
-        return len(due) == RETRIES_PER_LOOP
 
 
 class HotGameWorker:
@@ -108,21 +87,10 @@ class HotGameWorker:
     def loop(self) -> bool:
         if self._stop.is_set() or not self._deliverer.gate.is_open():
             return False
-        token = new_id()
-        due = self._store.take_retries(self.keys, token, RETRIES_PER_LOOP, self.game)
-        self._deliverer.deliver_all(
-            self.keys, token, [(b.game, b.batch_id, b.entries, b.attempts) for b in due],
-            self._stop)
+        self._deliverer.send_retries(self.keys, self._stop, self.game)
         if self._stop.is_set() or not self._deliverer.gate.is_open():
             return False
-        token = new_id()
-        claimed = self._store.claim(self.keys, self.game, token, self._r.max_batches_per_claim)
-        if claimed.stale:
-            self._deliverer.tally.add(stale=claimed.stale)
-        self._deliverer.deliver_all(
-            self.keys, token, [(self.game, b, entries, 0) for b, entries in claimed.batches],
-            self._stop)
-        return claimed.remaining >= self._r.batch_size
+        return self._deliverer.drain(self.keys, self.game, self._stop)
 
 
 class Reaper:
