@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, deque
-from collections.abc import Iterable
+from collections.abc import Mapping, Sequence
 
-Item = tuple[str, bytes]  # (game, stored entry)
+# Waiting entries by game, each game's oldest first.
+Queues = dict[str, deque[bytes]]
 
 # Counts per game that still have to reach the game's shard in Redis.
 EVICTED = "evicted"          # thinned out before sending: more than the cap were waiting
@@ -20,18 +21,22 @@ def no_pending() -> Pending:
 
 
 class EventBuffer:
-    """A FIFO of at most ``limit`` events; when full the oldest is dropped and counted.
+    """At most ``limit`` events, kept per game; when full the oldest is dropped and counted.
 
-    Drops are counted per game so they can be reported to that game's shard in Redis.
-    The lock is held only for a few list operations, so ``collect()`` never waits long.
+    Events wait in one queue per game, so the flusher gets them already grouped the way they
+    are written (one script call per game); ``_order`` holds the game of every waiting event,
+    oldest first, so "drop the oldest" means the oldest of all games.  Drops are counted per
+    game so they can be reported to that game's shard in Redis.  The lock is held only for a
+    few container operations, so ``collect()`` never waits long.
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._lock = threading.Lock()
-        self._items: deque[Item] = deque()
+        self._queues: Queues = {}
+        self._order: deque[str] = deque()
         self._pending = no_pending()
-        self.accepted_total = 0
+        self._notes = 0
         self.dropped_total = 0
         self.closed = False
         # Bumped by every append and note; ``taken_seq`` is its value at the latest take, so a
@@ -40,65 +45,92 @@ class EventBuffer:
         self.taken_seq = 0
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._order)
+
+    @property
+    def accepted_total(self) -> int:
+        with self._lock:
+            return self.seq - self._notes
 
     def append(self, game: str, entry: bytes) -> int:
         """Add one event; return the number now waiting, or -1 if the buffer is closed."""
         with self._lock:
             if self.closed:
                 return -1
-            items = self._items
-            if len(items) >= self.limit:
-                self._pending[DROPPED_FULL][items.popleft()[0]] += 1
-                self.dropped_total += 1
-            items.append((game, entry))
-            self.accepted_total += 1
+            order = self._order
+            if len(order) >= self.limit:
+                self._drop_oldest()
+            queue = self._queues.get(game)
+            if queue is None:
+                queue = self._queues[game] = deque()
+            queue.append(entry)
+            order.append(game)
             self.seq += 1
-            return len(items)
+            return len(order)
 
     def note(self, kind: str, game: str, count: int = 1) -> None:
         with self._lock:
             self._pending[kind][game] += count
+            self._notes += 1
             self.seq += 1
 
-    def take(self, most: int) -> tuple[list[Item], Pending]:
-        """Remove up to ``most`` of the oldest events and the drop counts not yet reported."""
+    def take(self) -> tuple[Queues, Pending]:
+        """Remove every waiting event and the drop counts not yet reported."""
         with self._lock:
-            items = self._items
-            if len(items) <= most:
-                taken = list(items)
-                items.clear()
-            else:
-                taken = [items.popleft() for _ in range(most)]
+            queues, self._queues = self._queues, {}
+            self._order = deque()
             pending, self._pending = self._pending, no_pending()
             self.taken_seq = self.seq
-            return taken, pending
+        return {game: queue for game, queue in queues.items() if queue}, pending
 
-    def put_back(self, items: Iterable[Item], pending: Pending) -> None:
-        """Return events that could not be stored, ahead of newer ones, within the bound."""
+    def take_pending(self) -> Pending:
+        """Remove only the drop counts not yet reported (sync mode sends them with an event)."""
+        with self._lock:
+            pending, self._pending = self._pending, no_pending()
+        return pending
+
+    def put_back(self, failed: Mapping[str, Sequence[bytes]], pending: Pending) -> None:
+        """Return events that could not be stored, ahead of newer ones, within the bound.
+
+        They go back in front of everything collected since, game after game; among
+        themselves only each game's order is kept.
+        """
         with self._lock:
             for kind, counts in pending.items():
                 self._pending[kind].update(counts)
-            self._items.extendleft(reversed(list(items)))
-            excess = len(self._items) - self.limit
-            for _ in range(max(0, excess)):
-                self._pending[DROPPED_FULL][self._items.popleft()[0]] += 1
-                self.dropped_total += 1
+            for game, entries in failed.items():
+                if not entries:
+                    continue
+                queue = self._queues.get(game)
+                if queue is None:
+                    queue = self._queues[game] = deque()
+                queue.extendleft(reversed(entries))
+                self._order.extendleft([game] * len(entries))
+            while len(self._order) > self.limit:
+                self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        game = self._order.popleft()
+        self._queues[game].popleft()
+        self._pending[DROPPED_FULL][game] += 1
+        self.dropped_total += 1
 
     def close(self) -> int:
         """Refuse further events; drop and return the number still waiting."""
         with self._lock:
             self.closed = True
-            count = len(self._items)
-            self._items.clear()
+            count = len(self._order)
+            self._queues = {}
+            self._order = deque()
             return count
 
     def reset_after_fork(self) -> None:
         """In a forked child: the parent still owns and will send what was buffered."""
         self._lock = threading.Lock()
-        self._items = deque()
+        self._queues = {}
+        self._order = deque()
         self._pending = no_pending()
-        self.accepted_total = 0
+        self._notes = 0
         self.dropped_total = 0
         self.seq = 0
         self.taken_seq = 0

@@ -27,8 +27,6 @@ logger = logging.getLogger("collector")
 
 # A flush starts early once this many events are waiting.
 FLUSH_SOON_EVENTS = 2048
-# Events one flush round takes from the buffer.
-FLUSH_MAX_EVENTS = 20_000
 # Validated game names remembered, so the hot path skips the regex for known games.
 KNOWN_GAMES_LIMIT = 10_000
 
@@ -177,13 +175,13 @@ class Collector:
     def _store_now(self, game: str, entry: bytes) -> int:
         if self._closed:
             return self._drop_closed(game)
-        _, pending = self._buffer.take(0)
+        pending = self._buffer.take_pending()
         try:
-            result = self._get_writer().write([(game, entry)], pending)
+            result = self._get_writer().write({game: [entry]}, pending)
             if result.error is not None:
                 raise result.error
         except Exception as exc:
-            self._buffer.put_back([], pending)
+            self._buffer.put_back({}, pending)
             self._count("backend_errors")
             raise BackendError(
                 f"could not store event of game {game!r} in {describe(self.config.redis)}: "
@@ -233,18 +231,18 @@ class Collector:
         """Write what is buffered; False if Redis failed (the events are put back)."""
         while True:
             self._idle.clear()
-            items, pending = self._buffer.take(FLUSH_MAX_EVENTS)
-            if not items and not any(pending.values()):
+            queues, pending = self._buffer.take()
+            if not queues and not any(pending.values()):
                 self._flushed_seq = self._buffer.taken_seq
                 self._idle.set()
                 return True
-            self._in_flush = len(items)
+            self._in_flush = taken = sum(map(len, queues.values()))
             try:
-                result = self._get_writer().write(items, pending)
+                result = self._get_writer().write(queues, pending)
             except Exception as exc:  # never let the flusher die; Redis may come back
-                self._buffer.put_back(items, pending)
+                self._buffer.put_back(queues, pending)
                 self._in_flush = 0
-                self._backend_failed(exc, len(items))
+                self._backend_failed(exc, taken)
                 return False
             self._in_flush = 0
             with self._count_lock:
@@ -253,7 +251,7 @@ class Collector:
                 self._stats["flushes"] += 1
             if result.error is not None:
                 self._buffer.put_back(result.failed, result.failed_pending)
-                self._backend_failed(result.error, len(result.failed))
+                self._backend_failed(result.error, sum(map(len, result.failed.values())))
                 return False
             self._ratelog.reset("backend")
 

@@ -13,6 +13,8 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
+from redis.commands.core import Script
+
 from collector._schema import ShardKeys
 
 SCRIPT_NAMES = (
@@ -54,20 +56,20 @@ class Scripts:
 
     def __init__(self, client: Any) -> None:
         self._client = client
-        self._scripts = {name: client.register_script(script_text(name)) for name in SCRIPT_NAMES}
+        self._scripts: dict[str, Script] = {
+            name: client.register_script(script_text(name)) for name in SCRIPT_NAMES}
 
     def run(self, name: str, keys: Sequence[str], args: Sequence[Any], client: Any = None) -> Any:
         return self._scripts[name](keys=keys, args=args, client=client or self._client)
 
+    def script(self, name: str) -> Script:
+        return self._scripts[name]
+
     def collect(self, keys: ShardKeys, game: str, cap: int, ttl: int, entries: Sequence[bytes],
-                pre_evicted: int = 0, dropped_full: int = 0, dropped_large: int = 0,
-                client: Any = None) -> Any:
-        return self.run(
-            "collect",
-            (keys.queue(game), keys.active, keys.ring, keys.stats),
-            (game, cap, ttl, pre_evicted, dropped_full, dropped_large, b"\n".join(entries)),
-            client,
-        )
+                pre_evicted: int = 0, dropped_full: int = 0, dropped_large: int = 0) -> Any:
+        """Store ``entries``; return how many events the cap evicted."""
+        return self.run("collect", *collect_call(keys, game, cap, ttl, entries, pre_evicted,
+                                                 dropped_full, dropped_large))
 
     def claim(self, keys: ShardKeys, game: str, batch_id: str, token: str, batch_size: int,
               max_batches: int, lease_ms: int, max_age_ms: int, linger_ms: int) -> Claimed:
@@ -138,6 +140,16 @@ class Scripts:
 
     def shard_lease(self, keys: ShardKeys, owner: str, lease_ms: int) -> bool:
         return bool(self.run("shard_lease", (keys.owner,), (owner, lease_ms)))
+
+
+def collect_call(keys: ShardKeys, game: str, cap: int, ttl: int, entries: Sequence[bytes],
+                 pre_evicted: int = 0, dropped_full: int = 0, dropped_large: int = 0,
+                 ) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    """KEYS and ARGV of one collect script call."""
+    return (
+        (keys.queue(game), keys.active, keys.ring, keys.stats),
+        (game, cap, ttl, pre_evicted, dropped_full, dropped_large, b"\n".join(entries)),
+    )
 
 
 def split_entries(blob: bytes) -> list[bytes]:

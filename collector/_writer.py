@@ -1,20 +1,22 @@
-"""Store buffered events in Redis: grouped by game, many events per script call, pipelined."""
+"""Store buffered events in Redis: many events of one game per script call, many calls per write."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from collector._buffer import DROPPED_FULL, EVICTED, TOO_LARGE, Item, Pending, no_pending
+from collector._buffer import DROPPED_FULL, EVICTED, TOO_LARGE, Pending, no_pending
+from collector._pipeline import run_script_calls
 from collector._redis import UNAVAILABLE
 from collector._schema import KeySchema
-from collector._scripts import Scripts
+from collector._scripts import Scripts, collect_call
 
-# Events per script call: large enough to amortise the round trip, small enough that one call
-# never blocks the server for long.
+# Events per script call: large enough to amortise the call, small enough that one call never
+# blocks the server for long (about a millisecond).
 EVENTS_PER_CALL = 1000
+# Events per socket write on a single server: bounds the size of one write (a few MB).
+EVENTS_PER_WRITE = 20_000
 
 
 @dataclass
@@ -35,27 +37,26 @@ class Call:
 class WriteResult:
     stored: int = 0
     evicted: int = 0
-    failed: list[Item] = field(default_factory=list)
+    failed: dict[str, list[bytes]] = field(default_factory=dict)
     failed_pending: Pending = field(default_factory=no_pending)
     error: Exception | None = None
 
 
-def plan_calls(items: list[Item], pending: Pending, cap_for: Callable[[str], int]) -> list[Call]:
-    """Group events by game (order kept) and split them into script calls.
+def plan_calls(queues: Mapping[str, Sequence[bytes]], pending: Pending,
+               cap_for: Callable[[str], int]) -> list[Call]:
+    """One call per game (more for a game with over EVENTS_PER_CALL events), drop counts
+    riding on the game's first call.
 
     More events of one game than its cap would be trimmed at once, so they are not sent;
     the script counts them as evicted all the same.
     """
-    by_game: dict[str, list[bytes]] = defaultdict(list)
-    for game, entry in items:
-        by_game[game].append(entry)
+    games = dict.fromkeys(queues)
     for counts in pending.values():
-        for game in counts:
-            by_game.setdefault(game, [])
+        games.update(dict.fromkeys(counts))
     calls: list[Call] = []
-    for game, entries in by_game.items():
-        cap = cap_for(game)
-        thinned = max(0, len(entries) - cap)
+    for game in games:
+        entries = list(queues.get(game, ()))
+        thinned = max(0, len(entries) - cap_for(game))
         kept = entries[thinned:]
         calls.append(Call(
             game, kept[:EVENTS_PER_CALL], thinned + pending[EVICTED].get(game, 0),
@@ -69,8 +70,23 @@ def plan_calls(items: list[Item], pending: Pending, cap_for: Callable[[str], int
     return calls
 
 
+def writes(calls: list[Call]) -> Iterator[list[Call]]:
+    """Consecutive groups of calls holding at most about EVENTS_PER_WRITE events each."""
+    group: list[Call] = []
+    events = 0
+    for c in calls:
+        if group and events + len(c.entries) > EVENTS_PER_WRITE:
+            yield group
+            group, events = [], 0
+        group.append(c)
+        events += len(c.entries)
+    if group:
+        yield group
+
+
 class Writer:
-    """Runs planned calls; on a single server they share one pipeline (one round trip)."""
+    """Runs planned calls: on a single server as few socket writes as possible, on a cluster
+    one call at a time (redis-py routes each to its slot's node)."""
 
     def __init__(self, client: Any, scripts: Scripts, schema: KeySchema, cluster: bool,
                  cap_for: Callable[[str], int], ttl_for: Callable[[str], int]) -> None:
@@ -81,35 +97,30 @@ class Writer:
         self._cap_for = cap_for
         self._ttl_for = ttl_for
 
-    def call(self, c: Call, client: Any = None) -> Any:
-        """Run one call; with a pipeline as ``client`` the reply comes from ``execute()``."""
-        return self._scripts.collect(
-            self._schema.for_game(c.game), c.game, self._cap_for(c.game), self._ttl_for(c.game),
-            c.entries, c.pre_evicted, c.dropped_full, c.too_large, client=client,
-        )
+    def _args(self, c: Call) -> tuple[Sequence[str], Sequence[Any]]:
+        return collect_call(self._schema.for_game(c.game), c.game, self._cap_for(c.game),
+                            self._ttl_for(c.game), c.entries, c.pre_evicted, c.dropped_full,
+                            c.too_large)
 
-    def write(self, items: list[Item], pending: Pending) -> WriteResult:
-        calls = plan_calls(items, pending, self._cap_for)
-        replies: list[Any]
-        if self._cluster or len(calls) == 1:
-            # Scripts must not go through a cluster pipeline (no NOSCRIPT recovery there), and
-            # one call needs no pipeline (which would cost a SCRIPT EXISTS round trip).
-            replies = []
-            # A refused call (WRONGTYPE, OOM, ...) fails alone, as in a pipeline: raising here
-            # would put back, and so send again, the calls that already succeeded.
+    def write(self, queues: Mapping[str, Sequence[bytes]], pending: Pending) -> WriteResult:
+        calls = plan_calls(queues, pending, self._cap_for)
+        replies: list[Any] = []
+        if self._cluster:
+            # A refused call (WRONGTYPE, OOM, ...) fails alone: raising here would put back,
+            # and so send again, the calls that already succeeded.
             for c in calls:
                 try:
-                    replies.append(self.call(c))
+                    replies.append(self._scripts.run("collect", *self._args(c)))
                 except Exception as exc:
                     replies.append(exc)
-        else:
+            return tally(calls, replies)
+        script = self._scripts.script("collect")
+        for group in writes(calls):
             try:
-                with self._client.pipeline(transaction=False) as pipe:
-                    for c in calls:
-                        self.call(c, client=pipe)
-                    replies = pipe.execute(raise_on_error=False)
+                replies += run_script_calls(self._client, script, [self._args(c) for c in group])
             except UNAVAILABLE as exc:
-                replies = [exc] * len(calls)
+                replies += [exc] * (len(calls) - len(replies))
+                break
         return tally(calls, replies)
 
 
@@ -119,8 +130,9 @@ def tally(calls: list[Call], replies: list[Any]) -> WriteResult:
     for c, reply in zip(calls, replies, strict=True):
         if isinstance(reply, Exception):
             result.error = reply
-            result.failed.extend((c.game, e) for e in c.thinned)
-            result.failed.extend((c.game, e) for e in c.entries)
+            failed = result.failed.setdefault(c.game, [])
+            failed += c.thinned
+            failed += c.entries
             result.failed_pending[EVICTED][c.game] += c.pre_evicted - len(c.thinned)
             result.failed_pending[DROPPED_FULL][c.game] += c.dropped_full
             result.failed_pending[TOO_LARGE][c.game] += c.too_large

@@ -91,12 +91,12 @@ def test_flush_waits_for_events_taken_but_not_yet_written(
     taken, release = threading.Event(), threading.Event()
     take = c._buffer.take
 
-    def held_take(most: int) -> Any:
-        items, pending = take(most)
-        if items:
+    def held_take() -> Any:
+        queues, pending = take()
+        if queues:
             taken.set()
             release.wait(30)
-        return items, pending
+        return queues, pending
 
     monkeypatch.setattr(c._buffer, "take", held_take)
     try:

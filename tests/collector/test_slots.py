@@ -11,9 +11,8 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-import collector._collector
+import collector._writer
 from collector._schema import KeySchema, validate_game
-from collector._scripts import Scripts
 from tests.collector.conftest import MakeCollector
 from tests.collector.helpers import queue_events, stats_total, wait_until
 from tests.servers import Cluster
@@ -28,15 +27,15 @@ BAD_GAMES: list[Any] = [
 ]
 
 
-class RecordingScripts(Scripts):
-    """Scripts that remember the keys of every call they run."""
+def recording(calls: list[tuple[str, ...]]) -> Any:
+    """``run_script_calls`` that remembers the keys of every call it runs."""
+    real = collector._writer.run_script_calls
 
-    calls: list[tuple[str, tuple[str, ...]]] = []
+    def run(client: Any, script: Any, batch: Sequence[tuple[Sequence[str], Any]]) -> Any:
+        calls.extend(tuple(keys) for keys, _ in batch)
+        return real(client, script, batch)
 
-    def run(self, name: str, keys: Sequence[str], args: Sequence[Any],
-            client: Any = None) -> Any:
-        RecordingScripts.calls.append((name, tuple(keys)))
-        return super().run(name, keys, args, client)
+    return run
 
 
 def one_slot(keys: Sequence[str]) -> int:
@@ -63,16 +62,15 @@ def test_invalid_names_raise_value_error(game: Any, make_collector: MakeCollecto
 def test_every_key_of_a_collect_call_shares_the_shard_slot(
         monkeypatch: pytest.MonkeyPatch, redis_url: str, r: redis.Redis,
         make_collector: MakeCollector) -> None:
-    monkeypatch.setattr(RecordingScripts, "calls", [])
-    monkeypatch.setattr(collector._collector, "Scripts", RecordingScripts)
+    calls: list[tuple[str, ...]] = []
+    monkeypatch.setattr(collector._writer, "run_script_calls", recording(calls))
     c = make_collector(url=redis_url, mode="sync", key_prefix="slots", shards=16)
     for game in NASTY_GAMES:
         c.collect(game, {"g": game})
-    calls = RecordingScripts.calls
-    assert [name for name, _ in calls] == ["collect"] * len(NASTY_GAMES)
+    assert len(calls) == len(NASTY_GAMES)
 
     schema = KeySchema("slots", 16)
-    for game, (_, keys) in zip(NASTY_GAMES, calls, strict=True):
+    for game, keys in zip(NASTY_GAMES, calls, strict=True):
         shard = schema.for_game(game)
         assert one_slot(keys) == key_slot(shard.tag.encode())
         assert keys[0] == shard.queue(game)

@@ -13,7 +13,9 @@ import orjson
 import redis
 
 from collector._config import TelemetryConfig
+from collector._pipeline import run_script_calls
 from collector._schema import entry_event
+from collector._scripts import collect_call
 from reporter._accounting import read_totals
 from reporter._endpoint import LocalEndpoint, Received
 from reporter._service import ReporterService
@@ -46,13 +48,12 @@ def check_batches(received: list[Received]) -> None:
 
 def store_many(client: redis.Redis, service: ReporterService,
                games: dict[str, list[bytes]]) -> None:
-    """Store several games' entries in one pipeline, through collect.lua."""
-    scripts, schema = service.store.scripts, service.schema
-    with client.pipeline(transaction=False) as pipe:
-        for game, entries in games.items():
-            scripts.collect(schema.for_game(game), game, service.config.cap_for(game), TTL,
-                            entries, client=pipe)
-        pipe.execute()
+    """Store several games' entries in one write, through collect.lua."""
+    schema = service.schema
+    calls = [collect_call(schema.for_game(game), game, service.config.cap_for(game), TTL, entries)
+             for game, entries in games.items()]
+    replies = run_script_calls(client, service.store.scripts.script("collect"), calls)
+    assert not [reply for reply in replies if isinstance(reply, Exception)]
 
 
 # -- fairness ------------------------------------------------------------------------------

@@ -1,0 +1,70 @@
+"""The in-process buffer: per-game queues, a global bound that drops the oldest, put-back."""
+
+from __future__ import annotations
+
+from collector._buffer import DROPPED_FULL, TOO_LARGE, EventBuffer
+
+
+def taken(buffer: EventBuffer) -> dict[str, list[bytes]]:
+    queues, _ = buffer.take()
+    return {game: list(queue) for game, queue in queues.items()}
+
+
+def test_take_groups_by_game_in_order_and_empties_the_buffer() -> None:
+    b = EventBuffer(10)
+    for game, entry in [("a", b"1"), ("b", b"2"), ("a", b"3")]:
+        b.append(game, entry)
+    assert len(b) == 3
+    assert taken(b) == {"a": [b"1", b"3"], "b": [b"2"]}
+    assert len(b) == 0
+    assert taken(b) == {}
+    assert b.accepted_total == 3
+
+
+def test_full_buffer_drops_the_oldest_of_all_games_and_counts_it_per_game() -> None:
+    b = EventBuffer(3)
+    for game, entry in [("a", b"1"), ("b", b"2"), ("a", b"3"), ("b", b"4"), ("c", b"5")]:
+        assert b.append(game, entry) == min(3, int(entry))
+    assert b.dropped_total == 2
+    queues, pending = b.take()
+    assert {g: list(q) for g, q in queues.items()} == {"a": [b"3"], "b": [b"4"], "c": [b"5"]}
+    assert pending[DROPPED_FULL] == {"a": 1, "b": 1}
+    assert b.accepted_total == 5
+
+
+def test_put_back_goes_ahead_of_newer_events_and_respects_the_bound() -> None:
+    b = EventBuffer(4)
+    b.append("a", b"1")
+    b.append("b", b"2")
+    failed, pending = b.take()
+    b.append("a", b"3")
+    b.append("c", b"4")
+    b.append("c", b"5")
+    b.put_back(failed, pending)  # five waiting: the oldest put-back event goes
+    assert b.dropped_total == 1
+    queues, pending = b.take()
+    assert sum(map(len, queues.values())) == 4
+    assert list(queues["c"]) == [b"4", b"5"]
+    assert sum(pending[DROPPED_FULL].values()) == 1
+    # Whichever put-back event was dropped, the newer ones all survived.
+    assert b"3" in queues["a"]
+
+
+def test_notes_ride_along_and_are_not_accepted_events() -> None:
+    b = EventBuffer(10)
+    b.note(TOO_LARGE, "a", 2)
+    b.append("a", b"1")
+    assert b.seq == 2
+    assert b.accepted_total == 1
+    assert b.take_pending()[TOO_LARGE] == {"a": 2}
+    queues, pending = b.take()
+    assert list(queues["a"]) == [b"1"]
+    assert not pending[TOO_LARGE]
+
+
+def test_closed_buffer_refuses_and_reports_what_it_dropped() -> None:
+    b = EventBuffer(10)
+    b.append("a", b"1")
+    assert b.close() == 1
+    assert b.append("a", b"2") == -1
+    assert len(b) == 0

@@ -1,0 +1,89 @@
+"""The flusher's writes on a single server: one socket write per flush, NOSCRIPT recovered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+from redis.connection import Connection
+
+import collector._writer
+from collector import Collector
+from collector._schema import KeySchema
+from tests.collector.conftest import MakeCollector
+from tests.collector.helpers import balanced, queue_events
+
+PREFIX = "tw"
+SCHEMA = KeySchema(PREFIX, 16)
+GAMES = [f"game-{n}" for n in range(50)]
+
+
+@pytest.fixture
+def sends(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Bytes of every command buffer any connection sends, in order."""
+    sizes: list[int] = []
+    real = Connection.send_packed_command
+
+    def counting(self: Connection, command: Any, check_health: bool = True) -> None:
+        sizes.append(sum(len(part) for part in command) if isinstance(command, list)
+                     else len(command))
+        real(self, command, check_health)
+
+    monkeypatch.setattr(Connection, "send_packed_command", counting)
+    return sizes
+
+
+def collect_all(c: Collector, per_game: int) -> None:
+    for i in range(per_game):
+        for game in GAMES:
+            c.collect(game, {"seq": i})
+
+
+def test_a_flush_of_many_games_is_one_socket_write(
+        redis_url: str, r: redis.Redis, make_collector: MakeCollector,
+        sends: list[int]) -> None:
+    c = make_collector(url=redis_url, key_prefix=PREFIX, flush_interval_ms=60_000)
+    c.collect("warm-up", {})
+    assert c.flush(timeout=10)
+    sends.clear()
+    collect_all(c, 20)  # 1,000 events over 50 games, fewer than wake the flusher early
+    assert c.flush(timeout=10)
+    assert len(sends) == 1
+    for game in GAMES:
+        assert [e["seq"] for e in queue_events(r, SCHEMA, game)] == list(range(20))
+
+
+def test_a_large_flush_is_split_into_bounded_writes(
+        redis_url: str, r: redis.Redis, make_collector: MakeCollector, sends: list[int],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(collector._writer, "EVENTS_PER_CALL", 30)
+    monkeypatch.setattr(collector._writer, "EVENTS_PER_WRITE", 400)
+    c = make_collector(url=redis_url, key_prefix=PREFIX, flush_interval_ms=60_000)
+    c.collect("warm-up", {})
+    assert c.flush(timeout=10)
+    sends.clear()
+    collect_all(c, 40)  # 2,000 events: two calls per game, at most 13 calls per write
+    assert c.flush(timeout=10)
+    assert len(sends) == 5
+    for game in GAMES:
+        assert [e["seq"] for e in queue_events(r, SCHEMA, game)] == list(range(40))
+    assert balanced(c.stats())
+
+
+def test_scripts_flushed_from_the_server_are_loaded_again(
+        redis_url: str, r: redis.Redis, make_collector: MakeCollector) -> None:
+    for mode in ("background", "sync"):
+        c = make_collector(url=redis_url, key_prefix=mode, mode=mode)
+        c.collect("g", {"seq": 1})
+        assert c.flush(timeout=10)
+        r.script_flush()
+        c.collect("g", {"seq": 2})
+        c.collect("h", {"seq": 3})
+        assert c.flush(timeout=10)
+        schema = KeySchema(mode, 16)
+        assert [e["seq"] for e in queue_events(r, schema, "g")] == [1, 2]
+        assert [e["seq"] for e in queue_events(r, schema, "h")] == [3]
+        stats = c.stats()
+        assert stats["backend_errors"] == 0
+        assert stats["stored"] == 3
