@@ -65,15 +65,17 @@ def redis_cpu(client: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
+PY_SPY = Path(sys.executable).with_name("py-spy")
+
+
 @contextmanager
 def profiled(pid: int, out: Path | None, name: str) -> Iterator[None]:
     """py-spy record the process while the block runs (``--profile``)."""
     if out is None:
         yield
         return
-    py_spy = Path(sys.executable).with_name("py-spy")
     target = out / f"{name}.txt"
-    proc = subprocess.Popen([str(py_spy), "record", "--pid", str(pid), "--rate", "200",
+    proc = subprocess.Popen([str(PY_SPY), "record", "--pid", str(pid), "--rate", "200",
                              "--format", "raw", "--gil", "--threads", "--nonblocking", "--output",
                              str(target)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

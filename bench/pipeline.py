@@ -65,7 +65,7 @@ from bench._fast_endpoint import (  # noqa: E402
     endpoint_capacity,
     local_endpoint_capacity,
 )
-from bench._pipeline_phases import Context, run_drain, run_e2e  # noqa: E402
+from bench._pipeline_phases import PY_SPY, Context, run_drain, run_e2e  # noqa: E402
 from bench._pipeline_report import (  # noqa: E402
     DrainResult,
     E2EResult,
@@ -183,6 +183,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     if args.profile is not None:
+        if not PY_SPY.exists():
+            print(f"--profile needs py-spy beside this Python ({PY_SPY}); install it with "
+                  f"{Path(sys.executable).with_name('pip')} install py-spy (the project's "
+                  "'profile' extra)", file=sys.stderr)
+            return 2
         args.profile.mkdir(parents=True, exist_ok=True)
     server = Server(binaries[args.server])
     if server.port == FORBIDDEN_PORT:

@@ -35,30 +35,39 @@ class JsonSender:
 
     def __init__(self, settings: SinkSettings, transport: httpx.BaseTransport | None = None
                  ) -> None:
-        self._url = settings.url
+        self._url = settings.url  # as configured, for describe()
         self._gzip = settings.gzip
         headers = {"User-Agent": USER_AGENT, "Content-Type": "application/json",
                    **settings.headers}
         if settings.gzip:
             headers["Content-Encoding"] = "gzip"
+        timeout = httpx.Timeout(settings.timeout_seconds, connect=settings.connect_timeout_seconds)
         self._client = httpx.Client(
             headers=headers,
-            timeout=httpx.Timeout(settings.timeout_seconds,
-                                  connect=settings.connect_timeout_seconds),
+            timeout=timeout,
             limits=httpx.Limits(max_connections=settings.max_connections,
                                 max_keepalive_connections=settings.max_connections),
             transport=transport or _default_transport(settings),
             trust_env=settings.transport == "httpx",
         )
+        # What Client.post() would work out again for every request (parsing the URL, merging
+        # the client's headers, the timeout), done once: a fifth of the CPU of a POST.
+        self._request_url = httpx.URL(settings.url)
+        self._request_headers = self._client.headers
+        self._request_extensions = {"timeout": timeout.as_dict()}
 
     def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1
              ) -> Outcome:
         body = json_body(game, batch_id, events)
         if self._gzip:
             body = gzip.compress(body, compresslevel=5)
+        headers = self._request_headers.copy()
+        headers["Idempotency-Key"] = batch_id
+        headers[ATTEMPT_HEADER] = str(attempt)
+        request = httpx.Request("POST", self._request_url, headers=headers, content=body,
+                                extensions=self._request_extensions)
         try:
-            response = self._client.post(self._url, content=body, headers={
-                "Idempotency-Key": batch_id, ATTEMPT_HEADER: str(attempt)})
+            response = self._client.send(request)
         except httpx.HTTPError as exc:
             return classify_transport_error(exc)
         return classify_http(response.status_code, response.headers.get("Retry-After"),

@@ -44,7 +44,7 @@ class Recorder:
 
 def sink_config(env: dict[str, str] | None = None, **sink: Any) -> TelemetryConfig:
     raw = raw_settings(TelemetryConfig())
-    raw["sink"].update(url=URL, **sink)
+    raw["sink"].update({"url": URL, **sink})
     return build_config(raw, "test", env=env or {}, interpolate=env is not None)
 
 
@@ -88,6 +88,28 @@ def test_idempotency_key_is_the_batch_id(sender_for: Callable[..., JsonSender]) 
     sender.send("g", "b-1.0", raw_events())
     sender.send("g", "b-2.3", raw_events())
     assert [r.headers["Idempotency-Key"] for r in recorder.requests] == ["b-1.0", "b-2.3"]
+
+
+def test_every_request_carries_the_standard_headers_and_the_timeouts(
+        sender_for: Callable[..., JsonSender]) -> None:
+    config = sink_config(url="https://ingest.invalid:8443/v1/events?src=a",
+                         timeout_seconds=7.5, connect_timeout_seconds=1.5)
+    recorder = Recorder()
+    sender = sender_for(recorder, config.sink)
+    for attempt in (1, 3):
+        sender.send("g", "b", raw_events(), attempt)
+
+    assert len(recorder.requests) == 2
+    for request, attempt in zip(recorder.requests, (1, 3), strict=True):
+        assert str(request.url) == "https://ingest.invalid:8443/v1/events?src=a"
+        assert request.method == "POST"
+        assert request.headers["Host"] == "ingest.invalid:8443"
+        assert request.headers["Content-Type"] == "application/json"
+        assert request.headers["User-Agent"].startswith("telemetry-reporter/")
+        assert request.headers["Content-Length"] == str(len(request.content))
+        assert request.headers["X-Telemetry-Attempt"] == str(attempt)
+        assert request.extensions["timeout"] == {
+            "connect": 1.5, "read": 7.5, "write": 7.5, "pool": 7.5}
 
 
 def test_json_body_is_assembled_from_raw_bytes() -> None:
