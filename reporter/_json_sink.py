@@ -10,7 +10,7 @@ import orjson
 
 from collector._config import SinkSettings, mask_url
 from reporter._outcomes import Outcome, classify_http, classify_transport_error
-from reporter._transport import StdlibTransport
+from reporter._transport import SocketTransport
 
 USER_AGENT = "telemetry-reporter/0.1"
 ATTEMPT_HEADER = "X-Telemetry-Attempt"  # 1 for the first try of a batch, then 2, 3, ...
@@ -26,7 +26,7 @@ def json_body(game: str, batch_id: str, events: Sequence[bytes]) -> bytes:
 
 def _default_transport(settings: SinkSettings) -> httpx.BaseTransport | None:
     if settings.transport == "stdlib":
-        return StdlibTransport(settings.connect_timeout_seconds, settings.timeout_seconds)
+        return SocketTransport(settings.connect_timeout_seconds, settings.timeout_seconds)
     return None  # httpx's own
 
 

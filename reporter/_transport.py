@@ -1,94 +1,252 @@
-"""An httpx transport over the standard library's ``http.client``, one connection per thread.
+"""A lean HTTP/1.1 transport for the ``httpx.Client``: keep-alive sockets, one per worker thread.
 
-httpx's default transport (httpcore) costs about 1 ms of CPU per POST here, several times what
-``http.client`` needs, and the reporter is CPU-bound on small POSTs.  This transport keeps the
-``httpx.Client`` interface (timeouts, headers, ``MockTransport`` in tests) and does the wire work
-with ``http.client``: keep-alive connections, one per worker thread, no connection pool lock.
-It does not do HTTP/2 or proxies; set ``[sink] transport = "httpx"`` for those.
+The reporter is CPU-bound on small POSTs.  httpx's own transport (httpcore) costs several times
+the CPU of the wire work itself, and ``http.client`` spends most of its share parsing headers
+through the ``email`` package.  This transport keeps the ``httpx.Client`` interface (timeouts,
+headers, ``MockTransport`` in tests) and does the wire work itself: the request is one
+``sendall``, the response is usually one ``recv``.  It speaks plain HTTP/1.1 with keep-alive
+and TLS, reads ``Content-Length``, chunked and read-until-close bodies, and skips ``1xx``
+responses.  No HTTP/2, no proxies: set ``[sink] transport = "httpx"`` for those.
 """
 
 from __future__ import annotations
 
-import http.client
+import socket
 import ssl
 import threading
 
 import httpx
 
+# Limits on what an endpoint may answer; more is a protocol error, not a memory problem.
+MAX_HEAD_BYTES = 64 * 1024
+MAX_BODY_BYTES = 8 * 1024 * 1024
+_READ_SIZE = 65536
 
-class StdlibTransport(httpx.BaseTransport):
+Origin = tuple[bytes, str, int]
+
+
+class _Closed(Exception):
+    """The server closed the connection before the response began."""
+
+
+class _Connection:
+    """One socket and what has been read from it but not consumed yet."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = bytearray()
+
+    def fill(self) -> bool:
+        data = self.sock.recv(_READ_SIZE)
+        self.buffer += data
+        return bool(data)
+
+    def take(self, n: int) -> bytes:
+        while len(self.buffer) < n:
+            if not self.fill():
+                raise httpx.RemoteProtocolError("connection closed inside the response body")
+        data = bytes(self.buffer[:n])
+        del self.buffer[:n]
+        return data
+
+    def line(self) -> bytes:
+        while (end := self.buffer.find(b"\r\n")) < 0:
+            if len(self.buffer) > MAX_HEAD_BYTES or not self.fill():
+                raise httpx.RemoteProtocolError("bad chunked response body")
+        data = bytes(self.buffer[:end])
+        del self.buffer[:end + 2]
+        return data
+
+    def head(self) -> bytes:
+        """The status line and headers, without the blank line that ends them."""
+        while (end := self.buffer.find(b"\r\n\r\n")) < 0:
+            if len(self.buffer) > MAX_HEAD_BYTES:
+                raise httpx.RemoteProtocolError("response headers over 64 KiB")
+            if not self.fill():
+                if self.buffer:
+                    raise httpx.RemoteProtocolError("connection closed inside the headers")
+                raise _Closed
+        data = bytes(self.buffer[:end])
+        del self.buffer[:end + 4]
+        return data
+
+    def rest(self) -> bytes:
+        while self.fill():
+            if len(self.buffer) > MAX_BODY_BYTES:
+                raise httpx.RemoteProtocolError("response body over 8 MiB")
+        return bytes(self.buffer)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class SocketTransport(httpx.BaseTransport):
     def __init__(self, connect_timeout: float, timeout: float) -> None:
         self._connect_timeout = connect_timeout
         self._timeout = timeout
         self._local = threading.local()
         self._ssl = ssl.create_default_context()
-        self._all: list[http.client.HTTPConnection] = []
+        self._all: set[_Connection] = set()
         self._lock = threading.Lock()
-
-    def _connection(self, url: httpx.URL) -> tuple[http.client.HTTPConnection, bool]:
-        """This thread's connection to ``url``'s origin, and whether it was used before."""
-        origin = (url.scheme, url.host, url.port)
-        conns: dict[tuple[str, str, int | None], http.client.HTTPConnection] = getattr(
-            self._local, "conns", None) or {}
-        self._local.conns = conns
-        conn = conns.get(origin)
-        if conn is not None:
-            return conn, True
-        if url.scheme == "https":
-            conn = http.client.HTTPSConnection(url.host, url.port,
-                                               timeout=self._connect_timeout, context=self._ssl)
-        else:
-            conn = http.client.HTTPConnection(url.host, url.port, timeout=self._connect_timeout)
-        conns[origin] = conn
-        with self._lock:
-            self._all.append(conn)
-        return conn, False
-
-    def _forget(self, url: httpx.URL, conn: http.client.HTTPConnection) -> None:
-        conn.close()
-        self._local.conns.pop((url.scheme, url.host, url.port), None)
-        with self._lock:
-            if conn in self._all:  # close() may have taken the list already
-                self._all.remove(conn)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
-        body = request.read()
-        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
-        target = url.raw_path.decode("ascii")
+        origin: Origin = (url.raw_scheme, url.host, url.port or _default_port(url))
+        data = _request_bytes(request)
         for _ in range(2):
-            conn, reused = self._connection(url)
+            conn, reused = self._connection(origin)
             try:
-                if conn.sock is None:
-                    conn.connect()
-                    conn.sock.settimeout(self._timeout)  # type: ignore[attr-defined]
-                conn.putrequest(request.method, target, skip_host=True,
-                                skip_accept_encoding=True)
-                for name, value in headers:
-                    conn.putheader(name, value)
-                conn.endheaders(body)
-                response = conn.getresponse()
-                content = response.read()
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
-                self._forget(url, conn)
+                conn.sock.sendall(data)
+                status, headers, content, keep = _read_response(conn, request.method)
+            except _Closed:
+                self._forget(origin, conn)
                 if reused:
                     continue  # the server closed an idle keep-alive connection: once more
+                raise httpx.RemoteProtocolError("server closed the connection without a "
+                                                "response", request=request) from None
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                self._forget(origin, conn)
+                if reused:
+                    continue
                 raise httpx.RemoteProtocolError(str(exc), request=request) from exc
             except TimeoutError as exc:
-                self._forget(url, conn)
+                self._forget(origin, conn)
                 raise httpx.ReadTimeout(str(exc) or "timed out", request=request) from exc
-            except (OSError, http.client.HTTPException) as exc:
-                self._forget(url, conn)
-                raise httpx.ConnectError(str(exc), request=request) from exc
-            if response.will_close:
-                self._forget(url, conn)
-            return httpx.Response(response.status, headers=response.getheaders(),
-                                  content=content, request=request)
+            except OSError as exc:
+                self._forget(origin, conn)
+                raise httpx.ReadError(str(exc), request=request) from exc
+            except httpx.RemoteProtocolError as exc:
+                self._forget(origin, conn)
+                raise httpx.RemoteProtocolError(str(exc), request=request) from exc
+            if not keep:
+                self._forget(origin, conn)
+            return httpx.Response(status, headers=headers, content=content, request=request)
         raise httpx.RemoteProtocolError("connection closed twice", request=request)
+
+    def _connection(self, origin: Origin) -> tuple[_Connection, bool]:
+        """This thread's connection to ``origin``, and whether it was used before."""
+        conns: dict[Origin, _Connection] | None = getattr(self._local, "conns", None)
+        if conns is None:
+            conns = self._local.conns = {}
+        conn = conns.get(origin)
+        if conn is not None:
+            return conn, True
+        conn = conns[origin] = _Connection(self._connect(origin))
+        with self._lock:
+            self._all.add(conn)
+        return conn, False
+
+    def _connect(self, origin: Origin) -> socket.socket:
+        scheme, host, port = origin
+        try:
+            sock = socket.create_connection((host, port), timeout=self._connect_timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if scheme == b"https":
+                sock = self._ssl.wrap_socket(sock, server_hostname=host)
+        except TimeoutError as exc:
+            raise httpx.ConnectTimeout(f"connecting to {host}:{port}: timed out") from exc
+        except OSError as exc:
+            raise httpx.ConnectError(f"connecting to {host}:{port}: {exc}") from exc
+        sock.settimeout(self._timeout)
+        return sock
+
+    def _forget(self, origin: Origin, conn: _Connection) -> None:
+        conn.close()
+        self._local.conns.pop(origin, None)
+        with self._lock:
+            self._all.discard(conn)
 
     def close(self) -> None:
         with self._lock:
-            conns, self._all = self._all, []
+            conns, self._all = self._all, set()
         for conn in conns:
             conn.close()
 
+
+def _default_port(url: httpx.URL) -> int:
+    return 443 if url.raw_scheme == b"https" else 80
+
+
+def _request_bytes(request: httpx.Request) -> bytes:
+    lines = [b"%s %s HTTP/1.1" % (request.method.encode("ascii"), request.url.raw_path)]
+    for name, value in request.headers.raw:
+        if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name:
+            raise httpx.LocalProtocolError(f"header {name!r} holds a line break",
+                                           request=request)
+        lines.append(name + b": " + value)
+    lines.append(b"\r\n")
+    return b"\r\n".join(lines) + request.read()
+
+
+def _read_response(conn: _Connection, method: str
+                   ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
+    """Status, headers, body, and whether the connection can carry another request."""
+    while True:
+        lines = conn.head().split(b"\r\n")
+        version, status = _status_line(lines[0])
+        if not 100 <= status < 200:
+            break  # 1xx (100 Continue, 103 Early Hints) come before the real response
+    headers, length, chunked, connection = _headers(lines[1:])
+    keep = b"close" not in connection if version == b"HTTP/1.1" else b"keep-alive" in connection
+    if method == "HEAD" or status in (204, 304):
+        return status, headers, b"", keep
+    if chunked:
+        return status, headers, _chunked_body(conn), keep
+    if length is not None:
+        return status, headers, conn.take(length), keep
+    return status, headers, conn.rest(), False  # the body ends when the server closes
+
+
+def _headers(lines: list[bytes]) -> tuple[list[tuple[bytes, bytes]], int | None, bool, bytes]:
+    """The header pairs, Content-Length, whether the body is chunked, the Connection value."""
+    headers: list[tuple[bytes, bytes]] = []
+    length: int | None = None
+    chunked = False
+    connection = b""
+    for line in lines:
+        name, sep, value = line.partition(b":")
+        if not sep:
+            raise httpx.RemoteProtocolError(f"malformed header line {line[:80]!r}")
+        name, value = name.strip(), value.strip()
+        headers.append((name, value))
+        key = name.lower()
+        if key == b"content-length":
+            length = _content_length(value)
+        elif key == b"transfer-encoding":
+            chunked = value.lower().endswith(b"chunked")
+        elif key == b"connection":
+            connection = value.lower()
+    return headers, length, chunked, connection
+
+
+def _status_line(line: bytes) -> tuple[bytes, int]:
+    version, _, rest = line.partition(b" ")
+    code = rest[:3]
+    if not version.startswith(b"HTTP/1.") or not code.isdigit():
+        raise httpx.RemoteProtocolError(f"malformed status line {line[:80]!r}")
+    return version, int(code)
+
+
+def _content_length(value: bytes) -> int:
+    if not value.isdigit() or int(value) > MAX_BODY_BYTES:
+        raise httpx.RemoteProtocolError(f"bad or too large Content-Length {value[:40]!r}")
+    return int(value)
+
+
+def _chunked_body(conn: _Connection) -> bytes:
+    body = bytearray()
+    while True:
+        size_text = conn.line().split(b";", 1)[0].strip()
+        try:
+            size = int(size_text, 16)
+        except ValueError:
+            raise httpx.RemoteProtocolError(f"bad chunk size {size_text[:40]!r}") from None
+        if size == 0:
+            while conn.line():  # trailers, up to the blank line
+                pass
+            return bytes(body)
+        if len(body) + size > MAX_BODY_BYTES:
+            raise httpx.RemoteProtocolError("response body over 8 MiB")
+        body += conn.take(size)
+        if conn.take(2) != b"\r\n":
+            raise httpx.RemoteProtocolError("chunk not followed by CRLF")
