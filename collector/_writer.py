@@ -6,6 +6,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.exceptions import AskError, ClusterDownError, RedisClusterException, TryAgainError
+
 from collector._buffer import DROPPED_FULL, EVICTED, TOO_LARGE, Pending, no_pending
 from collector._pipeline import run_script_calls
 from collector._redis import UNAVAILABLE
@@ -15,8 +17,11 @@ from collector._scripts import Scripts, collect_call
 # Events per script call: large enough to amortise the call, small enough that one call never
 # blocks the server for long (about a millisecond).
 EVENTS_PER_CALL = 1000
-# Events per socket write on a single server: bounds the size of one write (a few MB).
+# Events per socket write: bounds the size of one write (a few MB).
 EVENTS_PER_WRITE = 20_000
+# Replies that mean the call went to the wrong cluster node, or to one that is not ready:
+# MOVED, ASK (MovedError is an AskError), TRYAGAIN, CLUSTERDOWN; and no node for the slot.
+REROUTE = (AskError, TryAgainError, ClusterDownError, RedisClusterException)
 
 
 @dataclass
@@ -85,8 +90,8 @@ def writes(calls: list[Call]) -> Iterator[list[Call]]:
 
 
 class Writer:
-    """Runs planned calls: on a single server as few socket writes as possible, on a cluster
-    one call at a time (redis-py routes each to its slot's node)."""
+    """Runs planned calls with as few socket writes as possible: on a single server all in
+    one, on a cluster one per node (and the odd call redirected while slots move)."""
 
     def __init__(self, client: Any, scripts: Scripts, schema: KeySchema, cluster: bool,
                  cap_for: Callable[[str], int], ttl_for: Callable[[str], int]) -> None:
@@ -104,24 +109,56 @@ class Writer:
 
     def write(self, queues: Mapping[str, Sequence[bytes]], pending: Pending) -> WriteResult:
         calls = plan_calls(queues, pending, self._cap_for)
-        replies: list[Any] = []
-        if self._cluster:
-            # A refused call (WRONGTYPE, OOM, ...) fails alone: raising here would put back,
-            # and so send again, the calls that already succeeded.
-            for c in calls:
-                try:
-                    replies.append(self._scripts.run("collect", *self._args(c)))
-                except Exception as exc:
-                    replies.append(exc)
-            return tally(calls, replies)
+        replies = self._run_on_cluster(calls) if self._cluster else self._run(self._client, calls)
+        return tally(calls, replies)
+
+    def _run(self, client: Any, calls: list[Call]) -> list[Any]:
+        """Replies in order; a refused call (WRONGTYPE, OOM, ...) fails alone, and if the
+        connection fails, so do the calls not yet answered."""
         script = self._scripts.script("collect")
+        replies: list[Any] = []
         for group in writes(calls):
             try:
-                replies += run_script_calls(self._client, script, [self._args(c) for c in group])
+                replies += run_script_calls(client, script, [self._args(c) for c in group])
             except UNAVAILABLE as exc:
                 replies += [exc] * (len(calls) - len(replies))
                 break
-        return tally(calls, replies)
+        return replies
+
+    def _run_on_cluster(self, calls: list[Call]) -> list[Any]:
+        replies: list[Any] = [None] * len(calls)
+        by_node: dict[str, tuple[Any, list[int]]] = {}
+        for i, c in enumerate(calls):
+            try:
+                node = self._client.get_node_from_key(self._schema.for_game(c.game).tag)
+            except Exception as exc:  # the slot map has no node for it: redis-py decides below
+                replies[i] = exc
+                continue
+            by_node.setdefault(node.name, (node, []))[1].append(i)
+        for node, numbers in by_node.values():
+            node_client = self._client.get_redis_connection(node)
+            for i, reply in zip(numbers, self._run(node_client, [calls[i] for i in numbers]),
+                                strict=True):
+                replies[i] = reply
+        return self._rerouted(calls, replies)
+
+    def _rerouted(self, calls: list[Call], replies: list[Any]) -> list[Any]:
+        """Calls the slot map sent astray (a moved or moving slot, a node gone) go once through
+        redis-py's own routing, which follows MOVED/ASK and refreshes the map; after a
+        connection failure one call does, and the rest wait for the next round."""
+        refreshed = False
+        for i, reply in enumerate(replies):
+            if isinstance(reply, UNAVAILABLE):
+                if refreshed:
+                    continue
+                refreshed = True
+            elif not isinstance(reply, REROUTE):
+                continue
+            try:
+                replies[i] = self._scripts.run("collect", *self._args(calls[i]))
+            except Exception as exc:
+                replies[i] = exc
+        return replies
 
 
 def tally(calls: list[Call], replies: list[Any]) -> WriteResult:

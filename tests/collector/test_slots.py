@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import redis
 from redis.cluster import RedisCluster
+from redis.connection import Connection
 from redis.crc import key_slot
 
 import collector._writer
@@ -152,3 +153,81 @@ def test_cluster_failure_of_one_game_does_not_resend_the_others(
     assert c.flush(timeout=10)
     assert queue_events(cluster_client, schema, "bad") == [{"seq": i} for i in range(10)]
     assert queue_events(cluster_client, schema, "good") == [{"seq": i} for i in range(10)]
+
+
+def test_cluster_flush_is_one_write_per_node(cluster: Cluster, cluster_client: Any,
+                                             make_collector: MakeCollector,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    prefix = f"c{uuid.uuid4().hex[:8]}"
+    c = make_collector(url=cluster.url, cluster=True, key_prefix=prefix,
+                       flush_interval_ms=60_000)
+    games = [f"game-{i}" for i in range(60)]
+    for game in games:  # scripts loaded on every node
+        c.collect(game, {"g": game})
+    assert c.flush(timeout=10)
+    ports: list[int] = []
+    real = Connection.send_packed_command
+
+    def counting(self: Connection, command: Any, check_health: bool = True) -> None:
+        ports.append(self.port)
+        real(self, command, check_health)
+
+    monkeypatch.setattr(Connection, "send_packed_command", counting)
+    for game in games:
+        c.collect(game, {"g": game})
+    assert c.flush(timeout=10)
+    monkeypatch.undo()
+    assert sorted(ports) == sorted({n.port for n in cluster.nodes})  # 16 shards over 3 nodes
+    schema = KeySchema(prefix, 16)
+    for game in games:
+        assert queue_events(cluster_client, schema, game) == [{"g": game}] * 2
+
+
+def test_calls_sent_to_the_wrong_node_are_rerouted_once(
+        cluster: Cluster, cluster_client: Any, make_collector: MakeCollector) -> None:
+    """A stale slot map: every call first goes to a node that answers MOVED."""
+    prefix = f"c{uuid.uuid4().hex[:8]}"
+    c = make_collector(url=cluster.url, cluster=True, key_prefix=prefix,
+                       flush_interval_ms=60_000)
+    client = c._get_writer()._client
+    right = client.get_node_from_key
+
+    def wrong(key: str) -> Any:
+        good = right(key)
+        return next(n for n in client.get_primaries() if n.name != good.name)
+
+    client.get_node_from_key = wrong
+    games = [f"game-{i}" for i in range(30)]
+    for i in range(3):
+        for game in games:
+            c.collect(game, {"seq": i})
+    assert c.flush(timeout=20)
+    stats = c.stats()
+    assert (stats["stored"], stats["backend_errors"]) == (90, 0)
+    schema = KeySchema(prefix, 16)
+    for game in games:
+        assert [e["seq"] for e in queue_events(cluster_client, schema, game)] == [0, 1, 2]
+
+
+def test_a_node_unreachable_on_the_fast_path_still_gets_its_events(
+        cluster: Cluster, cluster_client: Any, make_collector: MakeCollector,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One call per round goes through redis-py's routing; nothing is stored twice."""
+    prefix = f"c{uuid.uuid4().hex[:8]}"
+    c = make_collector(url=cluster.url, cluster=True, key_prefix=prefix, flush_interval_ms=5,
+                       retry_max_delay_ms=10)
+
+    def unreachable(*args: Any) -> Any:
+        raise redis.ConnectionError("node unreachable (test)")
+
+    monkeypatch.setattr(collector._writer, "run_script_calls", unreachable)
+    games = [f"game-{i}" for i in range(8)]
+    for game in games:
+        c.collect(game, {"g": game})
+    assert c.flush(timeout=20)
+    stats = c.stats()
+    assert stats["stored"] == 8
+    assert stats["backend_errors"] >= 1
+    schema = KeySchema(prefix, 16)
+    for game in games:
+        assert queue_events(cluster_client, schema, game) == [{"g": game}]
