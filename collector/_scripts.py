@@ -88,8 +88,7 @@ class Scripts:
     def ack(self, keys: ShardKeys, batch_id: str, token: str, stale: int = 0,
             rejected: int = 0) -> int:
         """Events counted as delivered, or -1 if the lease was lost."""
-        return int(self.run("ack", (keys.inflight, keys.batches, keys.payloads, keys.stats),
-                            (batch_id, token, stale, rejected)))
+        return int(self.run("ack", *ack_call(keys, batch_id, token, stale, rejected)))
 
     def nack(self, keys: ShardKeys, batch_id: str, token: str, *, permanent: bool,
              min_delay_ms: int, initial_ms: int, max_ms: int, max_attempts: int,
@@ -150,6 +149,13 @@ def collect_call(keys: ShardKeys, game: str, cap: int, ttl: int, entries: Sequen
         (keys.queue(game), keys.active, keys.ring, keys.stats),
         (game, cap, ttl, pre_evicted, dropped_full, dropped_large, b"\n".join(entries)),
     )
+
+
+def ack_call(keys: ShardKeys, batch_id: str, token: str, stale: int = 0, rejected: int = 0
+             ) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    """KEYS and ARGV of one ack script call."""
+    return (keys.inflight, keys.batches, keys.payloads, keys.stats), (batch_id, token, stale,
+                                                                      rejected)
 
 
 def split_entries(blob: bytes) -> list[bytes]:

@@ -6,6 +6,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -55,12 +56,28 @@ def split_fresh(entries: list[bytes], now_ms: int, settings: ReporterSettings
     return fresh, len(entries) - len(fresh)
 
 
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """A batch the endpoint accepted, waiting to be acknowledged in Redis."""
+
+    game: str
+    stale: int
+    rejected: int
+
+
+# A held batch taken out for its ack: (batch id, shard, lease token, what was delivered).
+ToAck = tuple[str, ShardKeys, str, Delivered]
+
+
 @dataclass
 class Held:
-    """Batches this process holds a lease on, so they can be extended or released."""
+    """Batches this process holds a lease on, so they can be extended, released or, once
+    delivered, acknowledged.  Whoever takes a batch out (its worker or ``stop()``) finishes
+    it, so it is never both released and acknowledged."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     batches: dict[str, tuple[ShardKeys, str]] = field(default_factory=dict)
+    delivered: dict[str, Delivered] = field(default_factory=dict)
 
     def add(self, keys: ShardKeys, batch_id: str, token: str) -> None:
         with self.lock:
@@ -69,6 +86,36 @@ class Held:
     def drop(self, batch_id: str) -> None:
         with self.lock:
             self.batches.pop(batch_id, None)
+            self.delivered.pop(batch_id, None)
+
+    def mark_delivered(self, batch_id: str, delivered: Delivered) -> bool:
+        """Note a delivered batch for a later ack; False if it is no longer held."""
+        with self.lock:
+            if batch_id not in self.batches:
+                return False
+            self.delivered[batch_id] = delivered
+            return True
+
+    def take_delivered(self, batch_ids: Sequence[str]) -> list[ToAck]:
+        with self.lock:
+            out = []
+            for batch_id in batch_ids:
+                delivered = self.delivered.pop(batch_id, None)
+                if delivered is not None:
+                    keys, token = self.batches.pop(batch_id)
+                    out.append((batch_id, keys, token, delivered))
+            return out
+
+    def take_all(self) -> tuple[list[tuple[str, ShardKeys, str]], list[ToAck]]:
+        """Everything held: (to release, to acknowledge)."""
+        with self.lock:
+            batches, self.batches = self.batches, {}
+            delivered, self.delivered = self.delivered, {}
+        to_ack = [(b, keys, token, delivered[b]) for b, (keys, token) in batches.items()
+                  if b in delivered]
+        to_release = [(b, keys, token) for b, (keys, token) in batches.items()
+                      if b not in delivered]
+        return to_release, to_ack
 
     def snapshot(self) -> list[tuple[str, ShardKeys, str]]:
         with self.lock:
@@ -127,7 +174,8 @@ class Deliverer:
 
     def deliver_all(self, keys: ShardKeys, token: str, batches: Sequence[Leased],
                     stop: threading.Event) -> None:
-        """Send batches leased together, one after another.
+        """Send batches leased together, one after another, then ack the delivered ones in
+        one round trip.
 
         All of them are held from the start, so the LeaseKeeper renews the leases of those
         still waiting behind a slow POST.  Once the process is stopping or the endpoint has
@@ -140,10 +188,9 @@ class Deliverer:
                     for _, rest, _, _ in batches[i:]:
                         self._store.release(keys, rest, token)
                     return
-                self.deliver(keys, game, batch_id, token, entries, attempts)
+                self._deliver(keys, game, batch_id, token, entries, attempts)
         finally:
-            for _, batch_id, _, _ in batches:
-                self.held.drop(batch_id)
+            self._finish([batch_id for _, batch_id, _, _ in batches])
 
     def deliver(self, keys: ShardKeys, game: str, batch_id: str, token: str,
                 entries: list[bytes], attempts: int = 0) -> str:
@@ -154,7 +201,42 @@ class Deliverer:
         try:
             return self._deliver(keys, game, batch_id, token, entries, attempts)
         finally:
-            self.held.drop(batch_id)
+            self._finish([batch_id])
+
+    def _finish(self, batch_ids: list[str]) -> None:
+        try:
+            self.acknowledge(self.held.take_delivered(batch_ids))
+        finally:
+            for batch_id in batch_ids:
+                self.held.drop(batch_id)
+
+    def acknowledge(self, delivered: Sequence[ToAck]) -> None:
+        """Ack delivered batches (those of one shard in one round trip) and count them.
+
+        A batch whose ack fails stays in flight and is sent again when its lease runs out."""
+        by_shard: dict[int, list[ToAck]] = {}
+        for item in delivered:
+            by_shard.setdefault(item[1].shard, []).append(item)
+        for items in by_shard.values():
+            acks = [(batch_id, token, d.stale, d.rejected) for batch_id, _, token, d in items]
+            replies = self._store.ack_many(items[0][1], acks)
+            for (batch_id, _, _, d), reply in zip(items, replies, strict=True):
+                self._count_ack(batch_id, d, reply)
+
+    def _count_ack(self, batch_id: str, d: Delivered, reply: Any) -> None:
+        if isinstance(reply, Exception):
+            ratelog.log(logging.WARNING, "ack",
+                        "could not acknowledge delivered batch %s of game %r (%s: %s); it will "
+                        "be sent again when its lease runs out", batch_id, d.game,
+                        type(reply).__name__, reply)
+            self.tally.add(ack_failed=1)
+        elif int(reply) < 0:
+            logger.warning("batch %s of game %r was delivered after its lease ran out; "
+                           "it may be sent again", batch_id, d.game)
+            self.tally.add(lease_lost=1)
+        else:
+            self.tally.add(delivered=int(reply), stale=d.stale, rejected=d.rejected,
+                           batches_delivered=1)
 
     def _deliver(self, keys: ShardKeys, game: str, batch_id: str, token: str,
                  entries: list[bytes], attempts: int) -> str:
@@ -166,15 +248,10 @@ class Deliverer:
         outcome = self._sender.send(game, batch_id, fresh, attempts + 1)
         self.gate.record(outcome)
         if outcome.kind == DELIVERED:
-            done = self._store.ack(keys, batch_id, token, stale=stale,
-                                   rejected=outcome.rejected_items)
-            if done < 0:
-                logger.warning("batch %s of game %r was delivered after its lease ran out; "
-                               "it may be sent again", batch_id, game)
-                self.tally.add(lease_lost=1)
-            else:
-                self.tally.add(delivered=done, stale=stale, rejected=outcome.rejected_items,
-                               batches_delivered=1)
+            # Acked with the rest of its claim (one round trip); stop() acks it if it must.
+            done = Delivered(game, stale, outcome.rejected_items)
+            if not self.held.mark_delivered(batch_id, done):  # stop() has given it back
+                self.acknowledge([(batch_id, keys, token, done)])
             return DELIVERED
         permanent = outcome.kind == REJECTED
         result = self._store.nack(keys, batch_id, token, permanent=permanent,

@@ -136,8 +136,14 @@ class ReporterService:
         while len(self.held) and time.monotonic() < deadline:
             if self.abort_event.wait(0.02):
                 break
+        to_release, to_ack = self.held.take_all()
+        try:
+            self.deliverer.acknowledge(to_ack)  # delivered while a later POST was slow
+        except Exception as exc:  # their leases will bring them back: sent again
+            logger.warning("could not acknowledge %d delivered batches (%s); their leases will "
+                           "expire", len(to_ack), exc)
         released = 0
-        for batch_id, keys, token in self.held.snapshot():
+        for batch_id, keys, token in to_release:
             try:
                 released += self.store.release(keys, batch_id, token)
             except Exception as exc:  # the lease will bring it back

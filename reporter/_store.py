@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from collector._config import TelemetryConfig
+from collector._pipeline import run_on_cluster, run_script_calls
 from collector._schema import ShardKeys, entry_time_ms
-from collector._scripts import Claimed, NackResult, RetryBatch, Scripts
+from collector._scripts import Claimed, NackResult, RetryBatch, Scripts, ack_call
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +35,7 @@ class BatchStore:
         self._retry = config.retry
         self._dead_max = config.dead.max_batches
         self._lease_ms = int(config.reporter.lease_seconds * 1000)
+        self._run = run_on_cluster if config.redis.cluster else run_script_calls
 
     def ring(self, keys: ShardKeys, start: int, count: int) -> tuple[list[str], int, int]:
         """Up to ``count`` games of the shard's ring from ``start``, the ring's length, and
@@ -75,6 +78,12 @@ class BatchStore:
 
     def ack(self, keys: ShardKeys, batch_id: str, token: str, stale: int, rejected: int) -> int:
         return self.scripts.ack(keys, batch_id, token, stale, rejected)
+
+    def ack_many(self, keys: ShardKeys, acks: Sequence[tuple[str, str, int, int]]) -> list[Any]:
+        """Ack several batches of one shard, (batch id, token, stale, rejected) each, in one
+        round trip; a reply per batch as ``ack`` returns it, or the error it met."""
+        return self._run(self.client, self.scripts.script("ack"),
+                         [ack_call(keys, *ack) for ack in acks])
 
     def nack(self, keys: ShardKeys, batch_id: str, token: str, *, permanent: bool,
              min_delay_ms: int, reason: str) -> NackResult:

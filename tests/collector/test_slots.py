@@ -12,6 +12,7 @@ from redis.cluster import RedisCluster
 from redis.connection import Connection
 from redis.crc import key_slot
 
+import collector._pipeline
 import collector._writer
 from collector._schema import KeySchema, validate_game
 from tests.collector.conftest import MakeCollector
@@ -217,10 +218,10 @@ def test_a_node_unreachable_on_the_fast_path_still_gets_its_events(
     c = make_collector(url=cluster.url, cluster=True, key_prefix=prefix, flush_interval_ms=5,
                        retry_max_delay_ms=10)
 
-    def unreachable(*args: Any) -> Any:
-        raise redis.ConnectionError("node unreachable (test)")
+    def unreachable(client: Any, script: Any, calls: list[Any]) -> list[Any]:
+        return [redis.ConnectionError("node unreachable (test)")] * len(calls)
 
-    monkeypatch.setattr(collector._writer, "run_script_calls", unreachable)
+    monkeypatch.setattr(collector._pipeline, "run_script_calls", unreachable)
     games = [f"game-{i}" for i in range(8)]
     for game in games:
         c.collect(game, {"g": game})

@@ -8,6 +8,7 @@ import pytest
 import redis
 from redis.connection import Connection
 
+import collector._pipeline
 import collector._writer
 from collector import Collector
 from collector._schema import KeySchema
@@ -58,14 +59,16 @@ def test_a_large_flush_is_split_into_bounded_writes(
         redis_url: str, r: redis.Redis, make_collector: MakeCollector, sends: list[int],
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(collector._writer, "EVENTS_PER_CALL", 30)
-    monkeypatch.setattr(collector._writer, "EVENTS_PER_WRITE", 400)
+    monkeypatch.setattr(collector._pipeline, "WRITE_BYTES", 8000)
     c = make_collector(url=redis_url, key_prefix=PREFIX, flush_interval_ms=60_000)
     c.collect("warm-up", {})
     assert c.flush(timeout=10)
     sends.clear()
-    collect_all(c, 40)  # 2,000 events: two calls per game, at most 13 calls per write
+    collect_all(c, 40)  # 2,000 events of about 25 bytes: two calls per game, 100 calls
     assert c.flush(timeout=10)
-    assert len(sends) == 5
+    assert 5 < len(sends) < 50
+    largest_call = max(sends[-1], 2000)
+    assert all(size < 8000 + largest_call for size in sends)
     for game in GAMES:
         assert [e["seq"] for e in queue_events(r, SCHEMA, game)] == list(range(40))
     assert balanced(c.stats())

@@ -10,8 +10,10 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 import redis
 
+import reporter._delivery
 from collector._config import TelemetryConfig
 from collector._pipeline import run_script_calls
 from collector._schema import entry_event
@@ -226,6 +228,94 @@ def test_stop_releases_what_the_grace_did_not_cover(
     # the late POST could not ack a batch it no longer held: it stays pending, to be sent
     # again (at least once)
     assert read_totals(client, service.schema).pending_events == 128
+
+
+def test_acks_of_a_claim_go_together_after_its_posts(
+        redis_url: str, client: redis.Redis, make_service: MakeService) -> None:
+    recorder = Recorder()
+    service = make_service(make_config(redis_url, shards=1, reporter={
+        **QUICK, "workers": 1, "max_batches_per_claim": 4}),
+        client=client, transport=recorder.transport())
+    store_many(client, service, {"g": numbered("g", 4 * 128)})
+    rounds: list[int] = []
+    ack_many = service.store.ack_many
+
+    def counted(keys: Any, acks: Any) -> Any:
+        rounds.append(len(acks))
+        return ack_many(keys, acks)
+
+    service.store.ack_many = counted  # type: ignore[method-assign]
+    service.start()
+    wait_until(lambda: read_totals(client, service.schema).counter("delivered") == 512,
+               what="every batch acknowledged")
+    assert rounds == [4]
+    assert len(recorder.posts) == 4
+    counts = service.stop()
+    assert (counts["delivered"], counts["batches_delivered"]) == (512, 4)
+
+
+def test_a_failed_ack_leaves_the_batch_in_flight_and_counts_it(
+        redis_url: str, client: redis.Redis, make_service: MakeService,
+        caplog: pytest.LogCaptureFixture) -> None:
+    recorder = Recorder()
+    service = make_service(make_config(redis_url, shards=1, reporter={
+        **QUICK, "workers": 1, "max_batches_per_claim": 2}),
+        client=client, transport=recorder.transport())
+    store_many(client, service, {"g": numbered("g", 2 * 128)})
+
+    def refused(keys: Any, acks: Any) -> list[Any]:
+        return [redis.ConnectionError("Redis went away (test)")] * len(acks)
+
+    service.store.ack_many = refused  # type: ignore[method-assign]
+    reporter._delivery.ratelog.reset("ack")  # logged at most every 30 s
+    service.start()
+    wait_until(lambda: service.tally.snapshot().get("ack_failed") == 2, what="two failed acks")
+    counts = service.stop()
+    assert counts.get("delivered", 0) == 0
+    assert len(recorder.posts) == 2
+    totals = read_totals(client, service.schema)
+    assert (totals.counter("delivered"), totals.pending_events) == (0, 256)
+    assert client.zcard(service.schema.shard(0).inflight) == 2  # the leases will bring them back
+    assert "could not acknowledge delivered batch" in caplog.text
+
+
+def test_stop_acks_batches_delivered_before_a_post_it_gave_up_on(
+        redis_url: str, client: redis.Redis, make_service: MakeService) -> None:
+    """The first batch of a claim is delivered, the second POST hangs past the grace: the
+    first is acknowledged (never sent again), the second released."""
+    gate = threading.Event()
+
+    def respond(n: int, _: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        if n > 1:
+            gate.wait(30)
+        return 200, {}, b"{}"
+
+    endpoint = LocalEndpoint(respond).start()
+    try:
+        service = make_service(quiet_config(redis_url, endpoint.url,
+                                            max_batches_per_claim=2), client=client)
+        store_many(client, service, {"g1": numbered("g1", 256)})
+        service.start()
+        wait_until(lambda: endpoint.requests == 2, what="the second POST to arrive")
+        assert read_totals(client, service.schema).counter("delivered") == 0  # not yet acked
+
+        result = service.stop(grace=0.1)
+
+        assert (result["delivered"], result["released"]) == (128, 1)
+        keys = service.schema.shard(0)
+        assert client.zcard(keys.retry) == 1
+        assert client.zcard(keys.inflight) == 0
+        totals = read_totals(client, service.schema)
+        assert (totals.counter("delivered"), totals.pending_events) == (128, 128)
+        assert totals.unaccounted == 0
+    finally:
+        gate.set()
+        wait_until(lambda: len(service.held) == 0, what="the late POST to finish")
+        endpoint.stop()
+    # the late POST's batch was released, so it cannot be acked: it stays to be sent again
+    totals = read_totals(client, service.schema)
+    assert (totals.counter("delivered"), totals.pending_events) == (128, 128)
+    assert endpoint.requests == 2
 
 
 # -- accounting ----------------------------------------------------------------------------
