@@ -1,4 +1,4 @@
-"""A lean HTTP/1.1 transport for the ``httpx.Client``: keep-alive sockets, one per worker thread.
+"""A lean HTTP/1.1 transport for the ``httpx.Client``: a bounded pool of keep-alive sockets.
 
 The reporter is CPU-bound on small POSTs.  httpx's own transport (httpcore) costs several times
 the CPU of the wire work itself, and ``http.client`` spends most of its share parsing headers
@@ -81,60 +81,76 @@ class _Connection:
 
 
 class SocketTransport(httpx.BaseTransport):
-    def __init__(self, connect_timeout: float, timeout: float) -> None:
+    """At most ``max_connections`` connections in use at once; idle ones are kept for reuse.
+
+    A request that finds every connection in use waits for one, up to the request's pool
+    timeout, then fails with ``httpx.PoolTimeout``."""
+
+    def __init__(self, connect_timeout: float, timeout: float, max_connections: int) -> None:
         self._connect_timeout = connect_timeout
         self._timeout = timeout
-        self._local = threading.local()
         self._ssl = ssl.create_default_context()
-        self._all: set[_Connection] = set()
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._max_idle = max_connections
+        self._idle: dict[Origin, list[_Connection]] = {}
         self._lock = threading.Lock()
+        self._closed = False
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
         origin: Origin = (url.raw_scheme, url.host, url.port or _default_port(url))
         data = _request_bytes(request)
-        for _ in range(2):
-            conn, reused = self._connection(origin)
-            try:
-                conn.sock.sendall(data)
-                status, headers, content, keep = _read_response(conn, request.method)
-            except _Closed:
-                self._forget(origin, conn)
-                if reused:
-                    continue  # the server closed an idle keep-alive connection: once more
-                raise httpx.RemoteProtocolError("server closed the connection without a "
-                                                "response", request=request) from None
-            except (BrokenPipeError, ConnectionResetError) as exc:
-                self._forget(origin, conn)
-                if reused:
-                    continue
-                raise httpx.RemoteProtocolError(str(exc), request=request) from exc
-            except TimeoutError as exc:
-                self._forget(origin, conn)
-                raise httpx.ReadTimeout(str(exc) or "timed out", request=request) from exc
-            except OSError as exc:
-                self._forget(origin, conn)
-                raise httpx.ReadError(str(exc), request=request) from exc
-            except httpx.RemoteProtocolError as exc:
-                self._forget(origin, conn)
-                raise httpx.RemoteProtocolError(str(exc), request=request) from exc
-            if not keep:
-                self._forget(origin, conn)
-            return httpx.Response(status, headers=headers, content=content, request=request)
-        raise httpx.RemoteProtocolError("connection closed twice", request=request)
+        wait = request.extensions.get("timeout", {}).get("pool", self._timeout)
+        if not self._slots.acquire(timeout=wait):
+            raise httpx.PoolTimeout(f"all connections busy for {wait} s", request=request)
+        try:
+            for _ in range(2):
+                conn, reused = self._connection(origin)
+                try:
+                    conn.sock.sendall(data)
+                    status, headers, content, keep = _read_response(conn, request.method)
+                except _Closed:
+                    conn.close()
+                    if reused:
+                        continue  # the server closed an idle keep-alive connection: once more
+                    raise httpx.RemoteProtocolError("server closed the connection without a "
+                                                    "response", request=request) from None
+                except (BrokenPipeError, ConnectionResetError) as exc:
+                    conn.close()
+                    if reused:
+                        continue
+                    raise httpx.RemoteProtocolError(str(exc), request=request) from exc
+                except BaseException as exc:
+                    conn.close()
+                    error = _as_httpx_error(exc, request)
+                    if error is exc:
+                        raise
+                    raise error from exc
+                if keep:
+                    self._keep(origin, conn)
+                else:
+                    conn.close()
+                return httpx.Response(status, headers=headers, content=content,
+                                      request=request)
+            raise httpx.RemoteProtocolError("connection closed twice", request=request)
+        finally:
+            self._slots.release()
 
     def _connection(self, origin: Origin) -> tuple[_Connection, bool]:
-        """This thread's connection to ``origin``, and whether it was used before."""
-        conns: dict[Origin, _Connection] | None = getattr(self._local, "conns", None)
-        if conns is None:
-            conns = self._local.conns = {}
-        conn = conns.get(origin)
-        if conn is not None:
-            return conn, True
-        conn = conns[origin] = _Connection(self._connect(origin))
+        """An idle connection to ``origin`` or a new one, and whether it was used before."""
         with self._lock:
-            self._all.add(conn)
-        return conn, False
+            idle = self._idle.get(origin)
+            if idle:
+                return idle.pop(), True
+        return _Connection(self._connect(origin)), False
+
+    def _keep(self, origin: Origin, conn: _Connection) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(origin, [])
+            if len(idle) < self._max_idle and not self._closed:
+                idle.append(conn)
+                return
+        conn.close()
 
     def _connect(self, origin: Origin) -> socket.socket:
         scheme, host, port = origin
@@ -150,17 +166,25 @@ class SocketTransport(httpx.BaseTransport):
         sock.settimeout(self._timeout)
         return sock
 
-    def _forget(self, origin: Origin, conn: _Connection) -> None:
-        conn.close()
-        self._local.conns.pop(origin, None)
-        with self._lock:
-            self._all.discard(conn)
-
     def close(self) -> None:
+        """Close the idle connections; one in use is closed when its request ends."""
         with self._lock:
-            conns, self._all = self._all, set()
-        for conn in conns:
-            conn.close()
+            self._closed = True
+            idle, self._idle = self._idle, {}
+        for conns in idle.values():
+            for conn in conns:
+                conn.close()
+
+
+def _as_httpx_error(exc: BaseException, request: httpx.Request) -> BaseException:
+    if isinstance(exc, httpx.HTTPError):
+        exc.request = request
+        return exc
+    if isinstance(exc, TimeoutError):
+        return httpx.ReadTimeout(str(exc) or "timed out", request=request)
+    if isinstance(exc, OSError):
+        return httpx.ReadError(str(exc), request=request)
+    return exc  # KeyboardInterrupt and the like pass through
 
 
 def _default_port(url: httpx.URL) -> int:

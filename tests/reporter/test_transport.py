@@ -90,7 +90,7 @@ def serve() -> Iterator[Callable[..., ScriptedServer]]:
 
 @pytest.fixture
 def client() -> Iterator[httpx.Client]:
-    with httpx.Client(transport=SocketTransport(2.0, 2.0)) as c:
+    with httpx.Client(transport=SocketTransport(2.0, 2.0, 8)) as c:
         yield c
 
 
@@ -207,7 +207,7 @@ def test_slow_server_is_a_read_timeout(serve: Callable[..., ScriptedServer]) -> 
 
     server = serve(slow)
     try:
-        with httpx.Client(transport=SocketTransport(2.0, 0.2)) as c, \
+        with httpx.Client(transport=SocketTransport(2.0, 0.2, 8)) as c, \
                 pytest.raises(httpx.ReadTimeout):
             c.post(server.url, content=b"x")
     finally:
@@ -231,17 +231,82 @@ def test_line_breaks_in_headers_are_refused_before_sending(
     assert server.requests == []
 
 
-def test_close_closes_every_thread_connection(
-        serve: Callable[..., ScriptedServer]) -> None:
-    server = serve(always(OK))
-    transport = SocketTransport(2.0, 2.0)
-    c = httpx.Client(transport=transport)
-    threads = [threading.Thread(target=c.post, args=(server.url,), kwargs={"content": b"x"})
-               for _ in range(3)]
+def test_connections_are_shared_and_bounded(serve: Callable[..., ScriptedServer]) -> None:
+    """Six threads, at most two connections: every request succeeds over those two."""
+    in_flight, most = 0, 0
+    lock = threading.Lock()
+
+    def slow_ok(_n: int, _c: int) -> bytes:
+        nonlocal in_flight, most
+        with lock:
+            in_flight += 1
+            most = max(most, in_flight)
+        threading.Event().wait(0.05)
+        with lock:
+            in_flight -= 1
+        return OK
+
+    server = serve(slow_ok)
+    client = httpx.Client(transport=SocketTransport(2.0, 5.0, 2))  # one client, as the sender
+    errors: list[BaseException] = []
+
+    def post_three() -> None:
+        try:
+            for _ in range(3):
+                assert client.post(server.url, content=b"x").content == b"ok"
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=post_three) for _ in range(6)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
-    assert server.connections == 3
+        t.join(30)
+    client.close()
+    assert not errors
+    assert len(server.requests) == 18
+    assert most == 2
+    assert server.connections == 2
+
+
+def test_waiting_longer_than_the_pool_timeout_is_a_pool_timeout(
+        serve: Callable[..., ScriptedServer]) -> None:
+    hold = threading.Event()
+
+    def held(_n: int, _c: int) -> bytes:
+        hold.wait(5)
+        return OK
+
+    server = serve(held)
+    client = httpx.Client(transport=SocketTransport(2.0, 5.0, 1),
+                          timeout=httpx.Timeout(5.0, pool=0.2))
+    first = threading.Thread(target=client.post, args=(server.url,), kwargs={"content": b"x"})
+    first.start()
+    try:
+        wait_for(lambda: len(server.requests) == 1)
+        with pytest.raises(httpx.PoolTimeout):
+            client.post(server.url, content=b"y")
+    finally:
+        hold.set()
+        first.join(10)
+        client.close()
+    assert len(server.requests) == 1
+
+
+def test_close_closes_the_idle_connections(serve: Callable[..., ScriptedServer]) -> None:
+    server = serve(always(OK))
+    transport = SocketTransport(2.0, 2.0, 8)
+    c = httpx.Client(transport=transport)
+    c.post(server.url, content=b"x")
+    [[conn]] = transport._idle.values()
     c.close()
-    assert transport._all == set()
+    assert transport._idle == {}
+    assert conn.sock.fileno() == -1
+
+
+def wait_for(condition: Callable[[], bool]) -> None:
+    for _ in range(500):
+        if condition():
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("condition not met in 5 s")
