@@ -23,12 +23,16 @@ from redis.exceptions import (
     ResponseError,
     TryAgainError,
 )
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from collector._redis import UNAVAILABLE
 
 # (keys, args) of one EVALSHA.
 ScriptCall = tuple[Sequence[str], Sequence[Any]]
 
+# What a call that never got its reply meets: the connection broke or timed out.
+LOST = (RedisConnectionError, RedisTimeoutError, OSError)
 # Bytes of commands per socket write.
 WRITE_BYTES = 4 * 1024 * 1024
 # Replies that mean the call went to the wrong cluster node, or to one that is not ready:
@@ -46,16 +50,32 @@ def run_script_calls(client: Any, script: Script, calls: Sequence[ScriptCall]) -
     again.
     """
     replies = _send(client, script.sha, calls)
+    # Like redis-py's own commands: the calls a broken connection left unanswered are sent
+    # again on a new one, up to the client's retry count ([redis] retries).
+    retry = client.get_retry()
+    for _ in range(retry.get_retries() if retry is not None else 0):
+        if not _resend(client, script, calls, replies, LOST):
+            break
     missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
     if missing:
         try:
             client.script_load(script.script)
-            again = _send(client, script.sha, [calls[i] for i in missing])
         except UNAVAILABLE as exc:
-            again = [exc] * len(missing)
-        for i, reply in zip(missing, again, strict=True):
-            replies[i] = reply
+            for i in missing:
+                replies[i] = exc
+        else:
+            _resend(client, script, calls, replies, NoScriptError)
     return replies
+
+
+def _resend(client: Any, script: Script, calls: Sequence[ScriptCall], replies: list[Any],
+            kind: type[Exception] | tuple[type[Exception], ...]) -> bool:
+    """Send again the calls whose reply is a ``kind`` error; False if there were none."""
+    again = [i for i, reply in enumerate(replies) if isinstance(reply, kind)]
+    for i, reply in zip(again, _send(client, script.sha, [calls[i] for i in again]),
+                        strict=True):
+        replies[i] = reply
+    return bool(again)
 
 
 def run_on_cluster(client: Any, script: Script, calls: Sequence[ScriptCall]) -> list[Any]:

@@ -8,9 +8,12 @@ import pytest
 import redis
 from redis.connection import Connection
 
+import collector
 import collector._pipeline
 import collector._writer
 from collector import Collector
+from collector._config import TelemetryConfig
+from collector._config_loader import build_config, raw_settings
 from collector._schema import KeySchema
 from tests.collector.conftest import MakeCollector
 from tests.collector.helpers import balanced, queue_events
@@ -90,3 +93,34 @@ def test_scripts_flushed_from_the_server_are_loaded_again(
         stats = c.stats()
         assert stats["backend_errors"] == 0
         assert stats["stored"] == 3
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_calls_a_broken_connection_left_unanswered_are_retried(
+        redis_url: str, r: redis.Redis, make_collector: MakeCollector,
+        monkeypatch: pytest.MonkeyPatch, retries: int) -> None:
+    """As redis-py does for its own commands: [redis] retries more tries on a new connection."""
+    raw = raw_settings(TelemetryConfig())
+    raw["redis"].update(url=redis_url, key_prefix=PREFIX, retries=retries)
+    raw["collector"].update(mode="sync")
+    c = make_collector(config=build_config(raw, "test", env={}, interpolate=False))
+    c.collect("g", {"seq": 0})
+    real = Connection.send_packed_command
+    broken = [True]
+
+    def breaks_once(self: Connection, command: Any, check_health: bool = True) -> None:
+        if broken:
+            broken.clear()
+            self.disconnect()
+            raise redis.ConnectionError("connection reset (test)")
+        real(self, command, check_health)
+
+    monkeypatch.setattr(Connection, "send_packed_command", breaks_once)
+    if retries:
+        c.collect("g", {"seq": 1})
+        assert [e["seq"] for e in queue_events(r, SCHEMA, "g")] == [0, 1]
+        assert c.stats()["backend_errors"] == 0
+    else:
+        with pytest.raises(collector.BackendError, match="connection reset"):
+            c.collect("g", {"seq": 1})
+        assert [e["seq"] for e in queue_events(r, SCHEMA, "g")] == [0]
