@@ -11,7 +11,7 @@ waits for the GIL a handful of times whatever its size.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from redis.commands.core import Script
@@ -40,12 +40,21 @@ WRITE_BYTES = 4 * 1024 * 1024
 REROUTE = (AskError, TryAgainError, ClusterDownError, RedisClusterException)
 
 
+Runner = Callable[[Any, Script, Sequence[ScriptCall]], list[Any]]
+
+
+def runner(cluster: bool) -> Runner:
+    """The bulk path for the client kind: ``run_on_cluster`` or ``run_script_calls``."""
+    return run_on_cluster if cluster else run_script_calls
+
+
 def run_script_calls(client: Any, script: Script, calls: Sequence[ScriptCall]) -> list[Any]:
     """Run ``script`` once per call on ``client`` (a ``redis.Redis``); one reply per call.
 
     A reply is the script's result, the ``ResponseError`` the server refused the call with
     (as a pipeline with ``raise_on_error=False`` gives), or the connection error for a call
-    whose reply never came (such a call may or may not have run).  Scripts missing from the
+    whose reply never came, after ``[redis] retries`` more tries (such a call may or may not
+    have run).  Scripts missing from the
     server's cache (restarted or flushed) are loaded and the calls that met ``NOSCRIPT`` sent
     again.
     """
@@ -123,9 +132,9 @@ def _send(client: Any, sha: str, calls: Sequence[ScriptCall]) -> list[Any]:
     conn = None
     try:
         conn = pool.get_connection()
-        for group in _writes(conn, sha, calls):
-            conn.send_packed_command([b"".join(group[1])])
-            for _ in range(group[0]):
+        for count, chunks in _writes(conn, sha, calls):
+            conn.send_packed_command([b"".join(chunks)])
+            for _ in range(count):
                 try:
                     replies.append(conn.read_response())
                 except ResponseError as exc:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collector._buffer import DROPPED_FULL, EVICTED, TOO_LARGE, Pending, no_pending
-from collector._pipeline import run_on_cluster, run_script_calls
+from collector._pipeline import runner
 from collector._schema import KeySchema
 from collector._scripts import Scripts, collect_call
 
@@ -76,7 +76,7 @@ class Writer:
         self._client = client
         self._scripts = scripts
         self._schema = schema
-        self._run = run_on_cluster if cluster else run_script_calls
+        self._run = runner(cluster)
         self._cap_for = cap_for
         self._ttl_for = ttl_for
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collector._config import TelemetryConfig
-from collector._pipeline import run_on_cluster, run_script_calls
+from collector._pipeline import runner
 from collector._schema import ShardKeys, entry_time_ms
 from collector._scripts import Claimed, NackResult, RetryBatch, Scripts, ack_call
 
@@ -35,7 +35,7 @@ class BatchStore:
         self._retry = config.retry
         self._dead_max = config.dead.max_batches
         self._lease_ms = int(config.reporter.lease_seconds * 1000)
-        self._run = run_on_cluster if config.redis.cluster else run_script_calls
+        self._run = runner(config.redis.cluster)
 
     def ring(self, keys: ShardKeys, start: int, count: int) -> tuple[list[str], int, int]:
         """Up to ``count`` games of the shard's ring from ``start``, the ring's length, and

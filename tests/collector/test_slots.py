@@ -13,7 +13,6 @@ from redis.connection import Connection
 from redis.crc import key_slot
 
 import collector._pipeline
-import collector._writer
 from collector._schema import KeySchema, validate_game
 from tests.collector.conftest import MakeCollector
 from tests.collector.helpers import queue_events, stats_total, wait_until
@@ -31,7 +30,7 @@ BAD_GAMES: list[Any] = [
 
 def recording(calls: list[tuple[str, ...]]) -> Any:
     """``run_script_calls`` that remembers the keys of every call it runs."""
-    real = collector._writer.run_script_calls
+    real = collector._pipeline.run_script_calls
 
     def run(client: Any, script: Any, batch: Sequence[tuple[Sequence[str], Any]]) -> Any:
         calls.extend(tuple(keys) for keys, _ in batch)
@@ -65,7 +64,7 @@ def test_every_key_of_a_collect_call_shares_the_shard_slot(
         monkeypatch: pytest.MonkeyPatch, redis_url: str, r: redis.Redis,
         make_collector: MakeCollector) -> None:
     calls: list[tuple[str, ...]] = []
-    monkeypatch.setattr(collector._writer, "run_script_calls", recording(calls))
+    monkeypatch.setattr(collector._pipeline, "run_script_calls", recording(calls))
     c = make_collector(url=redis_url, mode="sync", key_prefix="slots", shards=16)
     for game in NASTY_GAMES:
         c.collect(game, {"g": game})
