@@ -40,7 +40,7 @@ from bench._pipeline_workload import (
 )
 from collector import Collector
 from collector._config import TelemetryConfig
-from collector._schema import KeySchema
+from collector.store import KeySchema, SingleServer, Store
 from reporter._accounting import Totals, read_totals
 from tests.servers import Server
 
@@ -163,7 +163,7 @@ def settle(kind: str, ctx: Context, expected: int, games: Sequence[str]) -> floa
     schema = SCHEMA
     while time.monotonic() - start < SETTLE_TIMEOUT_S:
         if kind == "ours":
-            totals = read_totals(ctx.client, schema)
+            totals = read_totals(Store(SingleServer(ctx.client), schema))
             if totals.buffered + totals.pending_events == 0:
                 break
         elif baseline_left(ctx.client, games) == 0 or ctx.endpoint.count()["events"] >= expected:
@@ -238,7 +238,7 @@ def _fill_e2e(result: E2EResult, kind: str, ctx: Context, generated: Mapping[str
         stats["per_second"], t0, float(generated["end"]), skip)
     result.latency = Counter({int(k): int(v) for k, v in stats["latency"].items()})
     if kind == "ours":
-        totals: Totals = read_totals(ctx.client, SCHEMA)
+        totals: Totals = read_totals(Store(SingleServer(ctx.client), SCHEMA))
         result.drops = {
             "evicted": totals.counter("evicted"),
             "stale": totals.counter("stale"),

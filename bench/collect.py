@@ -49,13 +49,13 @@ import orjson  # noqa: E402
 import redis  # noqa: E402
 
 from collector import Collector  # noqa: E402
-from collector._schema import (  # noqa: E402
+from collector.counters import (  # noqa: E402
     EVICTED,
     SDK_DROPPED_BUFFER_FULL,
     SDK_DROPPED_TOO_LARGE,
     STORED,
-    KeySchema,
 )
+from collector.store import KeySchema  # noqa: E402
 from tests.servers import Server, server_binaries  # noqa: E402
 
 Event = Mapping[str, Any]

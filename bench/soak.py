@@ -32,7 +32,7 @@ import redis  # noqa: E402
 
 from collector import Collector  # noqa: E402
 from collector._config import TelemetryConfig  # noqa: E402
-from collector._schema import KeySchema  # noqa: E402
+from collector.store import KeySchema, SingleServer, Store  # noqa: E402
 from reporter._accounting import read_totals  # noqa: E402
 from reporter._endpoint import LocalEndpoint  # noqa: E402
 from tests.servers import Server, server_binaries  # noqa: E402
@@ -173,14 +173,14 @@ def reconcile(server: Server, endpoint: LocalEndpoint, reporters: list[subproces
     schema = KeySchema(TelemetryConfig().redis.key_prefix, 8)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        totals = read_totals(client, schema)
+        totals = read_totals(Store(SingleServer(client), schema))
         if totals.buffered == 0 and totals.pending_events == 0:
             break
         time.sleep(1)
     for proc in reporters:
         proc.send_signal(signal.SIGTERM)
     codes = [proc.wait(30) for proc in reporters]
-    totals = read_totals(client, schema)
+    totals = read_totals(Store(SingleServer(client), schema))
     produced = json.loads(stats_file.read_text())
     ids = [e["id"] for e in endpoint.events()]
     distinct = len(set(ids))

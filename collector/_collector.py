@@ -18,10 +18,8 @@ from collector._config import TelemetryConfig
 from collector._config_loader import build_config, load_config, raw_settings
 from collector._exceptions import BackendError
 from collector._ratelog import RateLimitedLog
-from collector._redis import describe, make_client
-from collector._schema import KeySchema, validate_game
-from collector._scripts import Scripts
 from collector._writer import Writer
+from collector.store import Store, describe_settings, open_store, time_prefix, validate_game
 
 logger = logging.getLogger("collector")
 
@@ -43,7 +41,7 @@ def _time_prefix() -> bytes:
     cached = _prefix
     if cached[0] == ms:
         return cached[1]
-    text = b"%013d" % ms
+    text = time_prefix(ms)
     _prefix = (ms, text)
     return text
 
@@ -67,7 +65,7 @@ class Collector:
     writes in the caller's thread and returns how many old events the cap evicted.
     """
 
-    def __init__(self, *, config: TelemetryConfig | None = None, client: Any = None,
+    def __init__(self, *, config: TelemetryConfig | None = None, store: Store | None = None,
                  **settings: Any) -> None:
         base = config or TelemetryConfig.default()
         if settings:
@@ -79,12 +77,12 @@ class Collector:
                 raw[_KEYWORDS[key]][key] = value
             base = build_config(raw, "Collector() arguments", env={}, interpolate=False)
         self.config = base
-        self._schema = KeySchema(base.redis.key_prefix, base.redis.shards)
+        self._server = store.describe() if store is not None else describe_settings(base.redis)
         self._sync = base.collector.mode == "sync"
         self._max_event_bytes = base.buffer.max_event_bytes
         self._buffer = EventBuffer(base.collector.max_buffer_events)
         self._known_games: set[str] = set()
-        self._client = client
+        self._store = store
         self._writer: Writer | None = None
         self._start_lock = threading.Lock()
         self._count_lock = threading.Lock()
@@ -183,10 +181,8 @@ class Collector:
         except Exception as exc:
             self._buffer.put_back({}, pending)
             self._count("backend_errors")
-            raise BackendError(
-                f"could not store event of game {game!r} in {describe(self.config.redis)}: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+            kind = type(exc) if isinstance(exc, BackendError) else BackendError
+            raise kind(f"could not store event of game {game!r}: {_reason(exc)}") from exc
         with self._count_lock:
             self._sync_accepted += 1
             self._stats["stored"] += result.stored
@@ -197,9 +193,8 @@ class Collector:
 
     def _get_writer(self) -> Writer:
         if self._writer is None:
-            client = self._client if self._client is not None else make_client(self.config.redis)
-            self._writer = Writer(client, Scripts(client), self._schema, self.config.redis.cluster,
-                                  self.config.cap_for, self.config.ttl_for)
+            store = self._store if self._store is not None else open_store(self.config.redis)
+            self._writer = Writer(store, self.config.cap_for, self.config.ttl_for)
         return self._writer
 
     def _start(self, closing: bool = False) -> None:
@@ -259,8 +254,8 @@ class Collector:
         self._count("backend_errors")
         self._ratelog.log(
             logging.WARNING, "backend",
-            "cannot store %d events in %s (%s: %s); %d buffered, retrying with backoff",
-            count, describe(self.config.redis), type(exc).__name__, exc, len(self._buffer),
+            "cannot store %d events (%s); %d buffered, retrying with backoff",
+            count, _reason(exc), len(self._buffer),
         )
 
     # -- control ------------------------------------------------------------------------------
@@ -306,7 +301,7 @@ class Collector:
         if left:
             self._count("dropped_at_close", left)
             logger.warning("collector closed with %d events not stored (Redis: %s)",
-                           left, describe(self.config.redis))
+                           left, self._server)
         _live.discard(self)
 
     def stats(self) -> dict[str, int]:
@@ -331,7 +326,7 @@ class Collector:
 
     def __repr__(self) -> str:
         return (f"Collector(mode={self.config.collector.mode!r}, "
-                f"redis={describe(self.config.redis)!r})")
+                f"redis={self._server!r})")
 
     def _after_fork_in_child(self) -> None:
         # The parent keeps and sends what it buffered; the child starts empty.
@@ -347,8 +342,13 @@ class Collector:
         self._stats = dict.fromkeys(self._stats, 0)
         self._sync_accepted = 0
         self._ratelog = RateLimitedLog(logger)  # its lock may have been held at the fork
-        if self._client is None:
+        if self._store is None:
             self._writer = None  # a fresh client and connection pool in the child
+
+
+def _reason(exc: Exception) -> str:
+    """A store error names the server already; anything else is named by its type."""
+    return str(exc) if isinstance(exc, BackendError) else f"{type(exc).__name__}: {exc}"
 
 
 def _close_all_at_exit() -> None:

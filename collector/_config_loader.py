@@ -29,7 +29,7 @@ from collector._config import (
     mask_url,
 )
 from collector._exceptions import ConfigError
-from collector._schema import is_valid_prefix, validate_game
+from collector.store._keys import is_valid_prefix, validate_game
 
 CONFIG_ENV = "TELEMETRY_CONFIG"
 ENV_PREFIX = "TELEMETRY_"

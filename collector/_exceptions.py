@@ -1,10 +1,19 @@
-"""Errors raised by the collector package.
+"""Errors raised by the collector package (the SDK and its store layer).
 
 Every error derives from one root, so callers can catch the whole family::
 
     TelemetryError
-    ├── ConfigError        the config file, an environment override or a keyword argument is wrong
-    └── BackendError       Redis could not be reached or refused a command (sync mode only)
+    ├── ConfigError             the config file, an environment override or a keyword
+    │                           argument is wrong
+    └── BackendError            Redis failed
+        ├── BackendUnavailable  Redis did not answer: refused, reset or timed-out connection,
+        │                       cluster down, server loading
+        └── BackendRefused      Redis answered with an error: out of memory, read-only replica,
+                                a script error, a wrong key type
+
+In background mode the SDK never raises ``BackendError`` into game code (it counts, logs and
+retries); sync-mode ``collect()`` and the store layer (``collector.store``) raise it.
+redis-py's own exceptions never leave the store layer: they are the ``__cause__``.
 
 Programmer errors at the call site stay built-in: a bad game name is a ``ValueError`` and an
 event that is not a JSON-serialisable mapping is a ``TypeError``.
@@ -22,4 +31,12 @@ class ConfigError(TelemetryError):
 
 
 class BackendError(TelemetryError):
-    """Redis failed; raised only where the caller asked to wait for the answer."""
+    """Redis failed; the message names the server (password masked) and what it said."""
+
+
+class BackendUnavailable(BackendError):
+    """Redis did not answer; trying again later may work."""
+
+
+class BackendRefused(BackendError):
+    """Redis answered the command with an error."""

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from collector._buffer import DROPPED_FULL, EVICTED, TOO_LARGE, Pending, no_pending
-from collector._pipeline import runner
-from collector._schema import KeySchema
-from collector._scripts import Scripts, collect_call
+from collector._exceptions import BackendError
+from collector.store import Collect, Store
 
 # Events per script call: large enough to amortise the call, small enough that one call never
 # blocks the server for long (about a millisecond).
@@ -36,7 +34,7 @@ class WriteResult:
     evicted: int = 0
     failed: dict[str, list[bytes]] = field(default_factory=dict)
     failed_pending: Pending = field(default_factory=no_pending)
-    error: Exception | None = None
+    error: BackendError | None = None
 
 
 def plan_calls(queues: Mapping[str, Sequence[bytes]], pending: Pending,
@@ -68,34 +66,31 @@ def plan_calls(queues: Mapping[str, Sequence[bytes]], pending: Pending,
 
 
 class Writer:
-    """Runs planned calls with as few socket writes as possible: on a single server one
-    batch of writes, on a cluster one per node."""
+    """Runs planned calls through the store's bulk path: on a single server one batch of
+    writes, on a cluster one per node."""
 
-    def __init__(self, client: Any, scripts: Scripts, schema: KeySchema, cluster: bool,
-                 cap_for: Callable[[str], int], ttl_for: Callable[[str], int]) -> None:
-        self._client = client
-        self._scripts = scripts
-        self._schema = schema
-        self._run = runner(cluster)
+    def __init__(self, store: Store, cap_for: Callable[[str], int],
+                 ttl_for: Callable[[str], int]) -> None:
+        self.store = store
+        self._schema = store.schema
         self._cap_for = cap_for
         self._ttl_for = ttl_for
 
     def write(self, queues: Mapping[str, Sequence[bytes]], pending: Pending) -> WriteResult:
         calls = plan_calls(queues, pending, self._cap_for)
-        replies = self._run(self._client, self._scripts.script("collect"), [
-            collect_call(self._schema.for_game(c.game), c.game, self._cap_for(c.game),
-                         self._ttl_for(c.game), c.entries, c.pre_evicted, c.dropped_full,
-                         c.too_large)
+        replies = self.store.call_many([
+            Collect(self._schema.for_game(c.game), c.game, c.entries, self._cap_for(c.game),
+                    self._ttl_for(c.game), c.pre_evicted, c.dropped_full, c.too_large)
             for c in calls
         ])
         return tally(calls, replies)
 
 
-def tally(calls: list[Call], replies: list[Any]) -> WriteResult:
+def tally(calls: list[Call], replies: Sequence[int | BackendError]) -> WriteResult:
     """Sum what was stored; collect what failed so it can be put back and sent again."""
     result = WriteResult()
     for c, reply in zip(calls, replies, strict=True):
-        if isinstance(reply, Exception):
+        if isinstance(reply, BackendError):
             result.error = reply
             failed = result.failed.setdefault(c.game, [])
             failed += c.thinned
@@ -105,5 +100,5 @@ def tally(calls: list[Call], replies: list[Any]) -> WriteResult:
             result.failed_pending[TOO_LARGE][c.game] += c.too_large
         else:
             result.stored += len(c.entries) + c.pre_evicted
-            result.evicted += int(reply)
+            result.evicted += reply
     return result

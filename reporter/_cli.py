@@ -12,8 +12,7 @@ import threading
 from types import FrameType
 
 from collector import ConfigError, TelemetryConfig
-from collector._redis import UNAVAILABLE, describe, make_client
-from collector._schema import KeySchema
+from collector.store import BackendUnavailable, open_store
 from reporter._accounting import read_totals
 from reporter._status import render_status
 
@@ -61,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"telemetry-reporter: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    except UNAVAILABLE as exc:
+    except BackendUnavailable as exc:
         print(f"telemetry-reporter: Redis unavailable: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
 
@@ -87,12 +86,12 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _status(config: TelemetryConfig, as_json: bool) -> int:
-    client = make_client(config.redis)
-    totals = read_totals(client, KeySchema(config.redis.key_prefix, config.redis.shards))
+    store = open_store(config.redis)
+    totals = read_totals(store)
     if as_json:
         print(json.dumps(totals.summary(), indent=2))
     else:
-        print(f"redis: {describe(config.redis)}")
+        print(f"redis: {store.describe()}")
         print(render_status(totals, config))
     return 0
 

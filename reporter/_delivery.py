@@ -6,16 +6,15 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 
 from collector._config import ReporterSettings
 from collector._ratelog import RateLimitedLog
-from collector._schema import ENTRY_TIME_DIGITS, ShardKeys, entry_time_ms
+from collector.store import ENTRY_TIME_DIGITS, Ack, BackendError, ShardKeys, entry_time_ms
+from reporter._batches import Batches, new_id
 from reporter._outcomes import DELIVERED, REJECTED, SinkGate
 from reporter._sinks import Sender
-from reporter._store import BatchStore, new_id
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=30.0)
@@ -143,7 +142,7 @@ class Tally:
 
 
 class Deliverer:
-    def __init__(self, store: BatchStore, sender: Sender, settings: ReporterSettings,
+    def __init__(self, store: Batches, sender: Sender, settings: ReporterSettings,
                  clock: Clock, held: Held, tally: Tally, gate: SinkGate) -> None:
         self._store = store
         self._sender = sender
@@ -159,7 +158,7 @@ class Deliverer:
         claimed = self._store.claim(keys, game, token, self._settings.max_batches_per_claim)
         if claimed.stale:
             self.tally.add(stale=claimed.stale)
-        self.deliver_all(keys, token, [(game, b, entries, 0) for b, entries in claimed.batches],
+        self.deliver_all(keys, token, [(game, b.batch_id, b.entries, 0) for b in claimed.batches],
                          stop)
         return claimed.remaining >= self._settings.batch_size
 
@@ -211,31 +210,29 @@ class Deliverer:
                 self.held.drop(batch_id)
 
     def acknowledge(self, delivered: Sequence[ToAck]) -> None:
-        """Ack delivered batches (those of one shard in one round trip) and count them.
+        """Ack delivered batches in one round trip (one per node on a cluster) and count them.
 
         A batch whose ack fails stays in flight and is sent again when its lease runs out."""
-        by_shard: dict[int, list[ToAck]] = {}
-        for item in delivered:
-            by_shard.setdefault(item[1].shard, []).append(item)
-        for items in by_shard.values():
-            acks = [(batch_id, token, d.stale, d.rejected) for batch_id, _, token, d in items]
-            replies = self._store.ack_many(items[0][1], acks)
-            for (batch_id, _, _, d), reply in zip(items, replies, strict=True):
-                self._count_ack(batch_id, d, reply)
+        if not delivered:
+            return
+        replies = self._store.ack_many([Ack(keys, batch_id, token, d.stale, d.rejected)
+                                        for batch_id, keys, token, d in delivered])
+        for (batch_id, _, _, d), reply in zip(delivered, replies, strict=True):
+            self._count_ack(batch_id, d, reply)
 
-    def _count_ack(self, batch_id: str, d: Delivered, reply: Any) -> None:
-        if isinstance(reply, Exception):
+    def _count_ack(self, batch_id: str, d: Delivered, reply: int | BackendError) -> None:
+        if isinstance(reply, BackendError):
             ratelog.log(logging.WARNING, "ack",
                         "could not acknowledge delivered batch %s of game %r (%s: %s); it will "
                         "be sent again when its lease runs out", batch_id, d.game,
                         type(reply).__name__, reply)
             self.tally.add(ack_failed=1)
-        elif int(reply) < 0:
+        elif reply < 0:
             logger.warning("batch %s of game %r was delivered after its lease ran out; "
                            "it may be sent again", batch_id, d.game)
             self.tally.add(lease_lost=1)
         else:
-            self.tally.add(delivered=int(reply), stale=d.stale, rejected=d.rejected,
+            self.tally.add(delivered=reply, stale=d.stale, rejected=d.rejected,
                            batches_delivered=1)
 
     def _deliver(self, keys: ShardKeys, game: str, batch_id: str, token: str,

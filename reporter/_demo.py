@@ -87,7 +87,7 @@ def run_demo(seconds: float, out: TextIO) -> int:
         collector.flush(10)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
-            totals = read_totals(service.client, service.schema)
+            totals = read_totals(service.store)
             if totals.buffered == 0 and totals.pending_events == 0:
                 break
             if service.stop_event.wait(0.1):
@@ -105,7 +105,7 @@ def run_demo(seconds: float, out: TextIO) -> int:
 
 
 def _summary(collector: Collector, service: ReporterService, endpoint: LocalEndpoint) -> str:
-    totals = read_totals(service.client, service.schema)
+    totals = read_totals(service.store)
     events = endpoint.events()
     latencies = [
         r.at * 1000 - e["sent_ms"] for r in endpoint.received for e in r.events

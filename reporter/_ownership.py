@@ -16,8 +16,7 @@ import threading
 import time
 import uuid
 
-from collector._schema import KeySchema
-from reporter._store import BatchStore
+from collector.store import ShardLease, Store
 
 logger = logging.getLogger("reporter")
 
@@ -27,15 +26,13 @@ def process_id() -> str:
 
 
 class ShardOwnership:
-    def __init__(self, schema: KeySchema, store: BatchStore, lease_seconds: float,
-                 owner: str | None = None) -> None:
+    def __init__(self, store: Store, lease_seconds: float, owner: str | None = None) -> None:
         self.owner = owner or process_id()
-        self._schema = schema
+        self._schema = store.schema
         self._store = store
         self._lease_ms = int(lease_seconds * 1000)
         self._owned: set[int] = set()
         self._lock = threading.Lock()
-        self._registry = f"{schema.shard(0).tag}:reporters"
 
     def owns(self, shard: int) -> bool:
         return shard in self._owned
@@ -46,23 +43,16 @@ class ShardOwnership:
 
     def loop(self) -> bool:
         """Renew what is held, then move towards this process's fair share."""
-        client = self._store.client
         now_ms = int(time.time() * 1000)
-        with client.pipeline(transaction=False) as pipe:
-            pipe.zadd(self._registry, {self.owner: now_ms + self._lease_ms})
-            pipe.zremrangebyscore(self._registry, "-inf", now_ms)
-            pipe.zcard(self._registry)
-            live = max(1, int(pipe.execute()[2]))
+        live = max(1, self._store.heartbeat(self.owner, now_ms, self._lease_ms))
         share = math.ceil(self._schema.shards / live)
         held: set[int] = set()
-        scripts = self._store.scripts
         for keys in self._schema.all_shards():
             mine = keys.shard in self._owned
-            if (mine or len(held) < share) and scripts.shard_lease(
-                    keys, self.owner, self._lease_ms):
+            if (mine or len(held) < share) and self._lease(keys.shard, self._lease_ms):
                 held.add(keys.shard)
         for shard in sorted(held)[share:]:
-            scripts.shard_lease(self._schema.shard(shard), self.owner, 0)
+            self._lease(shard, 0)
             held.discard(shard)
         with self._lock:
             if held != self._owned:
@@ -76,8 +66,12 @@ class ShardOwnership:
         with self._lock:
             owned, self._owned = self._owned, set()
         for shard in owned:
-            self._store.scripts.shard_lease(self._schema.shard(shard), self.owner, 0)
-        self._store.client.zrem(self._registry, self.owner)
+            self._lease(shard, 0)
+        self._store.leave(self.owner)
+
+    def _lease(self, shard: int, lease_ms: int) -> bool:
+        """Take or renew the shard's lease (0 gives it up); True if this process holds it."""
+        return self._store.call(ShardLease(self._schema.shard(shard), self.owner, lease_ms))
 
 
 def _ranges(numbers: list[int]) -> str:

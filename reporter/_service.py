@@ -12,20 +12,18 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
 
 import httpx
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from collector._config import TelemetryConfig
-from collector._redis import describe, make_client
-from collector._schema import KeySchema
+from collector.store import Store, open_store
+from reporter._batches import Batches
 from reporter._delivery import Clock, Deliverer, Held, Tally
 from reporter._outcomes import SinkGate
 from reporter._ownership import ShardOwnership
 from reporter._sinks import Sender, make_sender
-from reporter._store import BatchStore
 from reporter._workers import HotGameWorker, LeaseKeeper, Reaper, ShardSweeper, guarded
 
 logger = logging.getLogger("reporter")
@@ -38,13 +36,13 @@ BUSY_SLICE_SECONDS = 0.05
 class ReporterService:
     """Owns the scheduler, its pools, the sender and the stop Event."""
 
-    def __init__(self, config: TelemetryConfig, *, client: Any = None,
+    def __init__(self, config: TelemetryConfig, *, store: Store | None = None,
                  sender: Sender | None = None, transport: httpx.BaseTransport | None = None,
                  clock: Clock = time.time) -> None:
         self.config = config
-        self.schema = KeySchema(config.redis.key_prefix, config.redis.shards)
-        self.client = client if client is not None else make_client(config.redis)
-        self.store = BatchStore(self.client, config)
+        self.store = store if store is not None else open_store(config.redis)
+        self.schema = self.store.schema
+        self.batches = Batches(self.store, config)
         self.sender = sender or make_sender(config.sink, transport)
         self.stop_event = threading.Event()
         self.abort_event = threading.Event()  # a second signal: stop waiting for POSTs
@@ -52,22 +50,22 @@ class ReporterService:
         self.tally = Tally()
         self.gate = SinkGate(config.retry.initial_delay_ms / 1000,
                              config.retry.max_delay_ms / 1000)
-        self.deliverer = Deliverer(self.store, self.sender, config.reporter, clock, self.held,
+        self.deliverer = Deliverer(self.batches, self.sender, config.reporter, clock, self.held,
                                    self.tally, self.gate)
         r = config.reporter
-        self.ownership = ShardOwnership(self.schema, self.store, r.shard_lease_seconds)
+        self.ownership = ShardOwnership(self.store, r.shard_lease_seconds)
         self.sweepers = [
-            ShardSweeper(keys, self.store, self.deliverer, config, self.ownership,
+            ShardSweeper(keys, self.batches, self.deliverer, config, self.ownership,
                          self.stop_event, clock)
             for keys in self.schema.all_shards()
         ]
         self.hot_workers = [
-            HotGameWorker(game, self.schema.for_game(game), self.store, self.deliverer, config,
+            HotGameWorker(game, self.schema.for_game(game), self.batches, self.deliverer, config,
                           self.stop_event)
             for game, threads in r.hot_games.items() for _ in range(threads)
         ]
-        self.reaper = Reaper(self.schema, self.store, self.ownership, self.stop_event)
-        self.lease_keeper = LeaseKeeper(self.deliverer, self.store)
+        self.reaper = Reaper(self.schema, self.batches, self.ownership, self.stop_event)
+        self.lease_keeper = LeaseKeeper(self.deliverer, self.batches)
         executors = {"default": ThreadPoolExecutor(r.workers),
                      "control": ThreadPoolExecutor(2)}
         for game, threads in r.hot_games.items():
@@ -81,7 +79,7 @@ class ReporterService:
     def describe(self) -> str:
         r = self.config.reporter
         hot = ", ".join(f"{g}={n}" for g, n in r.hot_games.items()) or "none"
-        return (f"telemetry-reporter: config {self.config.source}; {describe(self.config.redis)}; "
+        return (f"telemetry-reporter: config {self.config.source}; {self.store.describe()}; "
                 f"{self.schema.shards} shards; {r.workers} sweep threads; hot games: {hot}; "
                 f"sink {self.sender.describe()}")
 
@@ -145,7 +143,7 @@ class ReporterService:
         released = 0
         for batch_id, keys, token in to_release:
             try:
-                released += self.store.release(keys, batch_id, token)
+                released += self.batches.release(keys, batch_id, token)
             except Exception as exc:  # the lease will bring it back
                 logger.warning("could not release batch %s (%s); its lease will expire",
                                batch_id, exc)

@@ -12,11 +12,10 @@ from collections.abc import Callable
 
 from collector._config import TelemetryConfig
 from collector._ratelog import RateLimitedLog
-from collector._redis import UNAVAILABLE
-from collector._schema import KeySchema, ShardKeys
+from collector.store import BackendUnavailable, GameState, KeySchema, ShardKeys
+from reporter._batches import Batches
 from reporter._delivery import Clock, Deliverer
 from reporter._ownership import ShardOwnership
-from reporter._store import BatchStore, GameState
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=30.0)
@@ -34,7 +33,7 @@ class ShardSweeper:
     Each game gets at most one claim per sweep, so a flooding game cannot starve the rest.
     """
 
-    def __init__(self, keys: ShardKeys, store: BatchStore, deliverer: Deliverer,
+    def __init__(self, keys: ShardKeys, store: Batches, deliverer: Deliverer,
                  config: TelemetryConfig, ownership: ShardOwnership, stop: threading.Event,
                  clock: Clock) -> None:
         self.keys = keys
@@ -51,13 +50,12 @@ class ShardSweeper:
         if (self._stop.is_set() or not self._ownership.owns(self.keys.shard)
                 or not self._deliverer.gate.is_open()):
             return False
-        games, ring_length, retries = self._store.ring(self.keys, self._cursor,
-                                                       self._r.games_per_sweep)
-        more = self._deliverer.send_retries(self.keys, self._stop) if retries else False
-        self._cursor += len(games)
-        if self._cursor >= ring_length:
+        ring = self._store.ring(self.keys, self._cursor, self._r.games_per_sweep)
+        more = self._deliverer.send_retries(self.keys, self._stop) if ring.retries else False
+        self._cursor += len(ring.games)
+        if self._cursor >= ring.ring_length:
             self._cursor = 0
-        candidates = [g for g in games if g not in self._hot]
+        candidates = [g for g in ring.games if g not in self._hot]
         now_ms = int(self._clock() * 1000)
         for state in self._store.game_states(self.keys, candidates):
             if self._stop.is_set() or not self._deliverer.gate.is_open():
@@ -75,7 +73,7 @@ class ShardSweeper:
 class HotGameWorker:
     """One of a hot game's dedicated threads: claims and sends that game only."""
 
-    def __init__(self, game: str, keys: ShardKeys, store: BatchStore, deliverer: Deliverer,
+    def __init__(self, game: str, keys: ShardKeys, store: Batches, deliverer: Deliverer,
                  config: TelemetryConfig, stop: threading.Event) -> None:
         self.game = game
         self.keys = keys
@@ -98,7 +96,7 @@ class Reaper:
 
     PER_CALL = 200
 
-    def __init__(self, schema: KeySchema, store: BatchStore, ownership: ShardOwnership,
+    def __init__(self, schema: KeySchema, store: Batches, ownership: ShardOwnership,
                  stop: threading.Event) -> None:
         self._schema = schema
         self._store = store
@@ -111,18 +109,18 @@ class Reaper:
             if self._stop.is_set():
                 return False
             if self._ownership.owns(keys.shard):
-                retried, dead = self._store.reap(keys, self.PER_CALL)
-                if retried or dead:
+                reaped = self._store.reap(keys, self.PER_CALL)
+                if reaped.retried or reaped.dead:
                     logger.info("reaped %d expired leases in shard %d (%d dead-lettered)",
-                                retried + dead, keys.shard, dead)
-                more |= retried + dead == self.PER_CALL
+                                reaped.retried + reaped.dead, keys.shard, reaped.dead)
+                more |= reaped.retried + reaped.dead == self.PER_CALL
         return more
 
 
 class LeaseKeeper:
     """Extends the leases of batches this process is still sending (slow endpoints)."""
 
-    def __init__(self, deliverer: Deliverer, store: BatchStore) -> None:
+    def __init__(self, deliverer: Deliverer, store: Batches) -> None:
         self._deliverer = deliverer
         self._store = store
 
@@ -140,7 +138,7 @@ def guarded(name: str, work: Callable[[], bool]) -> Callable[[], bool | None]:
     def run() -> bool | None:
         try:
             return work()
-        except UNAVAILABLE as exc:
+        except BackendUnavailable as exc:
             log_unavailable(name, exc)
             return None
         except Exception:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from collector._schema import COUNTERS
-from collector._scripts import SCRIPT_NAMES, script_text
+from collector.counters import COUNTERS
+from collector.store import SCRIPT_NAMES, script_text
 
 
 def test_every_counter_a_script_writes_is_known() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from collector._schema import ENTRY_TIME_DIGITS, KeySchema
+from collector.store import ENTRY_TIME_DIGITS, KeySchema
 from tests.polling import wait_until  # noqa: F401 - re-exported for the tests
 
 

@@ -6,9 +6,9 @@ import orjson
 import pytest
 import redis
 
-from collector._schema import KeySchema, encode_entry
-from collector._scripts import Scripts
+from collector.store import KeySchema, encode_entry
 from tests.collector.helpers import stats_of
+from tests.scriptcalls import Scripts
 
 SCHEMA = KeySchema("t", 16)
 GAME = "game-1"

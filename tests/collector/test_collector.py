@@ -14,7 +14,7 @@ import redis
 
 import collector
 from collector import Collector
-from collector._schema import ENTRY_TIME_DIGITS, KeySchema, entry_time_ms
+from collector.store import ENTRY_TIME_DIGITS, KeySchema, SingleServer, Store, entry_time_ms
 from tests.collector.conftest import FAST_FAILURE, MakeCollector
 from tests.collector.helpers import (
     balanced,
@@ -403,12 +403,13 @@ def test_sync_mode_from_many_threads(make: MakeCollector, r: redis.Redis) -> Non
     assert balanced(stats)
 
 
-def test_a_given_client_is_used(redis_url: str, r: redis.Redis,
+def test_a_given_store_is_used(redis_url: str, r: redis.Redis,
                                 make_collector: MakeCollector) -> None:
     client = redis.Redis.from_url(redis_url)
-    c = make_collector(client=client, key_prefix=PREFIX, url="redis://127.0.0.1:1/0")
+    store = Store(SingleServer(client), SCHEMA)
+    c = make_collector(store=store, key_prefix=PREFIX, url="redis://127.0.0.1:1/0")
     c.collect("g", {"a": 1})
-    assert c.flush(timeout=10)  # stored through the client, not the (unreachable) url
+    assert c.flush(timeout=10)  # stored through the given store, not the (unreachable) url
     assert queue_events(r, SCHEMA, "g") == [{"a": 1}]
     c.close()
     assert client.ping()

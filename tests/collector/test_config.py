@@ -15,7 +15,7 @@ import redis
 from collector import Collector, ConfigError, TelemetryConfig, TelemetryError
 from collector._config import GameSettings
 from collector._config_loader import SECTIONS, default_config_text
-from collector._schema import KeySchema
+from collector.store import KeySchema
 from tests.collector.conftest import MakeCollector
 from tests.collector.helpers import queue_events, stats_of
 

@@ -17,7 +17,7 @@ import redis
 import collector
 import collector._default
 from collector import Collector
-from collector._schema import KeySchema
+from collector.store import KeySchema
 from tests.collector.conftest import FAST_FAILURE, MakeCollector
 from tests.collector.helpers import queue_events, seqs, wait_until
 from tests.servers import Server, env_without_telemetry

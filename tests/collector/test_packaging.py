@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from collector._schema import KeySchema
-from collector._scripts import SCRIPT_NAMES
+from collector.store import SCRIPT_NAMES, KeySchema
 from tests.collector.helpers import queue_events
 from tests.servers import Server, env_without_telemetry
 
@@ -83,7 +82,7 @@ def test_installed_wheel_works_outside_the_source_tree(
         import json, sys
         import collector
         from collector import Collector, TelemetryConfig
-        from collector._scripts import SCRIPT_NAMES, script_text
+        from collector.store import SCRIPT_NAMES, script_text
 
         texts = {{name: script_text(name) for name in SCRIPT_NAMES}}
         config = TelemetryConfig.load()

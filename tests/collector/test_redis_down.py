@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from collector import Collector
-from collector._schema import KeySchema
+from collector.store import KeySchema
 from tests.collector.conftest import FAST_FAILURE, MakeCollector
 from tests.collector.helpers import balanced, queue_events, stats_total, wait_until
 from tests.servers import Server

@@ -12,8 +12,8 @@ from redis.cluster import RedisCluster
 from redis.connection import Connection
 from redis.crc import key_slot
 
-import collector._pipeline
-from collector._schema import KeySchema, validate_game
+import collector.store._backends
+from collector.store import KeySchema, validate_game
 from tests.collector.conftest import MakeCollector
 from tests.collector.helpers import queue_events, stats_total, wait_until
 from tests.servers import Cluster
@@ -29,12 +29,12 @@ BAD_GAMES: list[Any] = [
 
 
 def recording(calls: list[tuple[str, ...]]) -> Any:
-    """``run_script_calls`` that remembers the keys of every call it runs."""
-    real = collector._pipeline.run_script_calls
+    """``run_calls`` that remembers the keys of every call it runs."""
+    real = collector.store._backends.run_calls
 
-    def run(client: Any, script: Any, batch: Sequence[tuple[Sequence[str], Any]]) -> Any:
-        calls.extend(tuple(keys) for keys, _ in batch)
-        return real(client, script, batch)
+    def run(client: Any, batch: Sequence[tuple[Any, Sequence[str], Any]]) -> Any:
+        calls.extend(tuple(keys) for _, keys, _ in batch)
+        return real(client, batch)
 
     return run
 
@@ -64,7 +64,7 @@ def test_every_key_of_a_collect_call_shares_the_shard_slot(
         monkeypatch: pytest.MonkeyPatch, redis_url: str, r: redis.Redis,
         make_collector: MakeCollector) -> None:
     calls: list[tuple[str, ...]] = []
-    monkeypatch.setattr(collector._pipeline, "run_script_calls", recording(calls))
+    monkeypatch.setattr(collector.store._backends, "run_calls", recording(calls))
     c = make_collector(url=redis_url, mode="sync", key_prefix="slots", shards=16)
     for game in NASTY_GAMES:
         c.collect(game, {"g": game})
@@ -189,7 +189,7 @@ def test_calls_sent_to_the_wrong_node_are_rerouted_once(
     prefix = f"c{uuid.uuid4().hex[:8]}"
     c = make_collector(url=cluster.url, cluster=True, key_prefix=prefix,
                        flush_interval_ms=60_000)
-    client = c._get_writer()._client
+    client = c._get_writer().store.backend.client
     right = client.get_node_from_key
 
     def wrong(key: str) -> Any:
@@ -217,10 +217,10 @@ def test_a_node_unreachable_on_the_fast_path_still_gets_its_events(
     c = make_collector(url=cluster.url, cluster=True, key_prefix=prefix, flush_interval_ms=5,
                        retry_max_delay_ms=10)
 
-    def unreachable(client: Any, script: Any, calls: list[Any]) -> list[Any]:
+    def unreachable(client: Any, calls: list[Any]) -> list[Any]:
         return [redis.ConnectionError("node unreachable (test)")] * len(calls)
 
-    monkeypatch.setattr(collector._pipeline, "run_script_calls", unreachable)
+    monkeypatch.setattr(collector.store._backends, "run_calls", unreachable)
     games = [f"game-{i}" for i in range(8)]
     for game in games:
         c.collect(game, {"g": game})

@@ -9,12 +9,12 @@ import redis
 from redis.connection import Connection
 
 import collector
-import collector._pipeline
 import collector._writer
+import collector.store._bulk
 from collector import Collector
 from collector._config import TelemetryConfig
 from collector._config_loader import build_config, raw_settings
-from collector._schema import KeySchema
+from collector.store import KeySchema
 from tests.collector.conftest import MakeCollector
 from tests.collector.helpers import balanced, queue_events
 
@@ -62,7 +62,7 @@ def test_a_large_flush_is_split_into_bounded_writes(
         redis_url: str, r: redis.Redis, make_collector: MakeCollector, sends: list[int],
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(collector._writer, "EVENTS_PER_CALL", 30)
-    monkeypatch.setattr(collector._pipeline, "WRITE_BYTES", 8000)
+    monkeypatch.setattr(collector.store._bulk, "WRITE_BYTES", 8000)
     c = make_collector(url=redis_url, key_prefix=PREFIX, flush_interval_ms=60_000)
     c.collect("warm-up", {})
     assert c.flush(timeout=10)

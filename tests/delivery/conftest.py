@@ -48,7 +48,7 @@ def start_service() -> Iterator[StartService]:
     for service in started:
         if not service.stop_event.is_set():
             service.stop(grace=0)
-        service.client.close()
+        service.store.close()
 
 
 @pytest.fixture

@@ -13,11 +13,11 @@ import redis
 
 from collector._config import TelemetryConfig
 from collector._config_loader import build_config, raw_settings
-from collector._schema import KeySchema, encode_entry
-from collector._scripts import Scripts
+from collector.store import KeySchema, encode_entry
 from reporter._accounting import Totals, read_totals
 from reporter._endpoint import LocalEndpoint
 from tests.polling import wait_until  # noqa: F401 - re-exported for the tests
+from tests.scriptcalls import Scripts, store_of
 
 # Short settings so a fault and its recovery take seconds, not minutes.
 FAST: dict[str, dict[str, Any]] = {
@@ -63,7 +63,7 @@ def push_events(client: redis.Redis, schema: KeySchema, game: str, seqs: Iterabl
 
 
 def totals(client: redis.Redis, schema: KeySchema) -> Totals:
-    return read_totals(client, schema)
+    return read_totals(store_of(client, schema))
 
 
 def _quiet(t: Totals) -> bool:
@@ -77,10 +77,10 @@ def drained(client: redis.Redis, schema: KeySchema) -> Totals | None:
 
     ``read_totals`` reads a shard in several round trips, so while a reporter is working it
     can catch a batch between two states; only two equal reads in a row count."""
-    first = read_totals(client, schema)
+    first = read_totals(store_of(client, schema))
     if not _quiet(first):
         return None
-    second = read_totals(client, schema)
+    second = read_totals(store_of(client, schema))
     return second if second.summary() == first.summary() else None
 
 

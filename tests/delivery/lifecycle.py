@@ -10,8 +10,8 @@ from typing import Any
 import orjson
 import redis
 
-from collector._schema import KeySchema, ShardKeys, encode_entry
-from collector._scripts import Claimed, NackResult, Scripts
+from collector.store import Claimed, KeySchema, NackResult, ShardKeys, encode_entry
+from tests.scriptcalls import Scripts
 
 LEASE_MS = 60_000
 MAX_AGE_MS = 600_000

@@ -15,9 +15,8 @@ from typing import Any
 
 import redis
 
-from collector._schema import KeySchema
+from collector.store import KeySchema
 from reporter._accounting import Totals
-from reporter._dead import list_dead
 from reporter._endpoint import LocalEndpoint
 from reporter._service import ReporterService
 from tests.delivery.conftest import MakeEndpoint, StartService
@@ -31,6 +30,7 @@ from tests.delivery.helpers import (
     schema_of,
     wait_until,
 )
+from tests.scriptcalls import store_of
 from tests.servers import Server, free_port
 
 # Requests an outage of a few seconds may cost at most: with backoff from 50 ms the gate
@@ -231,7 +231,7 @@ def test_400_for_one_game_dead_letters_it_and_delivers_the_others(
     assert totals.counter("delivered") == 350
     got = assert_matches_endpoint(totals, endpoint, service)
     assert set(got) == {k for k in stored if k[0] != "bad"}
-    dead = list_dead(client, schema)
+    dead = store_of(client, schema).dead_batches(1000)
     assert sorted(b.events for b in dead) == [44, 128, 128]
     assert {(b.game, b.attempts) for b in dead} == {("bad", 1)}
     assert all(b.reason.startswith("HTTP 400") for b in dead)

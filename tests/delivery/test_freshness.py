@@ -11,12 +11,12 @@ import httpx
 import orjson
 import redis
 
-from collector._schema import KeySchema
+from collector.store import KeySchema
 from reporter._accounting import read_totals
+from reporter._batches import Batches, new_id
 from reporter._delivery import Deliverer, Held, Tally
 from reporter._outcomes import SinkGate
 from reporter._sinks import make_sender
-from reporter._store import BatchStore, new_id
 from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
     Script,
@@ -28,6 +28,7 @@ from tests.delivery.helpers import (
     schema_of,
     wait_until,
 )
+from tests.scriptcalls import store_of, store_on
 from tests.servers import Server
 
 MAX_AGE = 180.0
@@ -56,17 +57,17 @@ class Ingest:
 
 
 def deliverer_for(r: redis.Redis, ingest: Ingest, clock: Callable[[], float]
-                  ) -> tuple[BatchStore, Deliverer, KeySchema]:
+                  ) -> tuple[Batches, Deliverer, KeySchema]:
     config = make_config("redis://unused", "http://ingest.test/ingest",
                          reporter={"max_age_seconds": MAX_AGE, "linger_ms": 0})
-    store = BatchStore(r, config)
+    store = Batches(store_on(r, config), config)
     sender = make_sender(config.sink, httpx.MockTransport(ingest))
     deliverer = Deliverer(store, sender, config.reporter, clock, Held(), Tally(),
                           SinkGate(0.01, 0.01))
     return store, deliverer, schema_of(config)
 
 
-def fail_once_then_retry(r: redis.Redis, store: BatchStore, deliverer: Deliverer,
+def fail_once_then_retry(r: redis.Redis, store: Batches, deliverer: Deliverer,
                          schema: KeySchema, clock: Clock, wait: float
                          ) -> tuple[str, str]:
     """Claim the game's events, fail the first POST, let ``wait`` seconds pass (on the
@@ -94,7 +95,7 @@ def test_batch_gone_stale_while_waiting_for_retry_is_never_sent(r: redis.Redis) 
 
     assert outcome == "stale"
     assert len(ingest.bodies) == 1  # the failed first attempt only
-    totals = read_totals(r, schema)
+    totals = read_totals(store_of(r, schema))
     assert (totals.counter("stale"), totals.counter("delivered")) == (10, 0)
     assert totals.pending_events == 0
     assert totals.unaccounted == 0
@@ -113,7 +114,7 @@ def test_partly_stale_batch_sends_only_the_fresh_events(r: redis.Redis) -> None:
     assert outcome == "delivered"
     assert [e["seq"] for e in ingest.bodies[0]["events"]] == list(range(12))
     assert [e["seq"] for e in ingest.bodies[1]["events"]] == list(range(5, 12))
-    totals = read_totals(r, schema)
+    totals = read_totals(store_of(r, schema))
     assert (totals.counter("stale"), totals.counter("delivered")) == (5, 7)
     assert totals.unaccounted == 0
 
@@ -127,7 +128,7 @@ def test_events_already_stale_when_claimed_are_dropped_in_redis(r: redis.Redis) 
     claimed = store.claim(schema.for_game(GAME), GAME, new_id(), 1)
     assert claimed.stale == 4
     assert [len(entries) for _, entries in claimed.batches] == [2]
-    totals = read_totals(r, schema)
+    totals = read_totals(store_of(r, schema))
     assert (totals.counter("stale"), totals.pending_events, totals.unaccounted) == (4, 2, 0)
 
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from reporter._accounting import read_totals
 from tests.delivery.lifecycle import LEASE_MS, Shard, new_token, server_ms
+from tests.scriptcalls import store_of
 
 
 @pytest.fixture
@@ -118,7 +119,7 @@ def test_dead_letter_after_max_attempts(shard: Shard) -> None:
     # a dead batch cannot be taken or finished any more
     assert shard.scripts.take_retries(shard.keys, new_token(), LEASE_MS, 10) == []
     assert shard.scripts.ack(shard.keys, batch, token) == -1
-    assert read_totals(shard.r, shard.schema).unaccounted == 0
+    assert read_totals(store_of(shard.r, shard.schema)).unaccounted == 0
 
 
 def test_permanent_rejection_dead_letters_at_once(shard: Shard) -> None:
@@ -130,7 +131,7 @@ def test_permanent_rejection_dead_letters_at_once(shard: Shard) -> None:
     assert shard.meta(batch)["a"] == 1  # type: ignore[index]
     assert shard.retry() == {}
     assert shard.stats()["rejected"] == 4
-    totals = read_totals(shard.r, shard.schema)
+    totals = read_totals(store_of(shard.r, shard.schema))
     assert (totals.dead_events, totals.unaccounted) == (4, 0)
 
 
@@ -210,7 +211,7 @@ def test_reap_moves_expired_leases_to_retry_charging_an_attempt(shard: Shard) ->
     taken = shard.scripts.take_retries(shard.keys, new_token(), LEASE_MS, 10)
     assert [(b.batch_id, b.attempts) for b in taken] == [(short, 1)]
     assert shard.stats()["batches_reaped"] == 1
-    assert read_totals(shard.r, shard.schema).unaccounted == 0
+    assert read_totals(store_of(shard.r, shard.schema)).unaccounted == 0
 
 
 def test_reap_dead_letters_after_max_attempts(shard: Shard) -> None:
@@ -224,7 +225,7 @@ def test_reap_dead_letters_after_max_attempts(shard: Shard) -> None:
     assert shard.dead() == [batch]
     assert shard.retry() == {} and shard.inflight() == {}
     assert shard.stats()["rejected"] == 5
-    totals = read_totals(shard.r, shard.schema)
+    totals = read_totals(store_of(shard.r, shard.schema))
     assert (totals.dead_events, totals.unaccounted) == (5, 0)
 
 
@@ -310,7 +311,7 @@ def test_claim_again_with_the_same_batch_id_returns_the_same_batches(shard: Shar
     assert shard.r.llen(shard.keys.queue("g")) == 44
     assert shard.stats() == stats  # counted once
     assert (stats["claimed"], stats["batches_claimed"]) == (256, 2)
-    assert read_totals(shard.r, shard.schema).unaccounted == 0
+    assert read_totals(store_of(shard.r, shard.schema)).unaccounted == 0
 
 
 def test_claim_takes_at_most_a_full_batch_of_128(shard: Shard) -> None:
@@ -337,7 +338,7 @@ def test_dead_list_is_capped_and_what_falls_off_is_counted(shard: Shard) -> None
     stats = shard.stats()
     assert stats["rejected"] == sum(sizes)
     assert stats["dead_dropped"] == 1 + 2 + 3
-    totals = read_totals(shard.r, shard.schema)
+    totals = read_totals(store_of(shard.r, shard.schema))
     assert (totals.dead_events, totals.unaccounted) == (15, 0)
 
 
@@ -350,7 +351,7 @@ def test_reap_also_caps_the_dead_list(shard: Shard) -> None:
     assert len(shard.dead()) == 3
     stats = shard.stats()
     assert (stats["rejected"], stats["dead_dropped"], stats["batches_reaped"]) == (4, 1, 4)
-    assert read_totals(shard.r, shard.schema).unaccounted == 0
+    assert read_totals(store_of(shard.r, shard.schema)).unaccounted == 0
 
 
 def test_replay_requeues_with_attempts_reset_and_purge_deletes(shard: Shard) -> None:
@@ -370,7 +371,7 @@ def test_replay_requeues_with_attempts_reset_and_purge_deletes(shard: Shard) -> 
     assert "d" not in meta and "r" not in meta
     taken = shard.scripts.take_retries(shard.keys, new_token(), LEASE_MS, 10)
     assert [(b.batch_id, b.attempts, len(b.entries)) for b in taken] == [(ids[1], 0, 3)]
-    totals = read_totals(shard.r, shard.schema)
+    totals = read_totals(store_of(shard.r, shard.schema))
     assert (totals.dead_events, totals.pending_events, totals.unaccounted) == (6, 3, 0)
 
     # the oldest dead batch is purged, its events counted
@@ -380,11 +381,11 @@ def test_replay_requeues_with_attempts_reset_and_purge_deletes(shard: Shard) -> 
     assert not shard.r.hexists(shard.keys.payloads, ids[0])
     stats = shard.stats()
     assert (stats["replayed"], stats["purged"], stats["rejected"]) == (3, 2, 9)
-    assert read_totals(shard.r, shard.schema).unaccounted == 0
+    assert read_totals(store_of(shard.r, shard.schema)).unaccounted == 0
 
     # replay everything left
     assert shard.scripts.replay(shard.keys) == (1, 4)
     assert shard.dead() == []
     assert shard.scripts.purge(shard.keys) == (0, 0)
-    totals = read_totals(shard.r, shard.schema)
+    totals = read_totals(store_of(shard.r, shard.schema))
     assert (totals.dead_events, totals.pending_events, totals.unaccounted) == (2, 7, 0)

@@ -27,9 +27,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from collector._schema import encode_entry
+from collector.store import encode_entry
 from reporter._accounting import read_totals
 from tests.delivery.lifecycle import Shard
+from tests.scriptcalls import store_of
 
 GAMES = ("a", "b")
 CAP = 6
@@ -373,7 +374,7 @@ class LifeCycle(RuleBasedStateMachine):
     @invariant()
     def the_counters_add_up(self) -> None:
         m = self.model
-        totals = read_totals(self.client, self.shard.schema)
+        totals = read_totals(store_of(self.client, self.shard.schema))
         assert totals.unaccounted == 0
         assert totals.buffered == sum(len(q) for q in m.queues.values())
         assert totals.pending_events == sum(len(b.entries) for b in m.batches.values()

@@ -10,10 +10,10 @@ import pytest
 import redis
 
 from collector._config import TelemetryConfig
-from collector._scripts import Scripts
 from reporter._endpoint import LocalEndpoint
 from reporter._service import ReporterService
 from tests.reporter.helpers import wait_until
+from tests.scriptcalls import Scripts, store_on
 from tests.servers import Server
 
 MakeService = Callable[..., ReporterService]
@@ -45,7 +45,10 @@ def make_service() -> Iterator[MakeService]:
     """Build services that are stopped (without grace) when the test ends."""
     made: list[ReporterService] = []
 
-    def make(config: TelemetryConfig, **kwargs: Any) -> ReporterService:
+    def make(config: TelemetryConfig, *, client: Any = None, **kwargs: Any) -> ReporterService:
+        """``client``: a redis-py client of the test's to run the service's store on."""
+        if client is not None:
+            kwargs["store"] = store_on(client, config)
         service = ReporterService(config, **kwargs)
         made.append(service)
         return service

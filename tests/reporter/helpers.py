@@ -10,9 +10,9 @@ import orjson
 
 from collector._config import TelemetryConfig
 from collector._config_loader import build_config, raw_settings
-from collector._schema import KeySchema, ShardKeys, encode_entry
-from collector._scripts import Scripts
+from collector.store import KeySchema, ShardKeys, encode_entry
 from tests.polling import wait_until  # noqa: F401 - re-exported for the tests
+from tests.scriptcalls import Scripts
 
 # Nothing listens here: a sender pointed at it fails at once (tests that never POST use it).
 NOWHERE = "http://127.0.0.1:9/ingest"

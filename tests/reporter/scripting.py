@@ -7,8 +7,8 @@ from typing import Any
 
 import redis
 
-from collector._schema import KeySchema, ShardKeys
-from collector._scripts import Scripts
+from collector.store import KeySchema, ShardKeys
+from tests.scriptcalls import Scripts
 
 SCHEMA = KeySchema("telemetry", 4)
 GAME = "game-1"

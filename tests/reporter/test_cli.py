@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 import redis
 
-from collector._schema import KeySchema
-from collector._scripts import Scripts
+from collector.store import KeySchema
 from reporter._accounting import read_totals
 from reporter._cli import main
 from reporter._endpoint import LocalEndpoint
 from tests.reporter.helpers import ids_of, now_ms, numbered, store, wait_until
+from tests.scriptcalls import Scripts, store_of
 from tests.servers import Server, env_without_telemetry
 
 REPO = Path(__file__).resolve().parents[2]
@@ -112,7 +112,7 @@ def test_end_to_end_across_processes(tmp_path: Path, own_server: Server,
                    what="every event delivered")
 
         def settled() -> bool:
-            totals = read_totals(own_client, schema)
+            totals = read_totals(store_of(own_client, schema))
             return (totals.buffered, totals.pending_events, totals.counter("stale")) == (
                 0, 0, 70)
 
@@ -229,7 +229,7 @@ def test_dead_letter_commands(tmp_path: Path, redis_url: str, client: redis.Redi
     code, out = run("replay", batch_id)
     assert (code, out.strip().split()[:2]) == (0, ["replayed", "1"])
     assert client.zrange(keys.retry, 0, -1) == [batch_id.encode()]
-    assert read_totals(client, schema).unaccounted == 0
+    assert read_totals(store_of(client, schema)).unaccounted == 0
     assert run("purge")[1].startswith("purged 0 batches")
     assert run("list")[1].strip() == "no dead-lettered batches"
 

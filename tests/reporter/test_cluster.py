@@ -9,20 +9,21 @@ from typing import Any
 
 import pytest
 
-from collector._redis import make_client
+from collector.store import Cluster as ClusterBackend
 from reporter._accounting import read_totals
 from reporter._endpoint import LocalEndpoint
 from tests.reporter.conftest import MakeService
 from tests.reporter.helpers import ids_of, make_config, now_ms, numbered, store, wait_until
+from tests.scriptcalls import Scripts
 from tests.servers import Cluster
 
 
 @pytest.fixture
 def cluster_client(cluster: Cluster) -> Iterator[Any]:
     config = make_config(cluster.url, redis={"cluster": True})
-    c = make_client(config.redis)
-    yield c
-    c.close()
+    backend = ClusterBackend.from_settings(config.redis)
+    yield backend.client
+    backend.close()
 
 
 def test_reporter_drains_every_shard_of_a_cluster(cluster: Cluster, cluster_client: Any,
@@ -37,20 +38,20 @@ def test_reporter_drains_every_shard_of_a_cluster(cluster: Cluster, cluster_clie
     games = ["hot", *(f"game-{i}" for i in range(40))]
     assert len({service.schema.shard_of(g) for g in games}) == 16
     for game in games:
-        store(service.store.scripts, service.schema, game, numbered(game, 150))
-    store(service.store.scripts, service.schema, "game-0",
+        store(Scripts(service.store), service.schema, game, numbered(game, 150))
+    store(Scripts(service.store), service.schema, "game-0",
           numbered("game-0", 5, born_ms=now_ms() - 200_000, start=1000))
 
     service.start()
     wait_until(lambda: len(endpoint.events()) >= 150 * len(games), what="every event")
-    wait_until(lambda: read_totals(cluster_client, service.schema).pending_events == 0,
+    wait_until(lambda: read_totals(service.store).pending_events == 0,
                what="every batch acked")
     counts = service.stop()
 
     assert Counter(ids_of(endpoint.events())) == Counter(
         f"{g}#{i}" for g in games for i in range(150))
     assert all(len(r.events) <= 128 for r in endpoint.received)
-    totals = read_totals(cluster_client, service.schema)
+    totals = read_totals(service.store)
     assert (totals.counter("delivered"), totals.counter("stale")) == (150 * len(games), 5)
     assert totals.unaccounted == 0
     assert counts["delivered"] == 150 * len(games)

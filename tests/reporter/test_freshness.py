@@ -23,6 +23,7 @@ from tests.reporter.helpers import (
     store,
 )
 from tests.reporter.recorder import Recorder
+from tests.scriptcalls import Scripts, store_of
 
 NOW_MS = 1_700_000_000_000
 MAX_AGE_MS = 180_000
@@ -103,7 +104,7 @@ def test_old_events_are_never_sent(redis_url: str, client: redis.Redis,
     recorder = Recorder()
     service = service_with(make_service, redis_url, client, recorder)
     old_ms = now_ms() - 200_000  # 13 digits, 200 s ago
-    scripts, schema = service.store.scripts, service.schema
+    scripts, schema = Scripts(service.store), service.schema
     store(scripts, schema, "g1", numbered("g1", 150, born_ms=old_ms) + numbered("g1", 20,
                                                                                  start=150))
     store(scripts, schema, "g2", numbered("g2", 5, born_ms=old_ms))
@@ -113,7 +114,7 @@ def test_old_events_are_never_sent(redis_url: str, client: redis.Redis,
     assert sorted(ids_of(recorder.events())) == sorted(f"g1#{i}" for i in range(150, 170))
     assert stats_total(client, schema, "stale") == 155
     assert stats_total(client, schema, "delivered") == 20
-    totals = read_totals(client, schema)
+    totals = read_totals(store_of(client, schema))
     assert (totals.unaccounted, totals.buffered, totals.pending_events) == (0, 0, 0)
 
 
@@ -123,7 +124,7 @@ def test_events_gone_stale_after_the_claim_are_dropped_before_the_post(
     # Redis (claim) sees fresh events; the deliverer's clock is 200 s later
     service = service_with(make_service, redis_url, client, recorder,
                            clock=lambda: time.time() + 200)
-    keys = store(service.store.scripts, service.schema, "g1", numbered("g1", 10))
+    keys = store(Scripts(service.store), service.schema, "g1", numbered("g1", 10))
 
     sweep_all(service)
 
@@ -132,7 +133,7 @@ def test_events_gone_stale_after_the_claim_are_dropped_before_the_post(
     assert client.zcard(keys.inflight) == 0
     assert client.hlen(keys.batches) == 0
     assert service.tally.snapshot()["stale"] == 10
-    assert read_totals(client, service.schema).unaccounted == 0
+    assert read_totals(service.store).unaccounted == 0
 
 
 def test_the_events_own_time_decides(redis_url: str, client: redis.Redis,
@@ -148,10 +149,10 @@ def test_the_events_own_time_decides(redis_url: str, client: redis.Redis,
         entry({"id": "fresh-ot-old-collect", "ot": int(now_s)}, now_ms() - 200_000),
         entry({"id": "old-ot-old-collect", "ot": int(now_s) - 200}, now_ms() - 200_000),
     ]
-    store(service.store.scripts, service.schema, "g1", entries)
+    store(Scripts(service.store), service.schema, "g1", entries)
 
     sweep_all(service)
 
     assert sorted(ids_of(recorder.events())) == ["fresh-ot", "fresh-ot-old-collect", "no-ot"]
     assert stats_total(client, service.schema, "stale") == 2
-    assert read_totals(client, service.schema).unaccounted == 0
+    assert read_totals(service.store).unaccounted == 0

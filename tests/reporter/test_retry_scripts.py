@@ -7,7 +7,6 @@ from typing import Any
 
 import redis
 
-from collector._scripts import Scripts
 from tests.reporter.helpers import now_ms, numbered, stats, store, wait_until
 from tests.reporter.scripting import (
     GAME,
@@ -20,6 +19,7 @@ from tests.reporter.scripting import (
     meta,
     snapshot,
 )
+from tests.scriptcalls import Scripts
 
 # -- release, nack, take_retries -----------------------------------------------------------
 

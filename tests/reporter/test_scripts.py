@@ -1,13 +1,12 @@
-"""The claim side of the batch life cycle (claim, ack) and ``BatchStore`` on real servers."""
+"""The claim side of the batch life cycle (claim, ack) and ``Batches`` on real servers."""
 
 from __future__ import annotations
 
 import pytest
 import redis
 
-from collector._schema import KeySchema
-from collector._scripts import Scripts
-from reporter._store import BatchStore
+from collector.store import BackendRefused, KeySchema
+from reporter._batches import Batches
 from tests.reporter.helpers import make_config, now_ms, numbered, stats, store
 from tests.reporter.scripting import (
     GAME,
@@ -20,6 +19,7 @@ from tests.reporter.scripting import (
     registered,
     snapshot,
 )
+from tests.scriptcalls import Scripts, store_on
 
 # -- claim ---------------------------------------------------------------------------------
 
@@ -195,7 +195,7 @@ def test_ack_refuses_counts_beyond_the_batch(client: redis.Redis, scripts: Scrip
     store(scripts, SCHEMA, GAME, numbered(GAME, 3))
     claim(scripts)
     before = snapshot(client)
-    with pytest.raises(redis.exceptions.ResponseError, match="exceed"):
+    with pytest.raises(BackendRefused, match="exceed"):
         scripts.ack(KEYS, "b1.0", TOKEN, stale=2, rejected=2)
     assert snapshot(client) == before
 
@@ -223,24 +223,24 @@ def test_a_late_worker_cannot_ack_a_batch_taken_again(client: redis.Redis,
     assert scripts.ack(KEYS, "b1.0", "token-2") == 4
 
 
-# -- BatchStore ----------------------------------------------------------------------------
+# -- Batches -------------------------------------------------------------------------------
 
 
 def test_batch_store_uses_the_configured_batch_size_and_linger(client: redis.Redis,
                                                                redis_url: str) -> None:
     config = make_config(redis_url, reporter={"batch_size": 50, "linger_ms": 60_000})
-    store_ = BatchStore(client, config)
+    store_ = Batches(store_on(client, config), config)
     schema = KeySchema(config.redis.key_prefix, config.redis.shards)
-    keys = store(store_.scripts, schema, GAME, numbered(GAME, 120))
+    keys = store(Scripts(store_.store), schema, GAME, numbered(GAME, 120))
 
     claimed = store_.claim(keys, GAME, TOKEN, 8)
     assert [len(b) for _, b in claimed.batches] == [50, 50, 20]
 
-    store(store_.scripts, schema, GAME, numbered(GAME, 49))
+    store(Scripts(store_.store), schema, GAME, numbered(GAME, 49))
     assert store_.claim(keys, GAME, TOKEN, 8).batches == []  # lingering
     assert store_.game_states(keys, [GAME])[0].length == 49
-    games, length, retries = store_.ring(keys, 0, 10)
-    assert (games, length, retries) == ([GAME], 1, 0)
+    ring = store_.ring(keys, 0, 10)
+    assert (ring.games, ring.ring_length, ring.retries) == ([GAME], 1, 0)
     for batch_id, _ in claimed.batches:
         assert store_.ack(keys, batch_id, TOKEN, 0, 0) > 0
     assert stats(client, keys)["delivered"] == 120
@@ -249,8 +249,8 @@ def test_batch_store_uses_the_configured_batch_size_and_linger(client: redis.Red
 def test_batch_store_drops_stale_entries_at_claim_by_collect_time(client: redis.Redis,
                                                                   redis_url: str) -> None:
     config = make_config(redis_url, reporter={"linger_ms": 0})
-    store_ = BatchStore(client, config)
-    keys = store(store_.scripts, KeySchema("telemetry", 4), GAME,
+    store_ = Batches(store_on(client, config), config)
+    keys = store(Scripts(store_.store), KeySchema("telemetry", 4), GAME,
                  numbered(GAME, 6, born_ms=now_ms() - 200_000))
     claimed = store_.claim(keys, GAME, TOKEN, 8)
     assert (claimed.stale, claimed.batches) == (6, [])
@@ -260,9 +260,9 @@ def test_batch_store_leaves_age_to_the_event_time_field(client: redis.Redis,
                                                         redis_url: str) -> None:
     # the script cannot read the event's own time: the deliverer decides, after the claim
     config = make_config(redis_url, reporter={"linger_ms": 0, "event_time_field": "ot"})
-    store_ = BatchStore(client, config)
+    store_ = Batches(store_on(client, config), config)
     old = numbered(GAME, 6, born_ms=now_ms() - 200_000)
-    keys = store(store_.scripts, KeySchema("telemetry", 4), GAME, old)
+    keys = store(Scripts(store_.store), KeySchema("telemetry", 4), GAME, old)
     claimed = store_.claim(keys, GAME, TOKEN, 8)
     assert claimed.stale == 0
     assert [entries for _, entries in claimed.batches] == [old]

@@ -15,9 +15,7 @@ import redis
 
 import reporter._delivery
 from collector._config import TelemetryConfig
-from collector._pipeline import run_script_calls
-from collector._schema import entry_event
-from collector._scripts import collect_call
+from collector.store import BackendError, BackendUnavailable, Collect, entry_event
 from reporter._accounting import read_totals
 from reporter._endpoint import LocalEndpoint, Received
 from reporter._service import ReporterService
@@ -31,6 +29,7 @@ from tests.reporter.helpers import (
     wait_until,
 )
 from tests.reporter.recorder import Recorder
+from tests.scriptcalls import Scripts
 from tests.servers import Server
 
 QUICK = {"linger_ms": 200, "poll_interval_ms": 50}
@@ -52,10 +51,10 @@ def store_many(client: redis.Redis, service: ReporterService,
                games: dict[str, list[bytes]]) -> None:
     """Store several games' entries in one write, through collect.lua."""
     schema = service.schema
-    calls = [collect_call(schema.for_game(game), game, service.config.cap_for(game), TTL, entries)
+    calls = [Collect(schema.for_game(game), game, entries, service.config.cap_for(game), TTL)
              for game, entries in games.items()]
-    replies = run_script_calls(client, service.store.scripts.script("collect"), calls)
-    assert not [reply for reply in replies if isinstance(reply, Exception)]
+    replies = service.store.call_many(calls)
+    assert not [reply for reply in replies if isinstance(reply, BackendError)]
 
 
 # -- fairness ------------------------------------------------------------------------------
@@ -117,7 +116,7 @@ def test_a_flooding_game_does_not_hold_up_small_games(own_server: Server,
     order = [r.game for r in received if r.game == flood or r.game in neighbours]
     last_neighbour = max(i for i, game in enumerate(order) if game != flood)
     assert order[:last_neighbour].count(flood) <= 2 * per_claim
-    totals = read_totals(own_client, service.schema)
+    totals = read_totals(service.store)
     assert totals.counter("delivered") == 23_000
     assert totals.unaccounted == 0
 
@@ -197,7 +196,7 @@ def test_stop_waits_for_an_inflight_post_within_the_grace(
 
     assert result["delivered"] == 128
     assert result["released"] == 0
-    assert read_totals(client, service.schema).counter("delivered") == 128
+    assert read_totals(service.store).counter("delivered") == 128
     assert client.zcard(service.schema.shard(0).retry) == 0
 
 
@@ -218,7 +217,7 @@ def test_stop_releases_what_the_grace_did_not_cover(
         [batch_id] = client.zrange(keys.retry, 0, -1)
         assert client.zcard(keys.inflight) == 0
         assert b'"a":0' in client.hget(keys.batches, batch_id)  # no attempt charged
-        totals = read_totals(client, service.schema)
+        totals = read_totals(service.store)
         assert (totals.pending_events, totals.unaccounted) == (128, 0)
         assert client.get(keys.owner) is None  # the shard was handed back
     finally:
@@ -227,7 +226,7 @@ def test_stop_releases_what_the_grace_did_not_cover(
         endpoint.stop()
     # the late POST could not ack a batch it no longer held: it stays pending, to be sent
     # again (at least once)
-    assert read_totals(client, service.schema).pending_events == 128
+    assert read_totals(service.store).pending_events == 128
 
 
 def test_acks_of_a_claim_go_together_after_its_posts(
@@ -238,15 +237,15 @@ def test_acks_of_a_claim_go_together_after_its_posts(
         client=client, transport=recorder.transport())
     store_many(client, service, {"g": numbered("g", 4 * 128)})
     rounds: list[int] = []
-    ack_many = service.store.ack_many
+    ack_many = service.batches.ack_many
 
-    def counted(keys: Any, acks: Any) -> Any:
+    def counted(acks: Any) -> Any:
         rounds.append(len(acks))
-        return ack_many(keys, acks)
+        return ack_many(acks)
 
-    service.store.ack_many = counted  # type: ignore[method-assign]
+    service.batches.ack_many = counted  # type: ignore[method-assign]
     service.start()
-    wait_until(lambda: read_totals(client, service.schema).counter("delivered") == 512,
+    wait_until(lambda: read_totals(service.store).counter("delivered") == 512,
                what="every batch acknowledged")
     assert rounds == [4]
     assert len(recorder.posts) == 4
@@ -263,17 +262,17 @@ def test_a_failed_ack_leaves_the_batch_in_flight_and_counts_it(
         client=client, transport=recorder.transport())
     store_many(client, service, {"g": numbered("g", 2 * 128)})
 
-    def refused(keys: Any, acks: Any) -> list[Any]:
-        return [redis.ConnectionError("Redis went away (test)")] * len(acks)
+    def refused(acks: Any) -> list[Any]:
+        return [BackendUnavailable("Redis went away (test)")] * len(acks)
 
-    service.store.ack_many = refused  # type: ignore[method-assign]
+    service.batches.ack_many = refused  # type: ignore[method-assign]
     reporter._delivery.ratelog.reset("ack")  # logged at most every 30 s
     service.start()
     wait_until(lambda: service.tally.snapshot().get("ack_failed") == 2, what="two failed acks")
     counts = service.stop()
     assert counts.get("delivered", 0) == 0
     assert len(recorder.posts) == 2
-    totals = read_totals(client, service.schema)
+    totals = read_totals(service.store)
     assert (totals.counter("delivered"), totals.pending_events) == (0, 256)
     assert client.zcard(service.schema.shard(0).inflight) == 2  # the leases will bring them back
     assert "could not acknowledge delivered batch" in caplog.text
@@ -297,7 +296,7 @@ def test_stop_acks_batches_delivered_before_a_post_it_gave_up_on(
         store_many(client, service, {"g1": numbered("g1", 256)})
         service.start()
         wait_until(lambda: endpoint.requests == 2, what="the second POST to arrive")
-        assert read_totals(client, service.schema).counter("delivered") == 0  # not yet acked
+        assert read_totals(service.store).counter("delivered") == 0  # not yet acked
 
         result = service.stop(grace=0.1)
 
@@ -305,7 +304,7 @@ def test_stop_acks_batches_delivered_before_a_post_it_gave_up_on(
         keys = service.schema.shard(0)
         assert client.zcard(keys.retry) == 1
         assert client.zcard(keys.inflight) == 0
-        totals = read_totals(client, service.schema)
+        totals = read_totals(service.store)
         assert (totals.counter("delivered"), totals.pending_events) == (128, 128)
         assert totals.unaccounted == 0
     finally:
@@ -313,7 +312,7 @@ def test_stop_acks_batches_delivered_before_a_post_it_gave_up_on(
         wait_until(lambda: len(service.held) == 0, what="the late POST to finish")
         endpoint.stop()
     # the late POST's batch was released, so it cannot be acked: it stays to be sent again
-    totals = read_totals(client, service.schema)
+    totals = read_totals(service.store)
     assert (totals.counter("delivered"), totals.pending_events) == (128, 128)
     assert endpoint.requests == 2
 
@@ -337,17 +336,17 @@ def test_counters_add_up_after_a_run(redis_url: str, client: redis.Redis,
     })
 
     service.start()
-    wait_until(lambda: read_totals(client, service.schema).buffered == 0
-               and read_totals(client, service.schema).pending_events == 0,
+    wait_until(lambda: read_totals(service.store).buffered == 0
+               and read_totals(service.store).pending_events == 0,
                what="everything drained")
     counts = service.stop()
     # after the run: one game buffered, one batch claimed and not finished
     store_many(client, service, {"late": numbered("late", 30), "held": numbered("held", 40)})
     keys = service.schema.for_game("held")
-    assert service.store.scripts.claim(keys, "held", "b", "t", 128, 1, 30_000, 180_000, 0
+    assert Scripts(service.store).claim(keys, "held", "b", "t", 128, 1, 30_000, 180_000, 0
                                        ).batches
 
-    totals = read_totals(client, service.schema)
+    totals = read_totals(service.store)
     c = totals.counter
     assert (c("stored"), c("delivered"), c("evicted"), c("stale")) == (940, 600, 200, 50)
     assert (totals.dead_events, totals.buffered, totals.pending_events) == (20, 30, 40)

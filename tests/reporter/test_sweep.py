@@ -9,7 +9,7 @@ import httpx
 import pytest
 import redis
 
-from collector._schema import KeySchema
+from collector.store import KeySchema
 from reporter._accounting import read_totals
 from reporter._service import ReporterService
 from tests.reporter.conftest import MakeService
@@ -23,6 +23,7 @@ from tests.reporter.helpers import (
     wait_until,
 )
 from tests.reporter.recorder import Recorder
+from tests.scriptcalls import Scripts, store_of
 
 LINGER_MS = 1000
 GAME = "game-1"
@@ -70,7 +71,7 @@ def test_the_only_process_owns_every_shard(build: Build) -> None:
 def test_a_full_batch_is_claimed_at_once(build: Build, client: redis.Redis) -> None:
     service, recorder, _ = build()
     entries = numbered(GAME, 128)
-    keys = store(service.store.scripts, service.schema, GAME, entries)
+    keys = store(Scripts(service.store), service.schema, GAME, entries)
 
     assert sweep(service, GAME) is False
 
@@ -87,7 +88,7 @@ def test_a_full_batch_is_claimed_at_once(build: Build, client: redis.Redis) -> N
 def test_a_partial_batch_waits_for_linger(build: Build, client: redis.Redis) -> None:
     service, recorder, clock = build()
     born = now_ms() - 5_000  # old enough for Redis too; the sweeper's clock decides
-    keys = store(service.store.scripts, service.schema, GAME, numbered(GAME, 5, born_ms=born))
+    keys = store(Scripts(service.store), service.schema, GAME, numbered(GAME, 5, born_ms=born))
 
     clock.at_ms(born)
     sweep(service, GAME)
@@ -106,7 +107,7 @@ def test_a_partial_batch_waits_for_linger(build: Build, client: redis.Redis) -> 
 def test_linger_zero_sends_a_partial_batch_at_once(build: Build) -> None:
     service, recorder, clock = build(linger_ms=0)
     born = now_ms()
-    store(service.store.scripts, service.schema, GAME, numbered(GAME, 3, born_ms=born))
+    store(Scripts(service.store), service.schema, GAME, numbered(GAME, 3, born_ms=born))
     clock.at_ms(born)
     sweep(service, GAME)
     assert len(recorder.events(GAME)) == 3
@@ -115,7 +116,7 @@ def test_linger_zero_sends_a_partial_batch_at_once(build: Build) -> None:
 def test_a_sweeper_does_nothing_in_a_shard_it_does_not_own(build: Build,
                                                            client: redis.Redis) -> None:
     service, recorder, _ = build(owned=False)
-    keys = store(service.store.scripts, service.schema, GAME, numbered(GAME, 200))
+    keys = store(Scripts(service.store), service.schema, GAME, numbered(GAME, 200))
     assert sweep(service, GAME) is False
     assert recorder.posts == []
     assert client.llen(keys.queue(GAME)) == 200
@@ -127,7 +128,7 @@ def test_a_flooding_game_gets_one_claim_per_sweep(build: Build, client: redis.Re
     keys = service.schema.for_game(flood)
     small = [g for g in (f"small-{i}" for i in range(200))
              if service.schema.for_game(g) == keys][:5]
-    scripts = service.store.scripts
+    scripts = Scripts(service.store)
     store(scripts, service.schema, flood, numbered(flood, 2000))
     for game in small:
         store(scripts, service.schema, game, numbered(game, 2, born_ms=now_ms() - 5_000))
@@ -158,7 +159,7 @@ def test_an_emptied_game_is_unregistered_by_the_next_sweep(build: Build,
 
 def test_sweepers_never_claim_a_hot_game(build: Build, client: redis.Redis) -> None:
     service, recorder, clock = build(hot_games={"hot": 2})
-    scripts = service.store.scripts
+    scripts = Scripts(service.store)
     hot_keys = store(scripts, service.schema, "hot", numbered("hot", 300))
     store(scripts, service.schema, "cold", numbered("cold", 300))
     clock.at_ms(now_ms() + 60_000)
@@ -182,10 +183,10 @@ def test_sweepers_never_claim_a_hot_game(build: Build, client: redis.Redis) -> N
 def test_sweep_takes_due_retries_first(build: Build, client: redis.Redis) -> None:
     service, recorder, _ = build()
     entries = numbered(GAME, 10, born_ms=now_ms() - 5_000)
-    keys = store(service.store.scripts, service.schema, GAME, entries)
-    claimed = service.store.claim(keys, GAME, "crashed-worker", 1)
+    keys = store(Scripts(service.store), service.schema, GAME, entries)
+    claimed = service.batches.claim(keys, GAME, "crashed-worker", 1)
     [(batch_id, _)] = claimed.batches
-    assert service.store.release(keys, batch_id, "crashed-worker")
+    assert service.batches.release(keys, batch_id, "crashed-worker")
 
     assert sweep(service, GAME) is False
 
@@ -204,7 +205,7 @@ def test_failed_posts_are_retried_then_delivered(redis_url: str, client: redis.R
                          retry={"initial_delay_ms": 1, "max_delay_ms": 1})
     service = make_service(config, client=client, transport=recorder.transport())
     service.ownership.loop()
-    keys = store(service.store.scripts, service.schema, GAME, numbered(GAME, 10))
+    keys = store(Scripts(service.store), service.schema, GAME, numbered(GAME, 10))
 
     for _ in range(3):
         # a failure pauses claims for initial_delay_ms (1 ms here)
@@ -217,7 +218,7 @@ def test_failed_posts_are_retried_then_delivered(redis_url: str, client: redis.R
     assert stats(client, keys)["delivered"] == 10
     assert stats(client, keys)["batches_retried"] == 2
     assert service.tally.snapshot()["batches_retried"] == 2
-    assert read_totals(client, service.schema).unaccounted == 0
+    assert read_totals(service.store).unaccounted == 0
 
 
 def test_a_rejected_batch_is_dead_lettered(redis_url: str, client: redis.Redis,
@@ -226,14 +227,14 @@ def test_a_rejected_batch_is_dead_lettered(redis_url: str, client: redis.Redis,
     config = make_config(redis_url, reporter={"linger_ms": 0})
     service = make_service(config, client=client, transport=recorder.transport())
     service.ownership.loop()
-    keys = store(service.store.scripts, service.schema, GAME, numbered(GAME, 10))
+    keys = store(Scripts(service.store), service.schema, GAME, numbered(GAME, 10))
 
     sweep(service, GAME)
 
     assert len(recorder.posts) == 1
     [dead] = client.lrange(keys.dead, 0, -1)
     assert dead.decode() == recorder.posts[0].batch_id
-    totals = read_totals(client, KeySchema(config.redis.key_prefix, config.redis.shards))
+    totals = read_totals(store_of(client, KeySchema(config.redis.key_prefix, config.redis.shards)))
     assert totals.dead_events == 10
     assert totals.unaccounted == 0
 
@@ -247,7 +248,7 @@ def test_a_sweep_pages_through_the_ring(build: Build) -> None:
     now = now_ms()
     for game in games:
         born = now if game in lingering else now - 5_000
-        store(service.store.scripts, service.schema, game, numbered(game, 2, born_ms=born))
+        store(Scripts(service.store), service.schema, game, numbered(game, 2, born_ms=born))
     clock.at_ms(now + LINGER_MS // 2)
 
     per_sweep = []
@@ -259,4 +260,4 @@ def test_a_sweep_pages_through_the_ring(build: Build) -> None:
             break
     assert sorted(p.game for p in recorder.posts) == sorted(ready)
     assert max(per_sweep) <= 2  # games_per_sweep bounds one sweep
-    assert [g.decode() for g in service.store.client.lrange(keys.ring, 0, -1)] == lingering
+    assert [g.decode() for g in service.store.backend.client.lrange(keys.ring, 0, -1)] == lingering

@@ -1,4 +1,4 @@
-"""Key names, the stored entry format and the names that both halves must agree on.
+"""Every key name the project uses, and the game names allowed inside them.
 
 Every key of a shard starts with the hash tag ``{<prefix>:<shard>}``, so each script call
 touches one hash slot and runs unchanged on Redis Cluster.  Game names come from callers; they
@@ -16,22 +16,7 @@ MAX_GAME_NAME_LENGTH = 128
 GAME_NAME_CHARS = "A-Z a-z 0-9 _ - . : @ /"
 _GAME_NAME = re.compile(r"[A-Za-z0-9_.:@/-]{1,128}")
 _PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
-
-# A stored entry is the collect time in milliseconds as 13 ASCII digits, then the event's JSON.
-# The reporter reads ages and assembles POST bodies without decoding the events.
-ENTRY_TIME_DIGITS = 13
-
-# Names of the per-shard counters kept in the ``stats`` hash (HINCRBY from the scripts, which
-# spell them out: Lua cannot import these).
-STORED = "stored"
-EVICTED = "evicted"
-SDK_DROPPED_BUFFER_FULL = "sdk_dropped_buffer_full"
-SDK_DROPPED_TOO_LARGE = "sdk_dropped_too_large"
-COUNTERS = (
-    STORED, EVICTED, "stale", "delivered", "rejected", "replayed", "dead_dropped", "purged",
-    SDK_DROPPED_BUFFER_FULL, SDK_DROPPED_TOO_LARGE, "claimed", "batches_claimed",
-    "batches_delivered", "batches_retried", "batches_dead", "batches_reaped", "batches_released",
-)
+_LIMIT_NAME = re.compile(r"[A-Za-z0-9_.:@/-]{1,128}")
 
 
 def validate_game(game: object) -> str:
@@ -50,18 +35,6 @@ def is_valid_prefix(prefix: str) -> bool:
     return bool(_PREFIX.fullmatch(prefix))
 
 
-def encode_entry(collected_ms: int, event_json: bytes) -> bytes:
-    return b"%013d" % collected_ms + event_json
-
-
-def entry_time_ms(entry: bytes) -> int:
-    return int(entry[:ENTRY_TIME_DIGITS])
-
-
-def entry_event(entry: bytes) -> bytes:
-    return entry[ENTRY_TIME_DIGITS:]
-
-
 @dataclass(frozen=True, slots=True)
 class ShardKeys:
     """The keys of one shard; all share the shard's hash tag."""
@@ -70,42 +43,52 @@ class ShardKeys:
     tag: str
 
     def queue(self, game: str) -> str:
+        """list: the game's buffered entries, oldest first."""
         return f"{self.tag}:q:{game}"
 
     @property
     def active(self) -> str:
+        """set: games with buffered events."""
         return f"{self.tag}:active"
 
     @property
     def ring(self) -> str:
+        """list: the active games in round-robin order."""
         return f"{self.tag}:ring"
 
     @property
     def inflight(self) -> str:
+        """zset: batch id -> lease deadline (ms)."""
         return f"{self.tag}:inflight"
 
     @property
     def batches(self) -> str:
+        """hash: batch id -> metadata (JSON)."""
         return f"{self.tag}:batches"
 
     @property
     def payloads(self) -> str:
+        """hash: batch id -> the batch's entries joined by newlines."""
         return f"{self.tag}:payloads"
 
     @property
     def retry(self) -> str:
+        """zset: batch id -> when it is due (ms)."""
         return f"{self.tag}:retry"
 
     @property
     def dead(self) -> str:
+        """list: dead-lettered batch ids, newest first."""
         return f"{self.tag}:dead"
 
     @property
     def stats(self) -> str:
+        """hash: the shard's counters (names from ``collector.counters``)."""
         return f"{self.tag}:stats"
 
     @property
     def owner(self) -> str:
+        """string: the reporter process holding the shard's lease."""
         return f"{self.tag}:owner"
 
 
@@ -133,3 +116,14 @@ class KeySchema:
 
     def all_shards(self) -> tuple[ShardKeys, ...]:
         return self._shards
+
+    @property
+    def reporters(self) -> str:
+        """zset: reporter process id -> heartbeat deadline (ms); in shard 0's tag."""
+        return f"{self._shards[0].tag}:reporters"
+
+    def limiter(self, name: str) -> str:
+        """hash: a request rate shared by every reporter; a hash tag of its own."""
+        if not _LIMIT_NAME.fullmatch(name):
+            raise ValueError(f"invalid limiter name {name!r}")
+        return f"{{{self.prefix}:limit:{name}}}:bucket"

@@ -1,0 +1,130 @@
+"""The store layer: the only code that talks to Redis, shared by the SDK and the reporter.
+
+    from collector.store import Ack, open_store
+    store = open_store(config.redis)           # the backend of the deployment mode, chosen once
+    shard = store.schema.for_game("my-game")
+    delivered = store.call(Ack(shard, batch_id, token))
+    results = store.call_many([Ack(...), Ack(...)])   # few socket writes; a result or error each
+
+- keys: ``KeySchema`` and ``ShardKeys`` name every key; game names are checked by
+  ``validate_game`` so none can move a key to another hash slot.
+- entries: a stored entry is 13 digits of collect time (ms), then the event's JSON.
+- scripts: one typed request per Lua script (``Collect``, ``Claim``, ``Ack``, ...), each with
+  its typed result; scripts load by SHA and reload on NOSCRIPT in one place.
+- backends: ``SingleServer`` and ``Cluster``, one per deployment mode (``open_backend``).
+- errors: ``BackendUnavailable`` and ``BackendRefused`` (both ``collector.BackendError``).
+"""
+
+from collector._exceptions import BackendError, BackendRefused, BackendUnavailable
+from collector.store._backends import (
+    BACKENDS,
+    Backend,
+    Cluster,
+    SingleServer,
+    describe_settings,
+    open_backend,
+)
+from collector.store._calls import (
+    Ack,
+    Claim,
+    Claimed,
+    ClaimedBatch,
+    Collect,
+    Extend,
+    Moved,
+    Nack,
+    NackResult,
+    Purge,
+    Reap,
+    Reaped,
+    Release,
+    Replay,
+    RetryBatch,
+    RetryPolicy,
+    ScriptCall,
+    ShardLease,
+    TakeRetries,
+)
+from collector.store._entries import (
+    ENTRY_TIME_DIGITS,
+    encode_entry,
+    entry_event,
+    entry_time_ms,
+    join_entries,
+    split_entries,
+    time_prefix,
+)
+from collector.store._keys import (
+    GAME_NAME_CHARS,
+    MAX_GAME_NAME_LENGTH,
+    KeySchema,
+    ShardKeys,
+    is_valid_prefix,
+    validate_game,
+)
+from collector.store._scripts import SCRIPT_NAMES, LuaScript, lua_script, script_text
+from collector.store._store import Store, open_store
+from collector.store._views import (
+    BatchDetail,
+    DeadBatch,
+    GameState,
+    GameView,
+    RingSlice,
+    ShardView,
+)
+
+__all__ = [
+    "BACKENDS",
+    "ENTRY_TIME_DIGITS",
+    "GAME_NAME_CHARS",
+    "MAX_GAME_NAME_LENGTH",
+    "SCRIPT_NAMES",
+    "Ack",
+    "Backend",
+    "BackendError",
+    "BackendRefused",
+    "BackendUnavailable",
+    "BatchDetail",
+    "Claim",
+    "Claimed",
+    "ClaimedBatch",
+    "Cluster",
+    "Collect",
+    "DeadBatch",
+    "Extend",
+    "GameState",
+    "GameView",
+    "KeySchema",
+    "LuaScript",
+    "Moved",
+    "Nack",
+    "NackResult",
+    "Purge",
+    "Reap",
+    "Reaped",
+    "Release",
+    "Replay",
+    "RetryBatch",
+    "RetryPolicy",
+    "RingSlice",
+    "ScriptCall",
+    "ShardKeys",
+    "ShardLease",
+    "ShardView",
+    "SingleServer",
+    "Store",
+    "TakeRetries",
+    "describe_settings",
+    "encode_entry",
+    "entry_event",
+    "entry_time_ms",
+    "is_valid_prefix",
+    "join_entries",
+    "lua_script",
+    "open_backend",
+    "open_store",
+    "script_text",
+    "split_entries",
+    "time_prefix",
+    "validate_game",
+]

@@ -1,0 +1,175 @@
+"""One backend class per Redis deployment mode, chosen once from ``[redis]``.
+
+A backend owns its redis-py client (every timeout and retry set explicitly from the
+settings), the bulk path that runs script calls in few socket writes, and the description
+used in logs (password masked).  Adding a mode (Sentinel, say) is one more subclass and one
+more entry in ``BACKENDS``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.cluster import RedisCluster
+from redis.retry import Retry
+
+from collector._config import RedisSettings, mask_url
+from collector._exceptions import ConfigError
+from collector.store._bulk import WireCall, run_calls
+from collector.store._errors import REROUTE, UNAVAILABLE
+
+RedisClient = redis.Redis | RedisCluster
+
+
+class Backend(ABC):
+    """A connection to one Redis deployment."""
+
+    mode: ClassVar[str]
+    client: RedisClient
+
+    def __init__(self, client: RedisClient, url: str) -> None:
+        self.client = client
+        self._url = url
+
+    @classmethod
+    @abstractmethod
+    def from_settings(cls, settings: RedisSettings) -> Backend:
+        """A backend with a new client built from ``settings``."""
+
+    @abstractmethod
+    def run(self, calls: Sequence[WireCall]) -> list[Any]:
+        """Run script calls in as few writes as possible; one reply or exception per call."""
+
+    def describe(self) -> str:
+        return f"{self.mode} {mask_url(self._url)}"
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class SingleServer(Backend):
+    """One Redis server (or a proxy that looks like one)."""
+
+    mode = "redis"
+    client: redis.Redis
+
+    def __init__(self, client: redis.Redis, url: str = "") -> None:
+        super().__init__(client, url or _client_url(client))
+
+    @classmethod
+    def from_settings(cls, settings: RedisSettings) -> SingleServer:
+        try:
+            client = redis.Redis.from_url(settings.url, **_client_options(settings))
+        except ValueError as exc:
+            raise _bad_url(settings, exc) from exc
+        return cls(client, settings.url)
+
+    def run(self, calls: Sequence[WireCall]) -> list[Any]:
+        return run_calls(self.client, calls)
+
+
+class Cluster(Backend):
+    """Redis Cluster: each call goes to the node that serves its keys' slot."""
+
+    mode = "cluster"
+    client: RedisCluster
+
+    def __init__(self, client: RedisCluster, url: str = "") -> None:
+        super().__init__(client, url or "redis cluster")
+
+    @classmethod
+    def from_settings(cls, settings: RedisSettings) -> Cluster:
+        try:
+            client = RedisCluster.from_url(settings.url, **_client_options(settings))
+        except ValueError as exc:
+            raise _bad_url(settings, exc) from exc
+        return cls(client, settings.url)
+
+    def run(self, calls: Sequence[WireCall]) -> list[Any]:
+        """One batch of writes per node, by the client's slot map.
+
+        Calls the map sent astray (a moved or moving slot, no node for it) go once more
+        through redis-py's own routing, which follows MOVED/ASK and refreshes the map; after
+        a connection failure one call does, so the map is refreshed, and the rest are
+        answered with the error.
+        """
+        client: Any = self.client  # redis-py leaves the node lookups untyped
+        replies: list[Any] = [None] * len(calls)
+        by_node: dict[str, tuple[Any, list[int]]] = {}
+        for i, (_, keys, _) in enumerate(calls):
+            try:
+                node = client.get_node_from_key(keys[0])
+            except Exception as exc:  # no node for the slot: redis-py's routing decides below
+                replies[i] = exc
+                continue
+            by_node.setdefault(node.name, (node, []))[1].append(i)
+        for node, numbers in by_node.values():
+            got = run_calls(client.get_redis_connection(node), [calls[i] for i in numbers])
+            for i, reply in zip(numbers, got, strict=True):
+                replies[i] = reply
+        refreshed = False
+        for i, reply in enumerate(replies):
+            if isinstance(reply, UNAVAILABLE):
+                if refreshed:
+                    continue
+                refreshed = True
+            elif not isinstance(reply, REROUTE):
+                continue
+            replies[i] = self._routed(calls[i])
+        return replies
+
+    def _routed(self, call: WireCall) -> Any:
+        """One call through redis-py's cluster routing, loading the script if the node
+        lacks it."""
+        script, keys, args = call
+        try:
+            try:
+                return self.client.evalsha(script.sha, len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:
+                self.client.script_load(script.text)  # on every primary
+                return self.client.evalsha(script.sha, len(keys), *keys, *args)
+        except Exception as exc:
+            return exc
+
+
+# Backends by mode; ``open_backend`` picks one from the settings.
+BACKENDS: dict[str, type[Backend]] = {"redis": SingleServer, "cluster": Cluster}
+
+
+def backend_class(settings: RedisSettings) -> type[Backend]:
+    """The backend class of ``settings``' deployment mode."""
+    return BACKENDS["cluster" if settings.cluster else "redis"]
+
+
+def open_backend(settings: RedisSettings) -> Backend:
+    """The backend for ``settings``' deployment mode, with a new client."""
+    return backend_class(settings).from_settings(settings)
+
+
+def describe_settings(settings: RedisSettings) -> str:
+    """What ``open_backend(settings).describe()`` will say, without connecting."""
+    return f"{backend_class(settings).mode} {mask_url(settings.url)}"
+
+
+def _client_options(settings: RedisSettings) -> dict[str, Any]:
+    return {
+        "socket_timeout": settings.socket_timeout_seconds,
+        "socket_connect_timeout": settings.connect_timeout_seconds,
+        "retry": Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), settings.retries),
+        "health_check_interval": settings.health_check_interval_seconds,
+    }
+
+
+def _bad_url(settings: RedisSettings, exc: ValueError) -> ConfigError:
+    return ConfigError(f"[redis] url: {exc} (url: {mask_url(settings.url)})")
+
+
+def _client_url(client: redis.Redis) -> str:
+    kwargs = client.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return f"unix://{kwargs['path']}"
+    return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"

@@ -1,0 +1,106 @@
+"""Many script calls in few socket writes over one connection: every script call takes this path.
+
+redis-py's ``Pipeline`` asks ``SCRIPT EXISTS`` before every execute and sends every large
+command (ours carry up to 1000 events) with its own ``sendall()``.  Each of those releases
+the GIL, and getting it back from a game thread that is busy calling ``collect()`` takes up
+to the interpreter's switch interval (5 ms).  A flush of 50 games spent most of its time
+waiting for the GIL that way and fell behind the callers.  Here the calls go out in as few
+buffers as possible (one, up to a few MB) and the replies are read back in order, so a flush
+waits for the GIL a handful of times whatever its size.  A single call is a bulk of one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import redis
+from redis.exceptions import NoScriptError, ResponseError
+
+from collector.store._errors import LOST, UNAVAILABLE
+from collector.store._scripts import LuaScript
+
+# Bytes of commands per socket write.
+WRITE_BYTES = 4 * 1024 * 1024
+
+# One EVALSHA: the script, its KEYS and its ARGV.
+WireCall = tuple[LuaScript, Sequence[str], Sequence[Any]]
+
+
+def run_calls(client: redis.Redis, calls: Sequence[WireCall]) -> list[Any]:
+    """Run every call on ``client``; one reply per call, in order.
+
+    A reply is the script's result, the ``ResponseError`` the server refused the call with,
+    or the connection error for a call whose reply never came, after ``[redis] retries`` more
+    tries (such a call may or may not have run).  Scripts missing from the server's cache
+    (restarted or flushed) are loaded and the calls that met ``NOSCRIPT`` sent again.
+    """
+    replies = _send(client, calls)
+    # Like redis-py's own commands: the calls a broken connection left unanswered are sent
+    # again on a new one, up to the client's retry count ([redis] retries).
+    retry = client.get_retry()
+    for _ in range(retry.get_retries() if retry is not None else 0):
+        if not _resend(client, calls, replies, LOST):
+            break
+    missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    if missing:
+        try:
+            for script in {calls[i][0] for i in missing}:
+                client.script_load(script.text)
+        except UNAVAILABLE as exc:
+            for i in missing:
+                replies[i] = exc
+        else:
+            _resend(client, calls, replies, NoScriptError)
+    return replies
+
+
+def _resend(client: redis.Redis, calls: Sequence[WireCall], replies: list[Any],
+            kind: type[Exception] | tuple[type[Exception], ...]) -> bool:
+    """Send again the calls whose reply is a ``kind`` error; False if there were none."""
+    again = [i for i, reply in enumerate(replies) if isinstance(reply, kind)]
+    for i, reply in zip(again, _send(client, [calls[i] for i in again]), strict=True):
+        replies[i] = reply
+    return bool(again)
+
+
+def _send(client: redis.Redis, calls: Sequence[WireCall]) -> list[Any]:
+    replies: list[Any] = []
+    pool = client.connection_pool
+    conn: Any = None
+    try:
+        conn = pool.get_connection()
+        for count, chunks in _writes(conn, calls):
+            conn.send_packed_command([b"".join(chunks)])
+            for _ in range(count):
+                try:
+                    replies.append(conn.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+    except UNAVAILABLE as exc:
+        replies += [exc] * (len(calls) - len(replies))
+        if conn is not None:
+            conn.disconnect()  # unread replies would be taken for the next command's
+    except BaseException:
+        if conn is not None:
+            conn.disconnect()
+        raise
+    finally:
+        if conn is not None:
+            pool.release(conn)
+    return replies
+
+
+def _writes(conn: Any, calls: Sequence[WireCall]) -> Iterator[tuple[int, list[bytes]]]:
+    """Packed commands in groups of about WRITE_BYTES: (number of commands, chunks)."""
+    count, chunks, size = 0, [], 0
+    for script, keys, args in calls:
+        packed = conn.pack_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        count += 1
+        chunks += packed
+        size += sum(len(chunk) for chunk in packed)
+        if size >= WRITE_BYTES:
+            yield count, chunks
+            count, chunks, size = 0, [], 0
+    if count:
+        yield count, chunks

@@ -1,0 +1,354 @@
+"""One typed request per Lua script: its KEYS and ARGV (as the script's header lists them) and
+how its reply reads.
+
+``Store.call(request)`` runs one and returns the typed result; ``Store.call_many(requests)``
+runs many in few socket writes and returns a result or a ``BackendError`` per request.
+Callers never see raw replies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
+
+from collector.store._entries import join_entries, split_entries
+from collector.store._keys import ShardKeys
+
+R_co = TypeVar("R_co", covariant=True)
+
+
+class ScriptCall(Generic[R_co]):
+    """A call of the script named ``script``; subclasses are frozen dataclasses."""
+
+    __slots__ = ()
+    script: ClassVar[str]
+
+    def keys(self) -> Sequence[str]:
+        raise NotImplementedError
+
+    def args(self) -> Sequence[Any]:
+        raise NotImplementedError
+
+    def parse(self, reply: Any) -> R_co:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How failed batches come back: backoff doubling from ``initial_ms`` up to ``max_ms``
+    with full jitter, dead-lettered after ``max_attempts``; ``dead_max`` dead letters kept
+    per shard."""
+
+    initial_ms: int
+    max_ms: int
+    max_attempts: int
+    dead_max: int
+
+
+# -- results -----------------------------------------------------------------------------------
+
+class ClaimedBatch(NamedTuple):
+    batch_id: str
+    entries: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """What one claim took: its batches, the stale events it dropped, the events left."""
+
+    stale: int
+    remaining: int
+    batches: list[ClaimedBatch]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryBatch:
+    batch_id: str
+    game: str
+    attempts: int
+    entries: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class NackResult:
+    state: str  # "retry", "dead" or "lost"
+    delay_ms: int
+
+
+class Moved(NamedTuple):
+    """Batches and events a replay or purge moved."""
+
+    batches: int
+    events: int
+
+
+class Reaped(NamedTuple):
+    """Expired batches sent back to retry, and those dead-lettered instead."""
+
+    retried: int
+    dead: int
+
+
+# -- requests ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Collect(ScriptCall[int]):
+    """Store one game's entries; the result is how many events the cap evicted (including
+    ``pre_evicted``, events the client left out because the cap would trim them at once)."""
+
+    script: ClassVar[str] = "collect"
+    shard: ShardKeys
+    game: str
+    entries: Sequence[bytes]
+    cap: int
+    ttl_seconds: int
+    pre_evicted: int = 0
+    dropped_buffer_full: int = 0
+    dropped_too_large: int = 0
+
+    def keys(self) -> Sequence[str]:
+        s = self.shard
+        return (s.queue(self.game), s.active, s.ring, s.stats)
+
+    def args(self) -> Sequence[Any]:
+        return (self.game, self.cap, self.ttl_seconds, self.pre_evicted,
+                self.dropped_buffer_full, self.dropped_too_large, join_entries(self.entries))
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim(ScriptCall[Claimed]):
+    """Take up to ``max_batches`` batches of the game's oldest events and lease them.
+    Idempotent on ``batch_id``: the batches are ``<batch_id>.0``, ``<batch_id>.1``, ..."""
+
+    script: ClassVar[str] = "claim"
+    shard: ShardKeys
+    game: str
+    batch_id: str
+    token: str
+    batch_size: int
+    max_batches: int
+    lease_ms: int
+    max_age_ms: int
+    linger_ms: int
+
+    def keys(self) -> Sequence[str]:
+        s = self.shard
+        return (s.queue(self.game), s.active, s.ring, s.inflight, s.batches, s.payloads,
+                s.stats)
+
+    def args(self) -> Sequence[Any]:
+        return (self.game, self.batch_id, self.token, self.batch_size, self.max_batches,
+                self.lease_ms, self.max_age_ms, self.linger_ms)
+
+    def parse(self, reply: Any) -> Claimed:
+        pairs = reply[2:]
+        return Claimed(int(reply[0]), int(reply[1]), [
+            ClaimedBatch(text(pairs[i]), split_entries(pairs[i + 1]))
+            for i in range(0, len(pairs), 2)
+        ])
+
+
+@dataclass(frozen=True, slots=True)
+class TakeRetries(ScriptCall[list[RetryBatch]]):
+    """Lease up to ``limit`` batches whose retry time has come (of ``game`` only, if set)."""
+
+    script: ClassVar[str] = "take_retries"
+    shard: ShardKeys
+    token: str
+    lease_ms: int
+    limit: int
+    game: str = ""
+
+    def keys(self) -> Sequence[str]:
+        s = self.shard
+        return (s.retry, s.inflight, s.batches, s.payloads)
+
+    def args(self) -> Sequence[Any]:
+        return (self.token, self.lease_ms, self.limit, self.game)
+
+    def parse(self, reply: Any) -> list[RetryBatch]:
+        return [
+            RetryBatch(text(reply[i]), text(reply[i + 1]), int(reply[i + 2]),
+                       split_entries(reply[i + 3]))
+            for i in range(0, len(reply), 4)
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class Ack(ScriptCall[int]):
+    """Finish a delivered batch; the result is the events counted as delivered, or -1 if the
+    caller no longer holds the lease."""
+
+    script: ClassVar[str] = "ack"
+    shard: ShardKeys
+    batch_id: str
+    token: str
+    stale: int = 0
+    rejected: int = 0
+
+    def keys(self) -> Sequence[str]:
+        s = self.shard
+        return (s.inflight, s.batches, s.payloads, s.stats)
+
+    def args(self) -> Sequence[Any]:
+        return (self.batch_id, self.token, self.stale, self.rejected)
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+@dataclass(frozen=True, slots=True)
+class Nack(ScriptCall[NackResult]):
+    """A delivery attempt failed: schedule a retry (not before ``min_delay_ms``) or, when
+    ``permanent`` or out of attempts, dead-letter the batch with ``reason``."""
+
+    script: ClassVar[str] = "nack"
+    shard: ShardKeys
+    batch_id: str
+    token: str
+    policy: RetryPolicy
+    jitter: float
+    permanent: bool = False
+    min_delay_ms: int = 0
+    reason: str = ""
+
+    def keys(self) -> Sequence[str]:
+        s = self.shard
+        return (s.inflight, s.batches, s.payloads, s.retry, s.dead, s.stats)
+
+    def args(self) -> Sequence[Any]:
+        p = self.policy
+        return (self.batch_id, self.token, int(self.permanent), self.min_delay_ms,
+                p.initial_ms, p.max_ms, p.max_attempts, repr(self.jitter), p.dead_max,
+                self.reason[:500])
+
+    def parse(self, reply: Any) -> NackResult:
+        return NackResult(text(reply[0]), int(reply[1]))
+
+
+@dataclass(frozen=True, slots=True)
+class Extend(ScriptCall[bool]):
+    """Renew a held lease to ``lease_ms`` from now; False if it is no longer held."""
+
+    script: ClassVar[str] = "extend"
+    shard: ShardKeys
+    batch_id: str
+    token: str
+    lease_ms: int
+
+    def keys(self) -> Sequence[str]:
+        return (self.shard.inflight, self.shard.batches)
+
+    def args(self) -> Sequence[Any]:
+        return (self.batch_id, self.token, self.lease_ms)
+
+    def parse(self, reply: Any) -> bool:
+        return bool(reply)
+
+
+@dataclass(frozen=True, slots=True)
+class Release(ScriptCall[bool]):
+    """Hand a held batch back for retry without charging an attempt."""
+
+    script: ClassVar[str] = "release"
+    shard: ShardKeys
+    batch_id: str
+    token: str
+
+    def keys(self) -> Sequence[str]:
+        s = self.shard
+        return (s.inflight, s.batches, s.retry, s.stats)
+
+    def args(self) -> Sequence[Any]:
+        return (self.batch_id, self.token)
+
+    def parse(self, reply: Any) -> bool:
+        return bool(reply)
+
+
+@dataclass(frozen=True, slots=True)
+class Reap(ScriptCall[Reaped]):
+    """Return up to ``limit`` batches whose lease expired to retry (or dead-letter them)."""
+
+    script: ClassVar[str] = "reap"
+    shard: ShardKeys
+    limit: int
+    policy: RetryPolicy
+
+    def keys(self) -> Sequence[str]:
+        s = self.shard
+        return (s.inflight, s.batches, s.payloads, s.retry, s.dead, s.stats)
+
+    def args(self) -> Sequence[Any]:
+        return (self.limit, self.policy.max_attempts, self.policy.dead_max)
+
+    def parse(self, reply: Any) -> Reaped:
+        return Reaped(int(reply[0]), int(reply[1]))
+
+
+@dataclass(frozen=True, slots=True)
+class Replay(ScriptCall[Moved]):
+    """Move one dead letter (``batch_id``), or the oldest ``limit``, back to retry."""
+
+    script: ClassVar[str] = "replay"
+    shard: ShardKeys
+    batch_id: str = ""
+    limit: int = 1000
+
+    def keys(self) -> Sequence[str]:
+        s = self.shard
+        return (s.dead, s.batches, s.retry, s.stats)
+
+    def args(self) -> Sequence[Any]:
+        return (self.batch_id, self.limit)
+
+    def parse(self, reply: Any) -> Moved:
+        return Moved(int(reply[0]), int(reply[1]))
+
+
+@dataclass(frozen=True, slots=True)
+class Purge(ScriptCall[Moved]):
+    """Delete the oldest ``limit`` dead letters for good."""
+
+    script: ClassVar[str] = "purge"
+    shard: ShardKeys
+    limit: int = 1000
+
+    def keys(self) -> Sequence[str]:
+        s = self.shard
+        return (s.dead, s.batches, s.payloads, s.stats)
+
+    def args(self) -> Sequence[Any]:
+        return (self.limit,)
+
+    def parse(self, reply: Any) -> Moved:
+        return Moved(int(reply[0]), int(reply[1]))
+
+
+@dataclass(frozen=True, slots=True)
+class ShardLease(ScriptCall[bool]):
+    """Take or renew ``owner``'s lease on a shard (``lease_ms`` 0 gives it up); True if
+    ``owner`` holds it now."""
+
+    script: ClassVar[str] = "shard_lease"
+    shard: ShardKeys
+    owner: str
+    lease_ms: int
+
+    def keys(self) -> Sequence[str]:
+        return (self.shard.owner,)
+
+    def args(self) -> Sequence[Any]:
+        return (self.owner, self.lease_ms)
+
+    def parse(self, reply: Any) -> bool:
+        return bool(reply)
+
+
+def text(value: bytes | str) -> str:
+    """A reply string as text (replies are bytes: clients never decode responses)."""
+    return value.decode() if isinstance(value, bytes) else value

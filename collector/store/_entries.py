@@ -1,0 +1,39 @@
+"""The stored entry: the collect time in milliseconds as 13 ASCII digits, then the event's JSON.
+
+The reporter reads ages and assembles POST bodies without decoding the events.  A batch's
+entries travel joined by newlines (one script argument instead of one per event); orjson never
+writes a raw newline, so the separator is safe.  ``lua/collect.lua`` and ``lua/claim.lua`` read
+the same 13 digits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+ENTRY_TIME_DIGITS = 13
+ENTRY_SEPARATOR = b"\n"
+
+
+def encode_entry(collected_ms: int, event_json: bytes) -> bytes:
+    return b"%013d" % collected_ms + event_json
+
+
+def time_prefix(collected_ms: int) -> bytes:
+    """The first ENTRY_TIME_DIGITS bytes of an entry collected at ``collected_ms``."""
+    return b"%013d" % collected_ms
+
+
+def entry_time_ms(entry: bytes) -> int:
+    return int(entry[:ENTRY_TIME_DIGITS])
+
+
+def entry_event(entry: bytes) -> bytes:
+    return entry[ENTRY_TIME_DIGITS:]
+
+
+def join_entries(entries: Iterable[bytes]) -> bytes:
+    return ENTRY_SEPARATOR.join(entries)
+
+
+def split_entries(blob: bytes | None) -> list[bytes]:
+    return blob.split(ENTRY_SEPARATOR) if blob else []

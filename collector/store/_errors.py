@@ -1,0 +1,35 @@
+"""redis-py's exceptions, sorted into what they mean here and translated at the store's edge."""
+
+from __future__ import annotations
+
+import redis
+from redis.exceptions import AskError, ClusterDownError, RedisClusterException, TryAgainError
+
+from collector._exceptions import BackendError, BackendRefused, BackendUnavailable
+
+# Errors that mean "Redis is not answering right now"; anything else is a refusal or a bug.
+UNAVAILABLE: tuple[type[Exception], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    ClusterDownError,
+    TryAgainError,
+    RedisClusterException,
+    OSError,
+)
+# What a call that never got its reply meets: the connection broke or timed out.
+LOST: tuple[type[Exception], ...] = (
+    redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+# Replies that mean the call went to the wrong cluster node, or to one that is not ready:
+# MOVED, ASK (MovedError is an AskError), TRYAGAIN, CLUSTERDOWN; and no node for the slot.
+REROUTE: tuple[type[Exception], ...] = (
+    AskError, TryAgainError, ClusterDownError, RedisClusterException)
+
+
+def translate(exc: Exception, server: str) -> BackendError:
+    """The store's error for a redis-py exception met talking to ``server`` (masked)."""
+    if isinstance(exc, BackendError):
+        return exc
+    kind = BackendUnavailable if isinstance(exc, UNAVAILABLE) else BackendRefused
+    error = kind(f"{server}: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error

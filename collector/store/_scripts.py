@@ -1,0 +1,39 @@
+"""The Lua scripts shipped in the package, loaded once each.
+
+Scripts are read as package resources (``collector._lua``, the top-level ``lua/`` folder), so
+they load the same from a source checkout and from an installed wheel.  A script is called by
+its SHA1 (EVALSHA); a server that answers NOSCRIPT (restarted, failed over, flushed) gets the
+text with SCRIPT LOAD and the call is sent again.  That happens in one place,
+``collector.store._bulk``, for single and bulk calls alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cache
+from importlib.resources import files
+
+SCRIPT_NAMES = (
+    "collect", "claim", "ack", "nack", "extend", "release", "reap", "take_retries",
+    "replay", "purge", "shard_lease",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LuaScript:
+    name: str
+    text: str
+    sha: str
+
+
+@cache
+def lua_script(name: str) -> LuaScript:
+    if name not in SCRIPT_NAMES:
+        raise KeyError(f"no script named {name!r}")
+    text = (files("collector._lua") / f"{name}.lua").read_text(encoding="utf-8")
+    return LuaScript(name, text, hashlib.sha1(text.encode()).hexdigest())
+
+
+def script_text(name: str) -> str:
+    return lua_script(name).text

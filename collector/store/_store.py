@@ -1,0 +1,149 @@
+"""``Store``: the only code that talks to Redis.
+
+Script calls go through ``call`` (one, raising) and ``call_many`` (many in few socket writes,
+a result or an error each); reads return the views of ``_views``.  Every redis-py exception
+is translated into ``BackendUnavailable`` or ``BackendRefused`` here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from redis.exceptions import RedisClusterException, RedisError
+
+from collector._config import RedisSettings
+from collector._exceptions import BackendError
+from collector.store import _views
+from collector.store._backends import Backend, open_backend
+from collector.store._calls import ScriptCall
+from collector.store._errors import translate
+from collector.store._keys import KeySchema, ShardKeys
+from collector.store._scripts import lua_script
+from collector.store._views import (
+    BatchDetail,
+    DeadBatch,
+    GameState,
+    RingSlice,
+    ShardView,
+)
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+class Store:
+    """One deployment's keys (``schema``) on one backend (single server, cluster, ...)."""
+
+    def __init__(self, backend: Backend, schema: KeySchema) -> None:
+        self.backend = backend
+        self.schema = schema
+        self._server = backend.describe()
+
+    def describe(self) -> str:
+        """The backend's mode and URL, password masked."""
+        return self._server
+
+    def close(self) -> None:
+        self.backend.close()
+
+    # -- scripts -----------------------------------------------------------------------------
+
+    def call(self, request: ScriptCall[R]) -> R:
+        """Run one script call; its typed result, or ``BackendError``."""
+        result = self.call_many((request,))[0]
+        if isinstance(result, BackendError):
+            raise result
+        return result
+
+    def call_many(self, requests: Sequence[ScriptCall[R]]) -> list[R | BackendError]:
+        """Run script calls in as few socket writes as the backend allows; per request, its
+        typed result or the ``BackendError`` it met (a call cut off by a broken connection,
+        after ``[redis] retries`` more tries, may or may not have run)."""
+        calls = [(lua_script(r.script), r.keys(), r.args()) for r in requests]
+        with self._translated():
+            replies = self.backend.run(calls)
+        return [
+            translate(reply, self._server) if isinstance(reply, Exception)
+            else request.parse(reply)
+            for request, reply in zip(requests, replies, strict=True)
+        ]
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def ring(self, shard: ShardKeys, start: int, count: int) -> RingSlice:
+        return self._read(_views.ring, shard, start, count)
+
+    def game_states(self, shard: ShardKeys, games: list[str]) -> list[GameState]:
+        return self._read(_views.game_states, shard, games)
+
+    def read_shard(self, shard: ShardKeys) -> ShardView:
+        return self._read(_views.read_shard, shard)
+
+    def read_shards(self) -> list[ShardView]:
+        return [self.read_shard(shard) for shard in self.schema.all_shards()]
+
+    def counters(self, shard: ShardKeys) -> dict[str, int]:
+        """The shard's counters (``collector.counters`` names) as Redis holds them."""
+        return self._read(_views.counters, shard)
+
+    def dead_batches(self, limit: int) -> list[DeadBatch]:
+        """Up to ``limit`` of each shard's newest dead letters, oldest first."""
+        out = [b for shard in self.schema.all_shards()
+               for b in self._read(_views.dead_batches, shard, limit)]
+        return sorted(out, key=lambda b: b.dead_at)
+
+    def find_batch(self, batch_id: str) -> ShardKeys | None:
+        """The shard that has a batch with this id, if any."""
+        client = self.backend.client
+        for shard in self.schema.all_shards():
+            with self._translated():
+                if client.hexists(shard.batches, batch_id):
+                    return shard
+        return None
+
+    def batch(self, shard: ShardKeys, batch_id: str) -> BatchDetail | None:
+        return self._read(_views.batch_detail, shard, batch_id)
+
+    # -- the reporter registry ---------------------------------------------------------------
+
+    def heartbeat(self, owner: str, now_ms: int, lease_ms: int) -> int:
+        """Note ``owner`` alive until ``now_ms + lease_ms``, forget expired reporters; the
+        number of live reporters."""
+        key = self.schema.reporters
+        with self._translated(), self.backend.client.pipeline(transaction=False) as pipe:
+            pipe.zadd(key, {owner: now_ms + lease_ms})
+            pipe.zremrangebyscore(key, "-inf", now_ms)
+            pipe.zcard(key)
+            return int(pipe.execute()[2])
+
+    def leave(self, owner: str) -> None:
+        with self._translated():
+            self.backend.client.zrem(self.schema.reporters, owner)
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _read(self, read: Callable[..., T], *args: Any) -> T:
+        with self._translated():
+            return read(self.backend.client, *args)
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        try:
+            yield
+        except BackendError:
+            raise
+        except Exception as exc:
+            if not _from_redis(exc):
+                raise
+            raise translate(exc, self._server) from exc
+
+
+def open_store(settings: RedisSettings) -> Store:
+    """A store for ``settings``: the backend of its deployment mode, its key schema."""
+    return Store(open_backend(settings), KeySchema(settings.key_prefix, settings.shards))
+
+
+def _from_redis(exc: Exception) -> bool:
+    return isinstance(exc, RedisError | RedisClusterException | OSError)

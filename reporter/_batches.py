@@ -1,0 +1,87 @@
+"""The batch life cycle with this reporter's settings applied: claim, retry, ack, nack, ...
+
+Every call goes through the store (``collector.store``); this module only fills in what the
+config decides (batch size, lease, freshness, retry policy) and draws the ids.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Sequence
+
+from collector._config import TelemetryConfig
+from collector.store import (
+    Ack,
+    BackendError,
+    Claim,
+    Claimed,
+    Extend,
+    GameState,
+    Nack,
+    NackResult,
+    Reap,
+    Reaped,
+    Release,
+    RetryBatch,
+    RetryPolicy,
+    RingSlice,
+    ShardKeys,
+    Store,
+    TakeRetries,
+)
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Batches:
+    """Typed batch operations on one store; every call touches one shard's keys only."""
+
+    def __init__(self, store: Store, config: TelemetryConfig) -> None:
+        self.store = store
+        self._reporter = config.reporter
+        self._lease_ms = int(config.reporter.lease_seconds * 1000)
+        retry = config.retry
+        self.policy = RetryPolicy(retry.initial_delay_ms, retry.max_delay_ms,
+                                  retry.max_attempts, config.dead.max_batches)
+
+    def ring(self, keys: ShardKeys, start: int, count: int) -> RingSlice:
+        return self.store.ring(keys, start, count)
+
+    def game_states(self, keys: ShardKeys, games: list[str]) -> list[GameState]:
+        return self.store.game_states(keys, games)
+
+    def claim(self, keys: ShardKeys, game: str, token: str, max_batches: int) -> Claimed:
+        r = self._reporter
+        # With event_time_field the event's own time decides, which the script cannot read:
+        # it drops nothing then, and the deliverer drops (and counts) the stale events.
+        max_age_ms = 0 if r.event_time_field else int(r.max_age_seconds * 1000)
+        return self.store.call(Claim(keys, game, new_id(), token, r.batch_size, max_batches,
+                                     self._lease_ms, max_age_ms, r.linger_ms))
+
+    def take_retries(self, keys: ShardKeys, token: str, limit: int, game: str = ""
+                     ) -> list[RetryBatch]:
+        return self.store.call(TakeRetries(keys, token, self._lease_ms, limit, game))
+
+    def ack(self, keys: ShardKeys, batch_id: str, token: str, stale: int, rejected: int) -> int:
+        return self.store.call(Ack(keys, batch_id, token, stale, rejected))
+
+    def ack_many(self, acks: Sequence[Ack]) -> list[int | BackendError]:
+        """Ack several batches in one round trip; a result or the error it met, each."""
+        return self.store.call_many(acks)
+
+    def nack(self, keys: ShardKeys, batch_id: str, token: str, *, permanent: bool,
+             min_delay_ms: int, reason: str) -> NackResult:
+        return self.store.call(Nack(keys, batch_id, token, self.policy, random.random(),
+                                    permanent, min_delay_ms, reason))
+
+    def release(self, keys: ShardKeys, batch_id: str, token: str) -> bool:
+        return self.store.call(Release(keys, batch_id, token))
+
+    def extend(self, keys: ShardKeys, batch_id: str, token: str) -> bool:
+        return self.store.call(Extend(keys, batch_id, token, self._lease_ms))
+
+    def reap(self, keys: ShardKeys, limit: int) -> Reaped:
+        return self.store.call(Reap(keys, limit, self.policy))
