@@ -39,13 +39,13 @@ from bench._pipeline_workload import (
     preload_games,
 )
 from collector import Collector
-from collector._config import TelemetryConfig
 from collector.store import KeySchema, SingleServer, Store
 from reporter._accounting import Totals, read_totals
+from reporter._config import ReporterConfig
 from tests.servers import Server
 
 DRAIN_TIMEOUT_S = 180.0
-_DEFAULTS = TelemetryConfig()
+_DEFAULTS = ReporterConfig()
 SCHEMA = KeySchema(_DEFAULTS.redis.key_prefix, _DEFAULTS.redis.shards)
 
 

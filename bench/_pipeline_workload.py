@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from collector._config import TelemetryConfig
-from collector._config_loader import build_config, raw_settings
+from collector.config import build_config, raw_settings
+from reporter._config import ReporterConfig
 
 Raw = dict[str, dict[str, Any]]
 CollectFn = Callable[[str, dict[str, Any]], object]
@@ -74,7 +74,7 @@ def paced(collect: CollectFn, schedule: Sequence[str], rate: float, seconds: flo
 def our_raw(redis_url: str, sink_url: str, *, cap: int, linger_ms: int,
             hot_games: Mapping[str, int], reporter: Mapping[str, Any] | None = None) -> Raw:
     """The project's defaults, with only what the bench has to set changed."""
-    raw = raw_settings(TelemetryConfig())
+    raw = raw_settings(ReporterConfig())
     raw["reporter"].update(reporter or {})
     raw["redis"].update(url=redis_url)
     raw["sink"].update(url=sink_url)
@@ -84,5 +84,6 @@ def our_raw(redis_url: str, sink_url: str, *, cap: int, linger_ms: int,
     return raw
 
 
-def make_config(raw: Raw) -> TelemetryConfig:
-    return build_config(raw, "<bench/pipeline.py>", env={}, interpolate=False)
+def make_config(raw: Raw) -> ReporterConfig:
+    return build_config(raw, "<bench/pipeline.py>", env={}, interpolate=False,
+                        cls=ReporterConfig)

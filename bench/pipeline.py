@@ -9,7 +9,7 @@ a GIL:
   (counted) and keeps a histogram of ``receive time - event["t"]`` in ms.  The project's
   ``reporter._endpoint.LocalEndpoint`` (ThreadingHTTPServer) is measured once for comparison
   ("endpoint capacity"); it is too slow to measure 100k events/s.
-* reporter: ``ReporterService`` built with ``build_config(raw_settings(TelemetryConfig()), ...)``
+* reporter: ``ReporterService`` built with ``build_config(raw_settings(ReporterConfig()), ...)``
   in a child process; the reference design's drain loop in a child process for the baseline.
 * collector: ``Collector.collect()`` in a child process, paced to ``--rate``; the reference
   design's per-event script call for the baseline.
@@ -77,7 +77,7 @@ from bench._pipeline_report import (  # noqa: E402
     summarise_profile,
 )
 from bench._pipeline_workload import HOT_GAME, HOT_THREADS, our_raw  # noqa: E402
-from collector._config import TelemetryConfig  # noqa: E402
+from reporter._config import ReporterConfig  # noqa: E402
 from tests.servers import Server, server_binaries  # noqa: E402
 
 FORBIDDEN_PORT = 6379  # the machine's own Redis; never touched
@@ -103,7 +103,7 @@ def print_setup(ctx: Context) -> None:
     ctx.endpoint.reset()
     r = our_raw("", "", cap=0, linger_ms=args.linger_ms, hot_games={},
                 reporter=ctx.reporter_overrides)["reporter"]
-    shards = TelemetryConfig().redis.shards
+    shards = ReporterConfig().redis.shards
     print(f"reporter: shards {shards}, workers {r['workers']}, max_batches_per_claim "
           f"{r['max_batches_per_claim']}, poll_interval_ms {r['poll_interval_ms']}, linger_ms "
           f"{r['linger_ms']}, other settings default; e2e: {args.rate:,.0f} events/s offered "

@@ -31,9 +31,9 @@ sys.path.insert(0, str(ROOT))
 import redis  # noqa: E402
 
 from collector import Collector  # noqa: E402
-from collector._config import TelemetryConfig  # noqa: E402
 from collector.store import KeySchema, SingleServer, Store  # noqa: E402
 from reporter._accounting import read_totals  # noqa: E402
+from reporter._config import ReporterConfig  # noqa: E402
 from reporter._endpoint import LocalEndpoint  # noqa: E402
 from tests.servers import Server, server_binaries  # noqa: E402
 
@@ -170,7 +170,7 @@ def act(action: str, server: Server, outage: Outage,
 def reconcile(server: Server, endpoint: LocalEndpoint, reporters: list[subprocess.Popen[bytes]],
               stats_file: Path, outage: Outage, say: Any) -> int:
     client = redis.Redis.from_url(server.url)
-    schema = KeySchema(TelemetryConfig().redis.key_prefix, 8)
+    schema = KeySchema(ReporterConfig().redis.key_prefix, 8)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         totals = read_totals(Store(SingleServer(client), schema))

@@ -17,8 +17,8 @@ from collector._buffer import TOO_LARGE, EventBuffer
 from collector._config import TelemetryConfig
 from collector._config_loader import build_config, load_config, raw_settings
 from collector._exceptions import BackendError
-from collector._ratelog import RateLimitedLog
 from collector._writer import Writer
+from collector.logs import RateLimitedLog
 from collector.store import Store, describe_settings, open_store, time_prefix, validate_game
 
 logger = logging.getLogger("collector")
@@ -75,7 +75,8 @@ class Collector:
                     raise TypeError(f"Collector() got an unexpected keyword argument {key!r}; "
                                     f"expected one of {', '.join(_KEYWORDS)}")
                 raw[_KEYWORDS[key]][key] = value
-            base = build_config(raw, "Collector() arguments", env={}, interpolate=False)
+            base = build_config(raw, "Collector() arguments", env={}, interpolate=False,
+                                cls=type(base))
         self.config = base
         self._server = store.describe() if store is not None else describe_settings(base.redis)
         self._sync = base.collector.mode == "sync"

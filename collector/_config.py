@@ -1,19 +1,24 @@
-"""The settings model: one frozen dataclass per TOML section.
+"""The SDK's settings: one frozen dataclass per TOML section it reads.
 
-Defaults live here, next to their range; ``config/telemetry.toml`` documents every key and a
-test keeps the two in step.  Parsing and validation are in ``_config_loader``.
+One file tunes the SDK and the reporter; the SDK reads ``[redis]``, ``[buffer]``,
+``[collector]`` and ``[games]``, and leaves the reporter's sections (named in
+``TelemetryConfig.OTHER_SECTIONS``) to the reporter, which defines them in
+``reporter._config`` on top of these.  Defaults live here, next to their range;
+``config/telemetry.toml`` documents every key and a test keeps the two in step.  Parsing and
+validation are in ``_config_loader``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit, urlunsplit
 
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
+# where(section, key): the file or environment variable a setting came from, for errors.
+Where = Callable[[str, str], str]
 
 
 def setting(default: Any, *, lo: float | None = None, hi: float | None = None,
@@ -25,7 +30,7 @@ def setting(default: Any, *, lo: float | None = None, hi: float | None = None,
     return field(default=default, metadata=meta)
 
 
-class _MaskedRepr:
+class MaskedRepr:
     """Sections print with secrets masked, like the whole config."""
 
     def __repr__(self) -> str:
@@ -34,7 +39,7 @@ class _MaskedRepr:
 
 
 @dataclass(frozen=True, repr=False)
-class RedisSettings(_MaskedRepr):
+class RedisSettings(MaskedRepr):
     url: str = setting("redis://127.0.0.1:6379/0", secret=True)
     cluster: bool = setting(False)
     key_prefix: str = setting("telemetry")
@@ -70,75 +75,40 @@ class GameSettings:
 
 
 @dataclass(frozen=True)
-class ReporterSettings:
-    batch_size: int = setting(128, lo=1, hi=128)
-    max_age_seconds: float = setting(180.0, lo=1, hi=86400)
-    linger_ms: int = setting(1000, lo=0, hi=600_000)
-    poll_interval_ms: int = setting(100, lo=5, hi=60_000)
-    workers: int = setting(4, lo=1, hi=256)
-    max_batches_per_claim: int = setting(8, lo=1, hi=64)
-    games_per_sweep: int = setting(256, lo=1, hi=100_000)
-    lease_seconds: float = setting(30.0, lo=1, hi=3600)
-    shard_lease_seconds: float = setting(10.0, lo=1, hi=600)
-    grace_seconds: float = setting(10.0, lo=0, hi=600)
-    event_time_field: str = setting("")
-    event_time_unit: str = setting("ms", choices=("s", "ms"))
-    hot_games: Mapping[str, int] = setting(_EMPTY, lo=1, hi=64)
-
-
-@dataclass(frozen=True, repr=False)
-class SinkSettings(_MaskedRepr):
-    kind: str = setting("json", choices=("json",))
-    url: str = setting("http://127.0.0.1:8080/ingest", secret=True)
-    timeout_seconds: float = setting(5.0, lo=0.05, hi=300)
-    connect_timeout_seconds: float = setting(2.0, lo=0.05, hi=300)
-    max_connections: int = setting(32, lo=1, hi=1000)
-    gzip: bool = setting(False)
-    transport: str = setting("stdlib", choices=("stdlib", "httpx"))
-    headers: Mapping[str, str] = setting(_EMPTY, secret=True)
-
-
-@dataclass(frozen=True)
-class RetrySettings:
-    initial_delay_ms: int = setting(1000, lo=1, hi=3_600_000)
-    max_delay_ms: int = setting(60_000, lo=1, hi=3_600_000)
-    max_attempts: int = setting(16, lo=1, hi=1000)
-
-
-@dataclass(frozen=True)
-class DeadSettings:
-    max_batches: int = setting(10_000, lo=1, hi=10_000_000)
-
-
-@dataclass(frozen=True)
 class TelemetryConfig:
-    """Every setting of the collector and the reporter, parsed once and never changed.
+    """The SDK's settings, parsed once and never changed.
 
-    Build it with :meth:`load` (file + environment) or :meth:`default`.
+    Build it with :meth:`load` (file + environment) or :meth:`default`.  Subclasses add
+    sections (the reporter's ``ReporterConfig``); every dataclass-typed field is a section.
     """
+
+    # Sections of the shared file that belong to the reporter: skipped here, unread.
+    OTHER_SECTIONS: ClassVar[tuple[str, ...]] = ("reporter", "sink", "retry", "dead")
 
     redis: RedisSettings = field(default_factory=RedisSettings)
     buffer: BufferSettings = field(default_factory=BufferSettings)
     collector: CollectorSettings = field(default_factory=CollectorSettings)
     games: Mapping[str, GameSettings] = field(default_factory=lambda: MappingProxyType({}))
-    reporter: ReporterSettings = field(default_factory=ReporterSettings)
-    sink: SinkSettings = field(default_factory=SinkSettings)
-    retry: RetrySettings = field(default_factory=RetrySettings)
-    dead: DeadSettings = field(default_factory=DeadSettings)
     source: str = field(default="<defaults>", compare=False)
 
     @classmethod
-    def load(cls, path: str | None = None, env: Mapping[str, str] | None = None
-             ) -> TelemetryConfig:
+    def load(cls, path: str | None = None, env: Mapping[str, str] | None = None) -> Self:
         """Read ``path`` (else ``$TELEMETRY_CONFIG``, else the packaged default) plus
         ``TELEMETRY_<SECTION>_<KEY>`` overrides; raise ``ConfigError`` naming any bad key."""
         from collector._config_loader import load_config
 
-        return load_config(path, env)
+        return load_config(path, env, cls)
 
     @classmethod
-    def default(cls) -> TelemetryConfig:
+    def default(cls) -> Self:
         return cls()
+
+    def check(self, where: Where) -> None:
+        """Rules that tie keys together; raise ``ConfigError`` naming the key and its origin
+        (``where(section, key)`` is the file or the environment variable it came from)."""
+        from collector._config_loader import check_sdk_rules
+
+        check_sdk_rules(self, where)
 
     def cap_for(self, game: str) -> int:
         override = self.games.get(game)
@@ -166,7 +136,7 @@ class TelemetryConfig:
         return out
 
     def __repr__(self) -> str:
-        return f"TelemetryConfig(source={self.source!r}, {self.masked()!r})"
+        return f"{type(self).__name__}(source={self.source!r}, {self.masked()!r})"
 
 
 _SECRET_HEADER_WORDS = ("auth", "token", "key", "secret", "cookie", "sign", "password")

@@ -1,7 +1,10 @@
-"""Turn a TOML file plus environment overrides into a validated ``TelemetryConfig``.
+"""Turn a TOML file plus environment overrides into a validated config.
 
-All validation happens here, once.  Every error names where the value came from (file or
-environment variable), the key, what was expected and what was found.
+All validation happens here, once, for the SDK's ``TelemetryConfig`` and for any subclass
+that adds sections (the reporter's).  A config class's sections are its dataclass-typed
+fields; the sections it names in ``OTHER_SECTIONS`` belong to another reader of the same file
+and are skipped.  Every error names where the value came from (file or environment
+variable), the key, what was expected and what was found.
 """
 
 from __future__ import annotations
@@ -11,39 +14,21 @@ import os
 import re
 import tomllib
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from importlib.resources import files
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
-from collector._config import (
-    BufferSettings,
-    CollectorSettings,
-    DeadSettings,
-    GameSettings,
-    RedisSettings,
-    ReporterSettings,
-    RetrySettings,
-    SinkSettings,
-    TelemetryConfig,
-    mask_url,
-)
+from collector._config import GameSettings, TelemetryConfig, Where, mask_url
 from collector._exceptions import ConfigError
 from collector.store._keys import is_valid_prefix, validate_game
 
 CONFIG_ENV = "TELEMETRY_CONFIG"
 ENV_PREFIX = "TELEMETRY_"
 DEFAULT_CONFIG_NAME = "telemetry.toml"
+GAMES = "games"
 
-SECTIONS: dict[str, type] = {
-    "redis": RedisSettings,
-    "buffer": BufferSettings,
-    "collector": CollectorSettings,
-    "reporter": ReporterSettings,
-    "sink": SinkSettings,
-    "retry": RetrySettings,
-    "dead": DeadSettings,
-}
+C = TypeVar("C", bound=TelemetryConfig)
 _INTERPOLATION = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -52,8 +37,16 @@ def default_config_text() -> str:
     return (files("collector._defaults") / DEFAULT_CONFIG_NAME).read_text(encoding="utf-8")
 
 
+def sections_of(cls: type[TelemetryConfig]) -> dict[str, type]:
+    """A config class's sections: its dataclass-typed fields, by name."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)
+            if dataclasses.is_dataclass(hints[f.name])}
+
+
 def load_config(path: str | os.PathLike[str] | None = None,
-                env: Mapping[str, str] | None = None) -> TelemetryConfig:
+                env: Mapping[str, str] | None = None,
+                cls: type[C] = TelemetryConfig) -> C:  # type: ignore[assignment]
     env = os.environ if env is None else env
     path = path or env.get(CONFIG_ENV) or None
     if path is None:
@@ -69,49 +62,50 @@ def load_config(path: str | os.PathLike[str] | None = None,
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
-    return build_config(raw, source, env)
+    return build_config(raw, source, env, cls=cls)
 
 
 def build_config(raw: Mapping[str, Any], source: str, env: Mapping[str, str] | None = None,
-                 *, interpolate: bool = True) -> TelemetryConfig:
-    """Validate already-parsed data (from TOML or keyword arguments) into a config."""
+                 *, interpolate: bool = True,
+                 cls: type[C] = TelemetryConfig) -> C:  # type: ignore[assignment]
+    """Validate already-parsed data (from TOML or keyword arguments) into a ``cls``."""
     env = os.environ if env is None else env
     if interpolate:
         raw = _interpolate(raw, source, env, path="")
-    overrides = _env_overrides(env)
-    sections: dict[str, Any] = {}
+    sections = sections_of(cls)
+    overrides = _env_overrides(env, sections)
+    known = sorted([*sections, GAMES, *cls.OTHER_SECTIONS])
     for name in raw:
-        if name not in SECTIONS and name != "games":
+        if name not in known:
             raise ConfigError(
-                f"{source}: unknown section [{name}]; expected one of "
-                f"{', '.join(sorted([*SECTIONS, 'games']))}"
-            )
-    for name, cls in SECTIONS.items():
+                f"{source}: unknown section [{name}]; expected one of {', '.join(known)}")
+    values: dict[str, Any] = {}
+    for name, section in sections.items():
         table = raw.get(name, {})
         if not isinstance(table, Mapping):
             raise ConfigError(f"{source}: [{name}] must be a table, found {table!r}")
-        sections[name] = _build_section(cls, name, table, source, overrides.get(name, {}))
-    sections["games"] = _build_games(raw.get("games", {}), source)
-    config = TelemetryConfig(**sections, source=source)
+        values[name] = _build_section(section, name, table, source, overrides.get(name, {}))
+    values[GAMES] = _build_games(raw.get(GAMES, {}), source)
+    config = cls(**values, source=source)
 
     def where(section: str, key: str) -> str:
         var = overrides.get(section, {}).get(key)
         return f"environment variable {var[0]}" if var else source
 
-    _check_together(config, where)
+    config.check(where)
     return config
 
 
 def raw_settings(config: TelemetryConfig) -> dict[str, dict[str, Any]]:
     """A config as plain nested dicts, secrets included, ready for ``build_config``."""
     raw: dict[str, dict[str, Any]] = {}
-    for name in SECTIONS:
+    for name in sections_of(type(config)):
         section = getattr(config, name)
         raw[name] = {
             f.name: (dict(v) if isinstance(v := getattr(section, f.name), Mapping) else v)
             for f in dataclasses.fields(section)
         }
-    raw["games"] = {g: dataclasses.asdict(s) for g, s in config.games.items()}
+    raw[GAMES] = {g: dataclasses.asdict(s) for g, s in config.games.items()}
     return raw
 
 
@@ -137,7 +131,8 @@ def _interpolate(value: Any, source: str, env: Mapping[str, str], path: str) -> 
     return value
 
 
-def _env_overrides(env: Mapping[str, str]) -> dict[str, dict[str, tuple[str, str]]]:
+def _env_overrides(env: Mapping[str, str], sections: Mapping[str, type]
+                   ) -> dict[str, dict[str, tuple[str, str]]]:
     """``TELEMETRY_REDIS_URL=...`` -> {"redis": {"url": ("TELEMETRY_REDIS_URL", "...")}}."""
     out: dict[str, dict[str, tuple[str, str]]] = {}
     for var, value in env.items():
@@ -145,9 +140,9 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, dict[str, tuple[str, str
             continue
         rest = var[len(ENV_PREFIX):].lower()
         section, _, key = rest.partition("_")
-        if section not in SECTIONS or not key:
-            continue  # not ours: other tools use TELEMETRY_* too
-        cls = SECTIONS[section]
+        if section not in sections or not key:
+            continue  # not ours: other readers and tools use TELEMETRY_* too
+        cls = sections[section]
         if key not in {f.name for f in dataclasses.fields(cls)}:
             raise ConfigError(
                 f"environment variable {var}: unknown key {key!r} in [{section}]; "
@@ -251,8 +246,8 @@ def _mismatch(value: Any, expected: str, where: str, key: str) -> ConfigError:
     return ConfigError(f"{where}: {key}: expected {expected}, found {value!r}")
 
 
-def _check_together(config: TelemetryConfig, where: Callable[[str, str], str]) -> None:
-    """Rules that tie two keys together."""
+def check_sdk_rules(config: TelemetryConfig, where: Where) -> None:
+    """Rules that tie the SDK's keys together, or need more than a range."""
     shards = config.redis.shards
     if shards & (shards - 1):
         raise ConfigError(
@@ -269,29 +264,3 @@ def _check_together(config: TelemetryConfig, where: Callable[[str, str], str]) -
             f"{where('redis', 'key_prefix')}: [redis] key_prefix: expected 1 to 64 characters from "
             f"[A-Za-z0-9_.:-], found {config.redis.key_prefix!r}"
         )
-    max_age = config.reporter.max_age_seconds
-    ttls = [(where("buffer", "ttl_seconds"), "[buffer] ttl_seconds", config.buffer.ttl_seconds)]
-    ttls += [(config.source, f'[games."{g}"] ttl_seconds', s.ttl_seconds)
-             for g, s in config.games.items() if s.ttl_seconds]
-    for origin, key, ttl in ttls:
-        if ttl <= max_age:
-            raise ConfigError(
-                f"{origin}: {key}: expected more than [reporter] max_age_seconds ({max_age:g}) "
-                f"so a buffer never expires before its events go stale, found {ttl}"
-            )
-    if config.reporter.linger_ms >= max_age * 1000:
-        raise ConfigError(
-            f"{where('reporter', 'linger_ms')}: [reporter] linger_ms: expected less than "
-            f"max_age_seconds * 1000 ({max_age * 1000:g}), found {config.reporter.linger_ms}"
-        )
-    if config.retry.initial_delay_ms > config.retry.max_delay_ms:
-        raise ConfigError(
-            f"{where('retry', 'initial_delay_ms')}: [retry] initial_delay_ms: expected at most "
-            f"max_delay_ms ({config.retry.max_delay_ms}), found {config.retry.initial_delay_ms}"
-        )
-    for game in config.reporter.hot_games:
-        try:
-            validate_game(game)
-        except ValueError as exc:
-            raise ConfigError(f"{where('reporter', 'hot_games')}: [reporter.hot_games] {exc}"
-                              ) from None

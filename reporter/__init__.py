@@ -1,7 +1,7 @@
 """telemetry-collector's reporter service: drains Redis buffers and POSTs fixed-size batches.
 
 Run it as ``telemetry-reporter run`` (or ``python -m reporter run``); embed it with
-``ReporterService(TelemetryConfig.load())``.
+``ReporterService(ReporterConfig.load())``.
 """
 
 from reporter._exceptions import ReporterError, SinkConfigError

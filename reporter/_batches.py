@@ -10,7 +10,6 @@ import random
 import uuid
 from collections.abc import Sequence
 
-from collector._config import TelemetryConfig
 from collector.store import (
     Ack,
     BackendError,
@@ -30,6 +29,7 @@ from collector.store import (
     Store,
     TakeRetries,
 )
+from reporter._config import ReporterConfig
 
 
 def new_id() -> str:
@@ -39,7 +39,7 @@ def new_id() -> str:
 class Batches:
     """Typed batch operations on one store; every call touches one shard's keys only."""
 
-    def __init__(self, store: Store, config: TelemetryConfig) -> None:
+    def __init__(self, store: Store, config: ReporterConfig) -> None:
         self.store = store
         self._reporter = config.reporter
         self._lease_ms = int(config.reporter.lease_seconds * 1000)

@@ -11,9 +11,10 @@ import sys
 import threading
 from types import FrameType
 
-from collector import ConfigError, TelemetryConfig
+from collector import ConfigError
 from collector.store import BackendUnavailable, open_store
 from reporter._accounting import read_totals
+from reporter._config import ReporterConfig
 from reporter._status import render_status
 
 EXIT_CONFIG = 2
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "check-config":
-        config = TelemetryConfig.load(args.file)
+        config = ReporterConfig.load(args.file)
         print(f"# {config.source}: valid")
         print(json.dumps(config.masked(), indent=2))
         return 0
@@ -75,7 +76,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from reporter._demo import run_demo
 
         return run_demo(args.seconds, sys.stdout)
-    config = TelemetryConfig.load(args.config)
+    config = ReporterConfig.load(args.config)
     if args.command == "status":
         return _status(config, args.json)
     if args.command == "dead":
@@ -85,7 +86,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     return _run(config)
 
 
-def _status(config: TelemetryConfig, as_json: bool) -> int:
+def _status(config: ReporterConfig, as_json: bool) -> int:
     store = open_store(config.redis)
     totals = read_totals(store)
     if as_json:
@@ -96,7 +97,7 @@ def _status(config: TelemetryConfig, as_json: bool) -> int:
     return 0
 
 
-def _run(config: TelemetryConfig) -> int:
+def _run(config: ReporterConfig) -> int:
     from reporter._service import ReporterService
 
     service = ReporterService(config)

@@ -6,14 +6,14 @@ import argparse
 import json
 import time
 
-from collector._config import TelemetryConfig
 from collector.store import Purge, Replay, Store, entry_event, open_store
+from reporter._config import ReporterConfig
 from reporter._status import table
 
 LIST_LIMIT = 1000
 
 
-def run_dead(config: TelemetryConfig, args: argparse.Namespace) -> int:
+def run_dead(config: ReporterConfig, args: argparse.Namespace) -> int:
     store = open_store(config.redis)
     if args.action == "list":
         batches = store.dead_batches(LIST_LIMIT)

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from collector._config import ReporterSettings
-from collector._ratelog import RateLimitedLog
+from collector.logs import RateLimitedLog
 from collector.store import ENTRY_TIME_DIGITS, Ack, BackendError, ShardKeys, entry_time_ms
 from reporter._batches import Batches, new_id
+from reporter._config import ReporterSettings
 from reporter._outcomes import DELIVERED, REJECTED, SinkGate
 from reporter._sinks import Sender
 

@@ -9,9 +9,9 @@ import time
 from typing import TextIO
 
 from collector import Collector
-from collector._config import TelemetryConfig
-from collector._config_loader import build_config, raw_settings
+from collector.config import build_config, raw_settings
 from reporter._accounting import read_totals
+from reporter._config import ReporterConfig
 from reporter._embedded import EmbeddedServer
 from reporter._endpoint import LocalEndpoint
 from reporter._service import ReporterService
@@ -23,14 +23,14 @@ GAMES = {HOT_GAME: 3000, "puzzle-quest": 200, "kart-racer": 150, "card-club": 10
          "farm-story": 50, "tiny-chess": 5}
 
 
-def demo_config(redis_url: str, sink_url: str) -> TelemetryConfig:
-    raw = raw_settings(TelemetryConfig.default())
+def demo_config(redis_url: str, sink_url: str) -> ReporterConfig:
+    raw = raw_settings(ReporterConfig.default())
     raw["redis"].update(url=redis_url, shards=8)
     raw["sink"].update(url=sink_url)
     raw["reporter"].update(linger_ms=500, poll_interval_ms=50, workers=4,
                            hot_games={HOT_GAME: 2})
     raw["buffer"].update(max_events_per_game=20_000)
-    return build_config(raw, "<demo>", env={}, interpolate=False)
+    return build_config(raw, "<demo>", env={}, interpolate=False, cls=ReporterConfig)
 
 
 def _traffic(collector: Collector, stop: threading.Event) -> None:

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 import httpx
 import orjson
 
-from collector._config import SinkSettings, mask_url
+from collector.config import mask_url
+from reporter._config import SinkSettings
 from reporter._outcomes import Outcome, classify_http, classify_transport_error
 from reporter._transport import SocketTransport
 

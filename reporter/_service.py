@@ -17,9 +17,9 @@ import httpx
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from collector._config import TelemetryConfig
 from collector.store import Store, open_store
 from reporter._batches import Batches
+from reporter._config import ReporterConfig
 from reporter._delivery import Clock, Deliverer, Held, Tally
 from reporter._outcomes import SinkGate
 from reporter._ownership import ShardOwnership
@@ -36,7 +36,7 @@ BUSY_SLICE_SECONDS = 0.05
 class ReporterService:
     """Owns the scheduler, its pools, the sender and the stop Event."""
 
-    def __init__(self, config: TelemetryConfig, *, store: Store | None = None,
+    def __init__(self, config: ReporterConfig, *, store: Store | None = None,
                  sender: Sender | None = None, transport: httpx.BaseTransport | None = None,
                  clock: Clock = time.time) -> None:
         self.config = config

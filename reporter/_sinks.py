@@ -7,7 +7,7 @@ from typing import Protocol
 
 import httpx
 
-from collector._config import SinkSettings
+from reporter._config import SinkSettings
 from reporter._exceptions import SinkConfigError
 from reporter._json_sink import JsonSender
 from reporter._outcomes import Outcome

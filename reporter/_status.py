@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from collector._config import TelemetryConfig
 from reporter._accounting import Totals
+from reporter._config import ReporterConfig
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -22,7 +22,7 @@ def _age(oldest_ms: int | None, now: float) -> str:
     return "-" if oldest_ms is None else f"{max(0.0, now - oldest_ms / 1000):.1f}s"
 
 
-def render_status(totals: Totals, config: TelemetryConfig, now: float | None = None,
+def render_status(totals: Totals, config: ReporterConfig, now: float | None = None,
                   max_games: int = 50) -> str:
     now = time.time() if now is None else now
     hot = config.reporter.hot_games

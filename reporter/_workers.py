@@ -10,10 +10,10 @@ import logging
 import threading
 from collections.abc import Callable
 
-from collector._config import TelemetryConfig
-from collector._ratelog import RateLimitedLog
+from collector.logs import RateLimitedLog
 from collector.store import BackendUnavailable, GameState, KeySchema, ShardKeys
 from reporter._batches import Batches
+from reporter._config import ReporterConfig
 from reporter._delivery import Clock, Deliverer
 from reporter._ownership import ShardOwnership
 
@@ -34,7 +34,7 @@ class ShardSweeper:
     """
 
     def __init__(self, keys: ShardKeys, store: Batches, deliverer: Deliverer,
-                 config: TelemetryConfig, ownership: ShardOwnership, stop: threading.Event,
+                 config: ReporterConfig, ownership: ShardOwnership, stop: threading.Event,
                  clock: Clock) -> None:
         self.keys = keys
         self._store = store
@@ -74,7 +74,7 @@ class HotGameWorker:
     """One of a hot game's dedicated threads: claims and sends that game only."""
 
     def __init__(self, game: str, keys: ShardKeys, store: Batches, deliverer: Deliverer,
-                 config: TelemetryConfig, stop: threading.Event) -> None:
+                 config: ReporterConfig, stop: threading.Event) -> None:
         self.game = game
         self.keys = keys
         self._store = store

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 import redis
 from redis.cluster import RedisCluster
 
-from collector._config import TelemetryConfig
 from collector.store import (
     Ack,
     Claim,
@@ -33,6 +32,7 @@ from collector.store import (
     Store,
     TakeRetries,
 )
+from reporter._config import ReporterConfig
 
 
 def store_of(client: redis.Redis, schema: KeySchema | None = None) -> Store:
@@ -40,7 +40,7 @@ def store_of(client: redis.Redis, schema: KeySchema | None = None) -> Store:
     return Store(SingleServer(client), schema or KeySchema("telemetry", 1))
 
 
-def store_on(client: redis.Redis | RedisCluster, config: TelemetryConfig) -> Store:
+def store_on(client: redis.Redis | RedisCluster, config: ReporterConfig) -> Store:
     """The store a service with ``config`` would open, but over the test's own client."""
     schema = KeySchema(config.redis.key_prefix, config.redis.shards)
     if isinstance(client, RedisCluster):

@@ -6,14 +6,14 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from collector._config import TelemetryConfig
+from reporter._config import ReporterConfig
 from reporter._endpoint import LocalEndpoint, Responder
 from reporter._service import ReporterService
 from tests.delivery.helpers import Script
 from tests.servers import Server, server_binaries
 
 MakeEndpoint = Callable[..., LocalEndpoint]
-StartService = Callable[[TelemetryConfig], ReporterService]
+StartService = Callable[[ReporterConfig], ReporterService]
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def start_service() -> Iterator[StartService]:
     """Start ReporterServices; stopped without grace at teardown if the test did not."""
     started: list[ReporterService] = []
 
-    def start(config: TelemetryConfig) -> ReporterService:
+    def start(config: ReporterConfig) -> ReporterService:
         service = ReporterService(config)
         service.start()
         started.append(service)

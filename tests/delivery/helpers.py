@@ -11,10 +11,10 @@ from typing import Any
 import orjson
 import redis
 
-from collector._config import TelemetryConfig
-from collector._config_loader import build_config, raw_settings
+from collector.config import build_config, raw_settings
 from collector.store import KeySchema, encode_entry
 from reporter._accounting import Totals, read_totals
+from reporter._config import ReporterConfig
 from reporter._endpoint import LocalEndpoint
 from tests.polling import wait_until  # noqa: F401 - re-exported for the tests
 from tests.scriptcalls import Scripts, store_of
@@ -32,19 +32,19 @@ FAST: dict[str, dict[str, Any]] = {
 
 
 def make_config(redis_url: str, sink_url: str = "http://127.0.0.1:9/ingest",
-                **sections: dict[str, Any]) -> TelemetryConfig:
+                **sections: dict[str, Any]) -> ReporterConfig:
     """The FAST settings on ``redis_url`` and ``sink_url``, with per-section overrides."""
-    raw = raw_settings(TelemetryConfig())
+    raw = raw_settings(ReporterConfig())
     for name, fast in FAST.items():
         raw[name].update(fast)
     raw["redis"].update(url=redis_url, key_prefix="dlv")
     raw["sink"].update(url=sink_url)
     for name, values in sections.items():
         raw[name].update(values)
-    return build_config(raw, "test", env={}, interpolate=False)
+    return build_config(raw, "test", env={}, interpolate=False, cls=ReporterConfig)
 
 
-def schema_of(config: TelemetryConfig) -> KeySchema:
+def schema_of(config: ReporterConfig) -> KeySchema:
     return KeySchema(config.redis.key_prefix, config.redis.shards)
 
 
@@ -135,7 +135,7 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"no TOML for {value!r}")
 
 
-def config_toml(config: TelemetryConfig) -> str:
+def config_toml(config: ReporterConfig) -> str:
     """The config as a TOML file the reporter's ``--config`` reads back unchanged."""
     lines: list[str] = []
     for section, values in raw_settings(config).items():

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from collector._config import TelemetryConfig
+from reporter._config import ReporterConfig
 from reporter._endpoint import LocalEndpoint
 from tests.delivery.conftest import MakeEndpoint
 from tests.delivery.helpers import (
@@ -64,7 +64,7 @@ class ReporterProcess:
                                  ) from None
 
 
-Spawn = Callable[[TelemetryConfig], ReporterProcess]
+Spawn = Callable[[ReporterConfig], ReporterProcess]
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ def spawn(tmp_path: Path) -> Iterator[Spawn]:
     """Start reporter processes; any still running at teardown is killed (by its pid)."""
     started: list[ReporterProcess] = []
 
-    def start(config: TelemetryConfig) -> ReporterProcess:
+    def start(config: ReporterConfig) -> ReporterProcess:
         n = len(started)
         path = tmp_path / f"reporter-{n}.toml"
         path.write_text(config_toml(config))
@@ -106,7 +106,7 @@ def headers_of(endpoint: LocalEndpoint, number: int) -> dict[str, str]:
 
 
 def setup(server: Server, endpoint: LocalEndpoint, **sections: dict[str, Any]
-          ) -> tuple[TelemetryConfig, redis.Redis]:
+          ) -> tuple[ReporterConfig, redis.Redis]:
     config = make_config(server.url, endpoint.url, **sections)
     client = server.client()
     push_events(client, schema_of(config), GAME, range(EVENTS))

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 
-from collector._config import TelemetryConfig
+from reporter._config import ReporterConfig
 from reporter._endpoint import LocalEndpoint
 from reporter._service import ReporterService
 from tests.reporter.helpers import wait_until
@@ -45,7 +45,7 @@ def make_service() -> Iterator[MakeService]:
     """Build services that are stopped (without grace) when the test ends."""
     made: list[ReporterService] = []
 
-    def make(config: TelemetryConfig, *, client: Any = None, **kwargs: Any) -> ReporterService:
+    def make(config: ReporterConfig, *, client: Any = None, **kwargs: Any) -> ReporterService:
         """``client``: a redis-py client of the test's to run the service's store on."""
         if client is not None:
             kwargs["store"] = store_on(client, config)

@@ -8,9 +8,9 @@ from typing import Any
 
 import orjson
 
-from collector._config import TelemetryConfig
-from collector._config_loader import build_config, raw_settings
+from collector.config import build_config, raw_settings
 from collector.store import KeySchema, ShardKeys, encode_entry
+from reporter._config import ReporterConfig
 from tests.polling import wait_until  # noqa: F401 - re-exported for the tests
 from tests.scriptcalls import Scripts
 
@@ -20,14 +20,14 @@ TTL = 3600
 
 
 def make_config(redis_url: str, *, sink_url: str = NOWHERE, shards: int = 4,
-                **sections: dict[str, Any]) -> TelemetryConfig:
+                **sections: dict[str, Any]) -> ReporterConfig:
     """The defaults with ``[redis] url/shards``, ``[sink] url`` and any section updates."""
-    raw = raw_settings(TelemetryConfig())
+    raw = raw_settings(ReporterConfig())
     raw["redis"].update(url=redis_url, shards=shards)
     raw["sink"]["url"] = sink_url
     for name, values in sections.items():
         raw[name].update(values)
-    return build_config(raw, "test", env={}, interpolate=False)
+    return build_config(raw, "test", env={}, interpolate=False, cls=ReporterConfig)
 
 
 def now_ms() -> int:

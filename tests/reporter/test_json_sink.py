@@ -11,8 +11,8 @@ import httpx
 import orjson
 import pytest
 
-from collector._config import SinkSettings, TelemetryConfig
-from collector._config_loader import build_config, raw_settings
+from collector.config import build_config, raw_settings
+from reporter._config import ReporterConfig, SinkSettings
 from reporter._exceptions import SinkConfigError
 from reporter._json_sink import JsonSender, json_body
 from reporter._outcomes import DELIVERED, REJECTED, RETRY
@@ -42,10 +42,11 @@ class Recorder:
         return self.reply(request)
 
 
-def sink_config(env: dict[str, str] | None = None, **sink: Any) -> TelemetryConfig:
-    raw = raw_settings(TelemetryConfig())
+def sink_config(env: dict[str, str] | None = None, **sink: Any) -> ReporterConfig:
+    raw = raw_settings(ReporterConfig())
     raw["sink"].update({"url": URL, **sink})
-    return build_config(raw, "test", env=env or {}, interpolate=env is not None)
+    return build_config(raw, "test", env=env or {}, interpolate=env is not None,
+                        cls=ReporterConfig)
 
 
 @pytest.fixture

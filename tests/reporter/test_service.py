@@ -14,9 +14,9 @@ import pytest
 import redis
 
 import reporter._delivery
-from collector._config import TelemetryConfig
 from collector.store import BackendError, BackendUnavailable, Collect, entry_event
 from reporter._accounting import read_totals
+from reporter._config import ReporterConfig
 from reporter._endpoint import LocalEndpoint, Received
 from reporter._service import ReporterService
 from tests.reporter.conftest import MakeService
@@ -166,7 +166,7 @@ def blocking_endpoint(gate: threading.Event) -> LocalEndpoint:
     return LocalEndpoint(respond).start()
 
 
-def quiet_config(redis_url: str, sink_url: str, **reporter: Any) -> TelemetryConfig:
+def quiet_config(redis_url: str, sink_url: str, **reporter: Any) -> ReporterConfig:
     return make_config(redis_url, sink_url=sink_url, shards=1,
                        reporter={**QUICK, "workers": 1, "max_batches_per_claim": 1,
                                  **reporter})

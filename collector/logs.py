@@ -1,4 +1,8 @@
-"""Logging that stays quiet under repetition: one line per key per interval."""
+"""Logging helpers shared by the SDK and the reporter.
+
+``RateLimitedLog`` stays quiet under repetition: one line per key per interval, with a count
+of what it held back.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,357 @@
+"""The whole file as the reporter reads it (``ReporterConfig``, the SDK's sections and the
+reporter's): the shipped file, validation errors, environment overrides, secrets."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from collector import ConfigError, TelemetryConfig, TelemetryError
+from collector.config import GameSettings, default_config_text, sections_of
+from reporter._config import ReporterConfig
+
+SECTIONS = sections_of(ReporterConfig)
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "config" / "telemetry.toml"
+
+
+def write(tmp_path: Path, text: str, name: str = "telemetry.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def load_error(path: Path, env: Mapping[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        ReporterConfig.load(str(path), env={} if env is None else env)
+    return str(info.value)
+
+
+# -- the shipped file ---------------------------------------------------------------------------
+
+def test_shipped_file_equals_the_defaults() -> None:
+    assert ReporterConfig.load(str(SHIPPED), env={}) == ReporterConfig()
+    assert ReporterConfig.load(env={}) == ReporterConfig.default() == ReporterConfig()
+
+
+def test_packaged_copy_is_the_shipped_file() -> None:
+    assert default_config_text() == SHIPPED.read_text(encoding="utf-8")
+    assert "packaged" in ReporterConfig.load(env={}).source
+
+
+def _key_lines() -> tuple[list[str], dict[tuple[str, str], list[int]]]:
+    """The shipped file's lines and, per (section, key), the lines that set it.
+
+    A table-valued key such as ``hot_games`` is set by its own header ``[reporter.hot_games]``.
+    """
+    lines = SHIPPED.read_text(encoding="utf-8").splitlines()
+    found: dict[tuple[str, str], list[int]] = {}
+    section = ""
+    for i, line in enumerate(lines):
+        if header := re.fullmatch(r"\[([a-z_]+)(?:\.([a-z_]+))?\]", line):
+            section = header.group(1)
+            if header.group(2):
+                found.setdefault((section, header.group(2)), []).append(i)
+        elif key := re.match(r"([a-z_]+)\s*=", line):
+            found.setdefault((section, key.group(1)), []).append(i)
+    return lines, found
+
+
+@pytest.mark.parametrize("section", sorted(SECTIONS))
+def test_every_key_is_in_the_shipped_file_with_a_comment(section: str) -> None:
+    lines, found = _key_lines()
+    for f in dataclasses.fields(SECTIONS[section]):
+        where = found.get((section, f.name), [])
+        assert len(where) == 1, f"[{section}] {f.name} is set {len(where)} times"
+        assert lines[where[0] - 1].startswith("#"), f"[{section}] {f.name} has no comment"
+
+
+def test_per_game_keys_are_documented_in_the_example() -> None:
+    text = SHIPPED.read_text(encoding="utf-8")
+    assert '# [games."big-game"]' in text
+    for f in dataclasses.fields(GameSettings):
+        assert re.search(rf"^# {f.name} = \d+$", text, re.MULTILINE), f.name
+
+
+def test_no_section_is_undocumented() -> None:
+    parsed = tomllib.loads(SHIPPED.read_text(encoding="utf-8"))
+    assert set(parsed) == set(SECTIONS)
+
+
+# -- errors name the file and the key -----------------------------------------------------------
+
+ERRORS = [
+    ("[bogus]\na = 1\n", ["unknown section [bogus]"]),
+    ("[buffer]\nmax_event_byte = 100\n", ["[buffer]", "'max_event_byte'", "max_event_bytes"]),
+    ("[redis]\nurll = 'x'\n", ["[redis]", "'urll'"]),
+    ('[reporter]\nbatch_size = "64"\n', ["[reporter] batch_size", "integer", "'64'"]),
+    ("[reporter]\nbatch_size = true\n", ["[reporter] batch_size", "integer", "True"]),
+    ("[reporter]\nbatch_size = 64.0\n", ["[reporter] batch_size", "integer", "64.0"]),
+    ("[reporter]\nbatch_size = 129\n", ["[reporter] batch_size", "from 1 to 128", "129"]),
+    ("[reporter]\nbatch_size = 0\n", ["[reporter] batch_size", "found 0"]),
+    ("[redis]\nshards = 3\n", ["[redis] shards", "power of two", "3"]),
+    ("[redis]\nshards = 24\n", ["[redis] shards", "power of two", "24"]),
+    ("[redis]\nshards = -4\n", ["[redis] shards", "-4"]),
+    ("[buffer]\nttl_seconds = -1\n", ["[buffer] ttl_seconds", "-1"]),
+    ("[collector]\nflush_interval_ms = -5\n", ["[collector] flush_interval_ms", "-5"]),
+    ("[collector]\nclose_timeout_seconds = -0.5\n", ["[collector] close_timeout_seconds"]),
+    ("[redis]\nsocket_timeout_seconds = '2'\n", ["[redis] socket_timeout_seconds", "number"]),
+    ("[redis]\ncluster = 'yes'\n", ["[redis] cluster", "true or false"]),
+    ("[collector]\nmode = 'async'\n", ["[collector] mode", "'background'", "'async'"]),
+    ("[buffer]\nttl_seconds = 180\n", ["[buffer] ttl_seconds", "max_age_seconds", "180"]),
+    ("[buffer]\nttl_seconds = 100\n[reporter]\nmax_age_seconds = 100.0\n",
+     ["[buffer] ttl_seconds", "max_age_seconds"]),
+    ('[games."big"]\nttl_seconds = 60\n', ['[games."big"] ttl_seconds', "max_age_seconds"]),
+    ('[games."big"]\nmax_events_per_game = -1\n', ['[games."big"] max_events_per_game']),
+    ('[games."big"]\nmax_event = 5\n', ['[games."big"]', "'max_event'"]),
+    ('[games."a b"]\nttl_seconds = 600\n', ["games", "'a b'", "game name"]),
+    ("[redis]\nkey_prefix = '{tele}'\n", ["[redis] key_prefix", "'{tele}'"]),
+    ("[redis]\nkey_prefix = ''\n", ["[redis] key_prefix"]),
+    ("[reporter.hot_games]\ng = 0\n", ["hot_games.g", "from 1 to 64"]),
+    ("[reporter.hot_games]\ng = 'two'\n", ["hot_games.g", "integer"]),
+    ('[reporter.hot_games]\n"a{b}" = 2\n', ["hot_games", "a{b}"]),
+    ("[reporter]\nhot_games = 5\n", ["[reporter] hot_games", "table"]),
+    ("[sink.headers]\nX-Num = 5\n", ["[sink] headers.X-Num", "string"]),
+    ("[reporter]\nlinger_ms = 180000\n", ["[reporter] linger_ms", "180000"]),
+    ("[retry]\ninitial_delay_ms = 5000\nmax_delay_ms = 1000\n",
+     ["[retry] initial_delay_ms", "5000"]),
+    ("redis = 5\n", ["[redis] must be a table"]),
+    ("games = 5\n", ["[games]", "table"]),
+    ("[redis\nurl = 'x'\n", ["not valid TOML"]),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), ERRORS, ids=[t for t, _ in ERRORS])
+def test_errors_name_the_file_and_the_key(tmp_path: Path, text: str,
+                                          expected: list[str]) -> None:
+    path = write(tmp_path, text)
+    message = load_error(path)
+    assert str(path) in message
+    for part in expected:
+        assert part in message, f"{part!r} not in {message!r}"
+
+
+def test_config_error_is_a_telemetry_error() -> None:
+    assert issubclass(ConfigError, TelemetryError)
+    assert not issubclass(ConfigError, (TypeError, ValueError))
+
+
+def test_missing_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "nope.toml"
+    assert str(path) in load_error(path)
+
+
+def test_empty_file_means_defaults(tmp_path: Path) -> None:
+    config = ReporterConfig.load(str(write(tmp_path, "")), env={})
+    assert config == ReporterConfig()
+    assert config.source == str(tmp_path / "telemetry.toml")
+
+
+def test_values_are_read(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [redis]
+        url = "redis://cache:6380/2"
+        shards = 4
+        socket_timeout_seconds = 1
+        [buffer]
+        max_events_per_game = 50
+        [reporter]
+        batch_size = 64
+        [reporter.hot_games]
+        "big" = 3
+        [sink.headers]
+        X-Team = "games"
+    """.replace("\n        ", "\n"))
+    config = ReporterConfig.load(str(path), env={})
+    assert config.redis.url == "redis://cache:6380/2"
+    assert config.redis.shards == 4
+    assert config.redis.socket_timeout_seconds == 1.0
+    assert isinstance(config.redis.socket_timeout_seconds, float)
+    assert config.buffer.max_events_per_game == 50
+    assert config.reporter.batch_size == 64
+    assert dict(config.reporter.hot_games) == {"big": 3}
+    assert dict(config.sink.headers) == {"X-Team": "games"}
+
+
+def test_config_is_frozen() -> None:
+    config = ReporterConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.redis.url = "redis://elsewhere"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        config.reporter.hot_games["g"] = 1  # type: ignore[index]
+
+
+# -- environment --------------------------------------------------------------------------------
+
+def test_env_overrides(tmp_path: Path) -> None:
+    path = write(tmp_path, "[reporter]\nbatch_size = 32\n")
+    config = ReporterConfig.load(str(path), env={
+        "TELEMETRY_REDIS_URL": "redis://envhost:7000/1",
+        "TELEMETRY_REPORTER_BATCH_SIZE": "64",
+        "TELEMETRY_REPORTER_HOT_GAMES": '{ "g" = 2 }',
+        "TELEMETRY_REDIS_CLUSTER": "true",
+        "TELEMETRY_REPORTER_MAX_AGE_SECONDS": "200",
+        "TELEMETRY_SINK_HEADERS": '{ X-Team = "t" }',
+        "TELEMETRY_COLLECTOR_MODE": "sync",
+        "TELEMETRY_UNRELATED_THING": "ignored: not a section of ours",
+        "TELEMETRY_": "ignored",
+    })
+    assert config.redis.url == "redis://envhost:7000/1"
+    assert config.reporter.batch_size == 64  # the environment wins over the file
+    assert dict(config.reporter.hot_games) == {"g": 2}
+    assert config.redis.cluster is True
+    assert config.reporter.max_age_seconds == 200.0
+    assert dict(config.sink.headers) == {"X-Team": "t"}
+    assert config.collector.mode == "sync"
+
+
+@pytest.mark.parametrize(("var", "value", "expected"), [
+    ("TELEMETRY_REPORTER_BATCH_SIZE", "abc", "integer"),
+    ("TELEMETRY_REPORTER_BATCH_SIZE", "129", "from 1 to 128"),
+    ("TELEMETRY_REPORTER_BATCH_SIZE", "64.5", "integer"),
+    ("TELEMETRY_REDIS_CLUSTER", "yes", "true or false"),
+    ("TELEMETRY_REPORTER_HOT_GAMES", '{ "g" = 0 }', "hot_games.g"),
+    ("TELEMETRY_REPORTER_HOT_GAMES", "{ g = ", "TOML"),
+    ("TELEMETRY_COLLECTOR_MODE", "fast", "'background'"),
+    ("TELEMETRY_REDIS_URLL", "redis://x", "'urll'"),
+    ("TELEMETRY_BUFFER_MAX_EVENT_BYTE", "100", "'max_event_byte'"),
+])
+def test_bad_env_value_names_the_variable(tmp_path: Path, var: str, value: str,
+                                          expected: str) -> None:
+    message = load_error(write(tmp_path, ""), env={var: value})
+    assert var in message
+    assert expected in message
+
+
+@pytest.mark.parametrize(("var", "value"), [
+    ("TELEMETRY_REDIS_SHARDS", "3"),
+    ("TELEMETRY_REDIS_KEY_PREFIX", "{x}"),
+    ("TELEMETRY_BUFFER_TTL_SECONDS", "100"),
+])
+def test_cross_key_errors_name_the_variable(tmp_path: Path, var: str, value: str) -> None:
+    assert var in load_error(write(tmp_path, ""), env={var: value})
+
+
+def test_telemetry_config_selects_the_file(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, "[reporter]\nbatch_size = 7\n")
+    config = ReporterConfig.load(env={"TELEMETRY_CONFIG": str(path)})
+    assert config.reporter.batch_size == 7
+    assert config.source == str(path)
+
+    monkeypatch.setenv("TELEMETRY_CONFIG", str(path))
+    assert ReporterConfig.load().reporter.batch_size == 7
+    other = write(tmp_path, "[reporter]\nbatch_size = 9\n", name="other.toml")
+    assert ReporterConfig.load(str(other)).reporter.batch_size == 9  # an explicit path wins
+
+    monkeypatch.setenv("TELEMETRY_CONFIG", str(tmp_path / "missing.toml"))
+    with pytest.raises(ConfigError, match=r"missing\.toml"):
+        ReporterConfig.load()
+
+
+# -- ${VAR} interpolation -----------------------------------------------------------------------
+
+def test_interpolation(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+[redis]
+url = "redis://:${REDIS_PW}@${REDIS_HOST}:6379/0"
+key_prefix = "${PREFIX}"
+[reporter]
+event_time_field = "cost$$usd$$${X}"
+[sink]
+url = "http://h/ingest?a=$b&c=$${NOT_A_VAR}"
+[sink.headers]
+Authorization = "Bearer ${TOKEN}"
+""")
+    config = ReporterConfig.load(str(path), env={
+        "REDIS_PW": "pw", "REDIS_HOST": "cache", "PREFIX": "tele", "TOKEN": "t0k", "X": "x"})
+    assert config.redis.url == "redis://:pw@cache:6379/0"
+    assert config.redis.key_prefix == "tele"
+    assert config.reporter.event_time_field == "cost$usd$x"
+    assert config.sink.url == "http://h/ingest?a=$b&c=${NOT_A_VAR}"
+    assert config.sink.headers["Authorization"] == "Bearer t0k"
+
+
+def test_missing_variable_is_an_error_naming_it(tmp_path: Path) -> None:
+    path = write(tmp_path, '[sink.headers]\nAuthorization = "Bearer ${INGEST_TOKEN}"\n')
+    message = load_error(path, env={})
+    assert "INGEST_TOKEN" in message
+    assert str(path) in message
+    assert "sink.headers.Authorization" in message
+
+
+def test_interpolated_value_is_still_validated(tmp_path: Path) -> None:
+    path = write(tmp_path, '[redis]\nkey_prefix = "${P}"\n')
+    message = load_error(path, env={"P": "a{b}"})
+    assert "[redis] key_prefix" in message
+
+
+# -- secrets ------------------------------------------------------------------------------------
+
+SECRET_TOML = """
+[redis]
+url = "redis://user:s3cret-pw@cache:6379/0"
+[sink]
+url = "https://ingest:s1nk-pw@example.invalid/ingest"
+[sink.headers]
+Authorization = "Bearer ${TOKEN}"
+X-Api-Key = "k3y-value"
+X-Team = "games"
+"""
+
+
+@pytest.fixture
+def secret_config(tmp_path: Path) -> ReporterConfig:
+    return ReporterConfig.load(str(write(tmp_path, SECRET_TOML)), env={"TOKEN": "t0ken-value"})
+
+
+SECRETS = ["s3cret-pw", "s1nk-pw", "t0ken-value", "k3y-value"]
+
+
+def test_secrets_are_masked_in_repr_and_masked(secret_config: ReporterConfig) -> None:
+    assert secret_config.sink.headers["Authorization"] == "Bearer t0ken-value"
+    masked = secret_config.masked()
+    for text in (repr(secret_config), str(secret_config), repr(masked)):
+        for secret in SECRETS:
+            assert secret not in text
+    assert masked["redis"]["url"] == "redis://user:***@cache:6379/0"
+    assert masked["sink"]["url"] == "https://ingest:***@example.invalid/ingest"
+    assert masked["sink"]["headers"]["Authorization"] == "***"
+    assert masked["sink"]["headers"]["X-Team"] == "games"  # not a secret
+
+
+def test_masked_keeps_the_other_settings(secret_config: ReporterConfig) -> None:
+    masked = secret_config.masked()
+    assert set(masked) == {*SECTIONS, "games"}
+    assert masked["reporter"]["batch_size"] == 128
+    assert masked["redis"]["shards"] == 16
+
+
+def test_section_repr_masks_secrets(secret_config: ReporterConfig) -> None:
+    for secret in SECRETS:
+        assert secret not in repr(secret_config.redis) + repr(secret_config.sink)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "config").glob("*.toml")))
+def test_every_shipped_config_file_is_valid(name: str) -> None:
+    env = {"REDIS_PASSWORD": "pw", "INGEST_TOKEN": "token"}
+    config = ReporterConfig.load(str(ROOT / "config" / name), env=env)
+    assert config.source.endswith(name)
+    assert "pw" not in repr(config) and "token" not in repr(config)
+
+
+def test_the_sdk_skips_exactly_the_reporters_sections() -> None:
+    sdk = set(sections_of(TelemetryConfig))
+    assert set(TelemetryConfig.OTHER_SECTIONS) == set(SECTIONS) - sdk
+    assert sdk < set(SECTIONS)
+
+
+def test_the_sdk_reads_its_part_of_the_shipped_file() -> None:
+    assert TelemetryConfig.load(str(SHIPPED), env={}) == TelemetryConfig()
+    assert ReporterConfig.load(str(SHIPPED), env={}).redis == TelemetryConfig().redis
