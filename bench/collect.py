@@ -49,12 +49,7 @@ import orjson  # noqa: E402
 import redis  # noqa: E402
 
 from collector import Collector  # noqa: E402
-from collector.counters import (  # noqa: E402
-    EVICTED,
-    SDK_DROPPED_BUFFER_FULL,
-    SDK_DROPPED_TOO_LARGE,
-    STORED,
-)
+from collector.counters import Counter  # noqa: E402
 from collector.store import KeySchema  # noqa: E402
 from tests.servers import Server, server_binaries  # noqa: E402
 
@@ -166,7 +161,9 @@ def timer_overhead_ns() -> int:
 
 
 def shard_counters(client: redis.Redis, schema: KeySchema) -> dict[str, int]:
-    totals = dict.fromkeys((STORED, EVICTED, SDK_DROPPED_BUFFER_FULL, SDK_DROPPED_TOO_LARGE), 0)
+    names = (Counter.STORED, Counter.EVICTED, Counter.DROPPED_BUFFER_FULL,
+             Counter.DROPPED_TOO_LARGE)
+    totals: dict[str, int] = dict.fromkeys(names, 0)
     with client.pipeline(transaction=False) as pipe:
         for shard in schema.all_shards():
             pipe.hgetall(shard.stats)
@@ -210,7 +207,8 @@ def run_collector(mode: str, url: str, client: redis.Redis, work: Work, *, buffe
         loop_end = time.perf_counter_ns()
         flushed = c.flush(STORE_TIMEOUT_S)
         deadline = time.monotonic() + STORE_TIMEOUT_S
-        while shard_counters(client, schema)[STORED] < len(work) and time.monotonic() < deadline:
+        while (shard_counters(client, schema)[Counter.STORED] < len(work)
+               and time.monotonic() < deadline):
             time.sleep(0.0005)
         end = time.perf_counter_ns()
 
@@ -224,13 +222,14 @@ def run_collector(mode: str, url: str, client: redis.Redis, work: Work, *, buffe
         "dropped_buffer_full": after["dropped_buffer_full"] - before["dropped_buffer_full"],
         "dropped_too_large": after["dropped_too_large"] - before["dropped_too_large"],
         "dropped_at_close": c.stats()["dropped_at_close"] - before["dropped_at_close"],
-        "evicted_by_cap": after["evicted_by_cap"] - before["evicted_by_cap"],
+        "evicted": after["evicted"] - before["evicted"],
         "backend_errors": after["backend_errors"] - before["backend_errors"],
-        "redis: evicted": counters[EVICTED],
-        "redis: sdk_dropped": counters[SDK_DROPPED_BUFFER_FULL] + counters[SDK_DROPPED_TOO_LARGE],
+        "redis: evicted": counters[Counter.EVICTED],
+        "redis: dropped in SDK": (counters[Counter.DROPPED_BUFFER_FULL]
+                                  + counters[Counter.DROPPED_TOO_LARGE]),
     }
-    if counters[STORED] != stored:
-        lost["redis: stored counter - list lengths"] = counters[STORED] - stored
+    if counters[Counter.STORED] != stored:
+        lost["redis: stored counter - list lengths"] = counters[Counter.STORED] - stored
     return Outcome(mode, len(work), lat, (loop_end - start) / 1e9, (end - start) / 1e9,
                    flushed, stored, commands, lost)
 
@@ -263,7 +262,7 @@ def run_baseline(url: str, client: redis.Redis, work: Work, cap: int) -> Outcome
     finally:
         r.close()
     return Outcome("baseline", len(work), lat, (end - start) / 1e9, (end - start) / 1e9,
-                   True, stored, commands, {"evicted_by_cap": evicted})
+                   True, stored, commands, {"evicted": evicted})
 
 
 # -- report -------------------------------------------------------------------------------------

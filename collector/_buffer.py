@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import threading
-from collections import Counter, deque
+from collections import Counter as PerGame
+from collections import deque
 from collections.abc import Mapping, Sequence
+
+from collector.counters import Counter
 
 # Waiting entries by game, each game's oldest first.
 Queues = dict[str, deque[bytes]]
 
-# Counts per game that still have to reach the game's shard in Redis.
-EVICTED = "evicted"          # thinned out before sending: more than the cap were waiting
-DROPPED_FULL = "dropped_full"  # pushed out of this buffer by newer events
-TOO_LARGE = "too_large"      # refused by collect() for their size
-Pending = dict[str, Counter[str]]
+# Counts per game that still have to reach the game's shard in Redis: events thinned out
+# before sending (more than the cap were waiting), pushed out of this buffer by newer events,
+# or refused by collect() for their size.
+PENDING_KINDS = (Counter.EVICTED, Counter.DROPPED_BUFFER_FULL, Counter.DROPPED_TOO_LARGE)
+Pending = dict[Counter, PerGame[str]]
 
 
 def no_pending() -> Pending:
-    return {EVICTED: Counter(), DROPPED_FULL: Counter(), TOO_LARGE: Counter()}
+    return {kind: PerGame() for kind in PENDING_KINDS}
 
 
 class EventBuffer:
@@ -68,7 +71,7 @@ class EventBuffer:
             self.seq += 1
             return len(order)
 
-    def note(self, kind: str, game: str, count: int = 1) -> None:
+    def note(self, kind: Counter, game: str, count: int = 1) -> None:
         with self._lock:
             self._pending[kind][game] += count
             self._notes += 1
@@ -112,7 +115,7 @@ class EventBuffer:
     def _drop_oldest(self) -> None:
         game = self._order.popleft()
         self._queues[game].popleft()
-        self._pending[DROPPED_FULL][game] += 1
+        self._pending[Counter.DROPPED_BUFFER_FULL][game] += 1
         self.dropped_total += 1
 
     def close(self) -> int:

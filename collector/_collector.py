@@ -13,12 +13,14 @@ from typing import Any
 
 import orjson
 
-from collector._buffer import TOO_LARGE, EventBuffer
+from collector._buffer import EventBuffer
 from collector._config import TelemetryConfig
 from collector._config_loader import build_config, load_config, raw_settings
 from collector._exceptions import BackendError
 from collector._writer import Writer
+from collector.counters import SDK, Counter, Gauge
 from collector.logs import RateLimitedLog
+from collector.metrics import Tally
 from collector.store import Store, describe_settings, open_store, time_prefix, validate_game
 
 logger = logging.getLogger("collector")
@@ -95,9 +97,7 @@ class Collector:
         self._close_deadline = 0.0
         self._in_flush = 0
         self._flushed_seq = 0  # the buffer's seq at the flusher's latest take that found nothing
-        self._stats = dict.fromkeys(
-            ("stored", "evicted_by_cap", "dropped_too_large", "dropped_at_close",
-             "dropped_closed", "backend_errors", "flushes"), 0)
+        self._tally = Tally()
         self._sync_accepted = 0
         self._ratelog = RateLimitedLog(logger)
         _live.add(self)
@@ -144,7 +144,7 @@ class Collector:
         return 0
 
     def _drop_closed(self, game: str) -> int:
-        self._count("dropped_closed")
+        self._tally.count(Counter.DROPPED_CLOSED)
         self._ratelog.log(logging.WARNING, "closed",
                           "collect() after close(): event of game %r dropped", game)
         return 0
@@ -155,8 +155,8 @@ class Collector:
             self._known_games.add(game)
 
     def _refuse_large(self, game: str, size: int) -> None:
-        self._count("dropped_too_large")
-        self._buffer.note(TOO_LARGE, game)
+        self._tally.count(Counter.DROPPED_TOO_LARGE)
+        self._buffer.note(Counter.DROPPED_TOO_LARGE, game)
         self._ratelog.log(
             logging.WARNING, f"large:{game}",
             "event of game %r dropped: %d bytes of JSON, over [buffer] max_event_bytes = %d",
@@ -164,10 +164,6 @@ class Collector:
         )
         if not self._sync and self._thread is None:
             self._start()  # the drop count still has to reach Redis
-
-    def _count(self, name: str, amount: int = 1) -> None:
-        with self._count_lock:
-            self._stats[name] += amount
 
     # -- sync mode ----------------------------------------------------------------------------
 
@@ -181,13 +177,12 @@ class Collector:
                 raise result.error
         except Exception as exc:
             self._buffer.put_back({}, pending)
-            self._count("backend_errors")
+            self._tally.count(Counter.BACKEND_ERRORS)
             kind = type(exc) if isinstance(exc, BackendError) else BackendError
             raise kind(f"could not store event of game {game!r}: {_reason(exc)}") from exc
         with self._count_lock:
             self._sync_accepted += 1
-            self._stats["stored"] += result.stored
-            self._stats["evicted_by_cap"] += result.evicted
+        self._tally.add({Counter.STORED: result.stored, Counter.EVICTED: result.evicted})
         return result.evicted
 
     # -- background mode ----------------------------------------------------------------------
@@ -241,10 +236,8 @@ class Collector:
                 self._backend_failed(exc, taken)
                 return False
             self._in_flush = 0
-            with self._count_lock:
-                self._stats["stored"] += result.stored
-                self._stats["evicted_by_cap"] += result.evicted
-                self._stats["flushes"] += 1
+            self._tally.add({Counter.STORED: result.stored, Counter.EVICTED: result.evicted,
+                             Counter.FLUSHES: 1})
             if result.error is not None:
                 self._buffer.put_back(result.failed, result.failed_pending)
                 self._backend_failed(result.error, sum(map(len, result.failed.values())))
@@ -252,7 +245,7 @@ class Collector:
             self._ratelog.reset("backend")
 
     def _backend_failed(self, exc: Exception, count: int) -> None:
-        self._count("backend_errors")
+        self._tally.count(Counter.BACKEND_ERRORS)
         self._ratelog.log(
             logging.WARNING, "backend",
             "cannot store %d events (%s); %d buffered, retrying with backoff",
@@ -300,7 +293,7 @@ class Collector:
             thread.join(timeout + 0.5)
         left = self._buffer.close()
         if left:
-            self._count("dropped_at_close", left)
+            self._tally.count(Counter.DROPPED_AT_CLOSE, left)
             logger.warning("collector closed with %d events not stored (Redis: %s)",
                            left, self._server)
         _live.discard(self)
@@ -312,11 +305,12 @@ class Collector:
         any quiet moment; ``dropped_too_large`` and ``dropped_closed`` were never accepted.
         """
         with self._count_lock:
-            out = dict(self._stats)
             sync_accepted = self._sync_accepted
-        out["dropped_buffer_full"] = self._buffer.dropped_total
-        out["buffered"] = len(self._buffer) + self._in_flush
-        out["accepted"] = sync_accepted if self._sync else self._buffer.accepted_total
+        counted = self._tally.snapshot()
+        out = {str(name): counted.get(name, 0) for name in SDK}
+        out[Counter.DROPPED_BUFFER_FULL] = self._buffer.dropped_total
+        out[Counter.ACCEPTED] = sync_accepted if self._sync else self._buffer.accepted_total
+        out[Gauge.BUFFERED] = len(self._buffer) + self._in_flush
         return out
 
     def __enter__(self) -> Collector:
@@ -340,7 +334,7 @@ class Collector:
         self._thread = None
         self._in_flush = 0
         self._flushed_seq = 0
-        self._stats = dict.fromkeys(self._stats, 0)
+        self._tally = Tally()
         self._sync_accepted = 0
         self._ratelog = RateLimitedLog(logger)  # its lock may have been held at the fork
         if self._store is None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from collector._buffer import DROPPED_FULL, EVICTED, TOO_LARGE, Pending, no_pending
+from collector._buffer import Pending, no_pending
 from collector._exceptions import BackendError
+from collector.counters import Counter
 from collector.store import Collect, Store
 
 # Events per script call: large enough to amortise the call, small enough that one call never
@@ -21,8 +22,8 @@ class Call:
     game: str
     entries: list[bytes]
     pre_evicted: int = 0
-    dropped_full: int = 0
-    too_large: int = 0
+    dropped_buffer_full: int = 0
+    dropped_too_large: int = 0
     # The oldest events, left out because the cap would trim them at once (in pre_evicted);
     # kept so that a failed call puts them back as events rather than as a bare count.
     thinned: list[bytes] = field(default_factory=list)
@@ -54,8 +55,9 @@ def plan_calls(queues: Mapping[str, Sequence[bytes]], pending: Pending,
         thinned = max(0, len(entries) - cap_for(game))
         kept = entries[thinned:]
         calls.append(Call(
-            game, kept[:EVENTS_PER_CALL], thinned + pending[EVICTED].get(game, 0),
-            pending[DROPPED_FULL].get(game, 0), pending[TOO_LARGE].get(game, 0),
+            game, kept[:EVENTS_PER_CALL], thinned + pending[Counter.EVICTED].get(game, 0),
+            pending[Counter.DROPPED_BUFFER_FULL].get(game, 0),
+            pending[Counter.DROPPED_TOO_LARGE].get(game, 0),
             entries[:thinned],
         ))
         calls.extend(
@@ -80,7 +82,8 @@ class Writer:
         calls = plan_calls(queues, pending, self._cap_for)
         replies = self.store.call_many([
             Collect(self._schema.for_game(c.game), c.game, c.entries, self._cap_for(c.game),
-                    self._ttl_for(c.game), c.pre_evicted, c.dropped_full, c.too_large)
+                    self._ttl_for(c.game), c.pre_evicted, c.dropped_buffer_full,
+                    c.dropped_too_large)
             for c in calls
         ])
         return tally(calls, replies)
@@ -95,9 +98,10 @@ def tally(calls: list[Call], replies: Sequence[int | BackendError]) -> WriteResu
             failed = result.failed.setdefault(c.game, [])
             failed += c.thinned
             failed += c.entries
-            result.failed_pending[EVICTED][c.game] += c.pre_evicted - len(c.thinned)
-            result.failed_pending[DROPPED_FULL][c.game] += c.dropped_full
-            result.failed_pending[TOO_LARGE][c.game] += c.too_large
+            failed_pending = result.failed_pending
+            failed_pending[Counter.EVICTED][c.game] += c.pre_evicted - len(c.thinned)
+            failed_pending[Counter.DROPPED_BUFFER_FULL][c.game] += c.dropped_buffer_full
+            failed_pending[Counter.DROPPED_TOO_LARGE][c.game] += c.dropped_too_large
         else:
             result.stored += len(c.entries) + c.pre_evicted
             result.evicted += reply

@@ -1,16 +1,93 @@
-"""Names of the counters the scripts keep in each shard's ``stats`` hash.
+"""The one vocabulary of counts: every counter and gauge the project reports, by one name.
 
-The scripts spell them out (Lua cannot import these); a test checks they agree.
+The Lua scripts write the ``STORE`` counters into each shard's ``stats`` hash (spelled out:
+Lua cannot import this), ``Collector.stats()`` reports the ``SDK`` counters, the reporter's
+in-process tally the ``REPORTER`` counters, and ``status``, the metrics and
+``docs/delivery.md`` use the same names.  A test checks every one of those against this
+module.  Counters only go up; gauges are a level read at one moment.
+
+The accounting invariant in these words: every event ``collect()`` accepted is stored or
+dropped in the SDK (``dropped_buffer_full``, ``dropped_at_close``) or still ``buffered`` there;
+every event stored is ``evicted``, ``stale``, ``delivered``, in a dead letter
+(``dead_events - replayed``), or still buffered or pending in Redis.
 """
 
 from __future__ import annotations
 
-STORED = "stored"
-EVICTED = "evicted"
-SDK_DROPPED_BUFFER_FULL = "sdk_dropped_buffer_full"
-SDK_DROPPED_TOO_LARGE = "sdk_dropped_too_large"
-COUNTERS = (
-    STORED, EVICTED, "stale", "delivered", "rejected", "replayed", "dead_dropped", "purged",
-    SDK_DROPPED_BUFFER_FULL, SDK_DROPPED_TOO_LARGE, "claimed", "batches_claimed",
-    "batches_delivered", "batches_retried", "batches_dead", "batches_reaped", "batches_released",
+from enum import StrEnum
+
+
+class Counter(StrEnum):
+    """A count that only goes up.  Unit: events, unless the name says batches."""
+
+    # -- the SDK, per process (Collector.stats())
+    ACCEPTED = "accepted"
+    FLUSHES = "flushes"
+    BACKEND_ERRORS = "backend_errors"
+    DROPPED_AT_CLOSE = "dropped_at_close"
+    DROPPED_CLOSED = "dropped_closed"
+    # -- the SDK and the store (counted in the SDK, reported to the game's shard)
+    STORED = "stored"
+    EVICTED = "evicted"
+    DROPPED_BUFFER_FULL = "dropped_buffer_full"
+    DROPPED_TOO_LARGE = "dropped_too_large"
+    # -- the store (scripts) and the reporter's tally
+    CLAIMED = "claimed"
+    STALE = "stale"
+    DELIVERED = "delivered"
+    REJECTED_ITEMS = "rejected_items"
+    DEAD_EVENTS = "dead_events"
+    REPLAYED = "replayed"
+    DEAD_DROPPED = "dead_dropped"
+    PURGED = "purged"
+    BATCHES_CLAIMED = "batches_claimed"
+    BATCHES_DELIVERED = "batches_delivered"
+    BATCHES_RETRIED = "batches_retried"
+    BATCHES_REAPED = "batches_reaped"
+    BATCHES_RELEASED = "batches_released"
+    DEAD_BATCHES = "dead_batches"
+    # -- the reporter only
+    BATCHES_STALE = "batches_stale"
+    ACK_FAILED = "ack_failed"
+    LEASE_LOST = "lease_lost"
+
+
+class Gauge(StrEnum):
+    """A level, read when asked."""
+
+    BUFFERED = "buffered"  # events waiting in the SDK's buffer, or in Redis
+    PENDING_EVENTS = "pending_events"  # events in batches in flight or waiting for retry
+    UNACCOUNTED = "unaccounted"  # stored events in none of the states (expired buffers)
+    BATCHES_IN_FLIGHT = "batches_in_flight"
+    BATCHES_RETRY = "batches_retry"
+    BATCHES_DEAD_LISTED = "batches_dead_listed"
+    HELD_BATCHES = "held_batches"  # batches this reporter process holds a lease on
+    OWNED_SHARDS = "owned_shards"  # shards this reporter process sweeps
+    SINK_GATE_OPEN = "sink_gate_open"  # 1 while claims may go out, 0 while paused
+
+
+C = Counter
+
+# Collector.stats(): these counters and the BUFFERED gauge.
+SDK: tuple[Counter, ...] = (
+    C.ACCEPTED, C.STORED, C.EVICTED, C.DROPPED_BUFFER_FULL, C.DROPPED_AT_CLOSE,
+    C.DROPPED_TOO_LARGE, C.DROPPED_CLOSED, C.BACKEND_ERRORS, C.FLUSHES,
+)
+# Written by the scripts into each shard's stats hash.
+STORE: tuple[Counter, ...] = (
+    C.STORED, C.EVICTED, C.DROPPED_BUFFER_FULL, C.DROPPED_TOO_LARGE, C.CLAIMED,
+    C.BATCHES_CLAIMED, C.STALE, C.DELIVERED, C.BATCHES_DELIVERED, C.BATCHES_RETRIED,
+    C.DEAD_EVENTS, C.DEAD_BATCHES, C.BATCHES_REAPED, C.BATCHES_RELEASED,
+    C.REPLAYED, C.DEAD_DROPPED, C.PURGED,
+)
+# What one reporter process did (its tally; the "stopped:" line).
+REPORTER: tuple[Counter, ...] = (
+    C.STALE, C.DELIVERED, C.BATCHES_DELIVERED, C.BATCHES_STALE, C.BATCHES_RETRIED,
+    C.DEAD_EVENTS, C.DEAD_BATCHES, C.BATCHES_RELEASED, C.ACK_FAILED,
+    C.LEASE_LOST,
+)
+# telemetry-reporter status (and --json): the store's counters and these levels.
+STATUS_GAUGES: tuple[Gauge, ...] = (
+    Gauge.BUFFERED, Gauge.PENDING_EVENTS, Gauge.BATCHES_IN_FLIGHT, Gauge.BATCHES_RETRY,
+    Gauge.BATCHES_DEAD_LISTED, Gauge.UNACCOUNTED,
 )

@@ -1,6 +1,7 @@
 #!lua flags=allow-oom
--- ack: finish a batch that was delivered (some of its events may have been dropped as stale
--- or rejected one by one). Does nothing unless the caller still holds the lease.
+-- ack: finish a batch the endpoint accepted whole (some of its events may have been dropped
+-- as stale before sending). Does nothing unless the caller still holds the lease.
+-- allow-oom: it only deletes (the batch's metadata and payload) and bumps counters.
 --
 -- KEYS[1]  inflight   zset   batch id -> lease deadline (ms)
 -- KEYS[2]  batches    hash   batch id -> metadata (JSON)
@@ -9,20 +10,18 @@
 -- ARGV[1]  batch id
 -- ARGV[2]  lease token
 -- ARGV[3]  events dropped as stale before sending (count)
--- ARGV[4]  events the endpoint rejected one by one (count; kept nowhere, counted as rejected)
 -- returns  events counted as delivered, or -1 if the lease is not held
 local raw = redis.call('HGET', KEYS[2], ARGV[1])
 if not raw then return -1 end
 local meta = cjson.decode(raw)
 if meta.t ~= ARGV[2] or redis.call('ZSCORE', KEYS[1], ARGV[1]) == false then return -1 end
-local stale, rejected = tonumber(ARGV[3]), tonumber(ARGV[4])
-local delivered = meta.n - stale - rejected
+local stale = tonumber(ARGV[3])
+local delivered = meta.n - stale
 if delivered < 0 then return redis.error_reply('ack counts exceed the batch size') end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 if delivered > 0 then redis.call('HINCRBY', KEYS[4], 'delivered', delivered) end
 if stale > 0 then redis.call('HINCRBY', KEYS[4], 'stale', stale) end
-if rejected > 0 then redis.call('HINCRBY', KEYS[4], 'rejected', rejected) end
 redis.call('HINCRBY', KEYS[4], 'batches_delivered', 1)
 return delivered

@@ -48,9 +48,9 @@ if n + tonumber(ARGV[4]) > 0 then
 end
 if evicted > 0 then redis.call('HINCRBY', KEYS[4], 'evicted', evicted) end
 if tonumber(ARGV[5]) > 0 then
-  redis.call('HINCRBY', KEYS[4], 'sdk_dropped_buffer_full', ARGV[5])
+  redis.call('HINCRBY', KEYS[4], 'dropped_buffer_full', ARGV[5])
 end
 if tonumber(ARGV[6]) > 0 then
-  redis.call('HINCRBY', KEYS[4], 'sdk_dropped_too_large', ARGV[6])
+  redis.call('HINCRBY', KEYS[4], 'dropped_too_large', ARGV[6])
 end
 return evicted

@@ -33,8 +33,8 @@ if ARGV[3] == '1' or meta.a >= tonumber(ARGV[7]) then
   meta.d = now
   redis.call('HSET', KEYS[2], id, cjson.encode(meta))
   redis.call('LPUSH', KEYS[5], id)
-  redis.call('HINCRBY', KEYS[6], 'rejected', meta.n)
-  redis.call('HINCRBY', KEYS[6], 'batches_dead', 1)
+  redis.call('HINCRBY', KEYS[6], 'dead_events', meta.n)
+  redis.call('HINCRBY', KEYS[6], 'dead_batches', 1)
   -- Over the cap: the oldest fall off the tail, counted (bounded, in case the cap shrank).
   local keep = tonumber(ARGV[9])
   local excess = math.min(redis.call('LLEN', KEYS[5]) - keep, 100)

@@ -27,8 +27,8 @@ for _, id in ipairs(expired) do
     if meta.a >= tonumber(ARGV[2]) then
       meta.d = now
       redis.call('LPUSH', KEYS[5], id)
-      redis.call('HINCRBY', KEYS[6], 'rejected', meta.n)
-      redis.call('HINCRBY', KEYS[6], 'batches_dead', 1)
+      redis.call('HINCRBY', KEYS[6], 'dead_events', meta.n)
+      redis.call('HINCRBY', KEYS[6], 'dead_batches', 1)
       dead = dead + 1
     else
       redis.call('ZADD', KEYS[4], now, id)

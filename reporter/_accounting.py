@@ -1,7 +1,7 @@
 """Every shard's state and counters from Redis, and whether they add up.
 
 Every event stored by ``collect()`` is, at any moment, exactly one of: evicted by the cap,
-stale, delivered, dead-lettered (``rejected - replayed``), buffered, or in a pending batch
+stale, delivered, dead-lettered (``dead_events - replayed``), buffered, or in a pending batch
 (in flight or waiting for retry).  Whatever is missing was in a buffer that expired (TTL).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from collector.counters import COUNTERS
+from collector.counters import STORE, Counter, Gauge
 from collector.store import ShardView, Store
 
 
@@ -17,7 +17,7 @@ from collector.store import ShardView, Store
 class Totals:
     shards: list[ShardView] = field(default_factory=list)
 
-    def counter(self, name: str) -> int:
+    def counter(self, name: Counter | str) -> int:
         return sum(s.counters.get(name, 0) for s in self.shards)
 
     @property
@@ -29,23 +29,29 @@ class Totals:
         return sum(s.pending_events for s in self.shards)
 
     @property
-    def dead_events(self) -> int:
-        return self.counter("rejected") - self.counter("replayed")
+    def dead_now(self) -> int:
+        """Events that ended in a dead letter and were not replayed (purged ones included)."""
+        return self.counter(Counter.DEAD_EVENTS) - self.counter(Counter.REPLAYED)
 
     @property
     def unaccounted(self) -> int:
         """Stored events in none of the states: only an expired buffer explains these."""
         c = self.counter
-        return (c("stored") - c("evicted") - c("stale") - c("delivered") - self.dead_events
-                - self.buffered - self.pending_events)
+        return (c(Counter.STORED) - c(Counter.EVICTED) - c(Counter.STALE)
+                - c(Counter.DELIVERED) - self.dead_now - self.buffered - self.pending_events)
 
     def summary(self) -> dict[str, int]:
-        out = {name: self.counter(name) for name in COUNTERS}
-        out.update(buffered=self.buffered, pending_events=self.pending_events,
-                   dead_events=self.dead_events, unaccounted=self.unaccounted,
-                   batches_in_flight=sum(s.inflight for s in self.shards),
-                   batches_retry=sum(s.retry for s in self.shards),
-                   batches_dead_listed=sum(s.dead for s in self.shards))
+        """The store's counters and the levels ``status`` shows, by vocabulary name."""
+        out = {str(name): self.counter(name) for name in STORE}
+        levels = {
+            Gauge.BUFFERED: self.buffered,
+            Gauge.PENDING_EVENTS: self.pending_events,
+            Gauge.BATCHES_IN_FLIGHT: sum(s.inflight for s in self.shards),
+            Gauge.BATCHES_RETRY: sum(s.retry for s in self.shards),
+            Gauge.BATCHES_DEAD_LISTED: sum(s.dead for s in self.shards),
+            Gauge.UNACCOUNTED: self.unaccounted,
+        }
+        out.update({str(name): value for name, value in levels.items()})
         return out
 
 

@@ -65,8 +65,8 @@ class Batches:
                      ) -> list[RetryBatch]:
         return self.store.call(TakeRetries(keys, token, self._lease_ms, limit, game))
 
-    def ack(self, keys: ShardKeys, batch_id: str, token: str, stale: int, rejected: int) -> int:
-        return self.store.call(Ack(keys, batch_id, token, stale, rejected))
+    def ack(self, keys: ShardKeys, batch_id: str, token: str, stale: int) -> int:
+        return self.store.call(Ack(keys, batch_id, token, stale))
 
     def ack_many(self, acks: Sequence[Ack]) -> list[int | BackendError]:
         """Ack several batches in one round trip; a result or the error it met, each."""

@@ -8,7 +8,7 @@ import time
 
 from collector.store import Purge, Replay, Store, entry_event, open_store
 from reporter._config import ReporterConfig
-from reporter._status import table
+from reporter._tables import table
 
 LIST_LIMIT = 1000
 

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from collector.counters import Counter as C
 from collector.logs import RateLimitedLog
+from collector.metrics import Tally
 from collector.store import ENTRY_TIME_DIGITS, Ack, BackendError, ShardKeys, entry_time_ms
 from reporter._batches import Batches, new_id
 from reporter._config import ReporterSettings
@@ -61,7 +63,6 @@ class Delivered:
 
     game: str
     stale: int
-    rejected: int
 
 
 # A held batch taken out for its ack: (batch id, shard, lease token, what was delivered).
@@ -124,23 +125,6 @@ class Held:
         return len(self.batches)
 
 
-@dataclass
-class Tally:
-    """This process's delivery counters (the shard stats in Redis hold the global ones)."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def add(self, **amounts: int) -> None:
-        with self.lock:
-            for name, amount in amounts.items():
-                self.counts[name] = self.counts.get(name, 0) + amount
-
-    def snapshot(self) -> dict[str, int]:
-        with self.lock:
-            return dict(self.counts)
-
-
 class Deliverer:
     def __init__(self, store: Batches, sender: Sender, settings: ReporterSettings,
                  clock: Clock, held: Held, tally: Tally, gate: SinkGate) -> None:
@@ -157,7 +141,7 @@ class Deliverer:
         token = new_id()
         claimed = self._store.claim(keys, game, token, self._settings.max_batches_per_claim)
         if claimed.stale:
-            self.tally.add(stale=claimed.stale)
+            self.tally.count(C.STALE, claimed.stale)
         self.deliver_all(keys, token, [(game, b.batch_id, b.entries, 0) for b in claimed.batches],
                          stop)
         return claimed.remaining >= self._settings.batch_size
@@ -184,8 +168,9 @@ class Deliverer:
         try:
             for i, (game, batch_id, entries, attempts) in enumerate(batches):
                 if stop.is_set() or not self.gate.is_open():
-                    for _, rest, _, _ in batches[i:]:
-                        self._store.release(keys, rest, token)
+                    released = sum(self._store.release(keys, rest, token)
+                                   for _, rest, _, _ in batches[i:])
+                    self.tally.count(C.BATCHES_RELEASED, released)
                     return
                 self._deliver(keys, game, batch_id, token, entries, attempts)
         finally:
@@ -215,7 +200,7 @@ class Deliverer:
         A batch whose ack fails stays in flight and is sent again when its lease runs out."""
         if not delivered:
             return
-        replies = self._store.ack_many([Ack(keys, batch_id, token, d.stale, d.rejected)
+        replies = self._store.ack_many([Ack(keys, batch_id, token, d.stale)
                                         for batch_id, keys, token, d in delivered])
         for (batch_id, _, _, d), reply in zip(delivered, replies, strict=True):
             self._count_ack(batch_id, d, reply)
@@ -226,27 +211,26 @@ class Deliverer:
                         "could not acknowledge delivered batch %s of game %r (%s: %s); it will "
                         "be sent again when its lease runs out", batch_id, d.game,
                         type(reply).__name__, reply)
-            self.tally.add(ack_failed=1)
+            self.tally.count(C.ACK_FAILED)
         elif reply < 0:
             logger.warning("batch %s of game %r was delivered after its lease ran out; "
                            "it may be sent again", batch_id, d.game)
-            self.tally.add(lease_lost=1)
+            self.tally.count(C.LEASE_LOST)
         else:
-            self.tally.add(delivered=reply, stale=d.stale, rejected=d.rejected,
-                           batches_delivered=1)
+            self.tally.add({C.DELIVERED: reply, C.STALE: d.stale, C.BATCHES_DELIVERED: 1})
 
     def _deliver(self, keys: ShardKeys, game: str, batch_id: str, token: str,
                  entries: list[bytes], attempts: int) -> str:
         fresh, stale = split_fresh(entries, int(self._clock() * 1000), self._settings)
         if not fresh:
-            self._store.ack(keys, batch_id, token, stale=stale, rejected=0)
-            self.tally.add(stale=stale, batches_stale=1)
+            self._store.ack(keys, batch_id, token, stale=stale)
+            self.tally.add({C.STALE: stale, C.BATCHES_STALE: 1})
             return "stale"
         outcome = self._sender.send(game, batch_id, fresh, attempts + 1)
         self.gate.record(outcome)
         if outcome.kind == DELIVERED:
             # Acked with the rest of its claim (one round trip); stop() acks it if it must.
-            done = Delivered(game, stale, outcome.rejected_items)
+            done = Delivered(game, stale)
             if not self.held.mark_delivered(batch_id, done):  # stop() has given it back
                 self.acknowledge([(batch_id, keys, token, done)])
             return DELIVERED
@@ -258,11 +242,11 @@ class Deliverer:
             ratelog.log(logging.ERROR, f"dead:{outcome.reason[:40]}",
                         "batch %s of game %r dead-lettered (%d events) after %d attempts: %s",
                         batch_id, game, len(entries), attempts + 1, outcome.reason)
-            self.tally.add(batches_dead=1)
+            self.tally.add({C.DEAD_BATCHES: 1, C.DEAD_EVENTS: len(entries)})
         elif result.state == "retry":
             ratelog.log(logging.WARNING, "retry",
                         "endpoint failed (%s); batch %s of game %r retries in %.1fs, "
                         "new claims paused", outcome.reason, batch_id, game,
                         result.delay_ms / 1000)
-            self.tally.add(batches_retried=1)
+            self.tally.count(C.BATCHES_RETRIED)
         return result.state

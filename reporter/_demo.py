@@ -6,16 +6,19 @@ import itertools
 import random
 import threading
 import time
+from collections.abc import Mapping
 from typing import TextIO
 
 from collector import Collector
 from collector.config import build_config, raw_settings
-from reporter._accounting import read_totals
+from collector.counters import Counter as C
+from collector.counters import Gauge
+from reporter._accounting import Totals, read_totals
 from reporter._config import ReporterConfig
 from reporter._embedded import EmbeddedServer
-from reporter._endpoint import LocalEndpoint
+from reporter._endpoint import LocalEndpoint, Received
 from reporter._service import ReporterService
-from reporter._status import table
+from reporter._tables import table
 
 HOT_GAME = "arena-hot"
 # Events per second each simulated game produces.
@@ -105,26 +108,57 @@ def run_demo(seconds: float, out: TextIO) -> int:
 
 
 def _summary(collector: Collector, service: ReporterService, endpoint: LocalEndpoint) -> str:
-    totals = read_totals(service.store)
-    events = endpoint.events()
+    with endpoint.lock:
+        received = list(endpoint.received)
+    rows = summary_rows(collector.stats(), read_totals(service.store), received)
+    return "\nsummary\n" + table(("figure", "value", "meaning"), rows, align="lrl")
+
+
+# A demo summary row: a name of the shared vocabulary (or "endpoint: ..." / "latency ..."),
+# its value, what it means.
+Row = tuple[str, object, str]
+
+
+def summary_rows(stats: Mapping[str, int], totals: Totals, received: list[Received]
+                 ) -> list[Row]:
+    """Each row is one figure of the shared vocabulary (collector.counters), from the SDK or
+    from Redis, or a figure of the endpoint's, named as such."""
+    events = [e for r in received for e in r.events]
     latencies = [
-        r.at * 1000 - e["sent_ms"] for r in endpoint.received for e in r.events
+        r.at * 1000 - e["sent_ms"] for r in received for e in r.events
         if isinstance(e, dict) and "sent_ms" in e
     ]
-    batches = len(endpoint.received)
-    stats = collector.stats()
-    rows = [
-        ("collected", stats["accepted"]),
-        ("delivered", len(events)),
-        ("evicted by cap", totals.counter("evicted")),
-        ("stale", totals.counter("stale")),
-        ("dead-lettered", totals.dead_events),
-        ("dropped in SDK", stats["dropped_buffer_full"] + stats["dropped_at_close"]),
-        ("still buffered", totals.buffered + totals.pending_events),
-        ("batches", batches),
-        ("mean batch size", f"{len(events) / batches:.1f}" if batches else "-"),
-        ("largest batch", max((len(r.events) for r in endpoint.received), default=0)),
-        ("latency p50", f"{_percentile(latencies, 0.50):.0f} ms"),
-        ("latency p99", f"{_percentile(latencies, 0.99):.0f} ms"),
+    batches = len(received)
+    sdk: list[Row] = [
+        (C.ACCEPTED, stats[C.ACCEPTED], "events collect() took (SDK)"),
+        (C.DROPPED_BUFFER_FULL, stats[C.DROPPED_BUFFER_FULL],
+         "dropped: the SDK's buffer was full"),
+        (C.DROPPED_AT_CLOSE, stats[C.DROPPED_AT_CLOSE], "dropped: not stored by close()"),
     ]
-    return "\nsummary\n" + table(("", "value"), rows)
+    store: list[Row] = [
+        (name, totals.counter(name), meaning) for name, meaning in (
+            (C.STORED, "events written to Redis"),
+            (C.DELIVERED, "events the endpoint accepted, acknowledged"),
+            (C.EVICTED, "events pushed out by a game's cap"),
+            (C.STALE, "events older than max_age_seconds, never sent"),
+            (C.DEAD_EVENTS, "events in dead-lettered batches"),
+            (C.DEAD_BATCHES, "batches dead-lettered"),
+            (C.BATCHES_DELIVERED, "batches acknowledged as delivered"),
+        )
+    ]
+    store += [
+        (Gauge.BUFFERED, totals.buffered, "events still waiting in Redis"),
+        (Gauge.PENDING_EVENTS, totals.pending_events, "events in batches not finished"),
+        (Gauge.UNACCOUNTED, totals.unaccounted, "stored events in none of these states"),
+    ]
+    endpoint: list[Row] = [
+        ("endpoint: events", len(events), "events received, duplicates included"),
+        ("endpoint: POSTs", batches, "requests answered 2xx"),
+        ("endpoint: mean batch", f"{len(events) / batches:.1f}" if batches else "-",
+         "events per POST"),
+        ("endpoint: largest batch", max((len(r.events) for r in received), default=0),
+         "events in the largest POST"),
+        ("latency p50", f"{_percentile(latencies, 0.50):.0f} ms", "collect() to receipt"),
+        ("latency p99", f"{_percentile(latencies, 0.99):.0f} ms", "collect() to receipt"),
+    ]
+    return [*sdk, *store, *endpoint]

@@ -17,10 +17,12 @@ import httpx
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from collector.counters import Counter
+from collector.metrics import Tally
 from collector.store import Store, open_store
 from reporter._batches import Batches
 from reporter._config import ReporterConfig
-from reporter._delivery import Clock, Deliverer, Held, Tally
+from reporter._delivery import Clock, Deliverer, Held
 from reporter._outcomes import SinkGate
 from reporter._ownership import ShardOwnership
 from reporter._sinks import Sender, make_sender
@@ -154,6 +156,5 @@ class ReporterService:
         except Exception as exc:
             logger.warning("could not give up shard leases (%s); they will expire", exc)
         self.sender.close()
-        counts = self.tally.snapshot()
-        counts["released"] = released
-        return counts
+        self.tally.count(Counter.BATCHES_RELEASED, released)
+        return self.tally.snapshot()

@@ -3,19 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 
 from reporter._accounting import Totals
 from reporter._config import ReporterConfig
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in
-                       enumerate(zip(row, widths, strict=True))).rstrip() for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+from reporter._tables import table
 
 
 def _age(oldest_ms: int | None, now: float) -> str:

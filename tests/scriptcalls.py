@@ -64,9 +64,8 @@ class Scripts:
         return self.store.call(Claim(keys, game, batch_id, token, batch_size, max_batches,
                                      lease_ms, max_age_ms, linger_ms))
 
-    def ack(self, keys: ShardKeys, batch_id: str, token: str, stale: int = 0,
-            rejected: int = 0) -> int:
-        return self.store.call(Ack(keys, batch_id, token, stale, rejected))
+    def ack(self, keys: ShardKeys, batch_id: str, token: str, stale: int = 0) -> int:
+        return self.store.call(Ack(keys, batch_id, token, stale))
 
     def nack(self, keys: ShardKeys, batch_id: str, token: str, *, permanent: bool,
              min_delay_ms: int, initial_ms: int, max_ms: int, max_attempts: int,

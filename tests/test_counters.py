@@ -1,14 +1,81 @@
-"""The counter names the scripts write are the ones status and the accounting read."""
+"""One vocabulary of counts (collector.counters): the scripts, ``Collector.stats()``, the
+reporter's tally, ``status``, the demo summary and docs/delivery.md all use it."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from collector.counters import COUNTERS
+import pytest
+
+from collector import Collector
+from collector.counters import REPORTER, SDK, STATUS_GAUGES, STORE, Counter, Gauge
+from collector.metrics import Tally
 from collector.store import SCRIPT_NAMES, script_text
+from reporter._accounting import Totals
+from reporter._demo import summary_rows
+from reporter._endpoint import Received
+
+ROOT = Path(__file__).resolve().parents[1]
+VOCABULARY = {str(c) for c in Counter} | {str(g) for g in Gauge}
 
 
-def test_every_counter_a_script_writes_is_known() -> None:
+def test_names_are_unique_across_counters_and_gauges() -> None:
+    assert len(VOCABULARY) == len(Counter) + len(Gauge)
+
+
+def test_the_scripts_write_exactly_the_store_counters() -> None:
     written = {name for script in SCRIPT_NAMES
                for name in re.findall(r"HINCRBY', KEYS\[\d+\], '([a-z_]+)'", script_text(script))}
-    assert written == set(COUNTERS)
+    assert written == set(STORE)
+
+
+def test_collector_stats_are_the_sdk_counters_and_its_buffer() -> None:
+    c = Collector(url="redis://127.0.0.1:1/0")
+    try:
+        assert set(c.stats()) == set(SDK) | {Gauge.BUFFERED}
+    finally:
+        c.close(timeout=0)
+
+
+def test_status_shows_the_store_counters_and_its_levels() -> None:
+    assert set(Totals([]).summary()) == set(STORE) | set(STATUS_GAUGES)
+
+
+def test_the_tally_counts_only_the_vocabulary() -> None:
+    tally = Tally()
+    tally.add({Counter.DELIVERED: 3})
+    tally.count(Counter.DELIVERED)
+    assert tally.snapshot() == {"delivered": 4}
+    with pytest.raises(TypeError):
+        tally.count("delivered")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        tally.add({"rejected": 1})  # type: ignore[dict-item]
+
+
+def test_every_reporter_counter_is_kept_by_the_store_or_the_reporter_only() -> None:
+    assert set(REPORTER) <= set(Counter)
+    assert not set(REPORTER) & (set(SDK) - set(STORE))
+
+
+def test_demo_summary_rows_are_named_by_the_vocabulary() -> None:
+    received = [Received("g", "b.0", "b.0", [{"sent_ms": 0}], 0.001, 200)]
+    rows = summary_rows(dict.fromkeys(SDK, 0), Totals([]), received)
+    names = [name for name, _, _ in rows]
+    ours = [n for n in names if not n.startswith(("endpoint: ", "latency "))]
+    assert set(ours) <= VOCABULARY
+    assert {Counter.ACCEPTED, Counter.DELIVERED, Counter.DEAD_EVENTS, Gauge.UNACCOUNTED} <= set(
+        ours)
+    assert len(names) == len(set(names))
+
+
+def _doc_table(marker: str) -> list[str]:
+    text = (ROOT / "docs" / "delivery.md").read_text(encoding="utf-8")
+    block = text.split(f"<!-- {marker}:start -->")[1].split(f"<!-- {marker}:end -->")[0]
+    return re.findall(r"^\| `([a-z_]+)` \|", block, re.MULTILINE)
+
+
+def test_docs_list_every_counter_and_gauge_once() -> None:
+    counters, gauges = _doc_table("counters"), _doc_table("gauges")
+    assert sorted(counters) == sorted(str(c) for c in Counter)
+    assert sorted(gauges) == sorted(str(g) for g in Gauge)

@@ -180,22 +180,22 @@ class TakeRetries(ScriptCall[list[RetryBatch]]):
 
 @dataclass(frozen=True, slots=True)
 class Ack(ScriptCall[int]):
-    """Finish a delivered batch; the result is the events counted as delivered, or -1 if the
-    caller no longer holds the lease."""
+    """Finish a batch the endpoint took whole (``stale`` of its events were not sent); the
+    result is the events counted as delivered, or -1 if the caller no longer holds the
+    lease."""
 
     script: ClassVar[str] = "ack"
     shard: ShardKeys
     batch_id: str
     token: str
     stale: int = 0
-    rejected: int = 0
 
     def keys(self) -> Sequence[str]:
         s = self.shard
         return (s.inflight, s.batches, s.payloads, s.stats)
 
     def args(self) -> Sequence[Any]:
-        return (self.batch_id, self.token, self.stale, self.rejected)
+        return (self.batch_id, self.token, self.stale)
 
     def parse(self, reply: Any) -> int:
         return int(reply)

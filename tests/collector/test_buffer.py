@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collector._buffer import DROPPED_FULL, TOO_LARGE, EventBuffer
+from collector._buffer import EventBuffer
+from collector.counters import Counter
 
 
 def taken(buffer: EventBuffer) -> dict[str, list[bytes]]:
@@ -28,7 +29,7 @@ def test_full_buffer_drops_the_oldest_of_all_games_and_counts_it_per_game() -> N
     assert b.dropped_total == 2
     queues, pending = b.take()
     assert {g: list(q) for g, q in queues.items()} == {"a": [b"3"], "b": [b"4"], "c": [b"5"]}
-    assert pending[DROPPED_FULL] == {"a": 1, "b": 1}
+    assert pending[Counter.DROPPED_BUFFER_FULL] == {"a": 1, "b": 1}
     assert b.accepted_total == 5
 
 
@@ -45,21 +46,21 @@ def test_put_back_goes_ahead_of_newer_events_and_respects_the_bound() -> None:
     queues, pending = b.take()
     assert sum(map(len, queues.values())) == 4
     assert list(queues["c"]) == [b"4", b"5"]
-    assert sum(pending[DROPPED_FULL].values()) == 1
+    assert sum(pending[Counter.DROPPED_BUFFER_FULL].values()) == 1
     # Whichever put-back event was dropped, the newer ones all survived.
     assert b"3" in queues["a"]
 
 
 def test_notes_ride_along_and_are_not_accepted_events() -> None:
     b = EventBuffer(10)
-    b.note(TOO_LARGE, "a", 2)
+    b.note(Counter.DROPPED_TOO_LARGE, "a", 2)
     b.append("a", b"1")
     assert b.seq == 2
     assert b.accepted_total == 1
-    assert b.take_pending()[TOO_LARGE] == {"a": 2}
+    assert b.take_pending()[Counter.DROPPED_TOO_LARGE] == {"a": 2}
     queues, pending = b.take()
     assert list(queues["a"]) == [b"1"]
-    assert not pending[TOO_LARGE]
+    assert not pending[Counter.DROPPED_TOO_LARGE]
 
 
 def test_closed_buffer_refuses_and_reports_what_it_dropped() -> None:

@@ -126,12 +126,12 @@ def test_reported_drop_counts_land_in_stats(r: redis.Redis, scripts: Scripts) ->
                    dropped_large=5)
     assert evicted == 3
     assert stats_of(r, SCHEMA, GAME) == {
-        "stored": 5, "evicted": 3, "sdk_dropped_buffer_full": 4, "sdk_dropped_too_large": 5,
+        "stored": 5, "evicted": 3, "dropped_buffer_full": 4, "dropped_too_large": 5,
     }
     push(scripts, [], dropped_full=2, dropped_large=1)
     stats = stats_of(r, SCHEMA, GAME)
-    assert stats["sdk_dropped_buffer_full"] == 6
-    assert stats["sdk_dropped_too_large"] == 6
+    assert stats["dropped_buffer_full"] == 6
+    assert stats["dropped_too_large"] == 6
     assert stats["stored"] == 5
 
 
@@ -141,7 +141,7 @@ def test_counts_alone_do_not_register_an_empty_game(r: redis.Redis, scripts: Scr
     assert not r.exists(keys.queue(GAME))
     assert r.sismember(keys.active, GAME) == 0
     assert r.llen(keys.ring) == 0
-    assert stats_of(r, SCHEMA, GAME) == {"sdk_dropped_buffer_full": 7}
+    assert stats_of(r, SCHEMA, GAME) == {"dropped_buffer_full": 7}
 
 
 def test_pre_evicted_events_count_as_stored_and_evicted(r: redis.Redis,

@@ -68,7 +68,7 @@ def test_flush_stores_events_grouped_by_game(make: MakeCollector, r: redis.Redis
 def test_stats_start_at_zero(make: MakeCollector) -> None:
     stats = make().stats()
     assert set(stats) == {
-        "accepted", "stored", "evicted_by_cap", "dropped_too_large", "dropped_at_close",
+        "accepted", "stored", "evicted", "dropped_too_large", "dropped_at_close",
         "dropped_closed", "dropped_buffer_full", "backend_errors", "flushes", "buffered",
     }
     assert set(stats.values()) == {0}
@@ -190,7 +190,7 @@ def test_sync_mode_returns_evicted_counts(make: MakeCollector, r: redis.Redis) -
     assert [e["seq"] for e in queue_events(r, SCHEMA, "g")] == [2, 3, 4]
     stats = c.stats()
     assert stats["accepted"] == stats["stored"] == 5
-    assert stats["evicted_by_cap"] == 2
+    assert stats["evicted"] == 2
     assert stats["buffered"] == 0
     assert stats_of(r, SCHEMA, "g") == {"stored": 5, "evicted": 2}
     assert c.flush()
@@ -222,7 +222,7 @@ def test_sync_mode_reports_earlier_too_large_drops(make: MakeCollector,
     c = make(mode="sync", max_event_bytes=64)
     c.collect("g", {"blob": "x" * 100})
     assert c.collect("g", {"a": 1}) == 0
-    assert stats_of(r, SCHEMA, "g")["sdk_dropped_too_large"] == 1
+    assert stats_of(r, SCHEMA, "g")["dropped_too_large"] == 1
 
 
 @pytest.mark.parametrize("mode", ["background", "sync"])
@@ -235,7 +235,7 @@ def test_event_over_max_event_bytes_is_dropped_and_counted(make: MakeCollector,
     assert stats["dropped_too_large"] == 1
     assert stats["accepted"] == 1
     assert c.flush(timeout=10)
-    assert stats_of(r, SCHEMA, "big").get("sdk_dropped_too_large") == 1
+    assert stats_of(r, SCHEMA, "big").get("dropped_too_large") == 1
     assert queue_events(r, SCHEMA, "big") == [{"blob": "y" * 51}]
 
 
@@ -244,7 +244,7 @@ def test_too_large_drop_alone_reaches_redis_after_flush(make: MakeCollector,
     c = make(max_event_bytes=64, flush_interval_ms=60_000)
     c.collect("big", {"blob": "x" * 100})
     assert c.flush(timeout=10)
-    assert stats_of(r, SCHEMA, "big") == {"sdk_dropped_too_large": 1}
+    assert stats_of(r, SCHEMA, "big") == {"dropped_too_large": 1}
     assert not r.exists(SCHEMA.for_game("big").queue("big"))
 
 
@@ -333,7 +333,7 @@ def test_cap_thins_a_burst_before_sending(make: MakeCollector, r: redis.Redis) -
     assert [e["seq"] for e in queue_events(r, SCHEMA, "g")] == list(range(15, 20))
     stats = c.stats()
     assert stats["stored"] == 20
-    assert stats["evicted_by_cap"] == 15
+    assert stats["evicted"] == 15
     assert balanced(stats)
     assert stats_of(r, SCHEMA, "g") == {"stored": 20, "evicted": 15}
 
@@ -373,7 +373,7 @@ def test_burst_larger_than_one_flush_round(make: MakeCollector, r: redis.Redis) 
     assert [e["seq"] for e in queue_events(r, SCHEMA, "small")] == list(range(3))
     stats = c.stats()
     assert stats["accepted"] == stats["stored"] == sum(games.values())
-    assert stats["evicted_by_cap"] == 5_000
+    assert stats["evicted"] == 5_000
     assert balanced(stats)
     assert stats_total(r, SCHEMA, "evicted") == 5_000
     assert stats_total(r, SCHEMA, "stored") == sum(games.values())

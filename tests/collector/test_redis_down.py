@@ -77,7 +77,7 @@ def test_buffer_is_bounded_and_everything_is_accounted_for(
     early = sorted(s for s in got if s < 250)
     assert early == list(range(250 - len(early), 250))
     client = own_server.client()
-    assert stats_total(client, SCHEMA, "sdk_dropped_buffer_full") == dropped
+    assert stats_total(client, SCHEMA, "dropped_buffer_full") == dropped
     assert stats_total(client, SCHEMA, "stored") == 750 - dropped
     client.close()
 
@@ -100,7 +100,7 @@ def test_collect_with_redis_down_from_the_start(own_server: Server,
     assert c.flush(timeout=20)
     assert stored_seqs(own_server) == list(range(40, 50))
     client = own_server.client()
-    assert stats_total(client, SCHEMA, "sdk_dropped_buffer_full") == 40
+    assert stats_total(client, SCHEMA, "dropped_buffer_full") == 40
     client.close()
 
 
@@ -141,7 +141,7 @@ def test_redis_down_and_back_in_sync_mode_is_counted(own_server: Server,
     assert c.collect("g0", {"seq": 99}) == 0
     client = own_server.client()
     assert queue_events(client, SCHEMA, "g0") == [{"seq": 99}]
-    assert stats_total(client, SCHEMA, "sdk_dropped_too_large") == 1
+    assert stats_total(client, SCHEMA, "dropped_too_large") == 1
     client.close()
     stats = c.stats()
     assert stats["backend_errors"] == 5

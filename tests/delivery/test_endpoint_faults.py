@@ -227,7 +227,7 @@ def test_400_for_one_game_dead_letters_it_and_delivers_the_others(
 
     totals = drain(client, schema)
 
-    assert totals.dead_events == 300
+    assert totals.dead_now == 300
     assert totals.counter("delivered") == 350
     got = assert_matches_endpoint(totals, endpoint, service)
     assert set(got) == {k for k in stored if k[0] != "bad"}

@@ -111,7 +111,7 @@ def test_flaky_endpoint_reporter_killed_everything_arrives_and_reconciles(
     # The counters agree with the endpoint: every good event delivered (duplicates only from
     # batches whose lease was lost), every refused one dead.
     assert finished.counter("delivered") == len(expected)
-    assert finished.dead_events == PER_GAME
+    assert finished.dead_now == PER_GAME
     assert finished.counter("evicted") == finished.counter("stale") == 0
 
     status = cli(config_path, "status", "--json")
@@ -122,7 +122,7 @@ def test_flaky_endpoint_reporter_killed_everything_arrives_and_reconciles(
 
     listed = cli(config_path, "dead", "list")
     assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.count(REJECTED_GAME) == finished.counter("batches_dead")
+    assert listed.stdout.count(REJECTED_GAME) == finished.counter("dead_batches")
 
     accept.set()
     replay = cli(config_path, "dead", "replay", "--all")
@@ -132,5 +132,5 @@ def test_flaky_endpoint_reporter_killed_everything_arrives_and_reconciles(
     after = wait_until(lambda: drained(client, schema), timeout=30, what="replay finished")
     assert_reconciled(after)
     assert after.counter("delivered") == len(expected) + PER_GAME
-    assert after.dead_events == 0
+    assert after.dead_now == 0
     assert "no dead-lettered batches" in cli(config_path, "dead", "list").stdout

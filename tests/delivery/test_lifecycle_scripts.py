@@ -115,7 +115,7 @@ def test_dead_letter_after_max_attempts(shard: Shard) -> None:
     assert meta is not None
     assert (meta["a"], meta["r"], meta["t"]) == (3, "HTTP 503", "")
     stats = shard.stats()
-    assert (stats["rejected"], stats["batches_dead"], stats["batches_retried"]) == (7, 1, 2)
+    assert (stats["dead_events"], stats["dead_batches"], stats["batches_retried"]) == (7, 1, 2)
     # a dead batch cannot be taken or finished any more
     assert shard.scripts.take_retries(shard.keys, new_token(), LEASE_MS, 10) == []
     assert shard.scripts.ack(shard.keys, batch, token) == -1
@@ -130,9 +130,9 @@ def test_permanent_rejection_dead_letters_at_once(shard: Shard) -> None:
     assert shard.dead() == [batch]
     assert shard.meta(batch)["a"] == 1  # type: ignore[index]
     assert shard.retry() == {}
-    assert shard.stats()["rejected"] == 4
+    assert shard.stats()["dead_events"] == 4
     totals = read_totals(store_of(shard.r, shard.schema))
-    assert (totals.dead_events, totals.unaccounted) == (4, 0)
+    assert (totals.dead_now, totals.unaccounted) == (4, 0)
 
 
 # -- extend and release ------------------------------------------------------------------------
@@ -186,7 +186,7 @@ def test_release_returns_to_retry_without_charging_an_attempt(shard: Shard) -> N
     again = shard.scripts.take_retries(shard.keys, new_token(), LEASE_MS, 10)
     assert [(b.batch_id, b.attempts, len(b.entries)) for b in again] == [(batch, 0, 6)]
     stats = shard.stats()
-    assert "batches_retried" not in stats and "rejected" not in stats
+    assert "batches_retried" not in stats and "dead_events" not in stats
 
 
 # -- reap ----------------------------------------------------------------------------------------
@@ -224,9 +224,9 @@ def test_reap_dead_letters_after_max_attempts(shard: Shard) -> None:
     assert shard.scripts.reap(shard.keys, 100, 3, 100) == (0, 1)
     assert shard.dead() == [batch]
     assert shard.retry() == {} and shard.inflight() == {}
-    assert shard.stats()["rejected"] == 5
+    assert shard.stats()["dead_events"] == 5
     totals = read_totals(store_of(shard.r, shard.schema))
-    assert (totals.dead_events, totals.unaccounted) == (5, 0)
+    assert (totals.dead_now, totals.unaccounted) == (5, 0)
 
 
 def test_reap_is_bounded_per_call(shard: Shard) -> None:
@@ -336,10 +336,10 @@ def test_dead_list_is_capped_and_what_falls_off_is_counted(shard: Shard) -> None
         assert shard.meta(gone) is None
         assert not shard.r.hexists(shard.keys.payloads, gone)
     stats = shard.stats()
-    assert stats["rejected"] == sum(sizes)
+    assert stats["dead_events"] == sum(sizes)
     assert stats["dead_dropped"] == 1 + 2 + 3
     totals = read_totals(store_of(shard.r, shard.schema))
-    assert (totals.dead_events, totals.unaccounted) == (15, 0)
+    assert (totals.dead_now, totals.unaccounted) == (15, 0)
 
 
 def test_reap_also_caps_the_dead_list(shard: Shard) -> None:
@@ -350,7 +350,7 @@ def test_reap_also_caps_the_dead_list(shard: Shard) -> None:
     assert shard.scripts.reap(shard.keys, 100, 1, 3) == (0, 4)
     assert len(shard.dead()) == 3
     stats = shard.stats()
-    assert (stats["rejected"], stats["dead_dropped"], stats["batches_reaped"]) == (4, 1, 4)
+    assert (stats["dead_events"], stats["dead_dropped"], stats["batches_reaped"]) == (4, 1, 4)
     assert read_totals(store_of(shard.r, shard.schema)).unaccounted == 0
 
 
@@ -372,7 +372,7 @@ def test_replay_requeues_with_attempts_reset_and_purge_deletes(shard: Shard) -> 
     taken = shard.scripts.take_retries(shard.keys, new_token(), LEASE_MS, 10)
     assert [(b.batch_id, b.attempts, len(b.entries)) for b in taken] == [(ids[1], 0, 3)]
     totals = read_totals(store_of(shard.r, shard.schema))
-    assert (totals.dead_events, totals.pending_events, totals.unaccounted) == (6, 3, 0)
+    assert (totals.dead_now, totals.pending_events, totals.unaccounted) == (6, 3, 0)
 
     # the oldest dead batch is purged, its events counted
     assert shard.scripts.purge(shard.keys, 1) == (1, 2)
@@ -380,7 +380,7 @@ def test_replay_requeues_with_attempts_reset_and_purge_deletes(shard: Shard) -> 
     assert shard.meta(ids[0]) is None
     assert not shard.r.hexists(shard.keys.payloads, ids[0])
     stats = shard.stats()
-    assert (stats["replayed"], stats["purged"], stats["rejected"]) == (3, 2, 9)
+    assert (stats["replayed"], stats["purged"], stats["dead_events"]) == (3, 2, 9)
     assert read_totals(store_of(shard.r, shard.schema)).unaccounted == 0
 
     # replay everything left
@@ -388,4 +388,4 @@ def test_replay_requeues_with_attempts_reset_and_purge_deletes(shard: Shard) -> 
     assert shard.dead() == []
     assert shard.scripts.purge(shard.keys) == (0, 0)
     totals = read_totals(store_of(shard.r, shard.schema))
-    assert (totals.dead_events, totals.pending_events, totals.unaccounted) == (2, 7, 0)
+    assert (totals.dead_now, totals.pending_events, totals.unaccounted) == (2, 7, 0)

@@ -59,9 +59,9 @@ class Model:
     queues: dict[str, list[bytes]] = field(default_factory=lambda: {g: [] for g in GAMES})
     batches: dict[str, Batch] = field(default_factory=dict)
     dead: list[str] = field(default_factory=list)  # newest first, as in Redis
-    # where finished events went: delivered, evicted, stale, rejected
+    # where finished events went: delivered, evicted, stale, dead (dead-lettered)
     done: dict[str, list[bytes]] = field(
-        default_factory=lambda: {k: [] for k in ("delivered", "evicted", "stale", "rejected")})
+        default_factory=lambda: {k: [] for k in ("delivered", "evicted", "stale", "dead")})
     collected: list[bytes] = field(default_factory=list)
     counters: Counter[str] = field(default_factory=Counter)
     stale_tokens: list[tuple[str, str]] = field(default_factory=list)
@@ -76,9 +76,9 @@ class Model:
     def dead_letter(self, batch_id: str) -> None:
         batch = self.batches[batch_id]
         batch.where, batch.token = "dead", None
-        self.counters["rejected"] += len(batch.entries)
-        self.counters["batches_dead"] += 1
-        self.done["rejected"] += batch.entries
+        self.counters["dead_events"] += len(batch.entries)
+        self.counters["dead_batches"] += 1
+        self.done["dead"] += batch.entries
         self.dead.insert(0, batch_id)
 
     def trim_dead(self, dead_max: int) -> None:
@@ -194,8 +194,7 @@ class LifeCycle(RuleBasedStateMachine):
         assert batch.token is not None
         if action == "ack":
             n = len(batch.entries)
-            stale = data.draw(st.integers(0, n), label="stale")
-            self.ack(batch_id, batch, stale, data.draw(st.integers(0, n - stale), label="refused"))
+            self.ack(batch_id, batch, data.draw(st.integers(0, n), label="stale"))
         elif action in ("nack", "reject"):
             self.nack(batch_id, batch, action == "reject",
                       data.draw(st.floats(0, 1, exclude_max=True), label="jitter"))
@@ -215,17 +214,16 @@ class LifeCycle(RuleBasedStateMachine):
             if action == "crash":
                 batch.token = None
 
-    def ack(self, batch_id: str, batch: Batch, stale: int, rejected: int) -> None:
+    def ack(self, batch_id: str, batch: Batch, stale: int) -> None:
         assert batch.token is not None
         n = len(batch.entries)
-        done = self.scripts.ack(self.keys, batch_id, batch.token, stale, rejected)
+        done = self.scripts.ack(self.keys, batch_id, batch.token, stale)
         m = self.model
-        assert done == n - stale - rejected
+        assert done == n - stale
         del m.batches[batch_id]
         m.done["stale"] += batch.entries[:stale]
-        m.done["rejected"] += batch.entries[stale:stale + rejected]
-        m.done["delivered"] += batch.entries[stale + rejected:]
-        m.counters.update(stale=stale, rejected=rejected, delivered=done, batches_delivered=1)
+        m.done["delivered"] += batch.entries[stale:]
+        m.counters.update(stale=stale, delivered=done, batches_delivered=1)
         m.stale_tokens.append((batch_id, batch.token))
 
     def nack(self, batch_id: str, batch: Batch, permanent: bool, jitter: float) -> None:
@@ -325,7 +323,7 @@ class LifeCycle(RuleBasedStateMachine):
             batch = m.batches[batch_id]
             batch.where, batch.attempts = "retry", 0
             for e in batch.entries:
-                m.done["rejected"].remove(e)
+                m.done["dead"].remove(e)
         m.counters["replayed"] += events
         assert self.scripts.replay(self.keys, "", limit) == (len(ids), events)
 
@@ -336,7 +334,7 @@ class LifeCycle(RuleBasedStateMachine):
         m = self.model
         places = [*m.queues.values(), *m.done.values(),
                   *(b.entries for b in m.batches.values() if b.where != "dead")]
-        dropped_dead = len(m.done["rejected"]) - sum(
+        dropped_dead = len(m.done["dead"]) - sum(
             len(b.entries) for b in m.batches.values() if b.where == "dead")
         flat = [e for place in places for e in place]
         assert len(flat) == len(set(flat))
@@ -379,7 +377,7 @@ class LifeCycle(RuleBasedStateMachine):
         assert totals.buffered == sum(len(q) for q in m.queues.values())
         assert totals.pending_events == sum(len(b.entries) for b in m.batches.values()
                                             if b.where != "dead")
-        assert totals.dead_events == len(m.done["rejected"])
+        assert totals.dead_now == len(m.done["dead"])
         assert totals.counter("delivered") == len(m.done["delivered"])
         assert totals.counter("stale") == len(m.done["stale"])
         assert totals.counter("evicted") == len(m.done["evicted"])

@@ -110,7 +110,7 @@ def test_nack_dead_letters_a_permanent_rejection(client: redis.Redis, scripts: S
     assert client.zcard(KEYS.retry) == 0
     assert client.zcard(KEYS.inflight) == 0
     assert meta(client, "b1.0")["r"] == "HTTP 503: busy"
-    assert stats(client, KEYS)["rejected"] == 5
+    assert stats(client, KEYS)["dead_events"] == 5
     assert nack(scripts).state == "lost"
 
 
@@ -128,7 +128,7 @@ def test_nack_dead_letters_after_the_last_attempt(client: redis.Redis,
             [batch] = scripts.take_retries(KEYS, token, LEASE_MS, 10)
             assert batch.attempts == attempt + 1
     assert states == ["retry", "retry", "dead"]
-    assert stats(client, KEYS)["batches_dead"] == 1
+    assert stats(client, KEYS)["dead_batches"] == 1
 
 
 def test_nack_with_a_wrong_token_is_lost(client: redis.Redis, scripts: Scripts) -> None:
@@ -214,7 +214,7 @@ def test_reap_dead_letters_out_of_attempts(client: redis.Redis, scripts: Scripts
     claim(scripts, lease_ms=1)
     assert wait_until(lambda: scripts.reap(KEYS, 10, 1, 100) == (0, 1), what="the reap")
     assert client.lrange(KEYS.dead, 0, -1) == [b"b1.0"]
-    assert stats(client, KEYS)["rejected"] == 3
+    assert stats(client, KEYS)["dead_events"] == 3
 
 
 # -- replay, purge -------------------------------------------------------------------------
@@ -235,7 +235,7 @@ def test_replay_and_purge_dead_letters(client: redis.Redis, scripts: Scripts) ->
     assert client.llen(KEYS.dead) == 0
     assert not client.hexists(KEYS.payloads, "d1.0")
     counters = stats(client, KEYS)
-    assert (counters["replayed"], counters["purged"], counters["rejected"]) == (4, 4, 8)
+    assert (counters["replayed"], counters["purged"], counters["dead_events"]) == (4, 4, 8)
 
 
 # -- shard leases --------------------------------------------------------------------------

@@ -183,12 +183,12 @@ def test_ack_finishes_the_batch(client: redis.Redis, scripts: Scripts) -> None:
     assert stats(client, KEYS) == counters
 
 
-def test_ack_counts_stale_and_rejected_items(client: redis.Redis, scripts: Scripts) -> None:
+def test_ack_counts_stale_events(client: redis.Redis, scripts: Scripts) -> None:
     store(scripts, SCHEMA, GAME, numbered(GAME, 10))
     claim(scripts)
-    assert scripts.ack(KEYS, "b1.0", TOKEN, stale=3, rejected=2) == 5
+    assert scripts.ack(KEYS, "b1.0", TOKEN, stale=3) == 7
     counters = stats(client, KEYS)
-    assert (counters["delivered"], counters["stale"], counters["rejected"]) == (5, 3, 2)
+    assert (counters["delivered"], counters["stale"]) == (7, 3)
 
 
 def test_ack_refuses_counts_beyond_the_batch(client: redis.Redis, scripts: Scripts) -> None:
@@ -196,7 +196,7 @@ def test_ack_refuses_counts_beyond_the_batch(client: redis.Redis, scripts: Scrip
     claim(scripts)
     before = snapshot(client)
     with pytest.raises(BackendRefused, match="exceed"):
-        scripts.ack(KEYS, "b1.0", TOKEN, stale=2, rejected=2)
+        scripts.ack(KEYS, "b1.0", TOKEN, stale=4)
     assert snapshot(client) == before
 
 
@@ -242,7 +242,7 @@ def test_batch_store_uses_the_configured_batch_size_and_linger(client: redis.Red
     ring = store_.ring(keys, 0, 10)
     assert (ring.games, ring.ring_length, ring.retries) == ([GAME], 1, 0)
     for batch_id, _ in claimed.batches:
-        assert store_.ack(keys, batch_id, TOKEN, 0, 0) > 0
+        assert store_.ack(keys, batch_id, TOKEN, 0) > 0
     assert stats(client, keys)["delivered"] == 120
 
 

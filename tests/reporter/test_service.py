@@ -14,6 +14,7 @@ import pytest
 import redis
 
 import reporter._delivery
+from collector.counters import REPORTER
 from collector.store import BackendError, BackendUnavailable, Collect, entry_event
 from reporter._accounting import read_totals
 from reporter._config import ReporterConfig
@@ -195,7 +196,7 @@ def test_stop_waits_for_an_inflight_post_within_the_grace(
         endpoint.stop()
 
     assert result["delivered"] == 128
-    assert result["released"] == 0
+    assert result["batches_released"] == 0
     assert read_totals(service.store).counter("delivered") == 128
     assert client.zcard(service.schema.shard(0).retry) == 0
 
@@ -213,7 +214,7 @@ def test_stop_releases_what_the_grace_did_not_cover(
         result = service.stop(grace=0.1)
 
         keys = service.schema.shard(0)
-        assert result["released"] == 1
+        assert result["batches_released"] == 1
         [batch_id] = client.zrange(keys.retry, 0, -1)
         assert client.zcard(keys.inflight) == 0
         assert b'"a":0' in client.hget(keys.batches, batch_id)  # no attempt charged
@@ -300,7 +301,7 @@ def test_stop_acks_batches_delivered_before_a_post_it_gave_up_on(
 
         result = service.stop(grace=0.1)
 
-        assert (result["delivered"], result["released"]) == (128, 1)
+        assert (result["delivered"], result["batches_released"]) == (128, 1)
         keys = service.schema.shard(0)
         assert client.zcard(keys.retry) == 1
         assert client.zcard(keys.inflight) == 0
@@ -349,13 +350,14 @@ def test_counters_add_up_after_a_run(redis_url: str, client: redis.Redis,
     totals = read_totals(service.store)
     c = totals.counter
     assert (c("stored"), c("delivered"), c("evicted"), c("stale")) == (940, 600, 200, 50)
-    assert (totals.dead_events, totals.buffered, totals.pending_events) == (20, 30, 40)
+    assert (totals.dead_now, totals.buffered, totals.pending_events) == (20, 30, 40)
     assert totals.unaccounted == 0
-    assert c("stored") == (c("delivered") + c("evicted") + c("stale") + totals.dead_events
+    assert c("stored") == (c("delivered") + c("evicted") + c("stale") + totals.dead_now
                            + totals.buffered + totals.pending_events)
     assert counts["delivered"] == 600
     assert counts["stale"] == 50
-    assert counts["batches_dead"] == 1
+    assert (counts["dead_batches"], counts["dead_events"]) == (1, 20)
+    assert set(counts) <= set(REPORTER)  # the stopped: line speaks the shared vocabulary
     summary = totals.summary()
     assert summary["unaccounted"] == 0
     assert summary["batches_dead_listed"] == 1

@@ -235,7 +235,7 @@ def test_a_rejected_batch_is_dead_lettered(redis_url: str, client: redis.Redis,
     [dead] = client.lrange(keys.dead, 0, -1)
     assert dead.decode() == recorder.posts[0].batch_id
     totals = read_totals(store_of(client, KeySchema(config.redis.key_prefix, config.redis.shards)))
-    assert totals.dead_events == 10
+    assert totals.dead_now == 10
     assert totals.unaccounted == 0
 
 
