@@ -25,7 +25,7 @@ for _, id in ipairs(ids) do
   local raw = redis.call('HGET', KEYS[2], id)
   if raw then
     local meta = cjson.decode(raw)
-    meta.a, meta.t, meta.d, meta.r = 0, '', nil, nil
+    meta.a, meta.t, meta.d, meta.r, meta.ir = 0, '', nil, nil, nil
     redis.call('HSET', KEYS[2], id, cjson.encode(meta))
     redis.call('ZADD', KEYS[3], now, id)
     events = events + meta.n

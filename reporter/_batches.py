@@ -25,6 +25,8 @@ from collector.store import (
     RetryBatch,
     RetryPolicy,
     RingSlice,
+    Settle,
+    Settled,
     ShardKeys,
     Store,
     TakeRetries,
@@ -76,6 +78,13 @@ class Batches:
              min_delay_ms: int, reason: str) -> NackResult:
         return self.store.call(Nack(keys, batch_id, token, self.policy, random.random(),
                                     permanent, min_delay_ms, reason))
+
+    def settle(self, keys: ShardKeys, batch_id: str, token: str, *, stale: int,
+               retry: Sequence[int], refused: Sequence[tuple[int, str]], min_delay_ms: int,
+               reason: str) -> Settled:
+        """Finish a batch with a partial outcome (positions in its entries, 0-based)."""
+        return self.store.call(Settle(keys, batch_id, token, self.policy, random.random(),
+                                      stale, retry, refused, min_delay_ms, reason))
 
     def release(self, keys: ShardKeys, batch_id: str, token: str) -> bool:
         return self.store.call(Release(keys, batch_id, token))

@@ -29,11 +29,12 @@ def run_dead(config: ReporterConfig, args: argparse.Namespace) -> int:
         if detail is None:
             print(f"no batch {args.batch_id!r}")
             return 1
-        print(json.dumps({"batch_id": detail.batch_id, "shard": detail.shard,
-                          "game": detail.game, "attempts": detail.attempts,
-                          "reason": detail.reason,
-                          "events": [json.loads(entry_event(e)) for e in detail.entries]},
-                         indent=2))
+        shown = {"batch_id": detail.batch_id, "shard": detail.shard, "game": detail.game,
+                 "attempts": detail.attempts, "reason": detail.reason,
+                 "events": [json.loads(entry_event(e)) for e in detail.entries]}
+        if detail.item_reasons:  # refused one by one: each event's own reason
+            shown["item_reasons"] = detail.item_reasons
+        print(json.dumps(shown, indent=2))
         return 0
     if args.action == "replay":
         return _replay(store, args)

@@ -6,6 +6,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import orjson
 
@@ -15,7 +16,7 @@ from collector.metrics import Tally
 from collector.store import ENTRY_TIME_DIGITS, Ack, BackendError, ShardKeys, entry_time_ms
 from reporter._batches import Batches, new_id
 from reporter._config import ReporterSettings
-from reporter._outcomes import DELIVERED, REJECTED, SinkGate
+from reporter._outcomes import DELIVERED, REJECTED, Outcome, SinkGate
 from reporter._sinks import Sender
 
 logger = logging.getLogger("reporter")
@@ -28,9 +29,21 @@ RETRIES_PER_LOOP = 16
 Leased = tuple[str, str, list[bytes], int]
 
 
-def split_fresh(entries: list[bytes], now_ms: int, settings: ReporterSettings
-                ) -> tuple[list[bytes], int]:
-    """The events (raw JSON) young enough to send, and how many are stale.
+class Fresh(NamedTuple):
+    """The events (raw JSON) of a batch young enough to send, how many are stale, and where
+    each sent event sits in the batch (None: all of them, in order)."""
+
+    events: list[bytes]
+    stale: int
+    positions: list[int] | None = None
+
+    def position(self, sent: int) -> int:
+        """The batch position of the ``sent``-th event sent."""
+        return sent if self.positions is None else self.positions[sent]
+
+
+def split_fresh(entries: list[bytes], now_ms: int, settings: ReporterSettings) -> Fresh:
+    """The events young enough to send.
 
     Age is measured from the collect time, or from ``event_time_field`` when configured (an
     event without a usable value there falls back to its collect time).
@@ -39,10 +52,11 @@ def split_fresh(entries: list[bytes], now_ms: int, settings: ReporterSettings
     field_name = settings.event_time_field
     # Entries start with a fixed-width time, so the smallest entry is the oldest one.
     if not field_name and entries and now_ms - entry_time_ms(min(entries)) <= max_age_ms:
-        return [entry[ENTRY_TIME_DIGITS:] for entry in entries], 0
+        return Fresh([entry[ENTRY_TIME_DIGITS:] for entry in entries], 0)
     scale = 1000 if settings.event_time_unit == "s" else 1
     fresh: list[bytes] = []
-    for entry in entries:
+    positions: list[int] = []
+    for position, entry in enumerate(entries):
         born = entry_time_ms(entry)
         event = entry[ENTRY_TIME_DIGITS:]
         if field_name:
@@ -54,7 +68,8 @@ def split_fresh(entries: list[bytes], now_ms: int, settings: ReporterSettings
                 pass
         if now_ms - born <= max_age_ms:
             fresh.append(event)
-    return fresh, len(entries) - len(fresh)
+            positions.append(position)
+    return Fresh(fresh, len(entries) - len(fresh), positions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,13 +236,16 @@ class Deliverer:
 
     def _deliver(self, keys: ShardKeys, game: str, batch_id: str, token: str,
                  entries: list[bytes], attempts: int) -> str:
-        fresh, stale = split_fresh(entries, int(self._clock() * 1000), self._settings)
-        if not fresh:
+        fresh = split_fresh(entries, int(self._clock() * 1000), self._settings)
+        stale = fresh.stale
+        if not fresh.events:
             self._store.ack(keys, batch_id, token, stale=stale)
             self.tally.add({C.STALE: stale, C.BATCHES_STALE: 1})
             return "stale"
-        outcome = self._sender.send(game, batch_id, fresh, attempts + 1)
+        outcome = self._sender.send(game, batch_id, fresh.events, attempts + 1)
         self.gate.record(outcome)
+        if outcome.partial:
+            return self._settle(keys, game, batch_id, token, fresh, outcome)
         if outcome.kind == DELIVERED:
             # Acked with the rest of its claim (one round trip); stop() acks it if it must.
             done = Delivered(game, stale)
@@ -250,3 +268,35 @@ class Deliverer:
                         result.delay_ms / 1000)
             self.tally.count(C.BATCHES_RETRIED)
         return result.state
+
+    def _settle(self, keys: ShardKeys, game: str, batch_id: str, token: str, fresh: Fresh,
+                outcome: Outcome) -> str:
+        """Finish a batch the endpoint answered item by item, in one store call."""
+        settled = self._store.settle(
+            keys, batch_id, token, stale=fresh.stale,
+            retry=[fresh.position(i) for i in outcome.retry_items],
+            refused=[(fresh.position(i), reason) for i, reason in outcome.refused],
+            min_delay_ms=int(outcome.retry_after * 1000), reason=outcome.reason)
+        if settled.delivered < 0:
+            logger.warning("batch %s of game %r was answered after its lease ran out; "
+                           "it may be sent again", batch_id, game)
+            self.tally.count(C.LEASE_LOST)
+            return "lost"
+        counts = {C.DELIVERED: settled.delivered, C.STALE: fresh.stale,
+                  C.BATCHES_DELIVERED: int(settled.delivered > 0)}
+        if outcome.refused:
+            refused = len(outcome.refused)
+            counts.update({C.REJECTED_ITEMS: refused, C.DEAD_EVENTS: refused,
+                           C.DEAD_BATCHES: 1})
+            ratelog.log(logging.ERROR, f"refused:{game}",
+                        "endpoint refused %d of %d events of batch %s of game %r (first: %s); "
+                        "dead-lettered as %s", refused, len(fresh.events), batch_id, game,
+                        outcome.refused[0][1], settled.refused_id)
+        if settled.retry_state == "retry":
+            counts[C.BATCHES_RETRIED] = 1
+        elif settled.retry_state == "dead":
+            counts[C.DEAD_BATCHES] = counts.get(C.DEAD_BATCHES, 0) + 1
+            counts[C.DEAD_EVENTS] = (counts.get(C.DEAD_EVENTS, 0)
+                                     + len(outcome.retry_items))
+        self.tally.add(counts)
+        return "partial"

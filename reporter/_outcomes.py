@@ -19,13 +19,29 @@ MAX_RETRY_AFTER_SECONDS = 600.0
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """``delivered``: done (``rejected_items`` of it refused one by one); ``retry``: try again,
-    not before ``retry_after`` seconds; ``rejected``: the endpoint will never take it."""
+    """What one attempt at a batch came to.
+
+    ``delivered``: the endpoint took the request.  If it answered item by item, ``refused``
+    lists the items it will never take (index in the events sent, reason) and
+    ``retry_items`` those to send again (not before ``retry_after`` seconds, ``reason`` kept
+    with them); every other item is delivered.  ``retry``: send the whole batch again, not
+    before ``retry_after`` seconds.  ``rejected``: the endpoint will never take the batch.
+    """
 
     kind: Literal["delivered", "retry", "rejected"]
     reason: str = ""
     retry_after: float = 0.0
-    rejected_items: int = 0
+    refused: tuple[tuple[int, str], ...] = ()
+    retry_items: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.refused or self.retry_items) and self.kind != DELIVERED:
+            raise ValueError(f"a {self.kind!r} outcome cannot list items")
+
+    @property
+    def partial(self) -> bool:
+        """True when some items were refused or are to be retried (needs ``settle``)."""
+        return bool(self.refused or self.retry_items)
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float:

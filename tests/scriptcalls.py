@@ -26,6 +26,8 @@ from collector.store import (
     Replay,
     RetryBatch,
     RetryPolicy,
+    Settle,
+    Settled,
     ShardKeys,
     ShardLease,
     SingleServer,
@@ -73,6 +75,15 @@ class Scripts:
         policy = RetryPolicy(initial_ms, max_ms, max_attempts, dead_max)
         return self.store.call(Nack(keys, batch_id, token, policy, jitter, permanent,
                                     min_delay_ms, reason))
+
+    def settle(self, keys: ShardKeys, batch_id: str, token: str, *, stale: int = 0,
+               retry: Sequence[int] = (), refused: Sequence[tuple[int, str]] = (),
+               min_delay_ms: int = 0, initial_ms: int = 100, max_ms: int = 1000,
+               max_attempts: int = 5, jitter: float = 0.5, dead_max: int = 100,
+               reason: str = "test") -> Settled:
+        policy = RetryPolicy(initial_ms, max_ms, max_attempts, dead_max)
+        return self.store.call(Settle(keys, batch_id, token, policy, jitter, stale, retry,
+                                      refused, min_delay_ms, reason))
 
     def extend(self, keys: ShardKeys, batch_id: str, token: str, lease_ms: int) -> bool:
         return self.store.call(Extend(keys, batch_id, token, lease_ms))

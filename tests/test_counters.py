@@ -79,3 +79,14 @@ def test_docs_list_every_counter_and_gauge_once() -> None:
     counters, gauges = _doc_table("counters"), _doc_table("gauges")
     assert sorted(counters) == sorted(str(c) for c in Counter)
     assert sorted(gauges) == sorted(str(g) for g in Gauge)
+
+
+def test_docs_say_where_each_counter_is_kept() -> None:
+    text = (ROOT / "docs" / "delivery.md").read_text(encoding="utf-8")
+    block = text.split("<!-- counters:start -->")[1].split("<!-- counters:end -->")[0]
+    kept = {name: {k.strip() for k in where.split(",")} for name, where in
+            re.findall(r"^\| `([a-z_]+)` \| ([^|]+) \|", block, re.MULTILINE)}
+    for counter in Counter:
+        expected = {place for place, names in (("SDK", SDK), ("Redis", STORE),
+                                               ("reporter", REPORTER)) if counter in names}
+        assert kept[counter] == expected, counter

@@ -42,6 +42,8 @@ from collector.store._calls import (
     RetryBatch,
     RetryPolicy,
     ScriptCall,
+    Settle,
+    Settled,
     ShardLease,
     TakeRetries,
 )
@@ -108,6 +110,8 @@ __all__ = [
     "RetryPolicy",
     "RingSlice",
     "ScriptCall",
+    "Settle",
+    "Settled",
     "ShardKeys",
     "ShardLease",
     "ShardView",

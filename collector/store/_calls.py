@@ -76,6 +76,20 @@ class NackResult:
     delay_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """How a settle split the batch: events delivered (-1 if the lease was lost), the batch
+    the retry part became (``retry_state`` "retry", or "dead" when out of attempts; "" if no
+    part was retried) and when it is due, and the dead letter of the refused part ("" if
+    none)."""
+
+    delivered: int
+    retry_id: str
+    retry_state: str
+    delay_ms: int
+    refused_id: str
+
+
 class Moved(NamedTuple):
     """Batches and events a replay or purge moved."""
 
@@ -228,6 +242,43 @@ class Nack(ScriptCall[NackResult]):
 
     def parse(self, reply: Any) -> NackResult:
         return NackResult(text(reply[0]), int(reply[1]))
+
+
+@dataclass(frozen=True, slots=True)
+class Settle(ScriptCall[Settled]):
+    """Finish a batch with a partial outcome: ``retry`` and ``refused`` hold positions in the
+    batch's entries (0-based, as claimed; each at most once, none of the ``stale`` ones), a
+    reason for each refused one; the rest are delivered."""
+
+    script: ClassVar[str] = "settle"
+    shard: ShardKeys
+    batch_id: str
+    token: str
+    policy: RetryPolicy
+    jitter: float
+    stale: int = 0
+    retry: Sequence[int] = ()
+    refused: Sequence[tuple[int, str]] = ()
+    min_delay_ms: int = 0
+    reason: str = ""
+
+    def keys(self) -> Sequence[str]:
+        s = self.shard
+        return (s.inflight, s.batches, s.payloads, s.retry, s.dead, s.stats)
+
+    def args(self) -> Sequence[Any]:
+        p = self.policy
+        refused: list[Any] = []
+        for position, reason in self.refused:
+            refused += (position + 1, reason[:200])
+        return (self.batch_id, self.token, self.stale, self.min_delay_ms, p.initial_ms,
+                p.max_ms, p.max_attempts, repr(self.jitter), p.dead_max, self.reason[:500],
+                ",".join(str(position + 1) for position in self.retry), len(self.refused),
+                *refused)
+
+    def parse(self, reply: Any) -> Settled:
+        return Settled(int(reply[0]), text(reply[1]), text(reply[2]), int(reply[3]),
+                       text(reply[4]))
 
 
 @dataclass(frozen=True, slots=True)

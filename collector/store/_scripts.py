@@ -15,7 +15,7 @@ from functools import cache
 from importlib.resources import files
 
 SCRIPT_NAMES = (
-    "collect", "claim", "ack", "nack", "extend", "release", "reap", "take_retries",
+    "collect", "claim", "ack", "nack", "settle", "extend", "release", "reap", "take_retries",
     "replay", "purge", "shard_lease",
 )
 

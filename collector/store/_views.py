@@ -74,6 +74,7 @@ class BatchDetail:
     attempts: int
     reason: str
     entries: list[bytes]
+    item_reasons: list[str]  # one per entry for refused items set aside together, else empty
 
 
 def ring(client: RedisClient, keys: ShardKeys, start: int, count: int) -> RingSlice:
@@ -167,4 +168,4 @@ def batch_detail(client: RedisClient, keys: ShardKeys, batch_id: str) -> BatchDe
         return None
     meta = json.loads(raw)
     return BatchDetail(batch_id, keys.shard, meta["g"], int(meta["a"]), str(meta.get("r", "")),
-                       split_entries(payload))
+                       split_entries(payload), [str(r) for r in meta.get("ir") or ()])

@@ -1,8 +1,9 @@
 """Random interleavings of the life cycle scripts against a Python model of every event.
 
 Operations: collect (with a small cap, so the cap evicts), claim (some events already too
-old, so the claim drops them as stale), ack (some events stale or refused one by one), nack
-(retryable or permanent), release, extend, take retries, expire a lease and reap, "crash"
+old, so the claim drops them as stale), ack (some events stale), settle (a partial outcome:
+some events stale, each other one delivered, refused or to be retried), nack (retryable or
+permanent), release, extend, take retries, expire a lease and reap, "crash"
 (forget a held batch without finishing it), use a stale token, replay and purge the dead
 list.  After every step the model and Redis agree on where each event is and on every
 counter, and ``read_totals(...).unaccounted == 0``.
@@ -73,7 +74,10 @@ class Model:
     def in_state(self, where: str) -> list[str]:
         return sorted(b for b, v in self.batches.items() if v.where == where)
 
-    def dead_letter(self, batch_id: str) -> None:
+    def dead_letter(self, batch_id: str, batch: Batch | None = None) -> None:
+        """Dead-letter a known batch, or add ``batch`` as a new dead letter."""
+        if batch is not None:
+            self.batches[batch_id] = batch
         batch = self.batches[batch_id]
         batch.where, batch.token = "dead", None
         self.counters["dead_events"] += len(batch.entries)
@@ -188,13 +192,20 @@ class LifeCycle(RuleBasedStateMachine):
     def hold(self, data: st.DataObject) -> None:
         """What the worker holding a batch does with it."""
         action = data.draw(st.sampled_from(
-            ("ack", "nack", "reject", "release", "extend", "crash", "expire")), label="action")
+            ("ack", "settle", "nack", "reject", "release", "extend", "crash", "expire")),
+            label="action")
         batch_id = data.draw(st.sampled_from(self.model.held()), label="batch")
         batch = self.model.batches[batch_id]
         assert batch.token is not None
         if action == "ack":
             n = len(batch.entries)
             self.ack(batch_id, batch, data.draw(st.integers(0, n), label="stale"))
+        elif action == "settle":
+            n = len(batch.entries)
+            stale = data.draw(st.integers(0, n), label="stale")
+            fates = data.draw(st.lists(st.sampled_from(("delivered", "retry", "refused")),
+                                       min_size=n - stale, max_size=n - stale), label="fates")
+            self.settle(batch_id, batch, stale, fates)
         elif action in ("nack", "reject"):
             self.nack(batch_id, batch, action == "reject",
                       data.draw(st.floats(0, 1, exclude_max=True), label="jitter"))
@@ -225,6 +236,50 @@ class LifeCycle(RuleBasedStateMachine):
         m.done["delivered"] += batch.entries[stale:]
         m.counters.update(stale=stale, delivered=done, batches_delivered=1)
         m.stale_tokens.append((batch_id, batch.token))
+
+    def settle(self, batch_id: str, batch: Batch, stale: int, fates: list[str]) -> None:
+        """A partial outcome: the first ``stale`` events were not sent; each other one is
+        delivered, refused or to be retried, by ``fates``."""
+        assert batch.token is not None
+        sent = list(enumerate(batch.entries))[stale:]
+        retry = [p for (p, _), fate in zip(sent, fates, strict=True) if fate == "retry"]
+        refused = [(p, f"no {p}") for (p, _), fate in zip(sent, fates, strict=True)
+                   if fate == "refused"]
+        settled = self.scripts.settle(self.keys, batch_id, batch.token, stale=stale,
+                                      retry=retry, refused=refused, initial_ms=1, max_ms=2,
+                                      max_attempts=MAX_ATTEMPTS, dead_max=self.dead_max)
+        m = self.model
+        del m.batches[batch_id]
+        m.stale_tokens.append((batch_id, batch.token))
+        delivered = [e for (_, e), fate in zip(sent, fates, strict=True) if fate == "delivered"]
+        m.done["stale"] += batch.entries[:stale]
+        m.done["delivered"] += delivered
+        m.counters.update(stale=stale, delivered=len(delivered),
+                          batches_delivered=int(bool(delivered)))
+        attempt = batch.attempts + 1
+        expected = {"delivered": len(delivered), "retry_id": "", "retry_state": "",
+                    "refused_id": ""}
+        if refused:
+            event("settle refused items")
+            expected["refused_id"] = f"{batch_id}.x{attempt}"
+            m.dead_letter(expected["refused_id"], Batch(
+                batch.game, [batch.entries[p] for p, _ in refused], attempts=attempt))
+            m.counters["rejected_items"] += len(refused)
+        if retry:
+            event("settle retried items")
+            retry_id = expected["retry_id"] = f"{batch_id}.r{attempt}"
+            part = Batch(batch.game, [batch.entries[p] for p in retry], attempts=attempt,
+                         where="retry")
+            if attempt >= MAX_ATTEMPTS:
+                expected["retry_state"] = "dead"
+                m.dead_letter(retry_id, part)
+            else:
+                expected["retry_state"] = "retry"
+                m.batches[retry_id] = part
+                m.counters["batches_retried"] += 1
+        if refused or expected["retry_state"] == "dead":
+            m.trim_dead(self.dead_max)
+        assert {k: getattr(settled, k) for k in expected} == expected
 
     def nack(self, batch_id: str, batch: Batch, permanent: bool, jitter: float) -> None:
         assert batch.token is not None
@@ -292,6 +347,7 @@ class LifeCycle(RuleBasedStateMachine):
         event(f"stale token on a batch that is {self.where(batch_id)}")
         before = self.shard.snapshot()
         assert self.scripts.ack(self.keys, batch_id, old) == -1
+        assert self.scripts.settle(self.keys, batch_id, old, refused=[(0, "x")]).delivered == -1
         assert self.shard.nack(batch_id, old, max_attempts=MAX_ATTEMPTS,
                                dead_max=self.dead_max).state == "lost"
         assert self.scripts.release(self.keys, batch_id, old) is False

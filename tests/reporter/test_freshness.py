@@ -44,20 +44,29 @@ def settings(**reporter: Any) -> Any:
 ])
 def test_split_fresh_by_collect_time(age_ms: int, fresh: bool) -> None:
     event = {"id": "e", "nested": {"x": [1, "ü"]}}
-    sent, stale = split_fresh([entry(event, NOW_MS - age_ms)], NOW_MS, settings())
+    sent, stale, _ = split_fresh([entry(event, NOW_MS - age_ms)], NOW_MS, settings())
     assert (sent, stale) == (([orjson.dumps(event)], 0) if fresh else ([], 1))
 
 
 def test_split_fresh_keeps_order_and_counts() -> None:
     entries = [entry({"id": i}, NOW_MS - (200_000 if i % 3 == 0 else 10)) for i in range(10)]
-    sent, stale = split_fresh(entries, NOW_MS, settings())
-    assert [orjson.loads(e)["id"] for e in sent] == [1, 2, 4, 5, 7, 8]
-    assert stale == 4
+    fresh = split_fresh(entries, NOW_MS, settings())
+    assert [orjson.loads(e)["id"] for e in fresh.events] == [1, 2, 4, 5, 7, 8]
+    assert fresh.stale == 4
+    # where each sent event sits in the batch, for a partial outcome's item numbers
+    assert [fresh.position(i) for i in range(6)] == [1, 2, 4, 5, 7, 8]
+
+
+def test_split_fresh_positions_when_nothing_is_stale() -> None:
+    fresh = split_fresh([entry({"id": i}, NOW_MS) for i in range(3)], NOW_MS, settings())
+    assert (fresh.stale, fresh.positions) == (0, None)
+    assert [fresh.position(i) for i in range(3)] == [0, 1, 2]
 
 
 def test_split_fresh_follows_max_age_seconds() -> None:
     entries = [entry({"id": 1}, NOW_MS - 11_000), entry({"id": 2}, NOW_MS - 9_000)]
-    sent, stale = split_fresh(entries, NOW_MS, settings(max_age_seconds=10, linger_ms=100))
+    sent, stale, _ = split_fresh(entries, NOW_MS,
+                                 settings(max_age_seconds=10, linger_ms=100))
     assert (sent, stale) == ([b'{"id":2}'], 1)
 
 
@@ -77,7 +86,7 @@ def test_event_time_field_decides(unit: str, scale: int) -> None:
         ({"id": "bool-ot", "ot": True}, NOW_MS, True),
     ]
     for event, born, expect_sent in cases:
-        sent, stale = split_fresh([entry(event, born)], NOW_MS, config)
+        sent, stale, _ = split_fresh([entry(event, born)], NOW_MS, config)
         assert (len(sent), stale) == ((1, 0) if expect_sent else (0, 1)), event
 
 

@@ -91,3 +91,12 @@ def test_transport_errors_retry(error: Exception) -> None:
     outcome = classify_transport_error(error)
     assert outcome.kind == RETRY
     assert type(error).__name__ in outcome.reason
+
+
+def test_only_a_delivered_outcome_lists_items() -> None:
+    partial = Outcome(DELIVERED, refused=((0, "bad"),), retry_items=(1,))
+    assert partial.partial and not Outcome(DELIVERED).partial
+    with pytest.raises(ValueError, match="cannot list items"):
+        Outcome(RETRY, retry_items=(0,))
+    with pytest.raises(ValueError, match="cannot list items"):
+        Outcome(REJECTED, refused=((0, "bad"),))

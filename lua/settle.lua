@@ -1,0 +1,141 @@
+#!lua flags=allow-oom
+-- settle: finish a batch the endpoint answered item by item. Its events split three ways:
+-- delivered (counted), refused (set aside together as one dead letter of their own, with a
+-- reason per event, replayable like any dead batch) and to be retried (re-queued as a new
+-- batch). The new batches' ids extend the batch's own: '<id>.x<attempt>' for the refused,
+-- '<id>.r<attempt>' for the retry, so the lineage shows and each set of events has its own
+-- Idempotency-Key. Does nothing unless the caller still holds the lease.
+-- allow-oom: the events only move within the shard (the batch's payload is deleted as the
+-- parts are written), so memory stays about the same; refusing it under memory pressure would
+-- leave the batch to be sent again.
+--
+-- KEYS[1]  inflight   zset   batch id -> lease deadline (ms)
+-- KEYS[2]  batches    hash   batch id -> metadata (JSON)
+-- KEYS[3]  payloads   hash   batch id -> entries joined by "\n"
+-- KEYS[4]  retry      zset   batch id -> when it is due (ms)
+-- KEYS[5]  dead       list   dead-lettered batch ids, newest first
+-- KEYS[6]  stats      hash   the shard's counters
+-- ARGV[1]  batch id
+-- ARGV[2]  lease token
+-- ARGV[3]  events dropped as stale before sending (count; they are in no list below)
+-- ARGV[4]  least retry delay in ms (the endpoint's Retry-After), 0 if none
+-- ARGV[5]  first backoff delay in ms
+-- ARGV[6]  longest backoff delay in ms
+-- ARGV[7]  attempts before dead-lettering (the retry part is dead-lettered when out of them)
+-- ARGV[8]  a random number in [0, 1) for the jitter
+-- ARGV[9]  most dead-lettered batches kept in this shard
+-- ARGV[10] reason for the retry part (kept with it; with a dead letter when out of attempts)
+-- ARGV[11] positions (1-based, in the batch's payload) of the events to retry, comma-separated
+-- ARGV[12] how many events were refused: R
+-- ARGV[13..12+2R] R pairs: position of a refused event, its reason
+-- returns  {delivered, retry id or '', 'retry' or 'dead' or '', delay ms, refused id or ''},
+--          or {-1, '', '', 0, ''} if the lease is not held
+local id, token = ARGV[1], ARGV[2]
+local raw = redis.call('HGET', KEYS[2], id)
+if not raw then return {-1, '', '', 0, ''} end
+local meta = cjson.decode(raw)
+if meta.t ~= token or redis.call('ZSCORE', KEYS[1], id) == false then
+  return {-1, '', '', 0, ''}
+end
+
+local blob = redis.call('HGET', KEYS[3], id) or ''
+local entries, pos = {}, 1
+while pos <= #blob do
+  local stop = string.find(blob, '\n', pos, true) or (#blob + 1)
+  entries[#entries + 1] = string.sub(blob, pos, stop - 1)
+  pos = stop + 1
+end
+local n = #entries
+
+local taken = {}
+local function take(p)
+  p = tonumber(p)
+  if not p or p < 1 or p > n or p ~= math.floor(p) or taken[p] then
+    return nil
+  end
+  taken[p] = true
+  return entries[p]
+end
+local retry = {}
+for p in string.gmatch(ARGV[11], '[^,]+') do
+  local entry = take(p)
+  if not entry then return redis.error_reply('settle: bad retry position ' .. p) end
+  retry[#retry + 1] = entry
+end
+local refused, reasons = {}, {}
+local count = tonumber(ARGV[12])
+for i = 1, count do
+  local entry = take(ARGV[11 + 2 * i])
+  if not entry then return redis.error_reply('settle: bad refused position') end
+  refused[#refused + 1] = entry
+  reasons[#reasons + 1] = string.sub(ARGV[12 + 2 * i], 1, 200)
+end
+local stale = tonumber(ARGV[3])
+local delivered = n - stale - #retry - #refused
+if delivered < 0 then return redis.error_reply('settle: counts exceed the batch size') end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local attempt = meta.a + 1
+redis.call('ZREM', KEYS[1], id)
+redis.call('HDEL', KEYS[2], id)
+redis.call('HDEL', KEYS[3], id)
+
+local dead_added = 0
+local function dead_letter(new_id, part, reason, item_reasons)
+  local m = {g = meta.g, t = '', a = attempt, n = #part, c = meta.c, r = reason, d = now}
+  if item_reasons then m.ir = item_reasons end
+  redis.call('HSET', KEYS[2], new_id, cjson.encode(m))
+  redis.call('HSET', KEYS[3], new_id, table.concat(part, '\n'))
+  redis.call('LPUSH', KEYS[5], new_id)
+  redis.call('HINCRBY', KEYS[6], 'dead_events', #part)
+  redis.call('HINCRBY', KEYS[6], 'dead_batches', 1)
+  dead_added = dead_added + 1
+end
+
+local refused_id = ''
+if #refused > 0 then
+  refused_id = id .. '.x' .. attempt
+  local summary = reasons[1]
+  if #refused > 1 then summary = #refused .. ' items refused; first: ' .. reasons[1] end
+  dead_letter(refused_id, refused, summary, reasons)
+  redis.call('HINCRBY', KEYS[6], 'rejected_items', #refused)
+end
+
+local retry_id, state, delay = '', '', 0
+if #retry > 0 then
+  retry_id = id .. '.r' .. attempt
+  if attempt >= tonumber(ARGV[7]) then
+    state = 'dead'
+    dead_letter(retry_id, retry, ARGV[10], nil)
+  else
+    state = 'retry'
+    local ceiling = math.min(tonumber(ARGV[6]), tonumber(ARGV[5]) * 2 ^ (attempt - 1))
+    delay = math.max(tonumber(ARGV[4]), math.floor(tonumber(ARGV[8]) * ceiling))
+    local m = {g = meta.g, t = '', a = attempt, n = #retry, c = meta.c, r = ARGV[10]}
+    redis.call('HSET', KEYS[2], retry_id, cjson.encode(m))
+    redis.call('HSET', KEYS[3], retry_id, table.concat(retry, '\n'))
+    redis.call('ZADD', KEYS[4], now + delay, retry_id)
+    redis.call('HINCRBY', KEYS[6], 'batches_retried', 1)
+  end
+end
+
+if dead_added > 0 then
+  -- Over the cap: the oldest fall off the tail, counted (bounded, in case the cap shrank).
+  local excess = math.min(redis.call('LLEN', KEYS[5]) - tonumber(ARGV[9]), 100 + dead_added)
+  for _ = 1, excess do
+    local old = redis.call('RPOP', KEYS[5])
+    local gone = redis.call('HGET', KEYS[2], old)
+    if gone then
+      redis.call('HINCRBY', KEYS[6], 'dead_dropped', cjson.decode(gone).n)
+      redis.call('HDEL', KEYS[2], old)
+      redis.call('HDEL', KEYS[3], old)
+    end
+  end
+end
+if delivered > 0 then
+  redis.call('HINCRBY', KEYS[6], 'delivered', delivered)
+  redis.call('HINCRBY', KEYS[6], 'batches_delivered', 1)
+end
+if stale > 0 then redis.call('HINCRBY', KEYS[6], 'stale', stale) end
+return {delivered, retry_id, state, delay, refused_id}
