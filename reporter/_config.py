@@ -43,6 +43,9 @@ class SinkSettings(MaskedRepr):
     gzip: bool = setting(False)
     transport: str = setting("stdlib", choices=("stdlib", "httpx"))
     headers: Mapping[str, str] = setting({}, secret=True)
+    requests_per_second: float = setting(0.0, lo=0, hi=1_000_000)
+    request_burst: int = setting(1, lo=1, hi=100_000)
+    rate_limit_scope: str = setting("shared", choices=("shared", "process"))
 
 
 @dataclass(frozen=True)

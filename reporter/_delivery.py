@@ -16,6 +16,7 @@ from collector.metrics import Tally
 from collector.store import ENTRY_TIME_DIGITS, Ack, BackendError, ShardKeys, entry_time_ms
 from reporter._batches import Batches, new_id
 from reporter._config import ReporterSettings
+from reporter._limiter import ClaimLimiter, Unlimited
 from reporter._outcomes import DELIVERED, REJECTED, Outcome, SinkGate
 from reporter._sinks import Sender
 
@@ -142,7 +143,8 @@ class Held:
 
 class Deliverer:
     def __init__(self, store: Batches, sender: Sender, settings: ReporterSettings,
-                 clock: Clock, held: Held, tally: Tally, gate: SinkGate) -> None:
+                 clock: Clock, held: Held, tally: Tally, gate: SinkGate,
+                 limiter: ClaimLimiter | None = None) -> None:
         self._store = store
         self._sender = sender
         self._settings = settings
@@ -150,11 +152,18 @@ class Deliverer:
         self.held = held
         self.tally = tally
         self.gate = gate
+        self.limiter = limiter or Unlimited()
 
     def drain(self, keys: ShardKeys, game: str, stop: threading.Event) -> bool:
-        """Claim the game's next batches and send them; True if a full batch still waits."""
+        """Claim the game's next batches, as many as the limiter allows requests now, and
+        send them; True if a full batch still waits."""
+        permit = self.limiter.acquire(self._settings.max_batches_per_claim)
+        if not permit.granted:
+            return False
         token = new_id()
-        claimed = self._store.claim(keys, game, token, self._settings.max_batches_per_claim)
+        claimed = self._store.claim(keys, game, token, permit.granted)
+        if len(claimed.batches) < permit.granted:
+            self.limiter.refund(permit.granted - len(claimed.batches))
         if claimed.stale:
             self.tally.count(C.STALE, claimed.stale)
         self.deliver_all(keys, token, [(game, b.batch_id, b.entries, 0) for b in claimed.batches],
@@ -164,8 +173,13 @@ class Deliverer:
     def send_retries(self, keys: ShardKeys, stop: threading.Event, game: str = "") -> bool:
         """Take the shard's due retries (of one game, or of any) and send them; True if there
         may be more."""
+        permit = self.limiter.acquire(RETRIES_PER_LOOP)
+        if not permit.granted:
+            return False
         token = new_id()
-        due = self._store.take_retries(keys, token, RETRIES_PER_LOOP, game)
+        due = self._store.take_retries(keys, token, permit.granted, game)
+        if len(due) < permit.granted:
+            self.limiter.refund(permit.granted - len(due))
         self.deliver_all(keys, token, [(b.game, b.batch_id, b.entries, b.attempts) for b in due],
                          stop)
         return len(due) == RETRIES_PER_LOOP

@@ -23,6 +23,7 @@ from collector.store import Store, open_store
 from reporter._batches import Batches
 from reporter._config import ReporterConfig
 from reporter._delivery import Clock, Deliverer, Held
+from reporter._limiter import make_limiter
 from reporter._outcomes import SinkGate
 from reporter._ownership import ShardOwnership
 from reporter._sinks import Sender, make_sender
@@ -52,8 +53,9 @@ class ReporterService:
         self.tally = Tally()
         self.gate = SinkGate(config.retry.initial_delay_ms / 1000,
                              config.retry.max_delay_ms / 1000)
+        self.limiter = make_limiter(config, self.store)
         self.deliverer = Deliverer(self.batches, self.sender, config.reporter, clock, self.held,
-                                   self.tally, self.gate)
+                                   self.tally, self.gate, self.limiter)
         r = config.reporter
         self.ownership = ShardOwnership(self.store, r.shard_lease_seconds)
         self.sweepers = [
@@ -83,7 +85,7 @@ class ReporterService:
         hot = ", ".join(f"{g}={n}" for g, n in r.hot_games.items()) or "none"
         return (f"telemetry-reporter: config {self.config.source}; {self.store.describe()}; "
                 f"{self.schema.shards} shards; {r.workers} sweep threads; hot games: {hot}; "
-                f"sink {self.sender.describe()}")
+                f"sink {self.sender.describe()} ({self.limiter.describe()})")
 
     def start(self) -> None:
         r = self.config.reporter

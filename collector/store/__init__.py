@@ -46,6 +46,8 @@ from collector.store._calls import (
     Settled,
     ShardLease,
     TakeRetries,
+    TakeTokens,
+    Tokens,
 )
 from collector.store._entries import (
     ENTRY_TIME_DIGITS,
@@ -118,6 +120,8 @@ __all__ = [
     "SingleServer",
     "Store",
     "TakeRetries",
+    "TakeTokens",
+    "Tokens",
     "describe_settings",
     "encode_entry",
     "entry_event",

@@ -400,6 +400,38 @@ class ShardLease(ScriptCall[bool]):
         return bool(reply)
 
 
+class Tokens(NamedTuple):
+    """Tokens a bucket granted, and microseconds until it may grant one more."""
+
+    granted: int
+    wait_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class TakeTokens(ScriptCall[Tokens]):
+    """Take up to ``wanted`` tokens from the bucket at ``key`` (``KeySchema.limiter``):
+    ``rate`` per second, at most ``capacity`` held.  ``wanted`` < 0 gives tokens back;
+    ``pause_ms`` > 0 grants nothing for that long.  ``now_us`` replaces Redis TIME (tests)."""
+
+    script: ClassVar[str] = "take_tokens"
+    key: str
+    rate: float
+    capacity: int
+    wanted: int
+    pause_ms: int = 0
+    now_us: int | None = None
+
+    def keys(self) -> Sequence[str]:
+        return (self.key,)
+
+    def args(self) -> Sequence[Any]:
+        return (repr(self.rate), self.capacity, self.wanted, self.pause_ms,
+                "" if self.now_us is None else self.now_us)
+
+    def parse(self, reply: Any) -> Tokens:
+        return Tokens(int(reply[0]), int(reply[1]))
+
+
 def text(value: bytes | str) -> str:
     """A reply string as text (replies are bytes: clients never decode responses)."""
     return value.decode() if isinstance(value, bytes) else value

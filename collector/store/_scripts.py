@@ -16,7 +16,7 @@ from importlib.resources import files
 
 SCRIPT_NAMES = (
     "collect", "claim", "ack", "nack", "settle", "extend", "release", "reap", "take_retries",
-    "replay", "purge", "shard_lease",
+    "replay", "purge", "shard_lease", "take_tokens",
 )
 
 

@@ -1,0 +1,58 @@
+#!lua flags=allow-oom
+-- take_tokens: a token bucket shared by every process that uses the key: up to `capacity`
+-- tokens, refilled continuously at `rate` per second; a caller takes what it may use now.
+-- With capacity 1 takers are spaced 1/rate apart, so no window of one second holds more
+-- than `rate` takes. A pause (an endpoint that says "too many requests") empties the bucket
+-- and grants nothing until it ends.
+-- allow-oom: it rewrites three fields of one small hash; refusing it when memory is full
+-- would stop the claims whose deliveries free that memory.
+--
+-- KEYS[1]  bucket     hash   tokens (float), at (us), paused_until (us)
+-- ARGV[1]  rate: tokens per second (> 0)
+-- ARGV[2]  capacity: most tokens the bucket holds (>= 1)
+-- ARGV[3]  tokens wanted now (>= 0); negative gives tokens back (unused), up to capacity
+-- ARGV[4]  pause in ms from now (0 = none): grant nothing until then
+-- ARGV[5]  the time in us, or '' for Redis TIME (tests of the algorithm give their own)
+-- returns  {tokens granted, us until the next token, or until the pause ends}
+local rate, capacity = tonumber(ARGV[1]), tonumber(ARGV[2])
+local wanted, pause = tonumber(ARGV[3]), tonumber(ARGV[4])
+local now
+if ARGV[5] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[5])
+end
+
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'at', 'paused_until')
+local tokens = tonumber(state[1]) or capacity
+local at = tonumber(state[2]) or now
+local paused_until = tonumber(state[3]) or 0
+-- A pause empties the bucket; it refills from the pause's end.
+local from = math.max(at, paused_until)
+if now > from then tokens = math.min(capacity, tokens + (now - from) * rate / 1000000) end
+if pause > 0 then
+  paused_until = math.max(paused_until, now + pause * 1000)
+  tokens = 0
+end
+
+local granted, wait = 0, 0
+if now < paused_until then
+  wait = paused_until - now
+  tokens = 0
+elseif wanted < 0 then
+  tokens = math.min(capacity, tokens - wanted)
+else
+  granted = math.min(wanted, math.floor(tokens))
+  tokens = tokens - granted
+  if granted < wanted then wait = math.ceil((1 - tokens) * 1000000 / rate) end
+end
+
+-- Times as whole microseconds: tostring() keeps only 14 digits.
+redis.call('HSET', KEYS[1], 'tokens', string.format('%.9f', tokens),
+           'at', string.format('%.0f', math.max(now, at)),
+           'paused_until', string.format('%.0f', paused_until))
+-- An idle bucket refills to full and can go: keep it a little longer than that takes.
+local idle_ms = math.ceil(capacity * 1000 / rate) + 60000
+redis.call('PEXPIRE', KEYS[1], math.max(idle_ms, math.ceil((paused_until - now) / 1000) + 1000))
+return {granted, wait}

@@ -1,0 +1,161 @@
+"""Claim limiters: a request rate the reporter keeps before it claims.
+
+Before a claim (or a take of due retries) the ``Deliverer`` asks its limiter for permission
+to make N requests and claims at most what it was granted, so no batch is leased before its
+request may go out; what a claim leaves unused goes back.  Three limiters:
+
+- ``Unlimited`` (the default): every request is allowed, at no cost.
+- ``LocalTokenBucket``: one process's rate, on its own clock.
+- ``SharedTokenBucket``: one bucket in Redis (``take_tokens.lua``, Redis TIME) that every
+  reporter process sharing the store draws from; works on a cluster (one key).
+
+A token bucket holds at most ``burst`` tokens and refills at ``rate`` per second.  Over any
+window of T seconds it grants at most ``burst + rate * T``; with ``burst = 1`` requests are
+spaced ``1 / rate`` apart, so no second holds more than ``rate`` of them.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from collector.store import Store, TakeTokens
+from reporter._config import ReporterConfig
+
+Clock = Callable[[], float]  # seconds, monotonic
+
+
+@dataclass(frozen=True, slots=True)
+class Permit:
+    """Requests granted now (0 to the number asked), and seconds until one more may be."""
+
+    granted: int
+    wait: float = 0.0
+
+
+class ClaimLimiter(Protocol):
+    def acquire(self, requests: int) -> Permit:
+        """Take up to ``requests`` permissions now; never waits."""
+
+    def refund(self, requests: int) -> None:
+        """Give back permissions taken but not used (a claim found fewer batches)."""
+
+    def pause(self, seconds: float) -> None:
+        """Grant nothing for ``seconds`` (the endpoint said it is over its limit)."""
+
+    def describe(self) -> str: ...
+
+
+class Unlimited:
+    def acquire(self, requests: int) -> Permit:
+        return Permit(requests)
+
+    def refund(self, requests: int) -> None:
+        pass
+
+    def pause(self, seconds: float) -> None:
+        pass
+
+    def describe(self) -> str:
+        return "no request limit"
+
+
+class LocalTokenBucket:
+    """The token bucket of one process."""
+
+    def __init__(self, rate: float, burst: int = 1, clock: Clock = time.monotonic) -> None:
+        if not (rate > 0 and math.isfinite(rate)) or burst < 1:
+            raise ValueError(f"a token bucket needs rate > 0 and burst >= 1: {rate}, {burst}")
+        self.rate = rate
+        self.burst = burst
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._tokens = float(burst)
+        self._at = clock()
+        self._paused_until = 0.0
+
+    def acquire(self, requests: int) -> Permit:
+        with self._lock:
+            now = self._refill()
+            if now < self._paused_until:
+                return Permit(0, self._paused_until - now)
+            granted = min(requests, math.floor(self._tokens))
+            self._tokens -= granted
+            wait = (1 - self._tokens) / self.rate if granted < requests else 0.0
+            return Permit(granted, wait)
+
+    def refund(self, requests: int) -> None:
+        with self._lock:
+            self._refill()
+            self._tokens = min(self.burst, self._tokens + requests)
+
+    def pause(self, seconds: float) -> None:
+        with self._lock:
+            now = self._refill()
+            self._paused_until = max(self._paused_until, now + seconds)
+            self._tokens = 0.0
+
+    def _refill(self) -> float:
+        now = self._clock()
+        start = max(self._at, self._paused_until)  # a pause empties the bucket
+        if now > start:
+            self._tokens = min(self.burst, self._tokens + (now - start) * self.rate)
+        self._at = max(self._at, now)
+        return now
+
+    def describe(self) -> str:
+        return f"{self.rate:g} requests/s (burst {self.burst}) in this process"
+
+
+class SharedTokenBucket:
+    """One token bucket in Redis for every reporter process that shares the store.
+
+    After a refusal it does not ask Redis again before the bucket said a token could be
+    there, so a limited reporter costs one round trip per token, not one per sweep."""
+
+    def __init__(self, store: Store, name: str, rate: float, burst: int = 1,
+                 clock: Clock = time.monotonic) -> None:
+        if not (rate > 0 and math.isfinite(rate)) or burst < 1:
+            raise ValueError(f"a token bucket needs rate > 0 and burst >= 1: {rate}, {burst}")
+        self.rate = rate
+        self.burst = burst
+        self._store = store
+        self._key = store.schema.limiter(name)
+        self._clock = clock
+        self._not_before = 0.0
+
+    def acquire(self, requests: int) -> Permit:
+        now = self._clock()
+        if now < self._not_before:
+            return Permit(0, self._not_before - now)
+        tokens = self._store.call(TakeTokens(self._key, self.rate, self.burst, requests))
+        wait = tokens.wait_us / 1_000_000
+        if tokens.granted < requests:
+            self._not_before = now + wait
+        return Permit(tokens.granted, wait)
+
+    def refund(self, requests: int) -> None:
+        if requests > 0:
+            self._store.call(TakeTokens(self._key, self.rate, self.burst, -requests))
+
+    def pause(self, seconds: float) -> None:
+        self._store.call(TakeTokens(self._key, self.rate, self.burst, 0,
+                                    pause_ms=math.ceil(seconds * 1000)))
+        self._not_before = self._clock() + seconds
+
+    def describe(self) -> str:
+        return f"{self.rate:g} requests/s (burst {self.burst}) shared through Redis"
+
+
+def make_limiter(config: ReporterConfig, store: Store) -> ClaimLimiter:
+    """The limiter ``[sink] requests_per_second`` and ``rate_limit_scope`` ask for."""
+    sink = config.sink
+    if not sink.requests_per_second:
+        return Unlimited()
+    if sink.rate_limit_scope == "process":
+        return LocalTokenBucket(sink.requests_per_second, sink.request_burst)
+    return SharedTokenBucket(store, "sink", sink.requests_per_second, sink.request_burst)

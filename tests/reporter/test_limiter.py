@@ -1,0 +1,218 @@
+"""Claim limiters: the token bucket's rate as a figure with a tolerance, on an injected clock
+(the local bucket) and on injected Redis times (the shared bucket's script); and the
+Deliverer never claims a batch the limiter has not allowed."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from collector.metrics import Tally
+from collector.store import KeySchema, TakeTokens
+from reporter._batches import Batches
+from reporter._delivery import Deliverer, Held
+from reporter._limiter import (
+    LocalTokenBucket,
+    SharedTokenBucket,
+    Unlimited,
+    make_limiter,
+)
+from reporter._outcomes import Outcome, SinkGate
+from tests.reporter.helpers import make_config, numbered, store
+from tests.scriptcalls import Scripts, store_of, store_on
+
+SECONDS = 5.0
+STEP = 0.001
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run(take: Callable[[float], int], seconds: float = SECONDS, step: float = STEP
+        ) -> list[float]:
+    """Call ``take(t)`` every ``step`` seconds for ``seconds``; the times of every grant."""
+    granted: list[float] = []
+    for i in range(round(seconds / step) + 1):
+        t = i * step
+        granted += [t] * take(t)
+    return granted
+
+
+def busiest_second(times: list[float]) -> int:
+    """Most grants in any half-open window of one second."""
+    return max(sum(1 for u in times if t <= u < t + 1.0 - 1e-9) for t in times)
+
+
+@pytest.mark.parametrize(("rate", "burst"), [(10.0, 1), (10.0, 5), (3.5, 1), (200.0, 20)])
+def test_local_bucket_rate_over_five_seconds(rate: float, burst: int) -> None:
+    clock = FakeClock()
+    start = clock.now
+    bucket = LocalTokenBucket(rate, burst, clock)
+
+    def take(t: float) -> int:
+        clock.now = start + t
+        return bucket.acquire(8).granted
+
+    times = run(take)
+    expected = burst + rate * SECONDS
+    assert abs(len(times) - expected) <= max(1.0, 0.01 * expected)
+    assert busiest_second(times) <= burst + rate
+
+
+def test_burst_one_spaces_requests_so_no_second_exceeds_the_rate() -> None:
+    clock = FakeClock()
+    bucket = LocalTokenBucket(10.0, 1, clock)
+    times: list[float] = []
+    for i in range(5001):
+        clock.now = 1000.0 + i * STEP
+        times += [clock.now] * bucket.acquire(3).granted
+    assert busiest_second(times) <= 10
+    assert all(b - a >= 0.1 - 1e-9 for a, b in itertools.pairwise(times))
+
+
+def test_local_bucket_refund_pause_and_wait() -> None:
+    clock = FakeClock()
+    bucket = LocalTokenBucket(4.0, 2, clock)
+    permit = bucket.acquire(5)
+    assert (permit.granted, permit.wait) == (2, pytest.approx(0.25))
+    bucket.refund(1)
+    assert bucket.acquire(5).granted == 1
+    bucket.pause(3.0)
+    clock.now += 2.0
+    permit = bucket.acquire(1)
+    assert (permit.granted, permit.wait) == (0, pytest.approx(1.0))
+    clock.now += 1.0
+    assert bucket.acquire(1).granted == 0  # the pause emptied it: one token takes 0.25 s
+    clock.now += 0.25
+    assert bucket.acquire(1).granted == 1
+
+
+@pytest.mark.parametrize(("rate", "burst"), [(10.0, 1), (10.0, 5)])
+def test_shared_bucket_script_rate_with_two_takers(r: redis.Redis, rate: float,
+                                                   burst: int) -> None:
+    """The script's algorithm on injected times: two processes taking in turn together get
+    what one bucket allows."""
+    store = store_of(r, KeySchema("lim", 1))
+    key = store.schema.limiter("sink")
+    base_us = 1_700_000_000_000_000
+
+    def take(t: float) -> int:
+        now = base_us + round(t * 1_000_000)
+        return store.call(TakeTokens(key, rate, burst, 8, now_us=now)).granted
+
+    times = run(take, step=0.005)
+    expected = burst + rate * SECONDS
+    assert abs(len(times) - expected) <= max(1.0, 0.01 * expected)
+    assert busiest_second(times) <= burst + rate
+
+
+def test_shared_bucket_refund_and_pause_on_redis_time(r: redis.Redis) -> None:
+    store = store_of(r, KeySchema("lim", 1))
+    calls: list[object] = []
+    real = store.call
+
+    def counted(request: object) -> object:
+        calls.append(request)
+        return real(request)  # type: ignore[arg-type]
+
+    store.call = counted  # type: ignore[method-assign,assignment]
+    clock = FakeClock()
+    bucket = SharedTokenBucket(store, "sink", 1.0, 2, clock)
+    assert bucket.acquire(3).granted == 2
+    refused = bucket.acquire(1)
+    assert refused.granted == 0 and 0 < refused.wait <= 1.0
+    asked = len(calls)
+    assert bucket.acquire(1).granted == 0  # not asked again before a token can be there
+    assert len(calls) == asked
+    clock.now += refused.wait
+    bucket.refund(1)
+    assert bucket.acquire(1).granted == 1
+    bucket.pause(30.0)
+    clock.now += 31.0  # the local clock moved on, the shared pause has not ended
+    permit = bucket.acquire(1)
+    assert permit.granted == 0 and permit.wait > 25
+    assert r.pttl(store.schema.limiter("sink")) > 25_000
+
+
+def test_make_limiter_follows_the_sink_settings(redis_url: str, client: redis.Redis) -> None:
+    def limiter(**sink: object) -> object:
+        config = make_config(redis_url, sink=sink)
+        return make_limiter(config, store_on(client, config))
+
+    assert isinstance(limiter(), Unlimited)
+    assert isinstance(limiter(requests_per_second=10.0), SharedTokenBucket)
+    local = limiter(requests_per_second=5.0, request_burst=3, rate_limit_scope="process")
+    assert isinstance(local, LocalTokenBucket) and (local.rate, local.burst) == (5.0, 3)
+
+
+class Sent:
+    def __init__(self) -> None:
+        self.batches: list[str] = []
+
+    def send(self, game: str, batch_id: str, events: object, attempt: int = 1) -> Outcome:
+        self.batches.append(batch_id)
+        return Outcome("delivered")
+
+    def describe(self) -> str:
+        return "recorder"
+
+    def close(self) -> None:
+        pass
+
+
+def test_nothing_is_claimed_before_the_limiter_allows_it(redis_url: str,
+                                                         client: redis.Redis) -> None:
+    config = make_config(redis_url, reporter={"linger_ms": 0, "max_batches_per_claim": 8})
+    batches = Batches(store_on(client, config), config)
+    clock = FakeClock()
+    limiter = LocalTokenBucket(1.0, 3, clock)
+    sent = Sent()
+    deliverer = Deliverer(batches, sent, config.reporter, clock, Held(), Tally(),
+                          SinkGate(0.01, 0.01), limiter)
+    schema = batches.store.schema
+    keys = store(Scripts(client), schema, "g", numbered("g", 10 * 128))
+    stop = threading.Event()
+
+    assert deliverer.drain(keys, "g", stop) is True  # 3 of 8 batches allowed
+    assert len(sent.batches) == 3
+    assert client.llen(keys.queue("g")) == 7 * 128  # the rest were never claimed
+    assert deliverer.drain(keys, "g", stop) is False  # no token: no claim, no lease
+    assert client.llen(keys.queue("g")) == 7 * 128
+    assert client.zcard(keys.inflight) == 0
+
+    clock.now += 2.0  # two tokens
+    deliverer.drain(keys, "g", stop)
+    assert len(sent.batches) == 5
+
+    # a claim that finds less than it was allowed gives the rest back
+    keys2 = store(Scripts(client), schema, "h", numbered("h", 100))
+    clock.now += 3.0
+    deliverer.drain(keys2, "h", stop)
+    assert len(sent.batches) == 6
+    assert limiter.acquire(3).granted == 2
+
+
+def test_shared_bucket_refills_from_the_end_of_a_pause(r: redis.Redis) -> None:
+    store = store_of(r, KeySchema("lim", 1))
+    key = store.schema.limiter("paused")
+    base = 1_700_000_000_000_000
+
+    def take(at_s: float, wanted: int = 1, pause_ms: int = 0) -> tuple[int, int]:
+        tokens = store.call(TakeTokens(key, 10.0, 1, wanted, pause_ms,
+                                       base + round(at_s * 1_000_000)))
+        return tokens.granted, tokens.wait_us
+
+    assert take(0.0, 0, pause_ms=1000) == (0, 1_000_000)
+    assert take(0.5) == (0, 500_000)
+    granted, wait = take(1.05)
+    assert granted == 0 and 49_000 <= wait <= 51_000  # half a token since the pause ended
+    assert take(1.1)[0] == 1
