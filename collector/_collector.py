@@ -20,7 +20,7 @@ from collector._exceptions import BackendError
 from collector._writer import Writer
 from collector.counters import SDK, Counter, Gauge
 from collector.logs import RateLimitedLog
-from collector.metrics import Tally
+from collector.metrics import NO_METRICS, Metrics, Tally, count_all, fan_out
 from collector.store import Store, describe_settings, open_store, time_prefix, validate_game
 
 logger = logging.getLogger("collector")
@@ -68,7 +68,7 @@ class Collector:
     """
 
     def __init__(self, *, config: TelemetryConfig | None = None, store: Store | None = None,
-                 **settings: Any) -> None:
+                 metrics: Metrics = NO_METRICS, **settings: Any) -> None:
         base = config or TelemetryConfig.default()
         if settings:
             raw = raw_settings(base)
@@ -88,7 +88,6 @@ class Collector:
         self._store = store
         self._writer: Writer | None = None
         self._start_lock = threading.Lock()
-        self._count_lock = threading.Lock()
         self._wake = threading.Event()
         self._idle = threading.Event()
         self._stop = threading.Event()
@@ -97,8 +96,8 @@ class Collector:
         self._close_deadline = 0.0
         self._in_flush = 0
         self._flushed_seq = 0  # the buffer's seq at the flusher's latest take that found nothing
-        self._tally = Tally()
-        self._sync_accepted = 0
+        self._metrics = metrics
+        self._tally, self._counts = self._count_into(metrics)
         self._ratelog = RateLimitedLog(logger)
         _live.add(self)
 
@@ -144,7 +143,7 @@ class Collector:
         return 0
 
     def _drop_closed(self, game: str) -> int:
-        self._tally.count(Counter.DROPPED_CLOSED)
+        self._counts.count(Counter.DROPPED_CLOSED)
         self._ratelog.log(logging.WARNING, "closed",
                           "collect() after close(): event of game %r dropped", game)
         return 0
@@ -155,7 +154,7 @@ class Collector:
             self._known_games.add(game)
 
     def _refuse_large(self, game: str, size: int) -> None:
-        self._tally.count(Counter.DROPPED_TOO_LARGE)
+        self._counts.count(Counter.DROPPED_TOO_LARGE)
         self._buffer.note(Counter.DROPPED_TOO_LARGE, game)
         self._ratelog.log(
             logging.WARNING, f"large:{game}",
@@ -177,12 +176,11 @@ class Collector:
                 raise result.error
         except Exception as exc:
             self._buffer.put_back({}, pending)
-            self._tally.count(Counter.BACKEND_ERRORS)
+            self._counts.count(Counter.BACKEND_ERRORS)
             kind = type(exc) if isinstance(exc, BackendError) else BackendError
             raise kind(f"could not store event of game {game!r}: {_reason(exc)}") from exc
-        with self._count_lock:
-            self._sync_accepted += 1
-        self._tally.add({Counter.STORED: result.stored, Counter.EVICTED: result.evicted})
+        count_all(self._counts, {Counter.ACCEPTED: 1, Counter.STORED: result.stored,
+                                 Counter.EVICTED: result.evicted})
         return result.evicted
 
     # -- background mode ----------------------------------------------------------------------
@@ -236,8 +234,8 @@ class Collector:
                 self._backend_failed(exc, taken)
                 return False
             self._in_flush = 0
-            self._tally.add({Counter.STORED: result.stored, Counter.EVICTED: result.evicted,
-                             Counter.FLUSHES: 1})
+            count_all(self._counts, {Counter.STORED: result.stored,
+                                     Counter.EVICTED: result.evicted, Counter.FLUSHES: 1})
             if result.error is not None:
                 self._buffer.put_back(result.failed, result.failed_pending)
                 self._backend_failed(result.error, sum(map(len, result.failed.values())))
@@ -245,7 +243,7 @@ class Collector:
             self._ratelog.reset("backend")
 
     def _backend_failed(self, exc: Exception, count: int) -> None:
-        self._tally.count(Counter.BACKEND_ERRORS)
+        self._counts.count(Counter.BACKEND_ERRORS)
         self._ratelog.log(
             logging.WARNING, "backend",
             "cannot store %d events (%s); %d buffered, retrying with backoff",
@@ -293,25 +291,32 @@ class Collector:
             thread.join(timeout + 0.5)
         left = self._buffer.close()
         if left:
-            self._tally.count(Counter.DROPPED_AT_CLOSE, left)
+            self._counts.count(Counter.DROPPED_AT_CLOSE, left)
             logger.warning("collector closed with %d events not stored (Redis: %s)",
                            left, self._server)
         _live.discard(self)
 
     def stats(self) -> dict[str, int]:
-        """Counters of this process's collector.
+        """Counters of this process's collector (names from ``collector.counters``).
 
         ``accepted == stored + dropped_buffer_full + dropped_at_close + buffered`` holds at
         any quiet moment; ``dropped_too_large`` and ``dropped_closed`` were never accepted.
         """
-        with self._count_lock:
-            sync_accepted = self._sync_accepted
         counted = self._tally.snapshot()
-        out = {str(name): counted.get(name, 0) for name in SDK}
-        out[Counter.DROPPED_BUFFER_FULL] = self._buffer.dropped_total
-        out[Counter.ACCEPTED] = sync_accepted if self._sync else self._buffer.accepted_total
-        out[Gauge.BUFFERED] = len(self._buffer) + self._in_flush
-        return out
+        return {str(name): counted.get(name, 0) for name in (*SDK, Gauge.BUFFERED)}
+
+    def _count_into(self, metrics: Metrics) -> tuple[Tally, Metrics]:
+        """This collector's own tally (behind ``stats()``) and where counts go: the tally,
+        and ``metrics`` too unless it is the no-op default.  The buffer keeps some counts
+        itself; they are watched."""
+        tally = Tally()
+        counts = fan_out(tally, metrics)
+        buffer = self._buffer
+        if not self._sync:  # sync mode counts what it stores
+            counts.watch(Counter.ACCEPTED, lambda: buffer.accepted_total)
+        counts.watch(Counter.DROPPED_BUFFER_FULL, lambda: buffer.dropped_total)
+        counts.watch(Gauge.BUFFERED, lambda: len(buffer) + self._in_flush)
+        return tally, counts
 
     def __enter__(self) -> Collector:
         return self
@@ -327,15 +332,13 @@ class Collector:
         # The parent keeps and sends what it buffered; the child starts empty.
         self._buffer.reset_after_fork()
         self._start_lock = threading.Lock()
-        self._count_lock = threading.Lock()
         self._wake = threading.Event()
         self._idle = threading.Event()
         self._stop = threading.Event()
         self._thread = None
         self._in_flush = 0
         self._flushed_seq = 0
-        self._tally = Tally()
-        self._sync_accepted = 0
+        self._tally, self._counts = self._count_into(self._metrics)
         self._ratelog = RateLimitedLog(logger)  # its lock may have been held at the fork
         if self._store is None:
             self._writer = None  # a fresh client and connection pool in the child

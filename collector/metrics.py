@@ -1,23 +1,54 @@
-"""Counting through the shared vocabulary (``collector.counters``).
+"""The metrics seam: every count and level goes through one small protocol, by the names of the
+shared vocabulary (``collector.counters``).
 
-``Tally`` is the in-process count: thread-safe, keyed by ``Counter`` only, so a name outside
-the vocabulary cannot be counted.
+``Collector(metrics=...)`` and ``ReporterService(metrics=...)`` take any object with these
+two methods; the default is ``NO_METRICS`` (does nothing).  ``Tally`` is the in-process
+implementation: it backs ``Collector.stats()`` and the reporter's ``stopped:`` line, and is
+what an exporter (Prometheus, say) reads or replaces.
+
+- ``count(counter, amount)``: a counter went up.
+- ``watch(name, read)``: report ``name`` as whatever ``read()`` returns when asked: a level
+  (a ``Gauge``), or a count kept elsewhere (the SDK's buffer keeps ``accepted``).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
-from collector.counters import Counter
+from collector.counters import Counter, Gauge
+
+Name = Counter | Gauge
+Reader = Callable[[], float]
+
+
+class Metrics(Protocol):
+    def count(self, counter: Counter, amount: int = 1) -> None: ...
+
+    def watch(self, name: Name, read: Reader) -> None: ...
+
+
+class NoMetrics:
+    """Counts nothing; the default."""
+
+    def count(self, counter: Counter, amount: int = 1) -> None:
+        pass
+
+    def watch(self, name: Name, read: Reader) -> None:
+        pass
+
+
+NO_METRICS = NoMetrics()
 
 
 class Tally:
-    """Counters of this process."""
+    """Counters and watched values of this process, thread-safe, vocabulary names only."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[Counter, int] = {}
+        self._watched: dict[Name, Reader] = {}
 
     def count(self, counter: Counter, amount: int = 1) -> None:
         if type(counter) is not Counter:
@@ -26,21 +57,59 @@ class Tally:
             self._counts[counter] = self._counts.get(counter, 0) + amount
 
     def add(self, amounts: Mapping[Counter, int]) -> None:
+        """Several counts at once (under one lock)."""
         if any(type(counter) is not Counter for counter in amounts):
             raise TypeError(f"not counters of the vocabulary: {list(amounts)!r}")
         with self._lock:
             for counter, amount in amounts.items():
                 self._counts[counter] = self._counts.get(counter, 0) + amount
 
+    def watch(self, name: Name, read: Reader) -> None:
+        if type(name) not in (Counter, Gauge):
+            raise TypeError(f"not a name of the vocabulary: {name!r}")
+        with self._lock:
+            self._watched[name] = read
+
     def get(self, counter: Counter) -> int:
         with self._lock:
             return self._counts.get(counter, 0)
 
-    def snapshot(self) -> dict[str, int]:
-        """Every counter counted so far, by name."""
+    def counted(self) -> dict[str, int]:
+        """The counters counted so far, by name (no watched values)."""
         with self._lock:
             return {str(c): n for c, n in self._counts.items()}
 
-    def reset(self) -> None:
+    def snapshot(self) -> dict[str, int]:
+        """Every counter counted so far and every watched value, by name."""
         with self._lock:
-            self._counts.clear()
+            out = {str(c): n for c, n in self._counts.items()}
+            watched = list(self._watched.items())
+        out.update({str(name): int(read()) for name, read in watched})
+        return out
+
+
+class FanOut:
+    """Reports to several targets: a component's own tally and the injected metrics."""
+
+    def __init__(self, *targets: Metrics) -> None:
+        self._targets = targets
+
+    def count(self, counter: Counter, amount: int = 1) -> None:
+        for target in self._targets:
+            target.count(counter, amount)
+
+    def watch(self, name: Name, read: Reader) -> None:
+        for target in self._targets:
+            target.watch(name, read)
+
+
+def count_all(metrics: Metrics, amounts: Mapping[Counter, int]) -> None:
+    """Several counts at once, skipping zeros."""
+    for counter, amount in amounts.items():
+        if amount:
+            metrics.count(counter, amount)
+
+
+def fan_out(tally: Tally, metrics: Metrics) -> Metrics:
+    """``tally`` alone when ``metrics`` is the no-op default, else both."""
+    return tally if metrics is NO_METRICS else FanOut(tally, metrics)

@@ -12,7 +12,7 @@ import orjson
 
 from collector.counters import Counter as C
 from collector.logs import RateLimitedLog
-from collector.metrics import Tally
+from collector.metrics import Metrics, count_all
 from collector.store import ENTRY_TIME_DIGITS, Ack, BackendError, ShardKeys, entry_time_ms
 from reporter._batches import Batches, new_id
 from reporter._config import ReporterSettings
@@ -143,14 +143,14 @@ class Held:
 
 class Deliverer:
     def __init__(self, store: Batches, sender: Sender, settings: ReporterSettings,
-                 clock: Clock, held: Held, tally: Tally, gate: SinkGate,
+                 clock: Clock, held: Held, counts: Metrics, gate: SinkGate,
                  limiter: ClaimLimiter | None = None) -> None:
         self._store = store
         self._sender = sender
         self._settings = settings
         self._clock = clock
         self.held = held
-        self.tally = tally
+        self.counts = counts
         self.gate = gate
         self.limiter = limiter or Unlimited()
 
@@ -165,7 +165,7 @@ class Deliverer:
         if len(claimed.batches) < permit.granted:
             self.limiter.refund(permit.granted - len(claimed.batches))
         if claimed.stale:
-            self.tally.count(C.STALE, claimed.stale)
+            self.counts.count(C.STALE, claimed.stale)
         self.deliver_all(keys, token, [(game, b.batch_id, b.entries, 0) for b in claimed.batches],
                          stop)
         return claimed.remaining >= self._settings.batch_size
@@ -199,7 +199,7 @@ class Deliverer:
                 if stop.is_set() or not self.gate.is_open():
                     released = sum(self._store.release(keys, rest, token)
                                    for _, rest, _, _ in batches[i:])
-                    self.tally.count(C.BATCHES_RELEASED, released)
+                    self.counts.count(C.BATCHES_RELEASED, released)
                     return
                 self._deliver(keys, game, batch_id, token, entries, attempts)
         finally:
@@ -240,13 +240,13 @@ class Deliverer:
                         "could not acknowledge delivered batch %s of game %r (%s: %s); it will "
                         "be sent again when its lease runs out", batch_id, d.game,
                         type(reply).__name__, reply)
-            self.tally.count(C.ACK_FAILED)
+            self.counts.count(C.ACK_FAILED)
         elif reply < 0:
             logger.warning("batch %s of game %r was delivered after its lease ran out; "
                            "it may be sent again", batch_id, d.game)
-            self.tally.count(C.LEASE_LOST)
+            self.counts.count(C.LEASE_LOST)
         else:
-            self.tally.add({C.DELIVERED: reply, C.STALE: d.stale, C.BATCHES_DELIVERED: 1})
+            count_all(self.counts, {C.DELIVERED: reply, C.STALE: d.stale, C.BATCHES_DELIVERED: 1})
 
     def _deliver(self, keys: ShardKeys, game: str, batch_id: str, token: str,
                  entries: list[bytes], attempts: int) -> str:
@@ -254,7 +254,7 @@ class Deliverer:
         stale = fresh.stale
         if not fresh.events:
             self._store.ack(keys, batch_id, token, stale=stale)
-            self.tally.add({C.STALE: stale, C.BATCHES_STALE: 1})
+            count_all(self.counts, {C.STALE: stale, C.BATCHES_STALE: 1})
             return "stale"
         outcome = self._sender.send(game, batch_id, fresh.events, attempts + 1)
         self.gate.record(outcome)
@@ -274,13 +274,13 @@ class Deliverer:
             ratelog.log(logging.ERROR, f"dead:{outcome.reason[:40]}",
                         "batch %s of game %r dead-lettered (%d events) after %d attempts: %s",
                         batch_id, game, len(entries), attempts + 1, outcome.reason)
-            self.tally.add({C.DEAD_BATCHES: 1, C.DEAD_EVENTS: len(entries)})
+            count_all(self.counts, {C.DEAD_BATCHES: 1, C.DEAD_EVENTS: len(entries)})
         elif result.state == "retry":
             ratelog.log(logging.WARNING, "retry",
                         "endpoint failed (%s); batch %s of game %r retries in %.1fs, "
                         "new claims paused", outcome.reason, batch_id, game,
                         result.delay_ms / 1000)
-            self.tally.count(C.BATCHES_RETRIED)
+            self.counts.count(C.BATCHES_RETRIED)
         return result.state
 
     def _settle(self, keys: ShardKeys, game: str, batch_id: str, token: str, fresh: Fresh,
@@ -294,23 +294,23 @@ class Deliverer:
         if settled.delivered < 0:
             logger.warning("batch %s of game %r was answered after its lease ran out; "
                            "it may be sent again", batch_id, game)
-            self.tally.count(C.LEASE_LOST)
+            self.counts.count(C.LEASE_LOST)
             return "lost"
-        counts = {C.DELIVERED: settled.delivered, C.STALE: fresh.stale,
-                  C.BATCHES_DELIVERED: int(settled.delivered > 0)}
+        amounts = {C.DELIVERED: settled.delivered, C.STALE: fresh.stale,
+                   C.BATCHES_DELIVERED: int(settled.delivered > 0)}
         if outcome.refused:
             refused = len(outcome.refused)
-            counts.update({C.REJECTED_ITEMS: refused, C.DEAD_EVENTS: refused,
-                           C.DEAD_BATCHES: 1})
+            amounts.update({C.REJECTED_ITEMS: refused, C.DEAD_EVENTS: refused,
+                            C.DEAD_BATCHES: 1})
             ratelog.log(logging.ERROR, f"refused:{game}",
                         "endpoint refused %d of %d events of batch %s of game %r (first: %s); "
                         "dead-lettered as %s", refused, len(fresh.events), batch_id, game,
                         outcome.refused[0][1], settled.refused_id)
         if settled.retry_state == "retry":
-            counts[C.BATCHES_RETRIED] = 1
+            amounts[C.BATCHES_RETRIED] = 1
         elif settled.retry_state == "dead":
-            counts[C.DEAD_BATCHES] = counts.get(C.DEAD_BATCHES, 0) + 1
-            counts[C.DEAD_EVENTS] = (counts.get(C.DEAD_EVENTS, 0)
-                                     + len(outcome.retry_items))
-        self.tally.add(counts)
+            amounts[C.DEAD_BATCHES] = amounts.get(C.DEAD_BATCHES, 0) + 1
+            amounts[C.DEAD_EVENTS] = (amounts.get(C.DEAD_EVENTS, 0)
+                                      + len(outcome.retry_items))
+        count_all(self.counts, amounts)
         return "partial"

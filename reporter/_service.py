@@ -17,8 +17,8 @@ import httpx
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from collector.counters import Counter
-from collector.metrics import Tally
+from collector.counters import Counter, Gauge
+from collector.metrics import NO_METRICS, Metrics, Tally, fan_out
 from collector.store import Store, open_store
 from reporter._batches import Batches
 from reporter._config import ReporterConfig
@@ -41,7 +41,7 @@ class ReporterService:
 
     def __init__(self, config: ReporterConfig, *, store: Store | None = None,
                  sender: Sender | None = None, transport: httpx.BaseTransport | None = None,
-                 clock: Clock = time.time) -> None:
+                 clock: Clock = time.time, metrics: Metrics = NO_METRICS) -> None:
         self.config = config
         self.store = store if store is not None else open_store(config.redis)
         self.schema = self.store.schema
@@ -50,12 +50,13 @@ class ReporterService:
         self.stop_event = threading.Event()
         self.abort_event = threading.Event()  # a second signal: stop waiting for POSTs
         self.held = Held()
-        self.tally = Tally()
+        self.tally = Tally()  # this process's counts: the stopped: line
+        self.metrics = fan_out(self.tally, metrics)
         self.gate = SinkGate(config.retry.initial_delay_ms / 1000,
                              config.retry.max_delay_ms / 1000)
         self.limiter = make_limiter(config, self.store)
         self.deliverer = Deliverer(self.batches, self.sender, config.reporter, clock, self.held,
-                                   self.tally, self.gate, self.limiter)
+                                   self.metrics, self.gate, self.limiter)
         r = config.reporter
         self.ownership = ShardOwnership(self.store, r.shard_lease_seconds)
         self.sweepers = [
@@ -68,6 +69,9 @@ class ReporterService:
                           self.stop_event)
             for game, threads in r.hot_games.items() for _ in range(threads)
         ]
+        self.metrics.watch(Gauge.HELD_BATCHES, lambda: len(self.held))
+        self.metrics.watch(Gauge.OWNED_SHARDS, lambda: len(self.ownership.owned()))
+        self.metrics.watch(Gauge.SINK_GATE_OPEN, lambda: int(self.gate.is_open()))
         self.reaper = Reaper(self.schema, self.batches, self.ownership, self.stop_event)
         self.lease_keeper = LeaseKeeper(self.deliverer, self.batches)
         executors = {"default": ThreadPoolExecutor(r.workers),
@@ -158,5 +162,5 @@ class ReporterService:
         except Exception as exc:
             logger.warning("could not give up shard leases (%s); they will expire", exc)
         self.sender.close()
-        self.tally.count(Counter.BATCHES_RELEASED, released)
-        return self.tally.snapshot()
+        self.metrics.count(Counter.BATCHES_RELEASED, released)
+        return self.tally.counted()
