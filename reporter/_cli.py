@@ -120,6 +120,4 @@ def _run(config: ReporterConfig) -> int:
     counts = service.stop()
     logger.info("stopped: %s", ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or
                 "nothing sent")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # POST threads past the grace period must not hold the exit
+    return 0

@@ -1,8 +1,8 @@
-"""The reporter service: APScheduler runs the workers on thread pools until told to stop.
+"""The reporter service: its workers, run on APScheduler thread pools until told to stop.
 
-Every worker's ``loop()`` is a one-shot job that schedules its own next run when it returns
-(at once if it left work, else after its interval), so a job never overlaps itself and
-APScheduler never has to skip a run.
+Pools: ``default`` (``[reporter] workers`` threads) sweeps the shards, one ``hot:<game>`` pool
+per hot game, and ``control`` (2 threads) keeps the shard leases, reaps expired batch leases
+and extends the leases of slow POSTs.  How jobs are run is in ``reporter._scheduling``.
 """
 
 from __future__ import annotations
@@ -10,12 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from datetime import datetime, timedelta
 
 import httpx
-from apscheduler.executors.pool import ThreadPoolExecutor
-from apscheduler.schedulers.background import BackgroundScheduler
 
 from collector.counters import Counter, Gauge
 from collector.metrics import NO_METRICS, Metrics, Tally, fan_out
@@ -26,18 +22,17 @@ from reporter._delivery import Clock, Deliverer, Held
 from reporter._limiter import make_limiter
 from reporter._outcomes import SinkGate
 from reporter._ownership import ShardOwnership
+from reporter._scheduling import Runner
 from reporter._sinks import Sender, make_sender
 from reporter._workers import HotGameWorker, LeaseKeeper, Reaper, ShardSweeper, guarded
 
 logger = logging.getLogger("reporter")
 
 REAP_INTERVAL_SECONDS = 1.0
-# How long a job keeps looping while its worker reports more work, before yielding its thread.
-BUSY_SLICE_SECONDS = 0.05
 
 
 class ReporterService:
-    """Owns the scheduler, its pools, the sender and the stop Event."""
+    """Owns the workers, their runner (scheduler and pools), the sender and the stop Event."""
 
     def __init__(self, config: ReporterConfig, *, store: Store | None = None,
                  sender: Sender | None = None, transport: httpx.BaseTransport | None = None,
@@ -74,15 +69,9 @@ class ReporterService:
         self.metrics.watch(Gauge.SINK_GATE_OPEN, lambda: int(self.gate.is_open()))
         self.reaper = Reaper(self.schema, self.batches, self.ownership, self.stop_event)
         self.lease_keeper = LeaseKeeper(self.deliverer, self.batches)
-        executors = {"default": ThreadPoolExecutor(r.workers),
-                     "control": ThreadPoolExecutor(2)}
-        for game, threads in r.hot_games.items():
-            executors[f"hot:{game}"] = ThreadPoolExecutor(threads)
-        self.scheduler = BackgroundScheduler(
-            executors=executors,
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
-        )
-        self._started = False
+        pools = {"default": r.workers, "control": 2}
+        pools.update({f"hot:{game}": threads for game, threads in r.hot_games.items()})
+        self.runner = Runner(pools, self.stop_event)
 
     def describe(self) -> str:
         r = self.config.reporter
@@ -95,47 +84,21 @@ class ReporterService:
         r = self.config.reporter
         poll = r.poll_interval_ms / 1000
         guarded("shard leases", self.ownership.loop)()  # sweep at once, not a lease later
-        self._every("shard-leases", self.ownership.loop, r.shard_lease_seconds / 3, "control")
-        self._every("reaper", self.reaper.loop, REAP_INTERVAL_SECONDS, "control")
-        self._every("lease-keeper", self.lease_keeper.loop, r.lease_seconds / 3, "control")
+        every = self.runner.every
+        every("shard-leases", self.ownership.loop, r.shard_lease_seconds / 3, "control")
+        every("reaper", self.reaper.loop, REAP_INTERVAL_SECONDS, "control")
+        every("lease-keeper", self.lease_keeper.loop, r.lease_seconds / 3, "control")
         for sweeper in self.sweepers:
-            self._every(f"sweep:{sweeper.keys.shard}", sweeper.loop, poll, "default")
+            every(f"sweep:{sweeper.keys.shard}", sweeper.loop, poll, "default")
         for i, worker in enumerate(self.hot_workers):
-            self._every(f"hot:{worker.game}:{i}", worker.loop, poll, f"hot:{worker.game}")
-        self.scheduler.start()
-        self._started = True
-
-    def _every(self, job_id: str, work: Callable[[], bool], interval: float,
-               executor: str) -> None:
-        run = guarded(job_id, work)
-        failures = 0
-
-        def job() -> None:
-            nonlocal failures
-            more = run()
-            # While there is work, keep going for a while rather than paying for a new job.
-            busy_until = time.monotonic() + BUSY_SLICE_SECONDS
-            while more and not self.stop_event.is_set() and time.monotonic() < busy_until:
-                more = run()
-            if self.stop_event.is_set():
-                return
-            # Back off while Redis is down: double the pause per failure, up to 5 s.
-            if more is not None and failures:
-                logger.info("%s: working again after %d failed runs", job_id, failures)
-            failures = failures + 1 if more is None else 0
-            delay = min(interval * 2 ** failures, max(interval, 5.0)) if failures else (
-                0.0 if more else interval)
-            # A fresh job each time: reusing the id races with the scheduler removing the
-            # finished one-shot job.
-            self.scheduler.add_job(job, "date", name=job_id, executor=executor,
-                                   run_date=datetime.now() + timedelta(seconds=delay))
-
-        self.scheduler.add_job(job, "date", name=job_id, executor=executor,
-                               run_date=datetime.now())
+            every(f"hot:{worker.game}:{i}", worker.loop, poll, f"hot:{worker.game}")
+        self.runner.start()
 
     def stop(self, grace: float | None = None) -> dict[str, int]:
         """Stop claiming; let in-flight POSTs finish within ``grace`` seconds; release the
-        rest; give the shards back.  Returns this process's counters."""
+        rest (a POST still running past the grace is cut off: its batch is sent again after
+        the release); join the pools; give the shards back.  Returns this process's
+        counters."""
         grace = self.config.reporter.grace_seconds if grace is None else grace
         self.stop_event.set()
         deadline = time.monotonic() + grace
@@ -155,12 +118,11 @@ class ReporterService:
             except Exception as exc:  # the lease will bring it back
                 logger.warning("could not release batch %s (%s); its lease will expire",
                                batch_id, exc)
-        if self._started:
-            self.scheduler.shutdown(wait=False)
+        self.sender.close()  # cuts off POSTs still running, so the pools can be joined
+        self.runner.shutdown()
         try:
             self.ownership.give_up()
         except Exception as exc:
             logger.warning("could not give up shard leases (%s); they will expire", exc)
-        self.sender.close()
         self.metrics.count(Counter.BATCHES_RELEASED, released)
         return self.tally.counted()

@@ -11,6 +11,7 @@ responses.  No HTTP/2, no proxies: set ``[sink] transport = "httpx"`` for those.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import threading
@@ -79,6 +80,11 @@ class _Connection:
     def close(self) -> None:
         self.sock.close()
 
+    def abort(self) -> None:
+        """Cut off a request in progress on another thread: its reads end at once."""
+        with contextlib.suppress(OSError):  # already closed
+            self.sock.shutdown(socket.SHUT_RDWR)
+
 
 class SocketTransport(httpx.BaseTransport):
     """At most ``max_connections`` connections in use at once; idle ones are kept for reuse.
@@ -93,6 +99,7 @@ class SocketTransport(httpx.BaseTransport):
         self._slots = threading.BoundedSemaphore(max_connections)
         self._max_idle = max_connections
         self._idle: dict[Origin, list[_Connection]] = {}
+        self._busy: set[_Connection] = set()
         self._lock = threading.Lock()
         self._closed = False
 
@@ -105,7 +112,7 @@ class SocketTransport(httpx.BaseTransport):
             raise httpx.PoolTimeout(f"all connections busy for {wait} s", request=request)
         try:
             for _ in range(2):
-                conn, reused = self._connection(origin)
+                conn, reused = self._connection(origin, request)
                 try:
                     conn.sock.sendall(data)
                     status, headers, content, keep = _read_response(conn, request.method)
@@ -126,6 +133,9 @@ class SocketTransport(httpx.BaseTransport):
                     if error is exc:
                         raise
                     raise error from exc
+                finally:
+                    with self._lock:
+                        self._busy.discard(conn)
                 if keep:
                     self._keep(origin, conn)
                 else:
@@ -136,13 +146,22 @@ class SocketTransport(httpx.BaseTransport):
         finally:
             self._slots.release()
 
-    def _connection(self, origin: Origin) -> tuple[_Connection, bool]:
+    def _connection(self, origin: Origin, request: httpx.Request) -> tuple[_Connection, bool]:
         """An idle connection to ``origin`` or a new one, and whether it was used before."""
         with self._lock:
+            if self._closed:
+                raise httpx.ConnectError("the transport is closed", request=request)
             idle = self._idle.get(origin)
-            if idle:
-                return idle.pop(), True
-        return _Connection(self._connect(origin)), False
+            conn = idle.pop() if idle else None
+            if conn is not None:
+                self._busy.add(conn)
+                return conn, True
+        conn = _Connection(self._connect(origin))
+        with self._lock:
+            self._busy.add(conn)
+            if self._closed:  # closed while connecting
+                conn.abort()
+        return conn, False
 
     def _keep(self, origin: Origin, conn: _Connection) -> None:
         with self._lock:
@@ -167,10 +186,14 @@ class SocketTransport(httpx.BaseTransport):
         return sock
 
     def close(self) -> None:
-        """Close the idle connections; one in use is closed when its request ends."""
+        """Close the idle connections and cut off the requests in progress (their reads end
+        at once, so a stopping reporter can join its threads); no request starts after."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, {}
+            busy = list(self._busy)
+        for conn in busy:
+            conn.abort()
         for conns in idle.values():
             for conn in conns:
                 conn.close()

@@ -105,4 +105,4 @@ def test_redis_restart_while_collecting_and_delivering(
     assert totals.counter("delivered") == totals.counter("stored")
     got = received_keys(endpoint)
     assert set(got) == set(producer.collected)  # before, during and after the outage
-    assert service.scheduler.running and not service.stop_event.is_set()
+    assert service.runner.scheduler.running and not service.stop_event.is_set()

@@ -58,8 +58,8 @@ def make_service() -> Iterator[MakeService]:
     for service in made:
         if not service.stop_event.is_set():
             service.stop(grace=0)
-    # stop() does not join the pools: a sweep still running must not reach into the next
-    # test's keys (the shared server is flushed, not replaced) or log after its server died
+    # stop() joins the pools: no sweep may still be running to reach into the next test's
+    # keys (the shared server is flushed, not replaced) or log after its server died
     wait_until(lambda: not [t for t in threading.enumerate() if t not in before
                             and t.name.startswith("ThreadPoolExecutor")],
                what="the stopped services' pool threads to end")

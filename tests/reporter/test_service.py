@@ -127,7 +127,7 @@ def test_a_flooding_game_does_not_hold_up_small_games(own_server: Server,
 
 def pool_threads(service: ReporterService, executor: str) -> set[int]:
     """Idents of the threads of one of the scheduler's pools."""
-    pool = service.scheduler._executors[executor]._pool
+    pool = service.runner.scheduler._executors[executor]._pool
     return {t.ident for t in pool._threads if t.ident is not None}
 
 
