@@ -5,7 +5,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import threading
 import time
 import weakref
 from collections.abc import Mapping
@@ -17,6 +16,7 @@ from collector._buffer import EventBuffer
 from collector._config import TelemetryConfig
 from collector._config_loader import build_config, load_config, raw_settings
 from collector._exceptions import BackendError
+from collector._flusher import Flusher, reason
 from collector._writer import Writer
 from collector.counters import SDK, Counter, Gauge
 from collector.logs import RateLimitedLog
@@ -87,18 +87,9 @@ class Collector:
         self._known_games: set[str] = set()
         self._store = store
         self._writer: Writer | None = None
-        self._start_lock = threading.Lock()
-        self._wake = threading.Event()
-        self._idle = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._closed = False
-        self._close_deadline = 0.0
-        self._in_flush = 0
-        self._flushed_seq = 0  # the buffer's seq at the flusher's latest take that found nothing
         self._metrics = metrics
-        self._tally, self._counts = self._count_into(metrics)
-        self._ratelog = RateLimitedLog(logger)
+        self._new_flusher()
         _live.add(self)
 
     @classmethod
@@ -138,7 +129,7 @@ class Collector:
             self._wake.set()
         elif waiting < 0:
             return self._drop_closed(game)
-        if self._thread is None:
+        if not self._flushing:
             self._start()
         return 0
 
@@ -161,7 +152,7 @@ class Collector:
             "event of game %r dropped: %d bytes of JSON, over [buffer] max_event_bytes = %d",
             game, size, self._max_event_bytes,
         )
-        if not self._sync and self._thread is None:
+        if not self._sync and not self._flushing:
             self._start()  # the drop count still has to reach Redis
 
     # -- sync mode ----------------------------------------------------------------------------
@@ -178,7 +169,7 @@ class Collector:
             self._buffer.put_back({}, pending)
             self._counts.count(Counter.BACKEND_ERRORS)
             kind = type(exc) if isinstance(exc, BackendError) else BackendError
-            raise kind(f"could not store event of game {game!r}: {_reason(exc)}") from exc
+            raise kind(f"could not store event of game {game!r}: {reason(exc)}") from exc
         count_all(self._counts, {Counter.ACCEPTED: 1, Counter.STORED: result.stored,
                                  Counter.EVICTED: result.evicted})
         return result.evicted
@@ -192,63 +183,10 @@ class Collector:
         return self._writer
 
     def _start(self, closing: bool = False) -> None:
-        with self._start_lock:
-            if self._thread is None and (closing or not self._closed):
-                self._thread = threading.Thread(
-                    target=self._run, name="telemetry-collector-flusher", daemon=True)
-                self._thread.start()
-
-    def _run(self) -> None:
-        interval = self.config.collector.flush_interval_ms / 1000
-        longest = self.config.collector.retry_max_delay_ms / 1000
-        delay = interval
-        while True:
-            self._wake.wait(delay)
-            self._wake.clear()
-            ok = self._flush_round()
-            if self._stop.is_set() and (
-                not len(self._buffer) or time.monotonic() >= self._close_deadline):
-                return
-            if ok:
-                delay = interval
-            else:
-                delay = min(max(delay * 2, interval), longest)
-                if self._stop.is_set():
-                    delay = min(delay, max(0.0, self._close_deadline - time.monotonic()))
-
-    def _flush_round(self) -> bool:
-        """Write what is buffered; False if Redis failed (the events are put back)."""
-        while True:
-            self._idle.clear()
-            queues, pending = self._buffer.take()
-            if not queues and not any(pending.values()):
-                self._flushed_seq = self._buffer.taken_seq
-                self._idle.set()
-                return True
-            self._in_flush = taken = sum(map(len, queues.values()))
-            try:
-                result = self._get_writer().write(queues, pending)
-            except Exception as exc:  # never let the flusher die; Redis may come back
-                self._buffer.put_back(queues, pending)
-                self._in_flush = 0
-                self._backend_failed(exc, taken)
-                return False
-            self._in_flush = 0
-            count_all(self._counts, {Counter.STORED: result.stored,
-                                     Counter.EVICTED: result.evicted, Counter.FLUSHES: 1})
-            if result.error is not None:
-                self._buffer.put_back(result.failed, result.failed_pending)
-                self._backend_failed(result.error, sum(map(len, result.failed.values())))
-                return False
-            self._ratelog.reset("backend")
-
-    def _backend_failed(self, exc: Exception, count: int) -> None:
-        self._counts.count(Counter.BACKEND_ERRORS)
-        self._ratelog.log(
-            logging.WARNING, "backend",
-            "cannot store %d events (%s); %d buffered, retrying with backoff",
-            count, _reason(exc), len(self._buffer),
-        )
+        """Start the flusher thread; after close() only to write what is left."""
+        if closing or not self._closed:
+            self._flusher.start()
+            self._flushing = True
 
     # -- control ------------------------------------------------------------------------------
 
@@ -256,21 +194,10 @@ class Collector:
         """Wait until everything collected so far is stored; False if ``timeout`` ran out."""
         if self._sync:
             return True
-        if self._closed and (self._thread is None or not self._thread.is_alive()):
-            return self._flushed_seq >= self._buffer.seq  # nothing will be written any more
-        if self._thread is None:
-            self._start()
-        deadline = time.monotonic() + timeout
-        # Done once the flusher has found the buffer empty after everything collected (and
-        # every drop count noted) so far; an empty buffer alone may mean "taken, not stored".
-        target = self._buffer.seq
-        while self._flushed_seq < target:
-            self._idle.clear()
-            self._wake.set()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._idle.wait(remaining):
-                return False
-        return True
+        if self._closed and not self._flusher.alive:
+            return self._flusher.caught_up()  # nothing will be written any more
+        self._start()
+        return self._flusher.flush(timeout)
 
     def close(self, timeout: float | None = None) -> None:
         """Store what is buffered (waiting at most ``timeout`` seconds, by default
@@ -280,15 +207,9 @@ class Collector:
             return
         timeout = self.config.collector.close_timeout_seconds if timeout is None else timeout
         self._closed = True
-        self._close_deadline = time.monotonic() + timeout
-        thread = self._thread
-        if thread is None and len(self._buffer):
+        if not self._flusher.started and len(self._buffer):
             self._start(closing=True)
-            thread = self._thread
-        self._stop.set()
-        self._wake.set()
-        if thread is not None:
-            thread.join(timeout + 0.5)
+        self._flusher.stop(timeout)
         left = self._buffer.close()
         if left:
             self._counts.count(Counter.DROPPED_AT_CLOSE, left)
@@ -315,7 +236,7 @@ class Collector:
         if not self._sync:  # sync mode counts what it stores
             counts.watch(Counter.ACCEPTED, lambda: buffer.accepted_total)
         counts.watch(Counter.DROPPED_BUFFER_FULL, lambda: buffer.dropped_total)
-        counts.watch(Gauge.BUFFERED, lambda: len(buffer) + self._in_flush)
+        counts.watch(Gauge.BUFFERED, lambda: len(buffer) + self._flusher.in_flush)
         return tally, counts
 
     def __enter__(self) -> Collector:
@@ -328,25 +249,23 @@ class Collector:
         return (f"Collector(mode={self.config.collector.mode!r}, "
                 f"redis={self._server!r})")
 
+    def _new_flusher(self) -> None:
+        """Counts, log and flusher of a new collector, or of one in a forked child (the
+        parent keeps its own, and may have held their locks at the fork)."""
+        self._tally, self._counts = self._count_into(self._metrics)
+        self._ratelog = RateLimitedLog(logger)
+        c = self.config.collector
+        self._flusher = Flusher(self._buffer, self._get_writer, self._counts, self._ratelog,
+                                c.flush_interval_ms / 1000, c.retry_max_delay_ms / 1000)
+        self._wake = self._flusher.wake
+        self._flushing = False  # whether the flusher was started (read on the hot path)
+
     def _after_fork_in_child(self) -> None:
         # The parent keeps and sends what it buffered; the child starts empty.
         self._buffer.reset_after_fork()
-        self._start_lock = threading.Lock()
-        self._wake = threading.Event()
-        self._idle = threading.Event()
-        self._stop = threading.Event()
-        self._thread = None
-        self._in_flush = 0
-        self._flushed_seq = 0
-        self._tally, self._counts = self._count_into(self._metrics)
-        self._ratelog = RateLimitedLog(logger)  # its lock may have been held at the fork
+        self._new_flusher()
         if self._store is None:
             self._writer = None  # a fresh client and connection pool in the child
-
-
-def _reason(exc: Exception) -> str:
-    """A store error names the server already; anything else is named by its type."""
-    return str(exc) if isinstance(exc, BackendError) else f"{type(exc).__name__}: {exc}"
 
 
 def _close_all_at_exit() -> None:

@@ -99,7 +99,7 @@ def test_fork_while_redis_is_down(make_collector: MakeCollector, own_server: Ser
     assert stats["stored"] == stats["accepted"] == 100
 
 
-@pytest.mark.parametrize("lock", ["_buffer._lock", "_tally._lock", "_start_lock",
+@pytest.mark.parametrize("lock", ["_buffer._lock", "_tally._lock", "_flusher._lock",
                                   "_ratelog._lock"])
 def test_fork_while_a_lock_is_held(make_collector: MakeCollector, redis_url: str,
                                    r: redis.Redis, lock: str) -> None:

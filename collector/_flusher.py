@@ -1,0 +1,143 @@
+"""The flusher: one thread that writes the SDK's buffer to Redis.
+
+A round takes everything waiting (already grouped by game) and writes it through the
+``Writer`` in as few socket writes as the backend allows.  Rounds run every
+``flush_interval_ms``, sooner when woken (a full-ish buffer, ``flush()``, ``close()``).
+While Redis fails, the events go back to the buffer and the pause between rounds doubles up
+to ``retry_max_delay_ms``; at close the flusher keeps trying until the close deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from collector._buffer import EventBuffer
+from collector._exceptions import BackendError
+from collector._writer import Writer
+from collector.counters import Counter
+from collector.logs import RateLimitedLog
+from collector.metrics import Metrics, count_all
+
+Clock = Callable[[], float]  # monotonic seconds
+
+
+class Flusher:
+    def __init__(self, buffer: EventBuffer, writer: Callable[[], Writer], counts: Metrics,
+                 ratelog: RateLimitedLog, interval: float, longest: float,
+                 clock: Clock = time.monotonic) -> None:
+        self._buffer = buffer
+        self._writer = writer
+        self._counts = counts
+        self._ratelog = ratelog
+        self._interval = interval
+        self._longest = longest
+        self._clock = clock
+        self.wake = threading.Event()  # set to start a round now
+        self._idle = threading.Event()  # set by a round that found the buffer empty
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._deadline = 0.0
+        self.in_flush = 0  # events taken by the round in progress
+        self._flushed_seq = 0  # the buffer's seq at the latest take that found nothing
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def caught_up(self) -> bool:
+        """Whether a round has found the buffer empty after everything collected so far."""
+        return self._flushed_seq >= self._buffer.seq
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="telemetry-collector-flusher", daemon=True)
+                self._thread.start()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until everything collected so far is stored; False if ``timeout`` ran out.
+        The thread must have been started."""
+        deadline = self._clock() + timeout
+        # Done once a round has found the buffer empty after everything collected (and every
+        # drop count noted) so far; an empty buffer alone may mean "taken, not stored".
+        target = self._buffer.seq
+        while self._flushed_seq < target:
+            self._idle.clear()
+            self.wake.set()
+            remaining = deadline - self._clock()
+            if remaining <= 0 or not self._idle.wait(remaining):
+                return False
+        return True
+
+    def stop(self, timeout: float) -> None:
+        """Keep writing what is buffered for up to ``timeout`` seconds, then end the thread."""
+        self._deadline = self._clock() + timeout
+        self._stop.set()
+        self.wake.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout + 0.5)
+
+    def _run(self) -> None:
+        delay = self._interval
+        while True:
+            self.wake.wait(delay)
+            self.wake.clear()
+            ok = self._round()
+            if self._stop.is_set() and (
+                    not len(self._buffer) or self._clock() >= self._deadline):
+                return
+            if ok:
+                delay = self._interval
+            else:
+                delay = min(max(delay * 2, self._interval), self._longest)
+                if self._stop.is_set():
+                    delay = min(delay, max(0.0, self._deadline - self._clock()))
+
+    def _round(self) -> bool:
+        """Write what is buffered; False if Redis failed (the events are put back)."""
+        while True:
+            self._idle.clear()
+            queues, pending = self._buffer.take()
+            if not queues and not any(pending.values()):
+                self._flushed_seq = self._buffer.taken_seq
+                self._idle.set()
+                return True
+            self.in_flush = taken = sum(map(len, queues.values()))
+            try:
+                result = self._writer().write(queues, pending)
+            except Exception as exc:  # never let the flusher die; Redis may come back
+                self._buffer.put_back(queues, pending)
+                self.in_flush = 0
+                self._failed(exc, taken)
+                return False
+            self.in_flush = 0
+            count_all(self._counts, {Counter.STORED: result.stored,
+                                     Counter.EVICTED: result.evicted, Counter.FLUSHES: 1})
+            if result.error is not None:
+                self._buffer.put_back(result.failed, result.failed_pending)
+                self._failed(result.error, sum(map(len, result.failed.values())))
+                return False
+            self._ratelog.reset("backend")
+
+    def _failed(self, exc: Exception, count: int) -> None:
+        self._counts.count(Counter.BACKEND_ERRORS)
+        self._ratelog.log(
+            logging.WARNING, "backend",
+            "cannot store %d events (%s); %d buffered, retrying with backoff",
+            count, reason(exc), len(self._buffer),
+        )
+
+
+def reason(exc: Exception) -> str:
+    """A store error names the server already; anything else is named by its type."""
+    return str(exc) if isinstance(exc, BackendError) else f"{type(exc).__name__}: {exc}"
