@@ -15,6 +15,7 @@ import orjson
 from collector._buffer import EventBuffer
 from collector._config import TelemetryConfig
 from collector._config_loader import build_config, load_config, raw_settings
+from collector._constants import FLUSH_SOON_EVENTS, KNOWN_GAMES_LIMIT
 from collector._exceptions import BackendError
 from collector._flusher import Flusher, reason
 from collector._writer import Writer
@@ -25,10 +26,6 @@ from collector.store import Store, describe_settings, open_store, time_prefix, v
 
 logger = logging.getLogger("collector")
 
-# A flush starts early once this many events are waiting.
-FLUSH_SOON_EVENTS = 2048
-# Validated game names remembered, so the hot path skips the regex for known games.
-KNOWN_GAMES_LIMIT = 10_000
 
 _live: weakref.WeakSet[Collector] = weakref.WeakSet()
 

@@ -22,9 +22,11 @@ Where = Callable[[str, str], str]
 
 
 def setting(default: Any, *, lo: float | None = None, hi: float | None = None,
-            choices: tuple[str, ...] = (), secret: bool = False) -> Any:
-    """A dataclass field with its allowed range; the loader reads the metadata."""
-    meta = {"lo": lo, "hi": hi, "choices": choices, "secret": secret}
+            choices: tuple[str, ...] = (), secret: bool = False,
+            renamed: Mapping[str, str] | None = None) -> Any:
+    """A dataclass field with its allowed range; the loader reads the metadata.  ``renamed``
+    maps old values to the choices that replaced them (accepted, with a notice)."""
+    meta = {"lo": lo, "hi": hi, "choices": choices, "secret": secret, "renamed": renamed}
     if isinstance(default, Mapping):
         return field(default_factory=lambda: MappingProxyType(dict(default)), metadata=meta)
     return field(default=default, metadata=meta)
@@ -90,6 +92,8 @@ class TelemetryConfig:
     collector: CollectorSettings = field(default_factory=CollectorSettings)
     games: Mapping[str, GameSettings] = field(default_factory=lambda: MappingProxyType({}))
     source: str = field(default="<defaults>", compare=False)
+    # What the loader wants the operator to know (deprecated names, risky choices).
+    notices: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def load(cls, path: str | None = None, env: Mapping[str, str] | None = None) -> Self:
@@ -127,7 +131,7 @@ class TelemetryConfig:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name == "source":
+            if f.name in ("source", "notices"):
                 continue
             if f.name == "games":
                 out["games"] = {g: _section_dict(s) for g, s in value.items()}

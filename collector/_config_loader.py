@@ -80,13 +80,15 @@ def build_config(raw: Mapping[str, Any], source: str, env: Mapping[str, str] | N
             raise ConfigError(
                 f"{source}: unknown section [{name}]; expected one of {', '.join(known)}")
     values: dict[str, Any] = {}
+    notices: list[str] = []
     for name, section in sections.items():
         table = raw.get(name, {})
         if not isinstance(table, Mapping):
             raise ConfigError(f"{source}: [{name}] must be a table, found {table!r}")
-        values[name] = _build_section(section, name, table, source, overrides.get(name, {}))
+        values[name] = _build_section(section, name, table, source, overrides.get(name, {}),
+                                      notices)
     values[GAMES] = _build_games(raw.get(GAMES, {}), source)
-    config = cls(**values, source=source)
+    config = cls(**values, source=source, notices=tuple(notices))
 
     def where(section: str, key: str) -> str:
         var = overrides.get(section, {}).get(key)
@@ -153,7 +155,7 @@ def _env_overrides(env: Mapping[str, str], sections: Mapping[str, type]
 
 
 def _build_section(cls: type, name: str, table: Mapping[str, Any], source: str,
-                   overrides: Mapping[str, tuple[str, str]]) -> Any:
+                   overrides: Mapping[str, tuple[str, str]], notices: list[str]) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     for key in table:
@@ -171,6 +173,11 @@ def _build_section(cls: type, name: str, table: Mapping[str, Any], source: str,
             where, value = source, table[key]
         else:
             continue
+        renamed = (f.metadata.get("renamed") or {}).get(value) if isinstance(value, str) else None
+        if renamed is not None:
+            notices.append(f"{where}: [{name}] {key}: {value!r} is a deprecated name for "
+                           f"{renamed!r}; write {renamed!r}")
+            value = renamed
         values[key] = _check_value(value, hints[key], f.metadata, where, f"[{name}] {key}")
     return cls(**values)
 
@@ -186,7 +193,7 @@ def _build_games(table: Any, source: str) -> Mapping[str, GameSettings]:
             raise ConfigError(f"{source}: [games.{game!r}]: {exc}") from None
         if not isinstance(section, Mapping):
             raise ConfigError(f'{source}: [games."{game}"] must be a table, found {section!r}')
-        games[game] = _build_section(GameSettings, f'games."{game}"', section, source, {})
+        games[game] = _build_section(GameSettings, f'games."{game}"', section, source, {}, [])
     return MappingProxyType(games)
 
 

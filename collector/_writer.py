@@ -6,13 +6,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from collector._buffer import Pending, no_pending
+from collector._constants import EVENTS_PER_CALL
 from collector._exceptions import BackendError
 from collector.counters import Counter
 from collector.store import Collect, Store
-
-# Events per script call: large enough to amortise the call, small enough that one call never
-# blocks the server for long (about a millisecond).
-EVENTS_PER_CALL = 1000
 
 
 @dataclass

@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "check-config":
         config = ReporterConfig.load(args.file)
+        for notice in config.notices:
+            print(f"telemetry-reporter: warning: {notice}", file=sys.stderr)
         print(f"# {config.source}: valid")
         print(json.dumps(config.masked(), indent=2))
         return 0
@@ -112,6 +114,8 @@ def _run(config: ReporterConfig) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    for notice in config.notices:
+        logger.warning(notice)
     logger.info(service.describe())
     service.start()
     stopping.wait()

@@ -41,7 +41,8 @@ class SinkSettings(MaskedRepr):
     connect_timeout_seconds: float = setting(2.0, lo=0.05, hi=300)
     max_connections: int = setting(32, lo=1, hi=1000)
     gzip: bool = setting(False)
-    transport: str = setting("stdlib", choices=("stdlib", "httpx"))
+    transport: str = setting("builtin", choices=("builtin", "httpx"),
+                             renamed={"stdlib": "builtin"})
     headers: Mapping[str, str] = setting({}, secret=True)
     requests_per_second: float = setting(0.0, lo=0, hi=1_000_000)
     request_burst: int = setting(1, lo=1, hi=100_000)

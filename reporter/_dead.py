@@ -8,15 +8,14 @@ import time
 
 from collector.store import Purge, Replay, Store, entry_event, open_store
 from reporter._config import ReporterConfig
+from reporter._constants import DEAD_LIST_LIMIT
 from reporter._tables import table
-
-LIST_LIMIT = 1000
 
 
 def run_dead(config: ReporterConfig, args: argparse.Namespace) -> int:
     store = open_store(config.redis)
     if args.action == "list":
-        batches = store.dead_batches(LIST_LIMIT)
+        batches = store.dead_batches(DEAD_LIST_LIMIT)
         rows = [(b.batch_id, b.game, b.shard, b.events, b.attempts,
                  time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(b.dead_at)), b.reason[:60])
                 for b in batches]

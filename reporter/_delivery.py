@@ -16,6 +16,7 @@ from collector.metrics import Metrics, count_all
 from collector.store import ENTRY_TIME_DIGITS, Ack, BackendError, ShardKeys, entry_time_ms
 from reporter._batches import Batches, new_id
 from reporter._config import ReporterSettings
+from reporter._constants import RETRIES_PER_LOOP
 from reporter._limiter import ClaimLimiter, Unlimited
 from reporter._outcomes import DELIVERED, REJECTED, Outcome, SinkGate
 from reporter._sinks import Sender
@@ -24,8 +25,6 @@ logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=30.0)
 
 Clock = Callable[[], float]  # wall-clock seconds, injectable for tests
-# Retried batches one call takes at most.
-RETRIES_PER_LOOP = 16
 # One leased batch waiting to be sent: (game, batch id, entries, earlier failed attempts).
 Leased = tuple[str, str, list[bytes], int]
 
@@ -185,13 +184,15 @@ class Deliverer:
         return len(due) == RETRIES_PER_LOOP
 
     def deliver_all(self, keys: ShardKeys, token: str, batches: Sequence[Leased],
-                    stop: threading.Event) -> None:
+                    stop: threading.Event) -> list[str]:
         """Send batches leased together, one after another, then ack the delivered ones in
-        one round trip.
+        one round trip; what became of each batch sent ("delivered", "retry", "dead",
+        "stale", "partial" or "lost").
 
         All of them are held from the start, so the LeaseKeeper renews the leases of those
         still waiting behind a slow POST.  Once the process is stopping or the endpoint has
         started failing, the ones not yet sent are released without charging an attempt."""
+        results: list[str] = []
         for _, batch_id, _, _ in batches:
             self.held.add(keys, batch_id, token)
         try:
@@ -200,21 +201,11 @@ class Deliverer:
                     released = sum(self._store.release(keys, rest, token)
                                    for _, rest, _, _ in batches[i:])
                     self.counts.count(C.BATCHES_RELEASED, released)
-                    return
-                self._deliver(keys, game, batch_id, token, entries, attempts)
+                    break
+                results.append(self._deliver(keys, game, batch_id, token, entries, attempts))
         finally:
             self._finish([batch_id for _, batch_id, _, _ in batches])
-
-    def deliver(self, keys: ShardKeys, game: str, batch_id: str, token: str,
-                entries: list[bytes], attempts: int = 0) -> str:
-        """Send one leased batch and finish it; returns the outcome's kind.
-
-        ``attempts`` is how many earlier attempts failed (0 for a fresh batch)."""
-        self.held.add(keys, batch_id, token)
-        try:
-            return self._deliver(keys, game, batch_id, token, entries, attempts)
-        finally:
-            self._finish([batch_id])
+        return results
 
     def _finish(self, batch_ids: list[str]) -> None:
         try:

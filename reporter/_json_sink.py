@@ -26,7 +26,7 @@ def json_body(game: str, batch_id: str, events: Sequence[bytes]) -> bytes:
 
 
 def _default_transport(settings: SinkSettings) -> httpx.BaseTransport | None:
-    if settings.transport == "stdlib":
+    if settings.transport == "builtin":
         return SocketTransport(settings.connect_timeout_seconds, settings.timeout_seconds,
                                settings.max_connections)
     return None  # httpx's own

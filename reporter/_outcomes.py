@@ -9,12 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from reporter._constants import MAX_RETRY_AFTER_SECONDS
+
 DELIVERED: Literal["delivered"] = "delivered"
 RETRY: Literal["retry"] = "retry"
 REJECTED: Literal["rejected"] = "rejected"
 
-# Longest Retry-After we honour; a larger one is clamped (the freshness window is 3 minutes).
-MAX_RETRY_AFTER_SECONDS = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,4 +108,5 @@ class SinkGate:
 
     @property
     def failures(self) -> int:
+        """Retryable failures in a row (0 once any other answer came)."""
         return self._failures

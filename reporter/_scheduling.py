@@ -32,14 +32,11 @@ from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.base import BaseTrigger
 
+from reporter._constants import BUSY_SLICE_SECONDS, FAILING_PAUSE_SECONDS
 from reporter._workers import guarded
 
 logger = logging.getLogger("reporter")
 
-# How long a job keeps looping while its worker reports more work, before yielding its thread.
-BUSY_SLICE_SECONDS = 0.05
-# Longest pause between runs of a failing worker (Redis down), unless its interval is longer.
-FAILING_PAUSE_SECONDS = 5.0
 # Where a job waits while it runs, until the listener sets its next run.
 _PARKED = timedelta(days=1)
 

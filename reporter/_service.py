@@ -18,6 +18,7 @@ from collector.metrics import NO_METRICS, Metrics, Tally, fan_out
 from collector.store import Store, open_store
 from reporter._batches import Batches
 from reporter._config import ReporterConfig
+from reporter._constants import REAP_INTERVAL_SECONDS
 from reporter._delivery import Clock, Deliverer, Held
 from reporter._limiter import make_limiter
 from reporter._outcomes import SinkGate
@@ -28,7 +29,6 @@ from reporter._workers import HotGameWorker, LeaseKeeper, Reaper, ShardSweeper, 
 
 logger = logging.getLogger("reporter")
 
-REAP_INTERVAL_SECONDS = 1.0
 
 
 class ReporterService:

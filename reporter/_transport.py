@@ -18,10 +18,7 @@ import threading
 
 import httpx
 
-# Limits on what an endpoint may answer; more is a protocol error, not a memory problem.
-MAX_HEAD_BYTES = 64 * 1024
-MAX_BODY_BYTES = 8 * 1024 * 1024
-_READ_SIZE = 65536
+from reporter._constants import MAX_BODY_BYTES, MAX_HEAD_BYTES, READ_BYTES
 
 Origin = tuple[bytes, str, int]
 
@@ -38,7 +35,7 @@ class _Connection:
         self.buffer = bytearray()
 
     def fill(self) -> bool:
-        data = self.sock.recv(_READ_SIZE)
+        data = self.sock.recv(READ_BYTES)
         self.buffer += data
         return bool(data)
 

@@ -14,6 +14,7 @@ from collector.logs import RateLimitedLog
 from collector.store import BackendUnavailable, GameState, KeySchema, ShardKeys
 from reporter._batches import Batches
 from reporter._config import ReporterConfig
+from reporter._constants import REAP_PER_CALL
 from reporter._delivery import Clock, Deliverer
 from reporter._ownership import ShardOwnership
 
@@ -94,8 +95,6 @@ class HotGameWorker:
 class Reaper:
     """Returns batches whose lease expired (a crashed reporter's) to retry, per owned shard."""
 
-    PER_CALL = 200
-
     def __init__(self, schema: KeySchema, store: Batches, ownership: ShardOwnership,
                  stop: threading.Event) -> None:
         self._schema = schema
@@ -109,11 +108,11 @@ class Reaper:
             if self._stop.is_set():
                 return False
             if self._ownership.owns(keys.shard):
-                reaped = self._store.reap(keys, self.PER_CALL)
+                reaped = self._store.reap(keys, REAP_PER_CALL)
                 if reaped.retried or reaped.dead:
                     logger.info("reaped %d expired leases in shard %d (%d dead-lettered)",
                                 reaped.retried + reaped.dead, keys.shard, reaped.dead)
-                more |= reaped.retried + reaped.dead == self.PER_CALL
+                more |= reaped.retried + reaped.dead == REAP_PER_CALL
         return more
 
 

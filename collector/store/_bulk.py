@@ -17,11 +17,9 @@ from typing import Any
 import redis
 from redis.exceptions import NoScriptError, ResponseError
 
+from collector._constants import WRITE_BYTES
 from collector.store._errors import LOST, UNAVAILABLE
 from collector.store._scripts import LuaScript
-
-# Bytes of commands per socket write.
-WRITE_BYTES = 4 * 1024 * 1024
 
 # One EVALSHA: the script, its KEYS and its ARGV.
 WireCall = tuple[LuaScript, Sequence[str], Sequence[Any]]

@@ -14,13 +14,16 @@ ENTRY_TIME_DIGITS = 13
 ENTRY_SEPARATOR = b"\n"
 
 
+_TIME_FORMAT = b"%0" + str(ENTRY_TIME_DIGITS).encode() + b"d"
+
+
 def encode_entry(collected_ms: int, event_json: bytes) -> bytes:
-    return b"%013d" % collected_ms + event_json
+    return _TIME_FORMAT % collected_ms + event_json
 
 
 def time_prefix(collected_ms: int) -> bytes:
     """The first ENTRY_TIME_DIGITS bytes of an entry collected at ``collected_ms``."""
-    return b"%013d" % collected_ms
+    return _TIME_FORMAT % collected_ms
 
 
 def entry_time_ms(entry: bytes) -> int:

@@ -84,10 +84,6 @@ class Store:
     def read_shards(self) -> list[ShardView]:
         return [self.read_shard(shard) for shard in self.schema.all_shards()]
 
-    def counters(self, shard: ShardKeys) -> dict[str, int]:
-        """The shard's counters (``collector.counters`` names) as Redis holds them."""
-        return self._read(_views.counters, shard)
-
     def dead_batches(self, limit: int) -> list[DeadBatch]:
         """Up to ``limit`` of each shard's newest dead letters, oldest first."""
         out = [b for shard in self.schema.all_shards()

@@ -140,10 +140,6 @@ def read_shard(client: RedisClient, keys: ShardKeys, tries: int = 5) -> ShardVie
     )
 
 
-def counters(client: RedisClient, keys: ShardKeys) -> dict[str, int]:
-    return {text(k): int(v) for k, v in client.hgetall(keys.stats).items()}
-
-
 def dead_batches(client: RedisClient, keys: ShardKeys, limit: int) -> list[DeadBatch]:
     """The shard's newest ``limit`` dead letters."""
     ids = client.lrange(keys.dead, 0, limit - 1)

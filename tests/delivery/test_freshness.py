@@ -3,6 +3,7 @@ retry are finished as stale when the batch is taken again, and never sent."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -77,14 +78,17 @@ def fail_once_then_retry(r: redis.Redis, store: Batches, deliverer: Deliverer,
     token = new_id()
     claimed = store.claim(keys, GAME, token, 1)
     [(batch_id, entries)] = claimed.batches
-    assert deliverer.deliver(keys, GAME, batch_id, token, entries) == "retry"
+    assert deliverer.deliver_all(keys, token, [(GAME, batch_id, entries, 0)],
+                                 threading.Event()) == ["retry"]
     clock.now += wait
     r.zadd(keys.retry, {batch_id: 0})  # due now, whatever the backoff drew
     token = new_id()
     [again] = store.take_retries(keys, token, 10)
     assert (again.batch_id, again.attempts) == (batch_id, 1)
-    return batch_id, deliverer.deliver(keys, GAME, batch_id, token, again.entries,
-                                       again.attempts)
+    wait_until(deliverer.gate.is_open, what="the gate the failure closed (10 ms)")
+    [outcome] = deliverer.deliver_all(keys, token, [(GAME, batch_id, again.entries,
+                                                     again.attempts)], threading.Event())
+    return batch_id, outcome
 
 
 def test_batch_gone_stale_while_waiting_for_retry_is_never_sent(r: redis.Redis) -> None:

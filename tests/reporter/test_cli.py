@@ -279,3 +279,14 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     assert int(rows["unaccounted"]) == 0
     assert not [p.name for p in tmp.iterdir() if p.name.startswith("telemetry-demo-")]
     assert demo_processes(str(tmp)) == []
+
+
+def test_check_config_prints_deprecation_notices_on_stderr(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]
+                                                           ) -> None:
+    path = tmp_path / "old.toml"
+    path.write_text('[sink]\ntransport = "stdlib"\n', encoding="utf-8")
+    assert main(["check-config", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert "deprecated" in err and "[sink] transport" in err
+    assert '"transport": "builtin"' in out

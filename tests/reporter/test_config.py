@@ -355,3 +355,16 @@ def test_the_sdk_skips_exactly_the_reporters_sections() -> None:
 def test_the_sdk_reads_its_part_of_the_shipped_file() -> None:
     assert TelemetryConfig.load(str(SHIPPED), env={}) == TelemetryConfig()
     assert ReporterConfig.load(str(SHIPPED), env={}).redis == TelemetryConfig().redis
+
+
+def test_a_renamed_value_is_accepted_with_a_notice(tmp_path: Path) -> None:
+    path = write(tmp_path, '[sink]\ntransport = "stdlib"\n')
+    config = ReporterConfig.load(str(path), env={})
+    assert config.sink.transport == "builtin"
+    [notice] = config.notices
+    assert str(path) in notice and "[sink] transport" in notice and "'builtin'" in notice
+    env = ReporterConfig.load(str(write(tmp_path, "")), env={
+        "TELEMETRY_SINK_TRANSPORT": "stdlib"})
+    assert env.sink.transport == "builtin"
+    assert "TELEMETRY_SINK_TRANSPORT" in env.notices[0]
+    assert ReporterConfig.load(str(SHIPPED), env={}).notices == ()

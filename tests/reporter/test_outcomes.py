@@ -8,9 +8,9 @@ import time
 import httpx
 import pytest
 
+from reporter._constants import MAX_RETRY_AFTER_SECONDS
 from reporter._outcomes import (
     DELIVERED,
-    MAX_RETRY_AFTER_SECONDS,
     REJECTED,
     RETRY,
     Outcome,

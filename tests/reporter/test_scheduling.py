@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from apscheduler.events import EVENT_JOB_EXECUTED, JobExecutionEvent
 
-from reporter._scheduling import FAILING_PAUSE_SECONDS, Runner
+from reporter._constants import FAILING_PAUSE_SECONDS
+from reporter._scheduling import Runner
 from tests.polling import wait_until
 from tests.reporter.helpers import make_config
 from tests.servers import env_without_telemetry

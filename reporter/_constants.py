@@ -1,0 +1,23 @@
+"""The reporter's fixed numbers, named in one place.  Settings an operator may want to change
+are in the config instead; these are choices of the implementation."""
+
+from __future__ import annotations
+
+# Reaper: seconds between runs, and expired leases one script call returns at most.
+REAP_INTERVAL_SECONDS = 1.0
+REAP_PER_CALL = 200
+# Due retries one claim of retries takes at most.
+RETRIES_PER_LOOP = 16
+# A job keeps looping this long while its worker reports more work, before yielding its thread.
+BUSY_SLICE_SECONDS = 0.05
+# Longest pause between runs of a failing worker (Redis down), unless its interval is longer.
+FAILING_PAUSE_SECONDS = 5.0
+# Longest Retry-After honoured; a larger one is clamped (the freshness window is 3 minutes).
+MAX_RETRY_AFTER_SECONDS = 600.0
+# Dead letters `dead list` shows per shard at most.
+DEAD_LIST_LIMIT = 1000
+# What an endpoint may answer: more is a protocol error, not a memory problem.
+MAX_HEAD_BYTES = 64 * 1024
+MAX_BODY_BYTES = 8 * 1024 * 1024
+# Bytes one socket read asks for.
+READ_BYTES = 65536
