@@ -17,6 +17,8 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit, urlunsplit
 
+from collector._exceptions import ConfigError
+
 # where(section, key): the file or environment variable a setting came from, for errors.
 Where = Callable[[str, str], str]
 
@@ -108,11 +110,27 @@ class TelemetryConfig:
         return cls()
 
     def check(self, where: Where) -> None:
-        """Rules that tie keys together; raise ``ConfigError`` naming the key and its origin
-        (``where(section, key)`` is the file or the environment variable it came from)."""
-        from collector._config_loader import check_sdk_rules
+        """Rules that tie keys together, or need more than a range; raise ``ConfigError``
+        naming the key and its origin (``where(section, key)`` is the file or the
+        environment variable it came from).  A subclass adds its own."""
+        from collector.store._keys import is_valid_prefix  # the store imports this module
 
-        check_sdk_rules(self, where)
+        shards = self.redis.shards
+        if shards & (shards - 1):
+            raise ConfigError(
+                f"{where('redis', 'shards')}: [redis] shards: expected a power of two "
+                f"(1, 2, 4, ... 16384), found {shards}"
+            )
+        if not self.redis.url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError(
+                f"{where('redis', 'url')}: [redis] url: expected a redis://, rediss:// or "
+                f"unix:// URL, found {mask_url(self.redis.url)!r}"
+            )
+        if not is_valid_prefix(self.redis.key_prefix):
+            raise ConfigError(
+                f"{where('redis', 'key_prefix')}: [redis] key_prefix: expected 1 to 64 "
+                f"characters from [A-Za-z0-9_.:-], found {self.redis.key_prefix!r}"
+            )
 
     def cap_for(self, game: str) -> int:
         override = self.games.get(game)

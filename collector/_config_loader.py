@@ -19,9 +19,9 @@ from importlib.resources import files
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from collector._config import GameSettings, TelemetryConfig, Where, mask_url
+from collector._config import GameSettings, TelemetryConfig
 from collector._exceptions import ConfigError
-from collector.store._keys import is_valid_prefix, validate_game
+from collector.store._keys import validate_game
 
 CONFIG_ENV = "TELEMETRY_CONFIG"
 ENV_PREFIX = "TELEMETRY_"
@@ -251,23 +251,3 @@ def _check_plain(value: Any, tp: type, meta: Mapping[str, Any], where: str, key:
 
 def _mismatch(value: Any, expected: str, where: str, key: str) -> ConfigError:
     return ConfigError(f"{where}: {key}: expected {expected}, found {value!r}")
-
-
-def check_sdk_rules(config: TelemetryConfig, where: Where) -> None:
-    """Rules that tie the SDK's keys together, or need more than a range."""
-    shards = config.redis.shards
-    if shards & (shards - 1):
-        raise ConfigError(
-            f"{where('redis', 'shards')}: [redis] shards: expected a power of two "
-            f"(1, 2, 4, ... 16384), found {shards}"
-        )
-    if not config.redis.url.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError(
-            f"{where('redis', 'url')}: [redis] url: expected a redis://, rediss:// or unix:// URL, "
-            f"found {mask_url(config.redis.url)!r}"
-        )
-    if not is_valid_prefix(config.redis.key_prefix):
-        raise ConfigError(
-            f"{where('redis', 'key_prefix')}: [redis] key_prefix: expected 1 to 64 characters from "
-            f"[A-Za-z0-9_.:-], found {config.redis.key_prefix!r}"
-        )

@@ -27,27 +27,18 @@ from collector.store._backends import (
 from collector.store._calls import (
     Ack,
     Claim,
-    Claimed,
-    ClaimedBatch,
     Collect,
     Extend,
-    Moved,
     Nack,
-    NackResult,
     Purge,
     Reap,
-    Reaped,
     Release,
     Replay,
-    RetryBatch,
-    RetryPolicy,
     ScriptCall,
     Settle,
-    Settled,
     ShardLease,
     TakeRetries,
     TakeTokens,
-    Tokens,
 )
 from collector.store._entries import (
     ENTRY_TIME_DIGITS,
@@ -65,6 +56,17 @@ from collector.store._keys import (
     ShardKeys,
     is_valid_prefix,
     validate_game,
+)
+from collector.store._results import (
+    Claimed,
+    ClaimedBatch,
+    Moved,
+    NackResult,
+    Reaped,
+    RetryBatch,
+    RetryPolicy,
+    Settled,
+    Tokens,
 )
 from collector.store._scripts import SCRIPT_NAMES, LuaScript, lua_script, script_text
 from collector.store._store import Store, open_store

@@ -10,10 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from collector.store._entries import join_entries, split_entries
 from collector.store._keys import ShardKeys
+from collector.store._results import (
+    Claimed,
+    ClaimedBatch,
+    Moved,
+    NackResult,
+    Reaped,
+    RetryBatch,
+    RetryPolicy,
+    Settled,
+    Tokens,
+    text,
+)
 
 R_co = TypeVar("R_co", covariant=True)
 
@@ -32,76 +44,6 @@ class ScriptCall(Generic[R_co]):
 
     def parse(self, reply: Any) -> R_co:
         raise NotImplementedError
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """How failed batches come back: backoff doubling from ``initial_ms`` up to ``max_ms``
-    with full jitter, dead-lettered after ``max_attempts``; ``dead_max`` dead letters kept
-    per shard."""
-
-    initial_ms: int
-    max_ms: int
-    max_attempts: int
-    dead_max: int
-
-
-# -- results -----------------------------------------------------------------------------------
-
-class ClaimedBatch(NamedTuple):
-    batch_id: str
-    entries: list[bytes]
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """What one claim took: its batches, the stale events it dropped, the events left."""
-
-    stale: int
-    remaining: int
-    batches: list[ClaimedBatch]
-
-
-@dataclass(frozen=True, slots=True)
-class RetryBatch:
-    batch_id: str
-    game: str
-    attempts: int
-    entries: list[bytes]
-
-
-@dataclass(frozen=True, slots=True)
-class NackResult:
-    state: str  # "retry", "dead" or "lost"
-    delay_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class Settled:
-    """How a settle split the batch: events delivered (-1 if the lease was lost), the batch
-    the retry part became (``retry_state`` "retry", or "dead" when out of attempts; "" if no
-    part was retried) and when it is due, and the dead letter of the refused part ("" if
-    none)."""
-
-    delivered: int
-    retry_id: str
-    retry_state: str
-    delay_ms: int
-    refused_id: str
-
-
-class Moved(NamedTuple):
-    """Batches and events a replay or purge moved."""
-
-    batches: int
-    events: int
-
-
-class Reaped(NamedTuple):
-    """Expired batches sent back to retry, and those dead-lettered instead."""
-
-    retried: int
-    dead: int
 
 
 # -- requests ----------------------------------------------------------------------------------
@@ -400,13 +342,6 @@ class ShardLease(ScriptCall[bool]):
         return bool(reply)
 
 
-class Tokens(NamedTuple):
-    """Tokens a bucket granted, and microseconds until it may grant one more."""
-
-    granted: int
-    wait_us: int
-
-
 @dataclass(frozen=True, slots=True)
 class TakeTokens(ScriptCall[Tokens]):
     """Take up to ``wanted`` tokens from the bucket at ``key`` (``KeySchema.limiter``):
@@ -430,8 +365,3 @@ class TakeTokens(ScriptCall[Tokens]):
 
     def parse(self, reply: Any) -> Tokens:
         return Tokens(int(reply[0]), int(reply[1]))
-
-
-def text(value: bytes | str) -> str:
-    """A reply string as text (replies are bytes: clients never decode responses)."""
-    return value.decode() if isinstance(value, bytes) else value

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collector.store._backends import RedisClient
 
-from collector.store._calls import text
 from collector.store._entries import entry_time_ms, split_entries
 from collector.store._keys import ShardKeys
+from collector.store._results import text
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,88 @@
+"""What the scripts answer, as typed values; and the retry policy some of them apply."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How failed batches come back: backoff doubling from ``initial_ms`` up to ``max_ms``
+    with full jitter, dead-lettered after ``max_attempts``; ``dead_max`` dead letters kept
+    per shard."""
+
+    initial_ms: int
+    max_ms: int
+    max_attempts: int
+    dead_max: int
+
+
+# -- results -----------------------------------------------------------------------------------
+
+class ClaimedBatch(NamedTuple):
+    batch_id: str
+    entries: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """What one claim took: its batches, the stale events it dropped, the events left."""
+
+    stale: int
+    remaining: int
+    batches: list[ClaimedBatch]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryBatch:
+    batch_id: str
+    game: str
+    attempts: int
+    entries: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class NackResult:
+    state: str  # "retry", "dead" or "lost"
+    delay_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """How a settle split the batch: events delivered (-1 if the lease was lost), the batch
+    the retry part became (``retry_state`` "retry", or "dead" when out of attempts; "" if no
+    part was retried) and when it is due, and the dead letter of the refused part ("" if
+    none)."""
+
+    delivered: int
+    retry_id: str
+    retry_state: str
+    delay_ms: int
+    refused_id: str
+
+
+class Moved(NamedTuple):
+    """Batches and events a replay or purge moved."""
+
+    batches: int
+    events: int
+
+
+class Reaped(NamedTuple):
+    """Expired batches sent back to retry, and those dead-lettered instead."""
+
+    retried: int
+    dead: int
+
+
+class Tokens(NamedTuple):
+    """Tokens a bucket granted, and microseconds until it may grant one more."""
+
+    granted: int
+    wait_us: int
+
+
+def text(value: bytes | str) -> str:
+    """A reply string as text (replies are bytes: clients never decode responses)."""
+    return value.decode() if isinstance(value, bytes) else value
