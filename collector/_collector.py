@@ -21,7 +21,7 @@ from collector._flusher import Flusher, reason
 from collector._writer import Writer
 from collector.counters import SDK, Counter, Gauge
 from collector.logs import RateLimitedLog
-from collector.metrics import NO_METRICS, Metrics, Tally, count_all, fan_out
+from collector.metrics import NO_METRICS, Metrics, Tally, fan_out
 from collector.store import Store, describe_settings, open_store, time_prefix, validate_game
 
 logger = logging.getLogger("collector")
@@ -167,7 +167,7 @@ class Collector:
             self._counts.count(Counter.BACKEND_ERRORS)
             kind = type(exc) if isinstance(exc, BackendError) else BackendError
             raise kind(f"could not store event of game {game!r}: {reason(exc)}") from exc
-        count_all(self._counts, {Counter.ACCEPTED: 1, Counter.STORED: result.stored,
+        self._counts.add({Counter.ACCEPTED: 1, Counter.STORED: result.stored,
                                  Counter.EVICTED: result.evicted})
         return result.evicted
 

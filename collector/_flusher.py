@@ -19,7 +19,7 @@ from collector._exceptions import BackendError
 from collector._writer import Writer
 from collector.counters import Counter
 from collector.logs import RateLimitedLog
-from collector.metrics import Metrics, count_all
+from collector.metrics import Metrics
 
 Clock = Callable[[], float]  # monotonic seconds
 
@@ -121,7 +121,7 @@ class Flusher:
                 self._failed(exc, taken)
                 return False
             self.in_flush = 0
-            count_all(self._counts, {Counter.STORED: result.stored,
+            self._counts.add({Counter.STORED: result.stored,
                                      Counter.EVICTED: result.evicted, Counter.FLUSHES: 1})
             if result.error is not None:
                 self._buffer.put_back(result.failed, result.failed_pending)

@@ -2,11 +2,11 @@
 shared vocabulary (``collector.counters``).
 
 ``Collector(metrics=...)`` and ``ReporterService(metrics=...)`` take any object with these
-two methods; the default is ``NO_METRICS`` (does nothing).  ``Tally`` is the in-process
+three methods; the default is ``NO_METRICS`` (does nothing).  ``Tally`` is the in-process
 implementation: it backs ``Collector.stats()`` and the reporter's ``stopped:`` line, and is
 what an exporter (Prometheus, say) reads or replaces.
 
-- ``count(counter, amount)``: a counter went up.
+- ``count(counter, amount)``: a counter went up; ``add({counter: amount, ...})``: several.
 - ``watch(name, read)``: report ``name`` as whatever ``read()`` returns when asked: a level
   (a ``Gauge``), or a count kept elsewhere (the SDK's buffer keeps ``accepted``).
 """
@@ -26,6 +26,8 @@ Reader = Callable[[], float]
 class Metrics(Protocol):
     def count(self, counter: Counter, amount: int = 1) -> None: ...
 
+    def add(self, amounts: Mapping[Counter, int]) -> None: ...
+
     def watch(self, name: Name, read: Reader) -> None: ...
 
 
@@ -33,6 +35,9 @@ class NoMetrics:
     """Counts nothing; the default."""
 
     def count(self, counter: Counter, amount: int = 1) -> None:
+        pass
+
+    def add(self, amounts: Mapping[Counter, int]) -> None:
         pass
 
     def watch(self, name: Name, read: Reader) -> None:
@@ -62,7 +67,8 @@ class Tally:
             raise TypeError(f"not counters of the vocabulary: {list(amounts)!r}")
         with self._lock:
             for counter, amount in amounts.items():
-                self._counts[counter] = self._counts.get(counter, 0) + amount
+                if amount:
+                    self._counts[counter] = self._counts.get(counter, 0) + amount
 
     def watch(self, name: Name, read: Reader) -> None:
         if type(name) not in (Counter, Gauge):
@@ -98,16 +104,13 @@ class FanOut:
         for target in self._targets:
             target.count(counter, amount)
 
+    def add(self, amounts: Mapping[Counter, int]) -> None:
+        for target in self._targets:
+            target.add(amounts)
+
     def watch(self, name: Name, read: Reader) -> None:
         for target in self._targets:
             target.watch(name, read)
-
-
-def count_all(metrics: Metrics, amounts: Mapping[Counter, int]) -> None:
-    """Several counts at once, skipping zeros."""
-    for counter, amount in amounts.items():
-        if amount:
-            metrics.count(counter, amount)
 
 
 def fan_out(tally: Tally, metrics: Metrics) -> Metrics:

@@ -12,7 +12,7 @@ import orjson
 
 from collector.counters import Counter as C
 from collector.logs import RateLimitedLog
-from collector.metrics import Metrics, count_all
+from collector.metrics import Metrics
 from collector.store import ENTRY_TIME_DIGITS, Ack, BackendError, ShardKeys, entry_time_ms
 from reporter._batches import Batches, new_id
 from reporter._config import ReporterSettings
@@ -237,7 +237,7 @@ class Deliverer:
                            "it may be sent again", batch_id, d.game)
             self.counts.count(C.LEASE_LOST)
         else:
-            count_all(self.counts, {C.DELIVERED: reply, C.STALE: d.stale, C.BATCHES_DELIVERED: 1})
+            self.counts.add({C.DELIVERED: reply, C.STALE: d.stale, C.BATCHES_DELIVERED: 1})
 
     def _deliver(self, keys: ShardKeys, game: str, batch_id: str, token: str,
                  entries: list[bytes], attempts: int) -> str:
@@ -245,7 +245,7 @@ class Deliverer:
         stale = fresh.stale
         if not fresh.events:
             self._store.ack(keys, batch_id, token, stale=stale)
-            count_all(self.counts, {C.STALE: stale, C.BATCHES_STALE: 1})
+            self.counts.add({C.STALE: stale, C.BATCHES_STALE: 1})
             return "stale"
         outcome = self._sender.send(game, batch_id, fresh.events, attempts + 1)
         self.gate.record(outcome)
@@ -265,7 +265,7 @@ class Deliverer:
             ratelog.log(logging.ERROR, f"dead:{outcome.reason[:40]}",
                         "batch %s of game %r dead-lettered (%d events) after %d attempts: %s",
                         batch_id, game, len(entries), attempts + 1, outcome.reason)
-            count_all(self.counts, {C.DEAD_BATCHES: 1, C.DEAD_EVENTS: len(entries)})
+            self.counts.add({C.DEAD_BATCHES: 1, C.DEAD_EVENTS: len(entries)})
         elif result.state == "retry":
             ratelog.log(logging.WARNING, "retry",
                         "endpoint failed (%s); batch %s of game %r retries in %.1fs, "
@@ -303,5 +303,5 @@ class Deliverer:
             amounts[C.DEAD_BATCHES] = amounts.get(C.DEAD_BATCHES, 0) + 1
             amounts[C.DEAD_EVENTS] = (amounts.get(C.DEAD_EVENTS, 0)
                                       + len(outcome.retry_items))
-        count_all(self.counts, amounts)
+        self.counts.add(amounts)
         return "partial"

@@ -30,7 +30,6 @@ from reporter._workers import HotGameWorker, LeaseKeeper, Reaper, ShardSweeper, 
 logger = logging.getLogger("reporter")
 
 
-
 class ReporterService:
     """Owns the workers, their runner (scheduler and pools), the sender and the stop Event."""
 

@@ -3,6 +3,8 @@ injected ``Metrics`` object by the vocabulary's names; the default reports nowhe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import redis
 
 from collector import Collector
@@ -23,6 +25,11 @@ class Recording:
 
     def count(self, counter: Counter, amount: int = 1) -> None:
         self.counted[str(counter)] = self.counted.get(str(counter), 0) + amount
+
+    def add(self, amounts: Mapping[Counter, int]) -> None:
+        for counter, amount in amounts.items():
+            if amount:
+                self.count(counter, amount)
 
     def watch(self, name: Counter | Gauge, read: object) -> None:
         self.watched[str(name)] = read

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from redis.exceptions import RedisClusterException, RedisError
 
@@ -17,6 +17,7 @@ from collector._config import RedisSettings
 from collector._exceptions import BackendError
 from collector.store import _views
 from collector.store._backends import Backend, open_backend
+from collector.store._bulk import WireCall
 from collector.store._calls import ScriptCall
 from collector.store._errors import translate
 from collector.store._keys import KeySchema, ShardKeys
@@ -52,18 +53,16 @@ class Store:
 
     def call(self, request: ScriptCall[R]) -> R:
         """Run one script call; its typed result, or ``BackendError``."""
-        result = self.call_many((request,))[0]
-        if isinstance(result, BackendError):
-            raise result
-        return result
+        [reply] = self._run([(lua_script(request.script), request.keys(), request.args())])
+        if isinstance(reply, Exception):
+            raise translate(reply, self._server) from reply
+        return request.parse(reply)
 
     def call_many(self, requests: Sequence[ScriptCall[R]]) -> list[R | BackendError]:
         """Run script calls in as few socket writes as the backend allows; per request, its
         typed result or the ``BackendError`` it met (a call cut off by a broken connection,
         after ``[redis] retries`` more tries, may or may not have run)."""
-        calls = [(lua_script(r.script), r.keys(), r.args()) for r in requests]
-        with self._translated():
-            replies = self.backend.run(calls)
+        replies = self._run([(lua_script(r.script), r.keys(), r.args()) for r in requests])
         return [
             translate(reply, self._server) if isinstance(reply, Exception)
             else request.parse(reply)
@@ -120,20 +119,31 @@ class Store:
 
     # -- plumbing ----------------------------------------------------------------------------
 
+    # The hot paths catch inline: a generator-based context manager costs a few microseconds.
+    def _run(self, calls: Sequence[WireCall]) -> list[Any]:
+        try:
+            return self.backend.run(calls)
+        except Exception as exc:  # a failure of the whole bulk, not of one call
+            self._reraise(exc)
+
     def _read(self, read: Callable[..., T], *args: Any) -> T:
-        with self._translated():
+        try:
             return read(self.backend.client, *args)
+        except Exception as exc:
+            self._reraise(exc)
 
     @contextmanager
     def _translated(self) -> Iterator[None]:
         try:
             yield
-        except BackendError:
-            raise
         except Exception as exc:
-            if not _from_redis(exc):
-                raise
-            raise translate(exc, self._server) from exc
+            self._reraise(exc)
+
+    def _reraise(self, exc: Exception) -> NoReturn:
+        """Raise the store's error for a redis-py exception, or ``exc`` itself."""
+        if isinstance(exc, BackendError) or not _from_redis(exc):
+            raise exc
+        raise translate(exc, self._server) from exc
 
 
 def open_store(settings: RedisSettings) -> Store:
