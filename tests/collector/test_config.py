@@ -14,20 +14,14 @@ import redis
 
 from collector import Collector, ConfigError, TelemetryConfig, TelemetryError
 from collector.store import KeySchema
+from tests import config_files
 from tests.collector.conftest import MakeCollector
 from tests.collector.helpers import queue_events, stats_of
-
-
-def write(tmp_path: Path, text: str, name: str = "telemetry.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
+from tests.config_files import write
 
 
 def load_error(path: Path, env: Mapping[str, str] | None = None) -> str:
-    with pytest.raises(ConfigError) as info:
-        TelemetryConfig.load(str(path), env={} if env is None else env)
-    return str(info.value)
+    return config_files.load_error(path, env, TelemetryConfig)
 
 
 # -- the SDK's sections -------------------------------------------------------------------------

@@ -14,6 +14,8 @@ import pytest
 from collector import ConfigError, TelemetryConfig, TelemetryError
 from collector.config import GameSettings, default_config_text, sections_of
 from reporter._config import ReporterConfig
+from tests import config_files
+from tests.config_files import write
 
 SECTIONS = sections_of(ReporterConfig)
 
@@ -21,16 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "config" / "telemetry.toml"
 
 
-def write(tmp_path: Path, text: str, name: str = "telemetry.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
 def load_error(path: Path, env: Mapping[str, str] | None = None) -> str:
-    with pytest.raises(ConfigError) as info:
-        ReporterConfig.load(str(path), env={} if env is None else env)
-    return str(info.value)
+    return config_files.load_error(path, env, ReporterConfig)
 
 
 # -- the shipped file ---------------------------------------------------------------------------
