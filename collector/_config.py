@@ -74,6 +74,9 @@ class CollectorSettings:
 class GameSettings:
     """Per-game overrides of ``[buffer]``; zero means "use the [buffer] value"."""
 
+    # Keys of a [games."<name>"] table that the reporter reads (its ReporterGameSettings).
+    OTHER_KEYS: ClassVar[tuple[str, ...]] = ("biz_id",)
+
     max_events_per_game: int = setting(0, lo=0, hi=10_000_000)
     ttl_seconds: int = setting(0, lo=0, hi=30 * 86400)
 
@@ -87,7 +90,7 @@ class TelemetryConfig:
     """
 
     # Sections of the shared file that belong to the reporter: skipped here, unread.
-    OTHER_SECTIONS: ClassVar[tuple[str, ...]] = ("reporter", "sink", "retry", "dead")
+    OTHER_SECTIONS: ClassVar[tuple[str, ...]] = ("reporter", "sink", "retry", "dead", "nppa")
 
     redis: RedisSettings = field(default_factory=RedisSettings)
     buffer: BufferSettings = field(default_factory=BufferSettings)
@@ -177,7 +180,7 @@ def mask_url(url: str) -> str:
 
 def _mask(value: Any) -> Any:
     if isinstance(value, str):
-        return mask_url(value)
+        return mask_url(value) if "://" in value else ("***" if value else "")
     if isinstance(value, Mapping):
         return {
             k: ("***" if any(w in k.lower() for w in _SECRET_HEADER_WORDS) else v)

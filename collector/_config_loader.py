@@ -44,6 +44,12 @@ def sections_of(cls: type[TelemetryConfig]) -> dict[str, type]:
             if dataclasses.is_dataclass(hints[f.name])}
 
 
+def games_settings_of(cls: type[TelemetryConfig]) -> type[GameSettings]:
+    """The class of one ``[games."<name>"]`` table in a config class."""
+    game_cls: type[GameSettings] = typing.get_args(typing.get_type_hints(cls)[GAMES])[1]
+    return game_cls
+
+
 def load_config(path: str | os.PathLike[str] | None = None,
                 env: Mapping[str, str] | None = None,
                 cls: type[C] = TelemetryConfig) -> C:  # type: ignore[assignment]
@@ -87,7 +93,7 @@ def build_config(raw: Mapping[str, Any], source: str, env: Mapping[str, str] | N
             raise ConfigError(f"{source}: [{name}] must be a table, found {table!r}")
         values[name] = _build_section(section, name, table, source, overrides.get(name, {}),
                                       notices)
-    values[GAMES] = _build_games(raw.get(GAMES, {}), source)
+    values[GAMES] = _build_games(raw.get(GAMES, {}), source, games_settings_of(cls))
     config = cls(**values, source=source, notices=tuple(notices))
 
     def where(section: str, key: str) -> str:
@@ -158,8 +164,9 @@ def _build_section(cls: type, name: str, table: Mapping[str, Any], source: str,
                    overrides: Mapping[str, tuple[str, str]], notices: list[str]) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
+    others = getattr(cls, "OTHER_KEYS", ())  # another reader's keys in the same table
     for key in table:
-        if key not in fields:
+        if key not in fields and key not in others:
             raise ConfigError(
                 f"{source}: [{name}] unknown key {key!r}; expected one of {', '.join(fields)}"
             )
@@ -182,7 +189,7 @@ def _build_section(cls: type, name: str, table: Mapping[str, Any], source: str,
     return cls(**values)
 
 
-def _build_games(table: Any, source: str) -> Mapping[str, GameSettings]:
+def _build_games(table: Any, source: str, cls: type[GameSettings]) -> Mapping[str, GameSettings]:
     if not isinstance(table, Mapping):
         raise ConfigError(f"{source}: [games] must be a table of tables, found {table!r}")
     games: dict[str, GameSettings] = {}
@@ -193,7 +200,7 @@ def _build_games(table: Any, source: str) -> Mapping[str, GameSettings]:
             raise ConfigError(f"{source}: [games.{game!r}]: {exc}") from None
         if not isinstance(section, Mapping):
             raise ConfigError(f'{source}: [games."{game}"] must be a table, found {section!r}')
-        games[game] = _build_section(GameSettings, f'games."{game}"', section, source, {}, [])
+        games[game] = _build_section(cls, f'games."{game}"', section, source, {}, [])
     return MappingProxyType(games)
 
 
@@ -223,7 +230,7 @@ def _from_env_text(text: str, tp: Any, where: str, key: str) -> Any:
 def _check_value(value: Any, tp: Any, meta: Mapping[str, Any], where: str, key: str) -> Any:
     if typing.get_origin(tp) is not None:  # Mapping[str, X]
         if not isinstance(value, Mapping):
-            raise _mismatch(value, _describe(tp), where, key)
+            raise _mismatch(value, _describe(tp), where, key, meta)
         item_type = typing.get_args(tp)[1]
         return MappingProxyType({
             str(k): _check_value(v, item_type, meta, where, f"{key}.{k}") for k, v in value.items()
@@ -233,21 +240,25 @@ def _check_value(value: Any, tp: Any, meta: Mapping[str, Any], where: str, key: 
     if isinstance(value, bool) or not isinstance(value, int | float) or (
         tp is int and not isinstance(value, int)
     ):
-        raise _mismatch(value, _describe(tp), where, key)
+        raise _mismatch(value, _describe(tp), where, key, meta)
     lo, hi = meta.get("lo"), meta.get("hi")
     if (lo is not None and value < lo) or (hi is not None and value > hi):
-        raise _mismatch(value, f"{_describe(tp)} from {lo} to {hi}", where, key)
+        raise _mismatch(value, f"{_describe(tp)} from {lo} to {hi}", where, key, meta)
     return float(value) if tp is float else value
 
 
 def _check_plain(value: Any, tp: type, meta: Mapping[str, Any], where: str, key: str) -> Any:
     if not isinstance(value, tp):
-        raise _mismatch(value, _describe(tp), where, key)
+        raise _mismatch(value, _describe(tp), where, key, meta)
     choices = meta.get("choices") or ()
     if choices and value not in choices:
-        raise _mismatch(value, f"one of {', '.join(repr(c) for c in choices)}", where, key)
+        raise _mismatch(value, f"one of {', '.join(repr(c) for c in choices)}", where, key, meta)
     return value
 
 
-def _mismatch(value: Any, expected: str, where: str, key: str) -> ConfigError:
-    return ConfigError(f"{where}: {key}: expected {expected}, found {value!r}")
+def _mismatch(value: Any, expected: str, where: str, key: str, meta: Mapping[str, Any]
+              ) -> ConfigError:
+    """The error for a wrong value; a secret's value is never echoed, only its kind."""
+    secret = meta.get("secret")
+    found = f"a {type(value).__name__} (not shown: a secret)" if secret else repr(value)
+    return ConfigError(f"{where}: {key}: expected {expected}, found {found}")

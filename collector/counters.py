@@ -48,6 +48,7 @@ class Counter(StrEnum):
     DEAD_BATCHES = "dead_batches"
     # -- the reporter only
     BATCHES_STALE = "batches_stale"
+    CONFIG_ERRORS = "config_errors"
     ACK_FAILED = "ack_failed"
     LEASE_LOST = "lease_lost"
 
@@ -83,8 +84,8 @@ STORE: tuple[Counter, ...] = (
 # What one reporter process did (its tally; the "stopped:" line).
 REPORTER: tuple[Counter, ...] = (
     C.STALE, C.DELIVERED, C.BATCHES_DELIVERED, C.BATCHES_STALE, C.BATCHES_RETRIED,
-    C.REJECTED_ITEMS, C.DEAD_EVENTS, C.DEAD_BATCHES, C.BATCHES_RELEASED, C.ACK_FAILED,
-    C.LEASE_LOST,
+    C.REJECTED_ITEMS, C.DEAD_EVENTS, C.DEAD_BATCHES, C.BATCHES_RELEASED, C.CONFIG_ERRORS,
+    C.ACK_FAILED, C.LEASE_LOST,
 )
 # telemetry-reporter status (and --json): the store's counters and these levels.
 STATUS_GAUGES: tuple[Gauge, ...] = (

@@ -7,6 +7,7 @@ config decides (batch size, lease, freshness, retry policy) and draws the ids.
 from __future__ import annotations
 
 import random
+import time
 import uuid
 from collections.abc import Sequence
 
@@ -32,6 +33,7 @@ from collector.store import (
     TakeRetries,
 )
 from reporter._config import ReporterConfig
+from reporter._freshness import Freshness
 
 
 def new_id() -> str:
@@ -44,6 +46,7 @@ class Batches:
     def __init__(self, store: Store, config: ReporterConfig) -> None:
         self.store = store
         self._reporter = config.reporter
+        self.freshness = Freshness.for_config(config)
         self._lease_ms = int(config.reporter.lease_seconds * 1000)
         retry = config.retry
         self.policy = RetryPolicy(retry.initial_delay_ms, retry.max_delay_ms,
@@ -56,10 +59,10 @@ class Batches:
         return self.store.game_states(keys, games)
 
     def claim(self, keys: ShardKeys, game: str, token: str, max_batches: int) -> Claimed:
-        r = self._reporter
-        # With event_time_field the event's own time decides, which the script cannot read:
-        # it drops nothing then, and the deliverer drops (and counts) the stale events.
-        max_age_ms = 0 if r.event_time_field else int(r.max_age_seconds * 1000)
+        r, rule = self._reporter, self.freshness
+        # With an event time field the event's own time decides, which the script cannot
+        # read: it drops nothing then, and the deliverer drops (and counts) the stale events.
+        max_age_ms = 0 if rule.field else rule.max_age_ms
         return self.store.call(Claim(keys, game, new_id(), token, r.batch_size, max_batches,
                                      self._lease_ms, max_age_ms, r.linger_ms))
 
@@ -91,6 +94,9 @@ class Batches:
 
     def extend(self, keys: ShardKeys, batch_id: str, token: str) -> bool:
         return self.store.call(Extend(keys, batch_id, token, self._lease_ms))
+
+    def note_alert(self, name: str, message: str) -> None:
+        self.store.note_alert(name, message, time.time_ns() // 1_000_000)
 
     def reap(self, keys: ShardKeys, limit: int) -> Reaped:
         return self.store.call(Reap(keys, limit, self.policy))

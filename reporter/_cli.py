@@ -91,11 +91,14 @@ def _dispatch(args: argparse.Namespace) -> int:
 def _status(config: ReporterConfig, as_json: bool) -> int:
     store = open_store(config.redis)
     totals = read_totals(store)
+    alerts = store.alerts()
     if as_json:
-        print(json.dumps(totals.summary(), indent=2))
+        print(json.dumps({**totals.summary(), "alerts": [
+            {"name": a.name, "message": a.message, "at": a.at, "count": a.count}
+            for a in alerts]}, indent=2))
     else:
         print(f"redis: {store.describe()}")
-        print(render_status(totals, config))
+        print(render_status(totals, config, alerts=alerts))
     return 0
 
 

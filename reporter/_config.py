@@ -7,13 +7,19 @@ validated by the same loader (``collector.config``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import ClassVar
+from urllib.parse import urlsplit
 
 from collector import ConfigError
-from collector.config import MaskedRepr, TelemetryConfig, Where, setting
+from collector.config import GameSettings, MaskedRepr, TelemetryConfig, Where, setting
 from collector.store import validate_game
+
+NPPA_PRODUCTION_BASE = "http://api2.wlc.nppa.gov.cn"
+_HEX_KEY = re.compile(r"[0-9a-fA-F]{32}")
 
 
 @dataclass(frozen=True)
@@ -35,7 +41,7 @@ class ReporterSettings:
 
 @dataclass(frozen=True, repr=False)
 class SinkSettings(MaskedRepr):
-    kind: str = setting("json", choices=("json",))
+    kind: str = setting("json", choices=("json", "nppa"))
     url: str = setting("http://127.0.0.1:8080/ingest", secret=True)
     timeout_seconds: float = setting(5.0, lo=0.05, hi=300)
     connect_timeout_seconds: float = setting(2.0, lo=0.05, hi=300)
@@ -62,18 +68,55 @@ class DeadSettings:
 
 
 @dataclass(frozen=True, repr=False)
+class NppaSettings(MaskedRepr):
+    """The anti-addiction behaviour-reporting interface (``[sink] kind = "nppa"``)."""
+
+    base_url: str = setting(NPPA_PRODUCTION_BASE)
+    app_id: str = setting("")
+    secret_key: str = setting("", secret=True)
+    requests_per_second: float = setting(10.0, lo=0.1, hi=1000)
+    freshness_margin_seconds: float = setting(10.0, lo=0, hi=170)
+    throttle_seconds: float = setting(60.0, lo=1, hi=3600)
+
+
+@dataclass(frozen=True)
+class ReporterGameSettings(GameSettings):
+    """A game's table as the reporter reads it: the SDK's overrides and the game's filing id
+    with the anti-addiction system (``biz_id``)."""
+
+    OTHER_KEYS: ClassVar[tuple[str, ...]] = ()
+
+    biz_id: str = setting("")
+
+
+@dataclass(frozen=True, repr=False)
 class ReporterConfig(TelemetryConfig):
     """Every setting of the file: the SDK's sections and the reporter's."""
 
     OTHER_SECTIONS: ClassVar[tuple[str, ...]] = ()
 
+    games: Mapping[str, ReporterGameSettings] = field(
+        default_factory=lambda: MappingProxyType({}))
     reporter: ReporterSettings = field(default_factory=ReporterSettings)
     sink: SinkSettings = field(default_factory=SinkSettings)
     retry: RetrySettings = field(default_factory=RetrySettings)
     dead: DeadSettings = field(default_factory=DeadSettings)
+    nppa: NppaSettings = field(default_factory=NppaSettings)
+
+    def biz_id(self, game: str) -> str:
+        """The game's filing id with the anti-addiction system, or "" if it has none."""
+        settings = self.games.get(game)
+        return settings.biz_id if settings is not None else ""
+
+    def games_without_biz_id(self) -> list[str]:
+        """Games named in the file (tables, hot games) that have no ``biz_id``."""
+        named = dict.fromkeys([*self.games, *self.reporter.hot_games])
+        return [game for game in named if not self.biz_id(game)]
 
     def check(self, where: Where) -> None:
         super().check(where)
+        if self.sink.kind == "nppa":
+            _check_nppa(self.nppa, where)
         max_age = self.reporter.max_age_seconds
         ttls = [(where("buffer", "ttl_seconds"), "[buffer] ttl_seconds",
                  self.buffer.ttl_seconds)]
@@ -103,3 +146,20 @@ class ReporterConfig(TelemetryConfig):
             except ValueError as exc:
                 raise ConfigError(
                     f"{where('reporter', 'hot_games')}: [reporter.hot_games] {exc}") from None
+
+
+def _check_nppa(nppa: NppaSettings, where: Where) -> None:
+    """What the anti-addiction sender needs; a secret is never echoed."""
+    parts = urlsplit(nppa.base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{where('nppa', 'base_url')}: [nppa] base_url: expected an http or "
+                          f"https URL with a host, found {nppa.base_url!r}")
+    if not nppa.app_id:
+        raise ConfigError(f"{where('nppa', 'app_id')}: [nppa] app_id: required with [sink] "
+                          f'kind = "nppa" (the app id the system issued)')
+    if not _HEX_KEY.fullmatch(nppa.secret_key):
+        raise ConfigError(
+            f"{where('nppa', 'secret_key')}: [nppa] secret_key: expected 32 hex characters "
+            f"(the 16-byte key as issued; usually \"${{NPPA_SECRET_KEY}}\"), found "
+            f"{len(nppa.secret_key)} characters" + (
+                "" if len(nppa.secret_key) != 32 else " that are not all hex digits"))

@@ -6,17 +6,15 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
-
-import orjson
 
 from collector.counters import Counter as C
 from collector.logs import RateLimitedLog
 from collector.metrics import Metrics
-from collector.store import ENTRY_TIME_DIGITS, Ack, BackendError, ShardKeys, entry_time_ms
+from collector.store import Ack, BackendError, ShardKeys
 from reporter._batches import Batches, new_id
 from reporter._config import ReporterSettings
 from reporter._constants import RETRIES_PER_LOOP
+from reporter._freshness import Fresh, Freshness, split_fresh
 from reporter._limiter import ClaimLimiter, Unlimited
 from reporter._outcomes import DELIVERED, REJECTED, Outcome, SinkGate
 from reporter._sinks import Sender
@@ -27,49 +25,6 @@ ratelog = RateLimitedLog(logger, interval=30.0)
 Clock = Callable[[], float]  # wall-clock seconds, injectable for tests
 # One leased batch waiting to be sent: (game, batch id, entries, earlier failed attempts).
 Leased = tuple[str, str, list[bytes], int]
-
-
-class Fresh(NamedTuple):
-    """The events (raw JSON) of a batch young enough to send, how many are stale, and where
-    each sent event sits in the batch (None: all of them, in order)."""
-
-    events: list[bytes]
-    stale: int
-    positions: list[int] | None = None
-
-    def position(self, sent: int) -> int:
-        """The batch position of the ``sent``-th event sent."""
-        return sent if self.positions is None else self.positions[sent]
-
-
-def split_fresh(entries: list[bytes], now_ms: int, settings: ReporterSettings) -> Fresh:
-    """The events young enough to send.
-
-    Age is measured from the collect time, or from ``event_time_field`` when configured (an
-    event without a usable value there falls back to its collect time).
-    """
-    max_age_ms = settings.max_age_seconds * 1000
-    field_name = settings.event_time_field
-    # Entries start with a fixed-width time, so the smallest entry is the oldest one.
-    if not field_name and entries and now_ms - entry_time_ms(min(entries)) <= max_age_ms:
-        return Fresh([entry[ENTRY_TIME_DIGITS:] for entry in entries], 0)
-    scale = 1000 if settings.event_time_unit == "s" else 1
-    fresh: list[bytes] = []
-    positions: list[int] = []
-    for position, entry in enumerate(entries):
-        born = entry_time_ms(entry)
-        event = entry[ENTRY_TIME_DIGITS:]
-        if field_name:
-            try:
-                value = orjson.loads(event).get(field_name)
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    born = int(value * scale)
-            except (orjson.JSONDecodeError, AttributeError):
-                pass
-        if now_ms - born <= max_age_ms:
-            fresh.append(event)
-            positions.append(position)
-    return Fresh(fresh, len(entries) - len(fresh), positions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +98,8 @@ class Held:
 class Deliverer:
     def __init__(self, store: Batches, sender: Sender, settings: ReporterSettings,
                  clock: Clock, held: Held, counts: Metrics, gate: SinkGate,
-                 limiter: ClaimLimiter | None = None) -> None:
+                 limiter: ClaimLimiter | None = None, freshness: Freshness | None = None
+                 ) -> None:
         self._store = store
         self._sender = sender
         self._settings = settings
@@ -152,6 +108,7 @@ class Deliverer:
         self.counts = counts
         self.gate = gate
         self.limiter = limiter or Unlimited()
+        self._freshness = freshness or Freshness.of(settings)
 
     def drain(self, keys: ShardKeys, game: str, stop: threading.Event) -> bool:
         """Claim the game's next batches, as many as the limiter allows requests now, and
@@ -241,7 +198,7 @@ class Deliverer:
 
     def _deliver(self, keys: ShardKeys, game: str, batch_id: str, token: str,
                  entries: list[bytes], attempts: int) -> str:
-        fresh = split_fresh(entries, int(self._clock() * 1000), self._settings)
+        fresh = split_fresh(entries, int(self._clock() * 1000), self._freshness)
         stale = fresh.stale
         if not fresh.events:
             self._store.ack(keys, batch_id, token, stale=stale)
@@ -249,6 +206,10 @@ class Deliverer:
             return "stale"
         outcome = self._sender.send(game, batch_id, fresh.events, attempts + 1)
         self.gate.record(outcome)
+        if outcome.pause_all:  # the endpoint's own rate limit: every reporter waits
+            self.limiter.pause(outcome.pause_all)
+        if outcome.alert:
+            self._alert(game, batch_id, outcome)
         if outcome.partial:
             return self._settle(keys, game, batch_id, token, fresh, outcome)
         if outcome.kind == DELIVERED:
@@ -273,6 +234,19 @@ class Deliverer:
                         result.delay_ms / 1000)
             self.counts.count(C.BATCHES_RETRIED)
         return result.state
+
+    def _alert(self, game: str, batch_id: str, outcome: Outcome) -> None:
+        """The endpoint refused what only the operator can fix: say so loudly, count it, and
+        leave it for ``status``."""
+        self.counts.count(C.CONFIG_ERRORS)
+        name = outcome.alert.partition(":")[0]
+        ratelog.log(logging.ERROR, f"alert:{name}", "batch %s of game %r refused (%s): %s; it is "
+                    "dead-lettered: replay it once fixed", batch_id, game, outcome.reason,
+                    outcome.alert)
+        try:
+            self._store.note_alert(name, outcome.alert)
+        except Exception as exc:  # status misses one line; the log and the count have it
+            logger.warning("could not record the alert for status (%s)", exc)
 
     def _settle(self, keys: ShardKeys, game: str, batch_id: str, token: str, fresh: Fresh,
                 outcome: Outcome) -> str:

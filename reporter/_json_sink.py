@@ -10,10 +10,9 @@ import orjson
 
 from collector.config import mask_url
 from reporter._config import SinkSettings
+from reporter._http import http_client, request_timeout
 from reporter._outcomes import Outcome, classify_http, classify_transport_error
-from reporter._transport import SocketTransport
 
-USER_AGENT = "telemetry-reporter/0.1"
 ATTEMPT_HEADER = "X-Telemetry-Attempt"  # 1 for the first try of a batch, then 2, 3, ...
 
 
@@ -25,13 +24,6 @@ def json_body(game: str, batch_id: str, events: Sequence[bytes]) -> bytes:
     ))
 
 
-def _default_transport(settings: SinkSettings) -> httpx.BaseTransport | None:
-    if settings.transport == "builtin":
-        return SocketTransport(settings.connect_timeout_seconds, settings.timeout_seconds,
-                               settings.max_connections)
-    return None  # httpx's own
-
-
 class JsonSender:
     """Sends one batch per POST; every response or error becomes an ``Outcome``."""
 
@@ -39,19 +31,11 @@ class JsonSender:
                  ) -> None:
         self._url = settings.url  # as configured, for describe()
         self._gzip = settings.gzip
-        headers = {"User-Agent": USER_AGENT, "Content-Type": "application/json",
-                   **settings.headers}
+        headers = {"Content-Type": "application/json", **settings.headers}
         if settings.gzip:
             headers["Content-Encoding"] = "gzip"
-        timeout = httpx.Timeout(settings.timeout_seconds, connect=settings.connect_timeout_seconds)
-        self._client = httpx.Client(
-            headers=headers,
-            timeout=timeout,
-            limits=httpx.Limits(max_connections=settings.max_connections,
-                                max_keepalive_connections=settings.max_connections),
-            transport=transport or _default_transport(settings),
-            trust_env=settings.transport == "httpx",
-        )
+        timeout = request_timeout(settings)
+        self._client = http_client(settings, headers, transport)
         # What Client.post() would work out again for every request (parsing the URL, merging
         # the client's headers, the timeout), done once: about 40 us of CPU per POST.
         self._request_url = httpx.URL(settings.url)

@@ -16,7 +16,9 @@ spaced ``1 / rate`` apart, so no second holds more than ``rate`` of them.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +40,9 @@ class Permit:
 
 
 class ClaimLimiter(Protocol):
+    # True when requests may be refused: workers then spend them on the fullest batches.
+    limited: bool
+
     def acquire(self, requests: int) -> Permit:
         """Take up to ``requests`` permissions now; never waits."""
 
@@ -51,6 +56,8 @@ class ClaimLimiter(Protocol):
 
 
 class Unlimited:
+    limited = False
+
     def acquire(self, requests: int) -> Permit:
         return Permit(requests)
 
@@ -66,6 +73,8 @@ class Unlimited:
 
 class LocalTokenBucket:
     """The token bucket of one process."""
+
+    limited = True
 
     def __init__(self, rate: float, burst: int = 1, clock: Clock = time.monotonic) -> None:
         if not (rate > 0 and math.isfinite(rate)) or burst < 1:
@@ -117,6 +126,8 @@ class SharedTokenBucket:
     After a refusal it does not ask Redis again before the bucket said a token could be
     there, so a limited reporter costs one round trip per token, not one per sweep."""
 
+    limited = True
+
     def __init__(self, store: Store, name: str, rate: float, burst: int = 1,
                  clock: Clock = time.monotonic) -> None:
         if not (rate > 0 and math.isfinite(rate)) or burst < 1:
@@ -152,10 +163,22 @@ class SharedTokenBucket:
 
 
 def make_limiter(config: ReporterConfig, store: Store) -> ClaimLimiter:
-    """The limiter ``[sink] requests_per_second`` and ``rate_limit_scope`` ask for."""
+    """The limiter ``[sink] requests_per_second`` and ``rate_limit_scope`` ask for; for the
+    anti-addiction sink, one bucket per app id shared by every reporter, spaced so that no
+    second holds more than ``[nppa] requests_per_second``."""
     sink = config.sink
+    if sink.kind == "nppa":
+        return SharedTokenBucket(store, bucket_name("nppa", config.nppa.app_id),
+                                 config.nppa.requests_per_second, 1)
     if not sink.requests_per_second:
         return Unlimited()
     if sink.rate_limit_scope == "process":
         return LocalTokenBucket(sink.requests_per_second, sink.request_burst)
     return SharedTokenBucket(store, "sink", sink.requests_per_second, sink.request_burst)
+
+
+def bucket_name(kind: str, key: str) -> str:
+    """A bucket name for ``key`` (an app id, say) fit for a Redis key name."""
+    if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", key):
+        return f"{kind}:{key}"
+    return f"{kind}:{hashlib.sha256(key.encode()).hexdigest()[:24]}"

@@ -26,6 +26,10 @@ class Outcome:
     ``retry_items`` those to send again (not before ``retry_after`` seconds, ``reason`` kept
     with them); every other item is delivered.  ``retry``: send the whole batch again, not
     before ``retry_after`` seconds.  ``rejected``: the endpoint will never take the batch.
+
+    ``pause_all``: seconds every reporter must stop sending (the endpoint says the caller is
+    over its rate limit).  ``alert``: the endpoint refused our identity or configuration;
+    what to check, for the operator (logged as an ERROR, counted, shown by ``status``).
     """
 
     kind: Literal["delivered", "retry", "rejected"]
@@ -33,6 +37,8 @@ class Outcome:
     retry_after: float = 0.0
     refused: tuple[tuple[int, str], ...] = ()
     retry_items: tuple[int, ...] = ()
+    pause_all: float = 0.0
+    alert: str = ""
 
     def __post_init__(self) -> None:
         if (self.refused or self.retry_items) and self.kind != DELIVERED:

@@ -40,7 +40,7 @@ class ReporterService:
         self.store = store if store is not None else open_store(config.redis)
         self.schema = self.store.schema
         self.batches = Batches(self.store, config)
-        self.sender = sender or make_sender(config.sink, transport)
+        self.sender = sender or make_sender(config, transport)
         self.stop_event = threading.Event()
         self.abort_event = threading.Event()  # a second signal: stop waiting for POSTs
         self.held = Held()
@@ -50,7 +50,8 @@ class ReporterService:
                              config.retry.max_delay_ms / 1000)
         self.limiter = make_limiter(config, self.store)
         self.deliverer = Deliverer(self.batches, self.sender, config.reporter, clock, self.held,
-                                   self.metrics, self.gate, self.limiter)
+                                   self.metrics, self.gate, self.limiter,
+                                   self.batches.freshness)
         r = config.reporter
         self.ownership = ShardOwnership(self.store, r.shard_lease_seconds)
         self.sweepers = [

@@ -1,4 +1,8 @@
-"""The sender interface and the factory that builds one from ``[sink]``."""
+"""The sender interface and the factory that builds one from ``[sink] kind``.
+
+A sender only builds requests and reads responses: every answer or transport error becomes
+an ``Outcome``, and the ``Deliverer`` does the rest (ack, settle, nack, counting).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,10 @@ from typing import Protocol
 
 import httpx
 
-from reporter._config import SinkSettings
+from reporter._config import ReporterConfig
 from reporter._exceptions import SinkConfigError
 from reporter._json_sink import JsonSender
+from reporter._nppa import NppaSender
 from reporter._outcomes import Outcome
 
 
@@ -22,7 +27,11 @@ class Sender(Protocol):
     def close(self) -> None: ...
 
 
-def make_sender(settings: SinkSettings, transport: httpx.BaseTransport | None = None) -> Sender:
-    if settings.kind == "json":
-        return JsonSender(settings, transport)
-    raise SinkConfigError(f"[sink] kind: no sender named {settings.kind!r}")
+def make_sender(config: ReporterConfig, transport: httpx.BaseTransport | None = None
+                ) -> Sender:
+    kind = config.sink.kind
+    if kind == "json":
+        return JsonSender(config.sink, transport)
+    if kind == "nppa":
+        return NppaSender(config.nppa, config.sink, config.biz_id, transport)
+    raise SinkConfigError(f"[sink] kind: no sender named {kind!r}")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
+from collector.store import Alert
 from reporter._accounting import Totals
 from reporter._config import ReporterConfig
 from reporter._tables import table
@@ -13,8 +15,14 @@ def _age(oldest_ms: int | None, now: float) -> str:
     return "-" if oldest_ms is None else f"{max(0.0, now - oldest_ms / 1000):.1f}s"
 
 
+def render_alerts(alerts: Sequence[Alert]) -> list[str]:
+    """One line per alert: what an endpoint refused that only the operator can fix."""
+    return [f"ALERT {a.name}: {a.message} ({a.count} times, last at "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(a.at))})" for a in alerts]
+
+
 def render_status(totals: Totals, config: ReporterConfig, now: float | None = None,
-                  max_games: int = 50) -> str:
+                  max_games: int = 50, alerts: Sequence[Alert] = ()) -> str:
     now = time.time() if now is None else now
     hot = config.reporter.hot_games
     shard_rows = [
@@ -34,6 +42,7 @@ def render_status(totals: Totals, config: ReporterConfig, now: float | None = No
     counter_rows = [(k, v) for k, v in summary.items()]
     parts = [
         f"config: {config.source}",
+        *render_alerts(alerts),
         "",
         "shards",
         table(("shard", "owner", "games", "buffered", "oldest", "in flight", "retry", "dead"),

@@ -58,11 +58,14 @@ class ShardSweeper:
             self._cursor = 0
         candidates = [g for g in ring.games if g not in self._hot]
         now_ms = int(self._clock() * 1000)
-        for state in self._store.game_states(self.keys, candidates):
+        ready = [s for s in self._store.game_states(self.keys, candidates)
+                 if self._is_ready(s, now_ms)]
+        if self._deliverer.limiter.limited:  # few requests: the fullest batches first
+            ready.sort(key=lambda s: -s.length)
+        for state in ready:
             if self._stop.is_set() or not self._deliverer.gate.is_open():
                 return False
-            if self._is_ready(state, now_ms):
-                more |= self._deliverer.drain(self.keys, state.game, self._stop)
+            more |= self._deliverer.drain(self.keys, state.game, self._stop)
         return more or self._cursor != 0
 
     def _is_ready(self, state: GameState, now_ms: int) -> bool:

@@ -71,6 +71,7 @@ from collector.store._results import (
 from collector.store._scripts import SCRIPT_NAMES, LuaScript, lua_script, script_text
 from collector.store._store import Store, open_store
 from collector.store._views import (
+    Alert,
     BatchDetail,
     DeadBatch,
     GameState,
@@ -86,6 +87,7 @@ __all__ = [
     "MAX_GAME_NAME_LENGTH",
     "SCRIPT_NAMES",
     "Ack",
+    "Alert",
     "Backend",
     "BackendError",
     "BackendRefused",

@@ -122,6 +122,12 @@ class KeySchema:
         """zset: reporter process id -> heartbeat deadline (ms); in shard 0's tag."""
         return f"{self._shards[0].tag}:reporters"
 
+    @property
+    def alerts(self) -> str:
+        """hash: what endpoints refused for the operator to fix (name -> JSON, name#count ->
+        count); in shard 0's tag."""
+        return f"{self._shards[0].tag}:alerts"
+
     def limiter(self, name: str) -> str:
         """hash: a request rate shared by every reporter; a hash tag of its own."""
         if not _LIMIT_NAME.fullmatch(name):

@@ -7,6 +7,7 @@ is translated into ``BackendUnavailable`` or ``BackendRefused`` here.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn, TypeVar
@@ -23,6 +24,7 @@ from collector.store._errors import translate
 from collector.store._keys import KeySchema, ShardKeys
 from collector.store._scripts import lua_script
 from collector.store._views import (
+    Alert,
     BatchDetail,
     DeadBatch,
     GameState,
@@ -112,6 +114,19 @@ class Store:
             pipe.zremrangebyscore(key, "-inf", now_ms)
             pipe.zcard(key)
             return int(pipe.execute()[2])
+
+    def note_alert(self, name: str, message: str, now_ms: int) -> None:
+        """Keep ``message`` under ``name`` for ``status``, counting how often it came."""
+        key = self.schema.alerts
+        record = json.dumps({"at": now_ms, "message": message})
+        with self._translated(), self.backend.client.pipeline(transaction=False) as pipe:
+            pipe.hset(key, name, record)
+            pipe.hincrby(key, f"{name}#count", 1)
+            pipe.execute()
+
+    def alerts(self) -> list[Alert]:
+        """What endpoints refused that only the operator can fix, newest first."""
+        return self._read(_views.alerts, self.schema.alerts)
 
     def leave(self, owner: str) -> None:
         with self._translated():

@@ -67,6 +67,16 @@ class DeadBatch:
 
 
 @dataclass(frozen=True, slots=True)
+class Alert:
+    """Something an endpoint refused that only the operator can fix."""
+
+    name: str
+    message: str
+    at: float  # seconds since the epoch, the latest time
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class BatchDetail:
     batch_id: str
     shard: int
@@ -165,3 +175,15 @@ def batch_detail(client: RedisClient, keys: ShardKeys, batch_id: str) -> BatchDe
     meta = json.loads(raw)
     return BatchDetail(batch_id, keys.shard, meta["g"], int(meta["a"]), str(meta.get("r", "")),
                        split_entries(payload), [str(r) for r in meta.get("ir") or ()])
+
+
+def alerts(client: RedisClient, key: str) -> list[Alert]:
+    raw = {text(k): v for k, v in client.hgetall(key).items()}
+    out: list[Alert] = []
+    for name, value in raw.items():
+        if name.endswith("#count"):
+            continue
+        record = json.loads(value)
+        out.append(Alert(name, str(record.get("message", "")), float(record.get("at", 0)) / 1000,
+                         int(raw.get(f"{name}#count", 0))))
+    return sorted(out, key=lambda a: -a.at)

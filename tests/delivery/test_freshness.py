@@ -63,7 +63,7 @@ def deliverer_for(r: redis.Redis, ingest: Ingest, clock: Callable[[], float]
     config = make_config("redis://unused", "http://ingest.test/ingest",
                          reporter={"max_age_seconds": MAX_AGE, "linger_ms": 0})
     store = Batches(store_on(r, config), config)
-    sender = make_sender(config.sink, httpx.MockTransport(ingest))
+    sender = make_sender(config, httpx.MockTransport(ingest))
     deliverer = Deliverer(store, sender, config.reporter, clock, Held(), Tally(),
                           SinkGate(0.01, 0.01))
     return store, deliverer, schema_of(config)

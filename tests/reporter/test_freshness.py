@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from reporter._accounting import read_totals
-from reporter._delivery import split_fresh
+from reporter._freshness import Freshness, split_fresh
 from reporter._service import ReporterService
 from tests.reporter.conftest import MakeService
 from tests.reporter.helpers import (
@@ -29,8 +29,8 @@ NOW_MS = 1_700_000_000_000
 MAX_AGE_MS = 180_000
 
 
-def settings(**reporter: Any) -> Any:
-    return make_config("redis://127.0.0.1:6379/0", reporter=reporter).reporter
+def settings(**reporter: Any) -> Freshness:
+    return Freshness.of(make_config("redis://127.0.0.1:6379/0", reporter=reporter).reporter)
 
 
 @pytest.mark.parametrize(("age_ms", "fresh"), [
@@ -165,3 +165,22 @@ def test_the_events_own_time_decides(redis_url: str, client: redis.Redis,
     assert sorted(ids_of(recorder.events())) == ["fresh-ot", "fresh-ot-old-collect", "no-ot"]
     assert stats_total(client, service.schema, "stale") == 2
     assert read_totals(service.store).unaccounted == 0
+
+
+def test_the_nppa_sink_judges_the_behaviour_time_with_its_margin() -> None:
+    """An item is stale once its ot is 180 s less the margin before the request."""
+    config = make_config("redis://127.0.0.1:6379/0", sink={"kind": "nppa"}, nppa={
+        "app_id": "app", "secret_key": "0" * 32, "freshness_margin_seconds": 10.0})
+    rule = Freshness.for_config(config)
+    assert (rule.field, rule.scale) == ("ot", 1000)
+    now_s = NOW_MS // 1000
+    ages = {169: True, 170: False, 175: False, 1: True}
+    for age, expect_sent in ages.items():
+        event = {"ot": now_s - age}
+        sent, stale, _ = split_fresh([entry(event, NOW_MS)], now_s * 1000, rule)
+        assert (len(sent), stale) == ((1, 0) if expect_sent else (0, 1)), age
+    # max_age_seconds still applies when it is the shorter of the two
+    shorter = make_config("redis://127.0.0.1:6379/0", sink={"kind": "nppa"},
+                          reporter={"max_age_seconds": 60.0, "linger_ms": 100},
+                          nppa={"app_id": "app", "secret_key": "0" * 32})
+    assert Freshness.for_config(shorter).max_age_ms == 60_000

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from collections.abc import Callable, Iterator
@@ -54,7 +55,9 @@ def sender_for() -> Iterator[Callable[..., JsonSender]]:
     made: list[JsonSender] = []
 
     def make(recorder: Recorder, settings: SinkSettings | None = None) -> JsonSender:
-        sender = make_sender(settings or sink_config().sink, httpx.MockTransport(recorder))
+        transport = httpx.MockTransport(recorder)
+        sender = (JsonSender(settings, transport) if settings is not None
+                  else make_sender(sink_config(), transport))
         assert isinstance(sender, JsonSender)
         made.append(sender)
         return sender
@@ -183,5 +186,6 @@ def test_transport_errors_become_retry(sender_for: Callable[..., JsonSender],
 
 
 def test_unknown_sink_kind_is_a_sink_config_error() -> None:
-    with pytest.raises(SinkConfigError, match="nppa"):
-        make_sender(SinkSettings(kind="nppa"))
+    config = dataclasses.replace(sink_config(), sink=SinkSettings(kind="carrier-pigeon"))
+    with pytest.raises(SinkConfigError, match="carrier-pigeon"):
+        make_sender(config)

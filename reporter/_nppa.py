@@ -1,0 +1,222 @@
+"""The ``nppa`` sender: the national anti-addiction system's behaviour-reporting interface.
+
+One batch (one game's events, at most 128) is one request: POST
+``<base_url>/behavior/collection/loginout`` with headers appId, bizId (the game's filing
+id), timestamps (milliseconds, read once per attempt), sign, and the sealed body
+(``_nppa_wire``).  Every item is checked again (``collector.nppa.check_item``) and numbered
+``no`` = 1..n; an item whose ``ot`` is still in the future (this host's clock is behind the
+game server's) waits for a later attempt.  The answer, always HTTP 200 with an ``errcode``,
+becomes an ``Outcome`` (see ``classify``); per-item failures make a partial outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import httpx
+import orjson
+
+from collector.config import mask_url
+from collector.logs import RateLimitedLog
+from collector.nppa import check_item
+from reporter._config import NppaSettings, SinkSettings
+from reporter._http import http_client
+from reporter._nppa_wire import seal, signature
+from reporter._outcomes import DELIVERED, REJECTED, RETRY, Outcome, parse_retry_after
+
+logger = logging.getLogger("reporter")
+ratelog = RateLimitedLog(logger, interval=60.0)
+
+PATH = "/behavior/collection/loginout"
+CONTENT_TYPE = "application/json;charset=utf-8"
+OK, PARTIAL, THROTTLED, EXPIRED = 0, 3001, 1006, 1007
+# Item errors: bad no, ot, ct, bt, missing pi, missing di, invalid pi.
+ITEM_ERRORS = range(3004, 3011)
+RETRYABLE = {1001: "system error", 4001: "test system error"}
+# Codes that will not heal by retrying, with what the operator should check.
+CHECK = {
+    1002: "resource missing: check [nppa] base_url",
+    1003: "wrong method: a bug of the reporter, please report it",
+    1004: "a required header is missing: a bug of the reporter, please report it",
+    1005: "this host's IP is not allowed: register it with the system",
+    1008: "caller identity invalid: check [nppa] app_id",
+    1009: "caller disabled: ask the system's operator",
+    1010: "no permission for this interface: check [nppa] app_id and the game's biz_id",
+    1011: "identity check failed: check [nppa] secret_key (and app_id)",
+    1012: "body check failed: check [nppa] secret_key; else a bug of the reporter",
+    3002: "empty report: a bug of the reporter, please report it",
+    3003: "more than 128 items: a bug of the reporter, please report it",
+    4002: "test task not found: check the test code in [nppa] base_url",
+    4003: "test parameter invalid: check the test case's requirements",
+}
+
+Clock = Callable[[], float]
+Sent = list[tuple[int, dict[str, Any]]]  # (index in the batch's events, item)
+
+
+def endpoint_url(base_url: str) -> str:
+    """Where reports go: ``<base_url>/behavior/collection/loginout``, or the base itself
+    when it already names the path (the test system's URL ends in ``/loginout/<code>``)."""
+    if "/loginout" in urlsplit(base_url).path:
+        return base_url
+    return base_url.rstrip("/") + PATH
+
+
+class NppaSender:
+    def __init__(self, settings: NppaSettings, sink: SinkSettings,
+                 biz_id: Callable[[str], str], transport: httpx.BaseTransport | None = None,
+                 clock: Clock = time.time) -> None:
+        self._secret = settings.secret_key
+        self._app_id = settings.app_id
+        self._throttle = settings.throttle_seconds
+        self._biz_id = biz_id
+        self._clock = clock
+        self._url = endpoint_url(settings.base_url)
+        self._query = dict(parse_qsl(urlsplit(self._url).query))
+        self._client = http_client(sink, {"Content-Type": CONTENT_TYPE}, transport)
+        self._skew_logged = False
+
+    def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1
+             ) -> Outcome:
+        biz_id = self._biz_id(game)
+        if not biz_id:
+            ratelog.log(logging.ERROR, f"biz:{game}", "game %r has events but no biz_id: set "
+                        '[games."%s"] biz_id (its batches are dead-lettered until then)',
+                        game, game)
+            return Outcome(REJECTED, f'game {game!r} has no biz_id: set [games."{game}"] '
+                           "biz_id, then replay", alert=f"no biz_id for game {game!r}")
+        items, refused = _checked(events)
+        now = self._clock()
+        future = [(i, item) for i, item in items if item["ot"] > now]
+        if future:
+            self._log_skew(max(item["ot"] for _, item in future) - now)
+        sent = [(i, item) for i, item in items if item["ot"] <= now]
+        outcome = self._report(biz_id, sent) if sent else Outcome(DELIVERED)
+        retry = tuple(i for i, _ in future)
+        if outcome.kind != DELIVERED or not (refused or retry):
+            return outcome
+        wait = max((item["ot"] for _, item in future), default=now) - now + 1
+        return Outcome(DELIVERED, outcome.reason or "behaviour time ahead of this host's clock",
+                       max(outcome.retry_after, wait if retry else 0.0),
+                       outcome.refused + tuple(refused), outcome.retry_items + retry)
+
+    def _report(self, biz_id: str, sent: Sent) -> Outcome:
+        """POST the items (again once, with a new timestamp, if the system finds it
+        expired) and read the answer."""
+        plain = orjson.dumps({"collections": [
+            {"no": n, **item} for n, (_, item) in enumerate(sent, start=1)]})
+        for _ in range(2):
+            try:
+                response = self._post(biz_id, plain)
+            except httpx.HTTPError as exc:
+                return Outcome(RETRY, f"{type(exc).__name__}: {exc}")
+            outcome = classify(response.status_code, response.headers.get("Retry-After"),
+                               response.content, [i for i, _ in sent], self._throttle)
+            if outcome.reason != _EXPIRED_REASON:
+                return outcome
+            ratelog.log(logging.WARNING, "expired", "the system refused a request's "
+                        "timestamps (1007); sending it again: check this host's clock (NTP)")
+        return outcome
+
+    def _post(self, biz_id: str, plain: bytes) -> httpx.Response:
+        body = seal(self._secret, plain)  # a fresh nonce per attempt
+        stamp = str(int(self._clock() * 1000))  # read once: the signed value is the sent one
+        signed = {**self._query, "appId": self._app_id, "bizId": biz_id, "timestamps": stamp}
+        headers = {"appId": self._app_id, "bizId": biz_id, "timestamps": stamp,
+                   "sign": signature(self._secret, signed, body)}
+        return self._client.post(self._url, content=body, headers=headers)
+
+    def _log_skew(self, ahead: float) -> None:
+        if not self._skew_logged:
+            self._skew_logged = True
+            logger.warning("events have a behaviour time %.0f s ahead of this host's clock; "
+                           "they wait until it has passed (check NTP here and on the game "
+                           "servers)", ahead)
+
+    def describe(self) -> str:
+        return f"nppa {mask_url(self._url)} app {self._app_id}"
+
+    def close(self) -> None:
+        self._client.close()
+
+
+_EXPIRED_REASON = "1007 request expired: timestamps too far from the system's clock"
+
+
+def classify(status: int, retry_after: str | None, body: bytes, sent: Sequence[int],
+             throttle: float) -> Outcome:
+    """What an answer means for the batch; ``sent[k]`` is the batch index of item ``no`` k+1.
+
+    0 or 3001 with ``data.results``: the listed items failed (3004-3010 refused, others
+    retried), the rest are delivered.  1006: retry after ``throttle`` and pause every
+    reporter.  1001/4001 and 1007: retry.  Identity and configuration errors, and 3002/3003
+    (ours): dead-letter the batch with an alert naming what to check.  Anything else (HTTP
+    errors, bodies that are not the interface's): retry, never taken as success."""
+    if status != 200:
+        return Outcome(RETRY, f"HTTP {status}", parse_retry_after(retry_after))
+    try:
+        reply = orjson.loads(body)
+        code, message = reply["errcode"], str(reply.get("errmsg", ""))[:100]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return Outcome(RETRY, f"not an answer of the interface: {body[:100]!r}")
+    if type(code) is not int:
+        return Outcome(RETRY, f"not an answer of the interface: errcode {code!r:.40}")
+    if code in (OK, PARTIAL):
+        return _items(code, reply.get("data"), sent)
+    return _failed(code, message, throttle)
+
+
+def _failed(code: int, message: str, throttle: float) -> Outcome:
+    """A request the system did not take at all."""
+    if code == THROTTLED:
+        return Outcome(RETRY, f"1006 over the rate limit: {message}", throttle,
+                       pause_all=throttle)
+    if code == EXPIRED:
+        return Outcome(RETRY, _EXPIRED_REASON)
+    if code in CHECK:
+        return Outcome(REJECTED, f"nppa {code} {message}".strip(), alert=f"nppa {code}: "
+                       f"{CHECK[code]}")
+    return Outcome(RETRY, f"nppa {code} {message}".strip())
+
+
+def _items(code: int, data: object, sent: Sequence[int]) -> Outcome:
+    results = data.get("results") if isinstance(data, Mapping) else None
+    if not isinstance(results, list):
+        if code == OK:
+            return Outcome(DELIVERED)
+        return Outcome(RETRY, "3001 partial failure without results")
+    refused: dict[int, str] = {}
+    retry: list[int] = []
+    for result in results:
+        try:
+            no, item_code = int(result["no"]), int(result["errcode"])
+        except (KeyError, TypeError, ValueError):
+            return Outcome(RETRY, f"unreadable item result: {str(result)[:80]}")
+        if not 1 <= no <= len(sent):
+            return Outcome(RETRY, f"item result for no {no} of a {len(sent)}-item request")
+        index = sent[no - 1]
+        if index in refused or index in retry:
+            continue  # listed twice: the first result stands
+        if item_code in ITEM_ERRORS:
+            refused[index] = f"nppa {item_code} {str(result.get('errmsg', ''))[:100]}".strip()
+        else:
+            retry.append(index)
+    return Outcome(DELIVERED, "items the system could not take now" if retry else "",
+                   refused=tuple(refused.items()), retry_items=tuple(retry))
+
+
+def _checked(events: Sequence[bytes]) -> tuple[Sent, list[tuple[int, str]]]:
+    """The items that pass the interface's rules, and the reasons of those that do not."""
+    items: Sent = []
+    refused: list[tuple[int, str]] = []
+    for i, raw in enumerate(events):
+        try:
+            event = orjson.loads(raw)
+            items.append((i, check_item(event if isinstance(event, dict) else {})))
+        except (orjson.JSONDecodeError, ValueError) as exc:
+            refused.append((i, f"invalid item: {exc}"[:200]))
+    return items, refused

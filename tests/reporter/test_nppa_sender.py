@@ -1,0 +1,223 @@
+"""The nppa sender on its own: the worked example of the interface description as a
+known-answer test, the request as the interface specifies it (checked by a decryption
+written here from the spec, not the sender's), and every kind of answer mapped to an
+Outcome."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from reporter._config import ReporterConfig
+from reporter._nppa import NppaSender, classify, endpoint_url
+from reporter._nppa_wire import seal, signature, unseal
+from reporter._outcomes import DELIVERED, REJECTED, RETRY
+from tests.reporter.helpers import make_config
+
+# The worked example of the interface description (shared/nppa.md).
+EXAMPLE_SECRET = "2836e95fcd10e04b0069bb1ee659955b"
+EXAMPLE_BODY = (b'{"data":"CqT/33f3jyoiYqT8MtxEFk3x2rlfhmgzhxpHqWosSj4d3hq2EbrtVyx2aLj565ZQNTc'
+                b'PrcDipnvpq/D/vQDaLKW70O83Q42zvR0//OfnYLcIjTPMnqa+SOhsjQrSdu66ySSORCAo"}')
+EXAMPLE_SIGN = "386c03b776a28c06b8032a958fbd89337424ef45c62d0422706cca633d8ad5fd"
+EXAMPLE_PLAIN = {"ai": "test-accountId", "name": "用户姓名", "idNum": "371321199012310912"}
+
+SECRET = "00112233445566778899aabbccddeeff"
+APP_ID = "app-1"
+PI = "1" * 38
+NOW = 1_732_241_234.5
+
+
+def test_the_worked_example_signs_and_opens() -> None:
+    signed = {"appId": "test-appId", "bizId": "test-bizId", "timestamps": "1584949895758",
+              "id": "test-id", "name": "test-name"}
+    assert signature(EXAMPLE_SECRET, signed, EXAMPLE_BODY) == EXAMPLE_SIGN
+    assert json.loads(unseal(EXAMPLE_SECRET, EXAMPLE_BODY)) == EXAMPLE_PLAIN
+
+
+def independent_open(secret: str, wire: bytes) -> bytes:
+    """The spec, read again: base64 of nonce (12) || ciphertext || tag (16), AES-128-GCM."""
+    raw = base64.b64decode(json.loads(wire)["data"])
+    nonce, rest = raw[:12], raw[12:]
+    return AESGCM(bytes.fromhex(secret)).decrypt(nonce, rest, None)
+
+
+def independent_seal(secret: str, plain: bytes, nonce: bytes) -> bytes:
+    sealed = AESGCM(bytes.fromhex(secret)).encrypt(nonce, plain, None)
+    return json.dumps({"data": base64.b64encode(nonce + sealed).decode()}).encode()
+
+
+def test_sealing_both_ways_against_an_independent_reading_of_the_spec() -> None:
+    plain = b'{"collections":[{"no":1}]}'
+    wire = seal(SECRET, plain)
+    assert independent_open(SECRET, wire) == plain
+    assert unseal(SECRET, independent_seal(SECRET, plain, b"\x07" * 12)) == plain
+    first, second = seal(SECRET, plain), seal(SECRET, plain)
+    assert first != second  # a fresh nonce every time
+    with pytest.raises(ValueError, match="not a body sealed with this key"):
+        unseal("f" * 32, wire)
+
+
+def config(**nppa: Any) -> ReporterConfig:
+    return make_config("redis://127.0.0.1:1/0", sink={"kind": "nppa"}, nppa={
+        "app_id": APP_ID, "secret_key": SECRET, "base_url": "http://nppa.test", **nppa},
+        games={"g1": {"biz_id": "biz-1"}})
+
+
+class Captured:
+    """An httpx.MockTransport handler: keeps every request, answers with ``reply``."""
+
+    def __init__(self, reply: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                 status: int = 200) -> None:
+        self.requests: list[httpx.Request] = []
+        self.reply = reply or (lambda plain: {"errcode": 0, "errmsg": "ok", "data": ""})
+        self.status = status
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        plain = json.loads(independent_open(SECRET, request.content))
+        return httpx.Response(self.status, content=orjson.dumps(self.reply(plain)))
+
+
+def sender(captured: Captured, clock: float = NOW, **nppa: Any) -> NppaSender:
+    c = config(**nppa)
+    return NppaSender(c.nppa, c.sink, c.biz_id, httpx.MockTransport(captured), lambda: clock)
+
+
+def event(i: int, ot: int = int(NOW) - 5, **fields: Any) -> bytes:
+    return orjson.dumps({"si": f"s{i}", "bt": i % 2, "ot": ot, "ct": 0, "pi": PI, **fields})
+
+
+def test_the_request_is_what_the_interface_specifies() -> None:
+    captured = Captured()
+    outcome = sender(captured).send("g1", "b.0", [event(i) for i in range(3)])
+    assert outcome.kind == DELIVERED and not outcome.partial
+    [request] = captured.requests
+    assert request.method == "POST"
+    assert str(request.url) == "http://nppa.test/behavior/collection/loginout"
+    h = request.headers
+    assert (h["appId"], h["bizId"], h["timestamps"]) == (APP_ID, "biz-1", "1732241234500")
+    assert h["Content-Type"] == "application/json;charset=utf-8"
+    expected = hashlib.sha256((SECRET + "appId" + APP_ID + "bizId" + "biz-1" + "timestamps"
+                               + "1732241234500").encode() + request.content).hexdigest()
+    assert h["sign"] == expected
+    assert set(json.loads(request.content)) == {"data"}
+    plain = json.loads(independent_open(SECRET, request.content))
+    assert [item["no"] for item in plain["collections"]] == [1, 2, 3]
+    assert plain["collections"][1] == {"no": 2, "si": "s1", "bt": 1, "ot": int(NOW) - 5,
+                                       "ct": 0, "pi": PI}
+
+
+def test_the_test_systems_url_is_used_as_it_is() -> None:
+    test_url = "https://wlc.nppa.gov.cn/test/collection/loginout/ABC123"
+    assert endpoint_url(test_url) == test_url
+    assert endpoint_url("http://api2.wlc.nppa.gov.cn/") == (
+        "http://api2.wlc.nppa.gov.cn/behavior/collection/loginout")
+
+
+def test_items_that_break_a_rule_are_refused_alone_and_never_sent() -> None:
+    captured = Captured()
+    events = [event(0), event(1, ot=int(NOW) * 1000), event(2, pi="short"), b"not json",
+              event(4)]
+    outcome = sender(captured).send("g1", "b.0", events)
+    assert outcome.kind == DELIVERED
+    assert [i for i, _ in outcome.refused] == [1, 2, 3]
+    assert "milliseconds" in outcome.refused[0][1] and "pi" in outcome.refused[1][1]
+    plain = json.loads(independent_open(SECRET, captured.requests[0].content))
+    assert [item["si"] for item in plain["collections"]] == ["s0", "s4"]
+
+
+def test_items_from_the_future_wait_and_the_rest_go() -> None:
+    captured = Captured()
+    events = [event(0), event(1, ot=int(NOW) + 30)]
+    outcome = sender(captured).send("g1", "b.0", events)
+    assert (outcome.kind, outcome.retry_items) == (DELIVERED, (1,))
+    assert 30 <= outcome.retry_after <= 32
+    assert len(json.loads(independent_open(SECRET, captured.requests[0].content)
+                          )["collections"]) == 1
+
+
+def test_a_game_without_a_biz_id_is_rejected_with_an_alert() -> None:
+    captured = Captured()
+    outcome = sender(captured).send("unfiled", "b.0", [event(0)])
+    assert outcome.kind == REJECTED and "biz_id" in outcome.reason and outcome.alert
+    assert captured.requests == []
+
+
+def test_expired_timestamps_are_sent_again_once_with_a_new_stamp() -> None:
+    answers = iter([{"errcode": 1007, "errmsg": "expired"}, {"errcode": 0, "data": ""}])
+    clock = iter([NOW, NOW, NOW + 0.25])  # send() reads it once, then once per attempt
+    captured = Captured(lambda plain: next(answers))
+    c = config()
+    s = NppaSender(c.nppa, c.sink, c.biz_id, httpx.MockTransport(captured), lambda: next(clock))
+    assert s.send("g1", "b.0", [event(0)]).kind == DELIVERED
+    first, second = captured.requests
+    assert first.headers["timestamps"] != second.headers["timestamps"]
+    assert first.headers["sign"] != second.headers["sign"]
+    assert first.content != second.content  # a new nonce too
+
+
+SENT = [4, 7, 9]  # batch positions of the items numbered 1, 2, 3
+
+
+@pytest.mark.parametrize("code", [0, 3001])
+def test_per_item_results_refuse_item_errors_and_retry_the_others(code: int) -> None:
+    body = orjson.dumps({"errcode": code, "errmsg": "partial", "data": {"results": [
+        {"no": 1, "errcode": 3005, "errmsg": "bad ot"},
+        {"no": 3, "errcode": 3010, "errmsg": "bad pi"},
+        {"no": 2, "errcode": 1001, "errmsg": "busy"},
+        {"no": 3, "errcode": 3004, "errmsg": "listed twice"}]}})
+    outcome = classify(200, None, body, SENT, 60.0)
+    assert outcome.kind == DELIVERED
+    assert outcome.refused == ((4, "nppa 3005 bad ot"), (9, "nppa 3010 bad pi"))
+    assert outcome.retry_items == (7,)
+
+
+@pytest.mark.parametrize(("status", "body", "kind", "alert"), [
+    (200, b'{"errcode":0,"errmsg":"ok","data":""}', DELIVERED, False),
+    (200, b'{"errcode":1001,"errmsg":"system error"}', RETRY, False),
+    (200, b'{"errcode":4001,"errmsg":"test system"}', RETRY, False),
+    (200, b'{"errcode":1007,"errmsg":"expired"}', RETRY, False),
+    (200, b'{"errcode":1011,"errmsg":"sign"}', REJECTED, True),
+    (200, b'{"errcode":1002,"errmsg":"missing"}', REJECTED, True),
+    (200, b'{"errcode":1012,"errmsg":"body"}', REJECTED, True),
+    (200, b'{"errcode":3002,"errmsg":"empty"}', REJECTED, True),
+    (200, b'{"errcode":3003,"errmsg":"too many"}', REJECTED, True),
+    (200, b'{"errcode":3001,"errmsg":"partial"}', RETRY, False),  # no results: not trusted
+    (200, b'{"errcode":"0"}', RETRY, False),
+    (200, b"<html>gateway</html>", RETRY, False),
+    (200, b'{"errmsg":"no code"}', RETRY, False),
+    (502, b"bad gateway", RETRY, False),
+    (200, b'{"errcode":0,"data":{"results":[{"no":9,"errcode":3005}]}}', RETRY, False),
+])
+def test_every_answer_has_its_meaning(status: int, body: bytes, kind: str,
+                                      alert: bool) -> None:
+    outcome = classify(status, None, body, SENT, 60.0)
+    assert (outcome.kind, bool(outcome.alert)) == (kind, alert), outcome
+
+
+def test_over_the_rate_limit_every_reporter_pauses() -> None:
+    outcome = classify(200, None, b'{"errcode":1006,"errmsg":"limit"}', SENT, 45.0)
+    assert (outcome.kind, outcome.retry_after, outcome.pause_all) == (RETRY, 45.0, 45.0)
+
+
+def test_transport_errors_are_retried() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    c = config()
+    s = NppaSender(c.nppa, c.sink, c.biz_id, httpx.MockTransport(refuse), lambda: NOW)
+    assert s.send("g1", "b.0", [event(0)]).kind == RETRY
+
+
+def test_describe_never_shows_the_secret() -> None:
+    s = sender(Captured())
+    assert SECRET not in s.describe() and SECRET not in repr(config())
+    assert SECRET not in str(config().masked())
