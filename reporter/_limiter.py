@@ -145,13 +145,14 @@ class SharedTokenBucket:
             return Permit(0, self._not_before - now)
         tokens = self._store.call(TakeTokens(self._key, self.rate, self.burst, requests))
         wait = tokens.wait_us / 1_000_000
-        if tokens.granted < requests:
+        if not tokens.granted:
             self._not_before = now + wait
         return Permit(tokens.granted, wait)
 
     def refund(self, requests: int) -> None:
         if requests > 0:
             self._store.call(TakeTokens(self._key, self.rate, self.burst, -requests))
+            self._not_before = 0.0  # what came back may be taken at once
 
     def pause(self, seconds: float) -> None:
         self._store.call(TakeTokens(self._key, self.rate, self.burst, 0,

@@ -202,8 +202,14 @@ def _item_error(item: object, request_ms: int, repeated: Collection[int]) -> int
     return _identity_error(item)
 
 
-def _check_items(items: list[Any], request_ms: int) -> tuple[list[Any], list[Any], dict[int, int]]:
-    """The accepted items, the results of the refused ones, and their ``RequestLog.refused``."""
+ItemCheck = Callable[[dict[str, Any]], int | None]
+
+
+def _check_items(items: list[Any], request_ms: int, unknown: ItemCheck | None = None
+                 ) -> tuple[list[Any], list[Any], dict[int, int]]:
+    """The accepted items, the results of the refused ones, and their ``RequestLog.refused``.
+    ``unknown`` stands for what the real system knows and the rules do not say (a ``pi`` it
+    never issued, say): the code it answers for an item that passes every rule."""
     nos = Counter(_number(item) for item in items)
     repeated = {no for no, count in nos.items() if no is not None and count > 1}
     accepted: list[Any] = []
@@ -211,6 +217,8 @@ def _check_items(items: list[Any], request_ms: int) -> tuple[list[Any], list[Any
     refused: dict[int, int] = {}
     for position, item in enumerate(items, 1):
         code = _item_error(item, request_ms, repeated)
+        if code is None and unknown is not None:
+            code = unknown(item)
         if code is None:
             accepted.append(item)
             continue
@@ -255,7 +263,8 @@ class NppaEndpoint:
                  requests_per_second: float = 10.0, throttle_seconds: float = 60.0,
                  skew_seconds: float = 5.0, partial_errcode: int = 0,
                  clock: Callable[[], float] = time.time, port: int = 0,
-                 force: Callable[[int], int | None] | None = None) -> None:
+                 force: Callable[[int], int | None] | None = None,
+                 unknown: ItemCheck | None = None) -> None:
         if partial_errcode not in (0, 3001):
             raise ValueError("partial_errcode must be 0 or 3001")
         _check_key(secret_key)
@@ -267,6 +276,7 @@ class NppaEndpoint:
         self.partial_errcode = partial_errcode
         self.clock = clock
         self.force = force
+        self.unknown = unknown
         self.lock = threading.Lock()
         self.accepted: list[Accepted] = []
         self.requests: list[RequestLog] = []
@@ -340,7 +350,7 @@ class NppaEndpoint:
             items = _collections(secret, request.body)
         except _Refused as exc:
             return _Answer(exc.errcode)
-        accepted, results, refused = _check_items(items, request_ms)
+        accepted, results, refused = _check_items(items, request_ms, self.unknown)
         if not results:
             return _Answer(0, "", len(items), {}, accepted, request_ms)
         code = self.partial_errcode

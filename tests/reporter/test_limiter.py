@@ -216,3 +216,14 @@ def test_shared_bucket_refills_from_the_end_of_a_pause(r: redis.Redis) -> None:
     granted, wait = take(1.05)
     assert granted == 0 and 49_000 <= wait <= 51_000  # half a token since the pause ended
     assert take(1.1)[0] == 1
+
+
+def test_a_partly_granted_ask_and_a_refund_do_not_block_the_next_ask(r: redis.Redis) -> None:
+    """A hot-game worker asks for 16 retries, finds none and gives the token back: its
+    claim right after must get it (a local "not before" once starved such workers)."""
+    store = store_of(r, KeySchema("lim", 1))
+    clock = FakeClock()
+    bucket = SharedTokenBucket(store, "starve", 10.0, 1, clock)
+    assert bucket.acquire(16).granted == 1
+    bucket.refund(1)
+    assert bucket.acquire(1).granted == 1

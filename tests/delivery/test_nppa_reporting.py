@@ -1,0 +1,211 @@
+"""The anti-addiction profile end to end: events made with collector.nppa, collected, drained
+by reporters and sent over real HTTP to a mock of the interface (reporter._nppa_mock,
+written from the interface's description, not from the sender)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from collector import Collector, nppa
+from reporter._accounting import read_totals
+from reporter._config import ReporterConfig
+from reporter._nppa_mock import NppaEndpoint
+from reporter._service import ReporterService
+from reporter._status import render_status
+from tests.polling import wait_until
+from tests.reporter.helpers import make_config
+
+SECRET = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+APP_ID = "app-test-1"
+GAMES = {"farm": "1101999999", "kart": "1101999998"}
+PI = "1" * 38
+
+MakeService = Callable[[ReporterConfig], ReporterService]
+
+
+def nppa_config(redis_url: str, endpoint: NppaEndpoint, reporter: dict[str, Any] | None = None,
+                **nppa_settings: Any) -> ReporterConfig:
+    return make_config(
+        redis_url, shards=4, sink={"kind": "nppa"},
+        nppa={"base_url": endpoint.url, "app_id": APP_ID, "secret_key": SECRET,
+              "throttle_seconds": 1.0, **nppa_settings},
+        games={game: {"biz_id": biz} for game, biz in GAMES.items()},
+        reporter={"linger_ms": 100, "poll_interval_ms": 20, "lease_seconds": 10.0,
+                  **(reporter or {})})
+
+
+@pytest.fixture
+def services() -> Iterator[MakeService]:
+    made: list[ReporterService] = []
+
+    def make(config: ReporterConfig) -> ReporterService:
+        service = ReporterService(config)
+        made.append(service)
+        service.start()
+        return service
+
+    yield make
+    for service in made:
+        if not service.stop_event.is_set():
+            service.stop(grace=0)
+        service.store.close()
+
+
+def collect(config: ReporterConfig, per_game: int, ot: int | None = None,
+            pi: Callable[[int], str] = lambda i: PI) -> None:
+    """Logins and logouts of sessions of every game, stored in Redis."""
+    c = Collector(config=config)
+    try:
+        for game in GAMES:
+            for i in range(per_game):
+                event = (nppa.login if i % 2 == 0 else nppa.logout)(
+                    si=f"{game}-{i // 2:05d}", ot=ot or int(time.time()), pi=pi(i))
+                c.collect(game, event)
+        assert c.flush(timeout=20)
+    finally:
+        c.close(timeout=1)
+
+
+def accepted_count(endpoint: NppaEndpoint) -> int:
+    with endpoint.lock:
+        return len(endpoint.accepted)
+
+
+def codes(endpoint: NppaEndpoint) -> Counter[int]:
+    with endpoint.lock:
+        return Counter(r.errcode for r in endpoint.requests)
+
+
+def test_a_backlog_of_two_games_is_accepted_in_full_requests(
+        redis_url: str, services: MakeService) -> None:
+    with NppaEndpoint(app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values()) as endpoint:
+        config = nppa_config(redis_url, endpoint)
+        collect(config, 600)
+        services(config)
+        wait_until(lambda: accepted_count(endpoint) == 1200, timeout=30,
+                   what="every item accepted")
+        with endpoint.lock:
+            requests, accepted = list(endpoint.requests), list(endpoint.accepted)
+    assert codes(endpoint) == Counter({0: len(requests)})  # no 1006, no 1011, no item errors
+    assert all(r.items <= 128 for r in requests)
+    assert sum(1 for r in requests if r.items == 128) >= 8  # 2 x 600 = 8 full + 2 partial
+    by_game = Counter((a.biz_id, a.item["si"]) for a in accepted)
+    assert len(by_game) == 600 and set(by_game.values()) == {2}  # login and logout each
+    assert all(a.request_ms / 1000 - a.item["ot"] < 180 for a in accepted)
+    assert all(set(a.item) == {"no", "si", "bt", "ot", "ct", "pi"} for a in accepted)
+
+
+def test_a_wrong_key_dead_letters_with_an_alert(redis_url: str, services: MakeService) -> None:
+    with NppaEndpoint(app_id=APP_ID, secret_key="ab" * 16, biz_ids=GAMES.values()) as endpoint:
+        config = nppa_config(redis_url, endpoint)
+        collect(config, 10)
+        service = services(config)
+        wait_until(lambda: read_totals(service.store).counter("dead_events") == 20,
+                   timeout=30, what="both games' batches dead-lettered")
+        counts = service.stop()
+    assert set(codes(endpoint)) == {1011}
+    assert accepted_count(endpoint) == 0
+    assert counts["config_errors"] >= 2
+    [alert] = service.store.alerts()
+    assert alert.name == "nppa 1011" and "secret_key" in alert.message
+    text = render_status(read_totals(service.store), config, alerts=[alert])
+    assert "ALERT nppa 1011" in text
+    dead = service.store.dead_batches(100)
+    assert {b.reason for b in dead} == {"nppa 1011 identity check failed"} or all(
+        b.reason.startswith("nppa 1011") for b in dead)
+
+
+def test_expired_timestamps_are_sent_again(redis_url: str, services: MakeService) -> None:
+    with NppaEndpoint(app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values(),
+                      force=lambda n: 1007 if n == 1 else None) as endpoint:
+        config = nppa_config(redis_url, endpoint)
+        collect(config, 4)
+        services(config)
+        wait_until(lambda: accepted_count(endpoint) == 8, timeout=30, what="all accepted")
+    assert codes(endpoint)[1007] == 1
+
+
+def test_over_the_limit_every_reporter_backs_off(redis_url: str,
+                                                  services: MakeService) -> None:
+    """The interface allows 2 requests/s here; the reporters believe 10. After each 1006 the
+    shared bucket pauses both reporters for throttle_seconds: nothing reaches the interface
+    in that time (but what was already on its way)."""
+    with NppaEndpoint(app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values(),
+                      requests_per_second=2, throttle_seconds=0.5) as endpoint:
+        # Both games hot: both reporters send both (hot pools do not look at shard leases).
+        config = nppa_config(redis_url, endpoint, {
+            "batch_size": 2, "max_batches_per_claim": 1, "hot_games": dict.fromkeys(GAMES, 1)},
+            throttle_seconds=1.0)
+        collect(config, 10)  # 20 events in batches of 2: 10 requests, claimed one by one
+        first, second = services(config), services(config)
+        wait_until(lambda: accepted_count(endpoint) == 20, timeout=60, what="all accepted")
+        throttled = codes(endpoint)[1006]
+        with endpoint.lock:
+            answered = [(r.at, r.errcode) for r in endpoint.requests]
+    assert throttled >= 1
+    for at, code in answered:
+        if code == 1006:
+            assert not [t for t, _ in answered if at + 0.3 < t < at + 0.9], "sent in a pause"
+    assert first.tally.counted().get("batches_retried", 0) + second.tally.counted().get(
+        "batches_retried", 0) == throttled
+
+
+@pytest.mark.parametrize("partial_errcode", [0, 3001])
+def test_items_the_system_refuses_are_dead_lettered_one_by_one(
+        redis_url: str, r: redis.Redis, services: MakeService, partial_errcode: int) -> None:
+    unknown = "9" * 38
+
+    def unknown_pi(item: dict[str, Any]) -> int | None:
+        return 3010 if item.get("pi") == unknown else None
+
+    with NppaEndpoint(app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values(),
+                      partial_errcode=partial_errcode, unknown=unknown_pi) as endpoint:
+        config = nppa_config(redis_url, endpoint)
+        collect(config, 30, pi=lambda i: unknown if i % 10 == 3 else PI)
+        service = services(config)
+        wait_until(lambda: accepted_count(endpoint) == 54, timeout=30,
+                   what="the known players' events accepted")
+        wait_until(lambda: read_totals(service.store).counter("rejected_items") == 6,
+                   timeout=30, what="the unknown ones refused")
+    totals = read_totals(service.store)
+    assert (totals.counter("delivered"), totals.counter("dead_events")) == (54, 6)
+    assert totals.unaccounted == 0 and totals.pending_events == 0
+    dead = service.store.dead_batches(100)
+    assert sum(b.events for b in dead) == 6 and all(".x" in b.batch_id for b in dead)
+    keys = service.store.find_batch(dead[0].batch_id)
+    assert keys is not None
+    detail = service.store.batch(keys, dead[0].batch_id)
+    assert detail is not None and all(r.startswith("nppa 3010") for r in detail.item_reasons)
+
+
+@pytest.mark.parametrize("offset", [4.0, -4.0])
+def test_a_system_clock_a_few_seconds_off_is_fine(redis_url: str, services: MakeService,
+                                                  offset: float) -> None:
+    with NppaEndpoint(app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values(),
+                      clock=lambda: time.time() + offset) as endpoint:
+        config = nppa_config(redis_url, endpoint)
+        collect(config, 6)
+        services(config)
+        wait_until(lambda: accepted_count(endpoint) == 12, timeout=30, what="all accepted")
+    assert set(codes(endpoint)) == {0}
+
+
+def test_events_from_a_game_server_clock_ahead_wait_until_they_are_valid(
+        redis_url: str, services: MakeService) -> None:
+    with NppaEndpoint(app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values()) as endpoint:
+        config = nppa_config(redis_url, endpoint)
+        ahead = int(time.time()) + 3
+        collect(config, 2, ot=ahead)
+        service = services(config)
+        wait_until(lambda: accepted_count(endpoint) == 4, timeout=30, what="accepted later")
+        with endpoint.lock:
+            sent = [(a.request_ms, a.item["ot"]) for a in endpoint.accepted]
+    assert all(ot * 1000 <= ms for ms, ot in sent)  # never sent before its time
+    assert set(codes(endpoint)) == {0}
+    assert read_totals(service.store).counter("batches_retried") >= 1
