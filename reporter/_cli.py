@@ -37,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("file")
     demo = sub.add_parser("demo", help="run the whole pipeline on a private server")
     demo.add_argument("--seconds", type=float, default=15.0)
+    demo.add_argument("--sink", choices=("json", "nppa"), default="json",
+                      help="json: a local ingest endpoint; nppa: a local mock of the "
+                           "anti-addiction interface")
     dead = sub.add_parser("dead", help="inspect and replay dead-lettered batches")
     dead.add_argument("--config")
     dead_sub = dead.add_subparsers(dest="action", required=True)
@@ -69,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "check-config":
         config = ReporterConfig.load(args.file)
-        for notice in config.notices:
+        for notice in [*config.notices, *_sink_notices(config)]:
             print(f"telemetry-reporter: warning: {notice}", file=sys.stderr)
         print(f"# {config.source}: valid")
         print(json.dumps(config.masked(), indent=2))
@@ -77,7 +80,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
         from reporter._demo import run_demo
 
-        return run_demo(args.seconds, sys.stdout)
+        return run_demo(args.seconds, sys.stdout, args.sink)
     config = ReporterConfig.load(args.config)
     if args.command == "status":
         return _status(config, args.json)
@@ -86,6 +89,18 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return run_dead(config, args)
     return _run(config)
+
+
+def _sink_notices(config: ReporterConfig) -> list[str]:
+    """What check-config should point out about the sink that is not an error."""
+    if config.sink.kind != "nppa":
+        return []
+    missing = config.games_without_biz_id()
+    notices = ['[sink] kind = "nppa": every game needs [games."<name>"] biz_id, its filing '
+               "id; events of a game without one are dead-lettered (replay once it is set)"]
+    if missing:
+        notices.append("games named in the file without a biz_id: " + ", ".join(missing))
+    return notices
 
 
 def _status(config: ReporterConfig, as_json: bool) -> int:

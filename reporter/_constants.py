@@ -6,6 +6,15 @@ from __future__ import annotations
 # Reaper: seconds between runs, and expired leases one script call returns at most.
 REAP_INTERVAL_SECONDS = 1.0
 REAP_PER_CALL = 200
+# A worker refused by the claim limiter waits for the next token when it is this near.
+LIMITER_WAIT_SECONDS = 0.25
+# Requests count as scarce for this long after the limiter refused one: lingering games then
+# wait longer, so the requests go to full batches.
+CONTENDED_SECONDS = 1.0
+# The anti-addiction interface counts requests as they arrive, and network and scheduling
+# jitter can bring two of them closer than they were sent: the shared bucket runs this much
+# below the configured rate so that no second at the server holds more than the rate.
+NPPA_RATE_HEADROOM = 0.04
 # Due retries one claim of retries takes at most.
 RETRIES_PER_LOOP = 16
 # A job keeps looping this long while its worker reports more work, before yielding its thread.

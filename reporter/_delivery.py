@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -13,9 +14,9 @@ from collector.metrics import Metrics
 from collector.store import Ack, BackendError, ShardKeys
 from reporter._batches import Batches, new_id
 from reporter._config import ReporterSettings
-from reporter._constants import RETRIES_PER_LOOP
+from reporter._constants import CONTENDED_SECONDS, LIMITER_WAIT_SECONDS, RETRIES_PER_LOOP
 from reporter._freshness import Fresh, Freshness, split_fresh
-from reporter._limiter import ClaimLimiter, Unlimited
+from reporter._limiter import ClaimLimiter, Permit, Unlimited
 from reporter._outcomes import DELIVERED, REJECTED, Outcome, SinkGate
 from reporter._sinks import Sender
 
@@ -108,12 +109,15 @@ class Deliverer:
         self.counts = counts
         self.gate = gate
         self.limiter = limiter or Unlimited()
-        self._freshness = freshness or Freshness.of(settings)
+        self._refused_at = float("-inf")
+        self.freshness = freshness or Freshness.of(settings)
 
-    def drain(self, keys: ShardKeys, game: str, stop: threading.Event) -> bool:
+    def drain(self, keys: ShardKeys, game: str, stop: threading.Event, wait: bool = True
+              ) -> bool:
         """Claim the game's next batches, as many as the limiter allows requests now, and
-        send them; True if a full batch still waits."""
-        permit = self.limiter.acquire(self._settings.max_batches_per_claim)
+        send them; True if a full batch still waits.  ``wait``: wait for a token that is
+        near (a full batch), else take only one that is there (a lingering game)."""
+        permit = self._permit(self._settings.max_batches_per_claim, stop, wait)
         if not permit.granted:
             return False
         token = new_id()
@@ -126,10 +130,28 @@ class Deliverer:
                          stop)
         return claimed.remaining >= self._settings.batch_size
 
+    def _permit(self, requests: int, stop: threading.Event, wait: bool = True) -> Permit:
+        """Permission for up to ``requests`` requests.  With ``wait`` (a full batch), a
+        refusal marks the requests as scarce, and a token that is near is waited for (a
+        sweep's poll interval would leave the limit unused that long); without, only a token
+        that is there is taken."""
+        permit = self.limiter.acquire(requests)
+        if permit.granted or not wait:
+            return permit
+        self._refused_at = time.monotonic()
+        if permit.wait <= LIMITER_WAIT_SECONDS and not stop.wait(permit.wait):
+            permit = self.limiter.acquire(requests)
+        return permit
+
+    @property
+    def contended(self) -> bool:
+        """Whether the limiter refused a request lately: requests are scarce."""
+        return time.monotonic() - self._refused_at < CONTENDED_SECONDS
+
     def send_retries(self, keys: ShardKeys, stop: threading.Event, game: str = "") -> bool:
         """Take the shard's due retries (of one game, or of any) and send them; True if there
         may be more."""
-        permit = self.limiter.acquire(RETRIES_PER_LOOP)
+        permit = self._permit(RETRIES_PER_LOOP, stop)
         if not permit.granted:
             return False
         token = new_id()
@@ -198,7 +220,7 @@ class Deliverer:
 
     def _deliver(self, keys: ShardKeys, game: str, batch_id: str, token: str,
                  entries: list[bytes], attempts: int) -> str:
-        fresh = split_fresh(entries, int(self._clock() * 1000), self._freshness)
+        fresh = split_fresh(entries, int(self._clock() * 1000), self.freshness)
         stale = fresh.stale
         if not fresh.events:
             self._store.ack(keys, batch_id, token, stale=stale)

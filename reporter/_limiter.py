@@ -27,6 +27,7 @@ from typing import Protocol
 
 from collector.store import Store, TakeTokens
 from reporter._config import ReporterConfig
+from reporter._constants import NPPA_RATE_HEADROOM
 
 Clock = Callable[[], float]  # seconds, monotonic
 
@@ -170,7 +171,7 @@ def make_limiter(config: ReporterConfig, store: Store) -> ClaimLimiter:
     sink = config.sink
     if sink.kind == "nppa":
         return SharedTokenBucket(store, bucket_name("nppa", config.nppa.app_id),
-                                 config.nppa.requests_per_second, 1)
+                                 config.nppa.requests_per_second * (1 - NPPA_RATE_HEADROOM), 1)
     if not sink.requests_per_second:
         return Unlimited()
     if sink.rate_limit_scope == "process":

@@ -46,6 +46,7 @@ class ShardSweeper:
         self._stop = stop
         self._clock = clock
         self._cursor = 0
+        self._patience = max(self._r.linger_ms, deliverer.freshness.max_age_ms // 2)
 
     def loop(self) -> bool:
         if (self._stop.is_set() or not self._ownership.owns(self.keys.shard)
@@ -58,20 +59,24 @@ class ShardSweeper:
             self._cursor = 0
         candidates = [g for g in ring.games if g not in self._hot]
         now_ms = int(self._clock() * 1000)
-        ready = [s for s in self._store.game_states(self.keys, candidates)
-                 if self._is_ready(s, now_ms)]
+        states = self._store.game_states(self.keys, candidates)
         if self._deliverer.limiter.limited:  # few requests: the fullest batches first
-            ready.sort(key=lambda s: -s.length)
-        for state in ready:
+            states.sort(key=lambda s: -s.length)
+        for state in states:
             if self._stop.is_set() or not self._deliverer.gate.is_open():
                 return False
-            more |= self._deliverer.drain(self.keys, state.game, self._stop)
+            if self._is_ready(state, now_ms):
+                full = state.length >= self._r.batch_size
+                more |= self._deliverer.drain(self.keys, state.game, self._stop, wait=full)
         return more or self._cursor != 0
 
     def _is_ready(self, state: GameState, now_ms: int) -> bool:
         if state.length >= self._r.batch_size or state.length == 0:
             return True  # an empty buffer is claimed to unregister the game
-        return state.oldest_ms is not None and now_ms - state.oldest_ms >= self._r.linger_ms
+        # While requests are scarce, a game short of a full batch waits longer (up to half
+        # its freshness window), so the requests carry full batches first.
+        linger = self._patience if self._deliverer.contended else self._r.linger_ms
+        return state.oldest_ms is not None and now_ms - state.oldest_ms >= linger
 
 
 class HotGameWorker:

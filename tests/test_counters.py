@@ -13,8 +13,8 @@ from collector.counters import REPORTER, SDK, STATUS_GAUGES, STORE, Counter, Gau
 from collector.metrics import Tally
 from collector.store import SCRIPT_NAMES, script_text
 from reporter._accounting import Totals
-from reporter._demo import summary_rows
-from reporter._endpoint import Received
+from reporter._demo_sinks import Figures
+from reporter._demo_summary import summary_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCABULARY = {str(c) for c in Counter} | {str(g) for g in Gauge}
@@ -59,8 +59,7 @@ def test_every_reporter_counter_is_kept_by_the_store_or_the_reporter_only() -> N
 
 
 def test_demo_summary_rows_are_named_by_the_vocabulary() -> None:
-    received = [Received("g", "b.0", "b.0", [{"sent_ms": 0}], 0.001, 200)]
-    rows = summary_rows(dict.fromkeys(SDK, 0), Totals([]), received)
+    rows = summary_rows(dict.fromkeys(SDK, 0), Totals([]), Figures(1, 1, 1, [1.0]))
     names = [name for name, _, _ in rows]
     ours = [n for n in names if not n.startswith(("endpoint: ", "latency "))]
     assert set(ours) <= VOCABULARY

@@ -209,3 +209,24 @@ def test_events_from_a_game_server_clock_ahead_wait_until_they_are_valid(
     assert all(ot * 1000 <= ms for ms, ot in sent)  # never sent before its time
     assert set(codes(endpoint)) == {0}
     assert read_totals(service.store).counter("batches_retried") >= 1
+
+
+def busiest_second(times: list[float]) -> int:
+    return max(sum(1 for u in times if t <= u < t + 1.0) for t in times)
+
+
+def test_three_reporters_together_keep_under_ten_requests_a_second(
+        redis_url: str, services: MakeService) -> None:
+    """The interface's limit holds across processes: three reporters (services sharing the
+    Redis, as processes would) draw from one bucket; none of them meets a 1006."""
+    with NppaEndpoint(app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values()) as endpoint:
+        config = nppa_config(redis_url, endpoint, {"hot_games": {"farm": 1}})
+        collect(config, 896)  # 7 full requests a game (the cap keeps 1,000)
+        for _ in range(3):
+            services(config)
+        wait_until(lambda: accepted_count(endpoint) == 1792, timeout=60, what="all accepted")
+        with endpoint.lock:
+            requests = list(endpoint.requests)
+    assert set(codes(endpoint)) == {0}
+    assert busiest_second([r.at for r in requests]) <= 10
+    assert [r.items for r in requests] == [128] * 14

@@ -290,3 +290,41 @@ def test_check_config_prints_deprecation_notices_on_stderr(tmp_path: Path,
     out, err = capsys.readouterr()
     assert "deprecated" in err and "[sink] transport" in err
     assert '"transport": "builtin"' in out
+
+
+def test_check_config_names_the_nppa_games_without_a_biz_id(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    key = "0123456789abcdef0123456789abcdef"
+    path = tmp_path / "nppa.toml"
+    path.write_text(textwrap.dedent(f"""
+        [sink]
+        kind = "nppa"
+        [nppa]
+        app_id = "app-1"
+        secret_key = "{key}"
+        [games."farm"]
+        biz_id = "1101999999"
+        [games."kart"]
+        max_events_per_game = 100
+        [reporter.hot_games]
+        "arena" = 2
+    """), encoding="utf-8")
+    assert main(["check-config", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert "games named in the file without a biz_id: kart, arena" in err
+    assert key not in out + err
+
+
+def test_the_nppa_demo_reports_to_a_mock_of_the_interface() -> None:
+    import io
+
+    from reporter._demo import run_demo
+
+    out = io.StringIO()
+    assert run_demo(2.0, out, "nppa") == 0
+    rows = {line.split()[0]: line.split()[1] for line in out.getvalue().splitlines()
+            if len(line.split()) > 1}
+    assert int(rows["accepted"]) > 0
+    assert int(rows["delivered"]) == int(rows["accepted"])
+    assert (int(rows["unaccounted"]), int(rows["dead_events"])) == (0, 0)
+    assert "anti-addiction" in out.getvalue()

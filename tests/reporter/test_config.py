@@ -334,10 +334,12 @@ def test_section_repr_masks_secrets(secret_config: ReporterConfig) -> None:
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "config").glob("*.toml")))
 def test_every_shipped_config_file_is_valid(name: str) -> None:
-    env = {"REDIS_PASSWORD": "pw", "INGEST_TOKEN": "token"}
+    env = {"REDIS_PASSWORD": "pw", "INGEST_TOKEN": "token",
+           "NPPA_SECRET_KEY": "00112233445566778899aabbccddeeff"}
     config = ReporterConfig.load(str(ROOT / "config" / name), env=env)
     assert config.source.endswith(name)
     assert "pw" not in repr(config) and "token" not in repr(config)
+    assert env["NPPA_SECRET_KEY"] not in repr(config)
 
 
 def test_the_sdk_skips_exactly_the_reporters_sections() -> None:
@@ -362,3 +364,39 @@ def test_a_renamed_value_is_accepted_with_a_notice(tmp_path: Path) -> None:
     assert env.sink.transport == "builtin"
     assert "TELEMETRY_SINK_TRANSPORT" in env.notices[0]
     assert ReporterConfig.load(str(SHIPPED), env={}).notices == ()
+
+
+NPPA = '[sink]\nkind = "nppa"\n[nppa]\napp_id = "app"\nsecret_key = "${KEY}"\n'
+
+
+@pytest.mark.parametrize("key", ["", "0123", "g" * 32, "0" * 31, "0" * 33])
+def test_an_nppa_secret_that_is_not_32_hex_characters_is_refused_unshown(
+        tmp_path: Path, key: str) -> None:
+    message = load_error(write(tmp_path, NPPA), env={"KEY": key})
+    assert "[nppa] secret_key" in message and "32 hex characters" in message
+    if key:
+        assert key not in message
+
+
+def test_the_nppa_secret_is_masked_everywhere(tmp_path: Path) -> None:
+    key = "0123456789abcdef0123456789ABCDEF"
+    config = ReporterConfig.load(str(write(tmp_path, NPPA)), env={"KEY": key})
+    assert config.nppa.secret_key == key
+    for text in (repr(config), repr(config.nppa), str(config.masked())):
+        assert key not in text
+    wrong_type = write(tmp_path, '[nppa]\nsecret_key = 12345678\n', name="t.toml")
+    assert "12345678" not in load_error(wrong_type)
+
+
+def test_nppa_needs_an_app_id(tmp_path: Path) -> None:
+    path = write(tmp_path, '[sink]\nkind = "nppa"\n[nppa]\nsecret_key = "' + "a" * 32 + '"\n')
+    assert "[nppa] app_id" in load_error(path)
+
+
+def test_a_games_biz_id_is_the_reporters_and_the_sdk_skips_it(tmp_path: Path) -> None:
+    path = write(tmp_path, '[games."farm"]\nbiz_id = "1101999999"\nmax_events_per_game = 5\n')
+    config = ReporterConfig.load(str(path), env={})
+    assert (config.biz_id("farm"), config.biz_id("other")) == ("1101999999", "")
+    sdk = TelemetryConfig.load(str(path), env={})
+    assert sdk.games["farm"].max_events_per_game == 5
+    assert not hasattr(sdk.games["farm"], "biz_id")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -227,3 +228,57 @@ def test_a_partly_granted_ask_and_a_refund_do_not_block_the_next_ask(r: redis.Re
     assert bucket.acquire(16).granted == 1
     bucket.refund(1)
     assert bucket.acquire(1).granted == 1
+
+
+def test_a_limited_sweeper_spends_its_requests_on_the_fullest_batch(
+        redis_url: str, client: redis.Redis) -> None:
+    """One request allowed at a time: the game with a full batch goes first, and a game
+    short of a batch only takes a token nobody waits for."""
+    from reporter._service import ReporterService
+
+    config = make_config(redis_url, shards=1, reporter={"linger_ms": 0})
+    clock = FakeClock()
+    sent = Sent()
+    service = ReporterService(config, sender=sent)
+    try:
+        limiter = LocalTokenBucket(1.0, 1, clock)
+        service.deliverer.limiter = limiter
+        schema = service.store.schema
+        store(Scripts(client), schema, "small", numbered("small", 10))
+        store(Scripts(client), schema, "big", numbered("big", 300))
+        service.ownership.loop()
+        [sweeper] = service.sweepers
+        sweeper.loop()
+        assert len(sent.batches) == 1
+        assert client.llen(schema.for_game("big").queue("big")) == 300 - 128  # big went first
+        assert client.llen(schema.for_game("small").queue("small")) == 10
+        clock.now += 1.0  # one more token; the small game is ready too (linger 0), but the
+        sweeper.loop()    # full batch comes first again
+        assert client.llen(schema.for_game("big").queue("big")) == 300 - 256
+        assert client.llen(schema.for_game("small").queue("small")) == 10
+    finally:
+        service.stop(grace=0)
+        service.store.close()
+
+
+def test_while_requests_are_scarce_a_short_game_waits_longer(
+        redis_url: str, client: redis.Redis) -> None:
+    from reporter._service import ReporterService
+
+    config = make_config(redis_url, shards=1, reporter={"linger_ms": 0})
+    sent = Sent()
+    service = ReporterService(config, sender=sent)
+    try:
+        service.deliverer.limiter = LocalTokenBucket(1.0, 5, FakeClock())
+        store(Scripts(client), service.store.schema, "small", numbered("small", 10))
+        service.ownership.loop()
+        [sweeper] = service.sweepers
+        service.deliverer._refused_at = time.monotonic()  # a full batch just found no token
+        sweeper.loop()
+        assert sent.batches == []  # younger than half the freshness window: it waits
+        service.deliverer._refused_at = float("-inf")
+        sweeper.loop()
+        assert len(sent.batches) == 1
+    finally:
+        service.stop(grace=0)
+        service.store.close()
