@@ -109,7 +109,7 @@ class Deliverer:
         self.counts = counts
         self.gate = gate
         self.limiter = limiter or Unlimited()
-        self._refused_at = float("-inf")
+        self._scarce_at = float("-inf")
         self.freshness = freshness or Freshness.of(settings)
 
     def drain(self, keys: ShardKeys, game: str, stop: threading.Event, wait: bool = True
@@ -135,18 +135,19 @@ class Deliverer:
         refusal marks the requests as scarce, and a token that is near is waited for (a
         sweep's poll interval would leave the limit unused that long); without, only a token
         that is there is taken."""
-        permit = self.limiter.acquire(requests)
+        permit = self.limiter.acquire(requests, spare=not wait)
+        if permit.scarce:
+            self._scarce_at = time.monotonic()
         if permit.granted or not wait:
             return permit
-        self._refused_at = time.monotonic()
         if permit.wait <= LIMITER_WAIT_SECONDS and not stop.wait(permit.wait):
             permit = self.limiter.acquire(requests)
         return permit
 
     @property
     def contended(self) -> bool:
-        """Whether the limiter refused a request lately: requests are scarce."""
-        return time.monotonic() - self._refused_at < CONTENDED_SECONDS
+        """Whether the limiter said lately that requests are scarce (in any process)."""
+        return time.monotonic() - self._scarce_at < CONTENDED_SECONDS
 
     def send_retries(self, keys: ShardKeys, stop: threading.Event, game: str = "") -> bool:
         """Take the shard's due retries (of one game, or of any) and send them; True if there

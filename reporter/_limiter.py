@@ -30,22 +30,28 @@ from reporter._config import ReporterConfig
 from reporter._constants import NPPA_RATE_HEADROOM
 
 Clock = Callable[[], float]  # seconds, monotonic
+# Requests stay scarce this long after a caller who would have waited was refused (as in
+# take_tokens.lua).
+SCARCE_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
 class Permit:
-    """Requests granted now (0 to the number asked), and seconds until one more may be."""
+    """Requests granted now (0 to the number asked), seconds until one more may be, and
+    whether requests are scarce (a full batch found none in the last second)."""
 
     granted: int
     wait: float = 0.0
+    scarce: bool = False
 
 
 class ClaimLimiter(Protocol):
     # True when requests may be refused: workers then spend them on the fullest batches.
     limited: bool
 
-    def acquire(self, requests: int) -> Permit:
-        """Take up to ``requests`` permissions now; never waits."""
+    def acquire(self, requests: int, spare: bool = False) -> Permit:
+        """Take up to ``requests`` permissions now; never waits.  A ``spare`` caller (a
+        batch that is not full) gets none while requests are scarce."""
 
     def refund(self, requests: int) -> None:
         """Give back permissions taken but not used (a claim found fewer batches)."""
@@ -59,7 +65,7 @@ class ClaimLimiter(Protocol):
 class Unlimited:
     limited = False
 
-    def acquire(self, requests: int) -> Permit:
+    def acquire(self, requests: int, spare: bool = False) -> Permit:
         return Permit(requests)
 
     def refund(self, requests: int) -> None:
@@ -87,16 +93,22 @@ class LocalTokenBucket:
         self._tokens = float(burst)
         self._at = clock()
         self._paused_until = 0.0
+        self._refused_at = -math.inf
 
-    def acquire(self, requests: int) -> Permit:
+    def acquire(self, requests: int, spare: bool = False) -> Permit:
         with self._lock:
             now = self._refill()
             if now < self._paused_until:
                 return Permit(0, self._paused_until - now)
+            scarce = now - self._refused_at < SCARCE_SECONDS
+            if spare and scarce:
+                return Permit(0, max(0.0, 1 - self._tokens) / self.rate, True)
             granted = min(requests, math.floor(self._tokens))
             self._tokens -= granted
             wait = (1 - self._tokens) / self.rate if granted < requests else 0.0
-            return Permit(granted, wait)
+            if not granted and not spare:
+                self._refused_at, scarce = now, True
+            return Permit(granted, wait, scarce)
 
     def refund(self, requests: int) -> None:
         with self._lock:
@@ -139,16 +151,19 @@ class SharedTokenBucket:
         self._key = store.schema.limiter(name)
         self._clock = clock
         self._not_before = 0.0
+        self._scarce = False  # what the bucket said last
 
-    def acquire(self, requests: int) -> Permit:
+    def acquire(self, requests: int, spare: bool = False) -> Permit:
         now = self._clock()
         if now < self._not_before:
-            return Permit(0, self._not_before - now)
-        tokens = self._store.call(TakeTokens(self._key, self.rate, self.burst, requests))
+            return Permit(0, self._not_before - now, self._scarce)
+        tokens = self._store.call(TakeTokens(self._key, self.rate, self.burst, requests,
+                                             spare=spare))
         wait = tokens.wait_us / 1_000_000
+        self._scarce = tokens.scarce
         if not tokens.granted:
             self._not_before = now + wait
-        return Permit(tokens.granted, wait)
+        return Permit(tokens.granted, wait, tokens.scarce)
 
     def refund(self, requests: int) -> None:
         if requests > 0:

@@ -346,7 +346,8 @@ class ShardLease(ScriptCall[bool]):
 class TakeTokens(ScriptCall[Tokens]):
     """Take up to ``wanted`` tokens from the bucket at ``key`` (``KeySchema.limiter``):
     ``rate`` per second, at most ``capacity`` held.  ``wanted`` < 0 gives tokens back;
-    ``pause_ms`` > 0 grants nothing for that long.  ``now_us`` replaces Redis TIME (tests)."""
+    ``pause_ms`` > 0 grants nothing for that long; a ``spare`` caller gets none while tokens
+    are scarce.  ``now_us`` replaces Redis TIME (tests)."""
 
     script: ClassVar[str] = "take_tokens"
     key: str
@@ -355,13 +356,14 @@ class TakeTokens(ScriptCall[Tokens]):
     wanted: int
     pause_ms: int = 0
     now_us: int | None = None
+    spare: bool = False
 
     def keys(self) -> Sequence[str]:
         return (self.key,)
 
     def args(self) -> Sequence[Any]:
         return (repr(self.rate), self.capacity, self.wanted, self.pause_ms,
-                "" if self.now_us is None else self.now_us)
+                "" if self.now_us is None else self.now_us, "1" if self.spare else "")
 
     def parse(self, reply: Any) -> Tokens:
-        return Tokens(int(reply[0]), int(reply[1]))
+        return Tokens(int(reply[0]), int(reply[1]), bool(reply[2]))

@@ -77,10 +77,12 @@ class Reaped(NamedTuple):
 
 
 class Tokens(NamedTuple):
-    """Tokens a bucket granted, and microseconds until it may grant one more."""
+    """Tokens a bucket granted, microseconds until it may grant one more, and whether tokens
+    are scarce (a caller who would have waited was refused in the last second)."""
 
     granted: int
     wait_us: int
+    scarce: bool = False
 
 
 def text(value: bytes | str) -> str:

@@ -273,12 +273,35 @@ def test_while_requests_are_scarce_a_short_game_waits_longer(
         store(Scripts(client), service.store.schema, "small", numbered("small", 10))
         service.ownership.loop()
         [sweeper] = service.sweepers
-        service.deliverer._refused_at = time.monotonic()  # a full batch just found no token
+        service.deliverer._scarce_at = time.monotonic()  # a full batch just found no token
         sweeper.loop()
         assert sent.batches == []  # younger than half the freshness window: it waits
-        service.deliverer._refused_at = float("-inf")
+        service.deliverer._scarce_at = float("-inf")
         sweeper.loop()
         assert len(sent.batches) == 1
     finally:
         service.stop(grace=0)
         service.store.close()
+
+
+def test_a_spare_caller_gets_no_token_while_a_full_batch_waits(r: redis.Redis) -> None:
+    """Across processes: once a caller who would wait was refused, tokens are scarce for a
+    second and spare callers (batches that are not full) get none; then they do again."""
+    store = store_of(r, KeySchema("lim", 1))
+    key = store.schema.limiter("spare")
+    base = 1_700_000_000_000_000
+
+    def take(at_s: float, spare: bool) -> tuple[int, bool]:
+        tokens = store.call(TakeTokens(key, 10.0, 1, 1, 0, base + round(at_s * 1e6), spare))
+        return tokens.granted, tokens.scarce
+
+    assert take(0.0, spare=True) == (1, False)      # nobody waits: a spare caller is served
+    assert take(0.01, spare=False) == (0, True)     # a full batch is refused: scarce now
+    assert take(0.2, spare=True) == (0, True)       # a token is there, but not for spares
+    assert take(0.2, spare=False) == (1, True)      # it goes to the full batch
+    assert take(1.5, spare=True) == (1, False)      # a second later, spares are served again
+    local = LocalTokenBucket(10.0, 1, FakeClock())
+    assert local.acquire(1, spare=True).granted == 1
+    assert not local.acquire(1).granted
+    assert (local.acquire(1, spare=True).granted, local.acquire(1, spare=True).scarce) == (
+        0, True)
