@@ -101,8 +101,10 @@ class Collector:
         """Record one event of ``game``.
 
         Raises ``ValueError`` for an invalid game name and ``TypeError`` for an event that is
-        not a JSON-serialisable mapping.  Returns the number of events the cap evicted in sync
-        mode, 0 in background mode (where nothing about Redis is known yet).
+        not a JSON-serialisable mapping, or whose JSON would span lines (raw JSON passed
+        through ``orjson.Fragment`` with a newline in it: it could forge entries).  Returns
+        the number of events the cap evicted in sync mode, 0 in background mode (where
+        nothing about Redis is known yet).
         """
         if type(game) is not str or game not in self._known_games:  # a list is unhashable
             self._admit(game)
@@ -115,8 +117,8 @@ class Collector:
             data = orjson.dumps(event)
         except TypeError as exc:
             raise TypeError(f"event for game {game!r} is not JSON-serialisable: {exc}") from None
-        if len(data) > self._max_event_bytes:
-            self._refuse_large(game, len(data))
+        if len(data) > self._max_event_bytes or 10 in data:  # 10: b"\n"
+            self._refuse(game, data)
             return 0
         entry = _time_prefix() + data
         if self._sync:
@@ -140,6 +142,12 @@ class Collector:
         validate_game(game)
         if len(self._known_games) < KNOWN_GAMES_LIMIT:
             self._known_games.add(game)
+
+    def _refuse(self, game: str, data: bytes) -> None:
+        if 10 in data:  # orjson writes no raw newline itself: raw passthrough put it there
+            raise TypeError(f"event for game {game!r} holds raw JSON (orjson.Fragment) with a "
+                            "newline; pass the value itself, or raw JSON on one line")
+        self._refuse_large(game, len(data))
 
     def _refuse_large(self, game: str, size: int) -> None:
         self._counts.count(Counter.DROPPED_TOO_LARGE)

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit, urlunsplit
 
+from collector._constants import CALL_BYTES
 from collector._exceptions import ConfigError
 
 # where(section, key): the file or environment variable a setting came from, for errors.
@@ -58,7 +59,8 @@ class RedisSettings(MaskedRepr):
 class BufferSettings:
     max_events_per_game: int = setting(1000, lo=1, hi=10_000_000)
     ttl_seconds: int = setting(3600, lo=1, hi=30 * 86400)
-    max_event_bytes: int = setting(32768, lo=64, hi=16 * 1024 * 1024)
+    # An event with its 13-digit time prefix still fits in one collect call.
+    max_event_bytes: int = setting(32768, lo=64, hi=CALL_BYTES - 16)
 
 
 @dataclass(frozen=True)

@@ -11,5 +11,9 @@ KNOWN_GAMES_LIMIT = 10_000
 # The flusher: events per collect script call; large enough to amortise the call, small
 # enough that one call never blocks the server for long (about a millisecond).
 EVENTS_PER_CALL = 1000
+# The flusher: bytes of entries per collect script call at most (they travel as one argument).
+# Half the smallest proto-max-bulk-len Redis accepts (1 MB), so that no server refuses a call
+# for its size; it also bounds [buffer] max_event_bytes.
+CALL_BYTES = 512 * 1024
 # The store's bulk path: bytes of commands per socket write.
 WRITE_BYTES = 4 * 1024 * 1024

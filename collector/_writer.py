@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from collector._buffer import Pending, no_pending
-from collector._constants import EVENTS_PER_CALL
+from collector._constants import CALL_BYTES, EVENTS_PER_CALL
 from collector._exceptions import BackendError
 from collector.counters import Counter
 from collector.store import Collect, Store
@@ -37,8 +37,8 @@ class WriteResult:
 
 def plan_calls(queues: Mapping[str, Sequence[bytes]], pending: Pending,
                cap_for: Callable[[str], int]) -> list[Call]:
-    """One call per game (more for a game with over EVENTS_PER_CALL events), drop counts
-    riding on the game's first call.
+    """One call per game (more for a game with over EVENTS_PER_CALL events or CALL_BYTES
+    bytes of them), drop counts riding on the game's first call.
 
     More events of one game than its cap would be trimmed at once, so they are not sent;
     the script counts them as evicted all the same.
@@ -50,18 +50,31 @@ def plan_calls(queues: Mapping[str, Sequence[bytes]], pending: Pending,
     for game in games:
         entries = list(queues.get(game, ()))
         thinned = max(0, len(entries) - cap_for(game))
-        kept = entries[thinned:]
+        parts = _cut(entries[thinned:])
         calls.append(Call(
-            game, kept[:EVENTS_PER_CALL], thinned + pending[Counter.EVICTED].get(game, 0),
+            game, parts[0], thinned + pending[Counter.EVICTED].get(game, 0),
             pending[Counter.DROPPED_BUFFER_FULL].get(game, 0),
             pending[Counter.DROPPED_TOO_LARGE].get(game, 0),
             entries[:thinned],
         ))
-        calls.extend(
-            Call(game, kept[i:i + EVENTS_PER_CALL])
-            for i in range(EVENTS_PER_CALL, len(kept), EVENTS_PER_CALL)
-        )
+        calls.extend(Call(game, part) for part in parts[1:])
     return calls
+
+
+def _cut(entries: list[bytes]) -> list[list[bytes]]:
+    """The entries in parts of at most EVENTS_PER_CALL events and CALL_BYTES bytes (an
+    entry is never larger: max_event_bytes is bounded by it); at least one part."""
+    if len(entries) <= EVENTS_PER_CALL and sum(map(len, entries)) <= CALL_BYTES:
+        return [entries]  # the usual case, decided in C
+    parts: list[list[bytes]] = [[]]
+    size = 0
+    for entry in entries:
+        if parts[-1] and (len(parts[-1]) == EVENTS_PER_CALL or size + len(entry) > CALL_BYTES):
+            parts.append([])
+            size = 0
+        parts[-1].append(entry)
+        size += len(entry)
+    return parts
 
 
 class Writer:

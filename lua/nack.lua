@@ -19,6 +19,7 @@
 -- ARGV[9]  most dead-lettered batches kept in this shard
 -- ARGV[10] reason, kept with a dead letter
 -- returns  {state, delay ms}: state 'retry' or 'dead', or {'lost', 0} if the lease is not held
+-- include: _dead
 local id, token = ARGV[1], ARGV[2]
 local raw = redis.call('HGET', KEYS[2], id)
 if not raw then return {'lost', 0} end
@@ -35,18 +36,7 @@ if ARGV[3] == '1' or meta.a >= tonumber(ARGV[7]) then
   redis.call('LPUSH', KEYS[5], id)
   redis.call('HINCRBY', KEYS[6], 'dead_events', meta.n)
   redis.call('HINCRBY', KEYS[6], 'dead_batches', 1)
-  -- Over the cap: the oldest fall off the tail, counted (bounded, in case the cap shrank).
-  local keep = tonumber(ARGV[9])
-  local excess = math.min(redis.call('LLEN', KEYS[5]) - keep, 100)
-  for _ = 1, excess do
-    local old = redis.call('RPOP', KEYS[5])
-    local gone = redis.call('HGET', KEYS[2], old)
-    if gone then
-      redis.call('HINCRBY', KEYS[6], 'dead_dropped', cjson.decode(gone).n)
-      redis.call('HDEL', KEYS[2], old)
-      redis.call('HDEL', KEYS[3], old)
-    end
-  end
+  trim_dead(KEYS[5], KEYS[2], KEYS[3], KEYS[6], tonumber(ARGV[9]), 100)
   return {'dead', 0}
 end
 local ceiling = math.min(tonumber(ARGV[6]), tonumber(ARGV[5]) * 2 ^ (meta.a - 1))

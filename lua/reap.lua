@@ -12,6 +12,7 @@
 -- ARGV[2]  attempts before dead-lettering
 -- ARGV[3]  most dead-lettered batches kept in this shard
 -- returns  {batches returned to retry, batches dead-lettered}
+-- include: _dead
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
@@ -38,18 +39,7 @@ for _, id in ipairs(expired) do
   end
 end
 if dead > 0 then
-  -- Over the cap: the oldest fall off the tail, counted (bounded, in case the cap shrank).
-  local keep = tonumber(ARGV[3])
-  local excess = math.min(redis.call('LLEN', KEYS[5]) - keep, 100 + dead)
-  for _ = 1, excess do
-    local old = redis.call('RPOP', KEYS[5])
-    local gone = redis.call('HGET', KEYS[2], old)
-    if gone then
-      redis.call('HINCRBY', KEYS[6], 'dead_dropped', cjson.decode(gone).n)
-      redis.call('HDEL', KEYS[2], old)
-      redis.call('HDEL', KEYS[3], old)
-    end
-  end
+  trim_dead(KEYS[5], KEYS[2], KEYS[3], KEYS[6], tonumber(ARGV[3]), 100 + dead)
 end
 if retried + dead > 0 then redis.call('HINCRBY', KEYS[6], 'batches_reaped', retried + dead) end
 return {retried, dead}

@@ -30,6 +30,7 @@
 -- ARGV[13..12+2R] R pairs: position of a refused event, its reason
 -- returns  {delivered, retry id or '', 'retry' or 'dead' or '', delay ms, refused id or ''},
 --          or {-1, '', '', 0, ''} if the lease is not held
+-- include: _dead
 local id, token = ARGV[1], ARGV[2]
 local raw = redis.call('HGET', KEYS[2], id)
 if not raw then return {-1, '', '', 0, ''} end
@@ -121,17 +122,7 @@ if #retry > 0 then
 end
 
 if dead_added > 0 then
-  -- Over the cap: the oldest fall off the tail, counted (bounded, in case the cap shrank).
-  local excess = math.min(redis.call('LLEN', KEYS[5]) - tonumber(ARGV[9]), 100 + dead_added)
-  for _ = 1, excess do
-    local old = redis.call('RPOP', KEYS[5])
-    local gone = redis.call('HGET', KEYS[2], old)
-    if gone then
-      redis.call('HINCRBY', KEYS[6], 'dead_dropped', cjson.decode(gone).n)
-      redis.call('HDEL', KEYS[2], old)
-      redis.call('HDEL', KEYS[3], old)
-    end
-  end
+  trim_dead(KEYS[5], KEYS[2], KEYS[3], KEYS[6], tonumber(ARGV[9]), 100 + dead_added)
 end
 if delivered > 0 then
   redis.call('HINCRBY', KEYS[6], 'delivered', delivered)

@@ -58,13 +58,17 @@ class Batches:
     def game_states(self, keys: ShardKeys, games: list[str]) -> list[GameState]:
         return self.store.game_states(keys, games)
 
-    def claim(self, keys: ShardKeys, game: str, token: str, max_batches: int) -> Claimed:
+    def claim(self, keys: ShardKeys, game: str, token: str, max_batches: int,
+              max_bytes: int = 0, event_overhead: int = 0) -> Claimed:
+        """Claim batches cut at ``batch_size`` events and ``max_bytes`` bytes of events
+        (each counted with ``event_overhead``; 0: no byte limit)."""
         r, rule = self._reporter, self.freshness
         # With an event time field the event's own time decides, which the script cannot
         # read: it drops nothing then, and the deliverer drops (and counts) the stale events.
         max_age_ms = 0 if rule.field else rule.max_age_ms
         return self.store.call(Claim(keys, game, new_id(), token, r.batch_size, max_batches,
-                                     self._lease_ms, max_age_ms, r.linger_ms))
+                                     self._lease_ms, max_age_ms, r.linger_ms,
+                                     self.policy.dead_max, max_bytes, event_overhead))
 
     def take_retries(self, keys: ShardKeys, token: str, limit: int, game: str = ""
                      ) -> list[RetryBatch]:

@@ -50,6 +50,7 @@ class SinkSettings(MaskedRepr):
     transport: str = setting("builtin", choices=("builtin", "httpx"),
                              renamed={"stdlib": "builtin"})
     headers: Mapping[str, str] = setting({}, secret=True)
+    max_batch_bytes: int = setting(1024 * 1024, lo=1024, hi=256 * 1024 * 1024)
     requests_per_second: float = setting(0.0, lo=0, hi=1_000_000)
     request_burst: int = setting(1, lo=1, hi=100_000)
     rate_limit_scope: str = setting("shared", choices=("shared", "process"))

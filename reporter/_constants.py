@@ -25,6 +25,8 @@ FAILING_PAUSE_SECONDS = 5.0
 MAX_RETRY_AFTER_SECONDS = 600.0
 # Dead letters `dead list` shows per shard at most.
 DEAD_LIST_LIMIT = 1000
+# dead replay --all: dead letters moved per script call.
+REPLAY_STEP = 1000
 # What an endpoint may answer: more is a protocol error, not a memory problem.
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 8 * 1024 * 1024

@@ -7,8 +7,9 @@ import json
 import time
 
 from collector.store import Purge, Replay, Store, entry_event, open_store
+from reporter._body_limit import BodyLimit, body_model
 from reporter._config import ReporterConfig
-from reporter._constants import DEAD_LIST_LIMIT
+from reporter._constants import DEAD_LIST_LIMIT, REPLAY_STEP
 from reporter._tables import table
 
 
@@ -30,13 +31,13 @@ def run_dead(config: ReporterConfig, args: argparse.Namespace) -> int:
             return 1
         shown = {"batch_id": detail.batch_id, "shard": detail.shard, "game": detail.game,
                  "attempts": detail.attempts, "reason": detail.reason,
-                 "events": [json.loads(entry_event(e)) for e in detail.entries]}
+                 "events": [_shown(e) for e in detail.entries]}
         if detail.item_reasons:  # refused one by one: each event's own reason
             shown["item_reasons"] = detail.item_reasons
         print(json.dumps(shown, indent=2))
         return 0
     if args.action == "replay":
-        return _replay(store, args)
+        return _replay(config, store, args)
     purged = events = 0
     for keys in store.schema.all_shards():
         while (done := store.call(Purge(keys))).batches:
@@ -46,24 +47,45 @@ def run_dead(config: ReporterConfig, args: argparse.Namespace) -> int:
     return 0
 
 
-def _replay(store: Store, args: argparse.Namespace) -> int:
+def _shown(entry: bytes) -> object:
+    """An event as JSON, or a malformed entry as its text."""
+    try:
+        return json.loads(entry_event(entry))
+    except ValueError:
+        return {"malformed entry": entry.decode("utf-8", "replace")}
+
+
+def _replay(config: ReporterConfig, store: Store, args: argparse.Namespace) -> int:
+    """Replayed batches are cut again by the configured body limit (``[sink]
+    max_batch_bytes``)."""
+    budget = BodyLimit(config.sink.max_batch_bytes, body_model(config.sink.kind)).claim_budget()
+    batches = events = malformed = 0
     if args.batch_id:
         keys = store.find_batch(args.batch_id)
-        batches = events = 0
         if keys is not None:
-            moved = store.call(Replay(keys, args.batch_id))
-            batches, events = moved.batches, moved.events
+            batches, events, malformed = store.call(Replay(keys, args.batch_id, 1, *budget))
+        if malformed:
+            print(f"batch {args.batch_id!r} holds a malformed entry, which can never be sent; "
+                  "it stays dead-lettered (dead purge removes the oldest dead letters)")
+            return 1
         if not batches:
             print(f"no dead-lettered batch {args.batch_id!r}")
             return 1
     elif args.all:
-        batches = events = 0
         for keys in store.schema.all_shards():
-            while (done := store.call(Replay(keys))).batches:
-                batches += done.batches
-                events += done.events
+            # Malformed entries' dead letters go back to the head of the list: take exactly as
+            # many from the tail as there were at the start, so each is seen once.
+            left = store.read_shard(keys).dead
+            while left > 0:
+                step = min(REPLAY_STEP, left)
+                done = store.call(Replay(keys, "", step, *budget))
+                batches, events = batches + done.batches, events + done.events
+                malformed += done.malformed
+                left -= step
     else:
         print("replay needs a batch id or --all")
         return 2
     print(f"replayed {batches} batches ({events} events); stale events are dropped when sent")
+    if malformed:
+        print(f"{malformed} dead letters of malformed entries stay (they can never be sent)")
     return 0

@@ -12,7 +12,9 @@ from collector.counters import Counter as C
 from collector.logs import RateLimitedLog
 from collector.metrics import Metrics
 from collector.store import Ack, BackendError, ShardKeys
+from reporter._attempt import Attempt
 from reporter._batches import Batches, new_id
+from reporter._body_limit import JSON_BODY, BodyLimit
 from reporter._config import ReporterSettings
 from reporter._constants import CONTENDED_SECONDS, LIMITER_WAIT_SECONDS, RETRIES_PER_LOOP
 from reporter._freshness import Fresh, Freshness, split_fresh
@@ -99,10 +101,12 @@ class Held:
 class Deliverer:
     def __init__(self, store: Batches, sender: Sender, settings: ReporterSettings,
                  clock: Clock, held: Held, counts: Metrics, gate: SinkGate,
-                 limiter: ClaimLimiter | None = None, freshness: Freshness | None = None
-                 ) -> None:
+                 limiter: ClaimLimiter | None = None, freshness: Freshness | None = None,
+                 body_limit: BodyLimit | None = None) -> None:
         self._store = store
         self._sender = sender
+        self.body_limit = body_limit or BodyLimit(0, JSON_BODY)
+        self._attempt = Attempt(sender, self.body_limit, self._answered)
         self._settings = settings
         self._clock = clock
         self.held = held
@@ -121,11 +125,14 @@ class Deliverer:
         if not permit.granted:
             return False
         token = new_id()
-        claimed = self._store.claim(keys, game, token, permit.granted)
+        budget = self.body_limit.claim_budget() if self.body_limit.limit else (0, 0)
+        claimed = self._store.claim(keys, game, token, permit.granted, *budget)
         if len(claimed.batches) < permit.granted:
             self.limiter.refund(permit.granted - len(claimed.batches))
         if claimed.stale:
             self.counts.count(C.STALE, claimed.stale)
+        if claimed.malformed:
+            self._malformed(game, claimed.malformed)
         self.deliver_all(keys, token, [(game, b.batch_id, b.entries, 0) for b in claimed.batches],
                          stop)
         return claimed.remaining >= self._settings.batch_size
@@ -182,7 +189,8 @@ class Deliverer:
                                    for _, rest, _, _ in batches[i:])
                     self.counts.count(C.BATCHES_RELEASED, released)
                     break
-                results.append(self._deliver(keys, game, batch_id, token, entries, attempts))
+                results.append(self._deliver(keys, game, batch_id, token, entries, attempts,
+                                             stop))
         finally:
             self._finish([batch_id for _, batch_id, _, _ in batches])
         return results
@@ -219,18 +227,31 @@ class Deliverer:
         else:
             self.counts.add({C.DELIVERED: reply, C.STALE: d.stale, C.BATCHES_DELIVERED: 1})
 
+    def _malformed(self, game: str, count: int) -> None:
+        self.counts.add({C.MALFORMED_ENTRIES: count, C.DEAD_EVENTS: count,
+                         C.DEAD_BATCHES: count})
+        ratelog.log(logging.ERROR, f"malformed:{game}",
+                    "%d malformed entries in the buffer of game %r (not a collect time and one "
+                    "line of event) were dead-lettered alone, reason 'malformed entry'; their "
+                    "neighbours go on (see: telemetry-reporter dead list)", count, game)
+
+    def _answered(self, outcome: Outcome) -> None:
+        """Every answer of the endpoint: the gate learns whether it is failing, and its own
+        rate limit pauses every reporter."""
+        self.gate.record(outcome)
+        if outcome.pause_all:
+            self.limiter.pause(outcome.pause_all)
+
     def _deliver(self, keys: ShardKeys, game: str, batch_id: str, token: str,
-                 entries: list[bytes], attempts: int) -> str:
+                 entries: list[bytes], attempts: int, stop: threading.Event) -> str:
         fresh = split_fresh(entries, int(self._clock() * 1000), self.freshness)
         stale = fresh.stale
         if not fresh.events:
             self._store.ack(keys, batch_id, token, stale=stale)
             self.counts.add({C.STALE: stale, C.BATCHES_STALE: 1})
             return "stale"
-        outcome = self._sender.send(game, batch_id, fresh.events, attempts + 1)
-        self.gate.record(outcome)
-        if outcome.pause_all:  # the endpoint's own rate limit: every reporter waits
-            self.limiter.pause(outcome.pause_all)
+        outcome = self._attempt.send(game, batch_id, fresh.events, attempts + 1,
+                                     lambda: self._permit(1, stop).granted > 0)
         if outcome.alert:
             self._alert(game, batch_id, outcome)
         if outcome.partial:

@@ -1,7 +1,9 @@
 """A small local ingest endpoint that records what it receives (demo, tests, benchmarks).
 
 It speaks HTTP/1.1 with keep-alive on 127.0.0.1 and answers 200, or whatever ``respond``
-decides, so tests can script failures.
+decides, so tests can script failures.  Like a real ingest service it answers 400 to a body
+that is not JSON, and, with ``max_body_bytes``, 413 to a larger body (as nginx does with its
+``client_max_body_size``, 1 MiB by default: it reads the body, answers and closes).
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ def _ok(_: int, __: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
 
 class LocalEndpoint:
     def __init__(self, respond: Responder | None = None, path: str = "/ingest",
-                 port: int = 0) -> None:
+                 port: int = 0, max_body_bytes: int = 0) -> None:
         self.respond = respond or _ok
         self.path = path
+        self.max_body_bytes = max_body_bytes
         self.lock = threading.Lock()
         self.received: list[Received] = []
         self.requests = 0
@@ -72,17 +75,23 @@ class LocalEndpoint:
     def _handle(self, request: BaseHTTPRequestHandler) -> None:
         length = int(request.headers.get("Content-Length") or 0)
         raw = request.rfile.read(length)
-        if request.headers.get("Content-Encoding") == "gzip":
-            raw = gzip.decompress(raw)
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            body = {}
         headers = dict(request.headers.items())
         with self.lock:
             self.requests += 1
             number = self.requests
             self.request_headers.append(headers)
+        if self.max_body_bytes and length > self.max_body_bytes:
+            request.close_connection = True
+            self._reply(request, 413, {"Connection": "close"},
+                        b"<html><body>413 Request Entity Too Large</body></html>")
+            return
+        if request.headers.get("Content-Encoding") == "gzip":
+            raw = gzip.decompress(raw)
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            self._reply(request, 400, {}, orjson.dumps({"error": f"invalid JSON: {exc}"}))
+            return
         status, reply_headers, reply = self.respond(number, body)
         if 200 <= status < 300 and isinstance(body, dict):
             with self.lock:
@@ -91,6 +100,11 @@ class LocalEndpoint:
                     request.headers.get("Idempotency-Key", ""), list(body.get("events", [])),
                     time.time(), status, headers,
                 ))
+        self._reply(request, status, reply_headers, reply)
+
+    @staticmethod
+    def _reply(request: BaseHTTPRequestHandler, status: int, reply_headers: dict[str, str],
+               reply: bytes) -> None:
         try:
             request.send_response(status)
             for name, value in reply_headers.items():

@@ -30,6 +30,7 @@ class Outcome:
     ``pause_all``: seconds every reporter must stop sending (the endpoint says the caller is
     over its rate limit).  ``alert``: the endpoint refused our identity or configuration;
     what to check, for the operator (logged as an ERROR, counted, shown by ``status``).
+    ``too_large``: a rejection of the body's size (HTTP 413): smaller parts may go through.
     """
 
     kind: Literal["delivered", "retry", "rejected"]
@@ -39,6 +40,7 @@ class Outcome:
     retry_items: tuple[int, ...] = ()
     pause_all: float = 0.0
     alert: str = ""
+    too_large: bool = False
 
     def __post_init__(self) -> None:
         if (self.refused or self.retry_items) and self.kind != DELIVERED:
@@ -73,7 +75,7 @@ def classify_http(status: int, retry_after: str | None, body: bytes) -> Outcome:
     reason = f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}".rstrip(": ")
     if status in (408, 429) or status >= 500:
         return Outcome(RETRY, reason, parse_retry_after(retry_after))
-    return Outcome(REJECTED, reason)
+    return Outcome(REJECTED, reason, too_large=status == 413)
 
 
 def classify_transport_error(exc: Exception) -> Outcome:

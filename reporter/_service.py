@@ -17,6 +17,7 @@ from collector.counters import Counter, Gauge
 from collector.metrics import NO_METRICS, Metrics, Tally, fan_out
 from collector.store import Store, open_store
 from reporter._batches import Batches
+from reporter._body_limit import BodyLimit, body_model
 from reporter._config import ReporterConfig
 from reporter._constants import REAP_INTERVAL_SECONDS
 from reporter._delivery import Clock, Deliverer, Held
@@ -49,9 +50,12 @@ class ReporterService:
         self.gate = SinkGate(config.retry.initial_delay_ms / 1000,
                              config.retry.max_delay_ms / 1000)
         self.limiter = make_limiter(config, self.store)
+        self.body_limit = BodyLimit(config.sink.max_batch_bytes, body_model(config.sink.kind),
+                                    config.nppa.base_url if config.sink.kind == "nppa"
+                                    else config.sink.url)
         self.deliverer = Deliverer(self.batches, self.sender, config.reporter, clock, self.held,
                                    self.metrics, self.gate, self.limiter,
-                                   self.batches.freshness)
+                                   self.batches.freshness, self.body_limit)
         r = config.reporter
         self.ownership = ShardOwnership(self.store, r.shard_lease_seconds)
         self.sweepers = [

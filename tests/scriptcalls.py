@@ -24,6 +24,7 @@ from collector.store import (
     Reaped,
     Release,
     Replay,
+    Replayed,
     RetryBatch,
     RetryPolicy,
     Settle,
@@ -62,9 +63,11 @@ class Scripts:
                                        dropped_large))
 
     def claim(self, keys: ShardKeys, game: str, batch_id: str, token: str, batch_size: int,
-              max_batches: int, lease_ms: int, max_age_ms: int, linger_ms: int) -> Claimed:
+              max_batches: int, lease_ms: int, max_age_ms: int, linger_ms: int,
+              dead_max: int = 10_000, max_bytes: int = 0, event_overhead: int = 0) -> Claimed:
         return self.store.call(Claim(keys, game, batch_id, token, batch_size, max_batches,
-                                     lease_ms, max_age_ms, linger_ms))
+                                     lease_ms, max_age_ms, linger_ms, dead_max, max_bytes,
+                                     event_overhead))
 
     def ack(self, keys: ShardKeys, batch_id: str, token: str, stale: int = 0) -> int:
         return self.store.call(Ack(keys, batch_id, token, stale))
@@ -99,8 +102,9 @@ class Scripts:
                      game: str = "") -> list[RetryBatch]:
         return self.store.call(TakeRetries(keys, token, lease_ms, limit, game))
 
-    def replay(self, keys: ShardKeys, batch_id: str = "", limit: int = 1000) -> Moved:
-        return self.store.call(Replay(keys, batch_id, limit))
+    def replay(self, keys: ShardKeys, batch_id: str = "", limit: int = 1000, max_bytes: int = 0,
+               event_overhead: int = 0) -> Replayed:
+        return self.store.call(Replay(keys, batch_id, limit, max_bytes, event_overhead))
 
     def purge(self, keys: ShardKeys, limit: int = 1000) -> Moved:
         return self.store.call(Purge(keys, limit))

@@ -20,6 +20,7 @@ from collector.store._results import (
     Moved,
     NackResult,
     Reaped,
+    Replayed,
     RetryBatch,
     RetryPolicy,
     Settled,
@@ -78,7 +79,11 @@ class Collect(ScriptCall[int]):
 @dataclass(frozen=True, slots=True)
 class Claim(ScriptCall[Claimed]):
     """Take up to ``max_batches`` batches of the game's oldest events and lease them.
-    Idempotent on ``batch_id``: the batches are ``<batch_id>.0``, ``<batch_id>.1``, ..."""
+    Idempotent on ``batch_id``: the batches are ``<batch_id>.0``, ``<batch_id>.1``, ...
+
+    A batch also ends before its events' JSON, each counted with ``event_overhead`` more
+    bytes, would pass ``max_bytes`` (0: no limit).  Malformed entries are dead-lettered one
+    by one (``dead_max`` dead letters kept)."""
 
     script: ClassVar[str] = "claim"
     shard: ShardKeys
@@ -90,22 +95,26 @@ class Claim(ScriptCall[Claimed]):
     lease_ms: int
     max_age_ms: int
     linger_ms: int
+    dead_max: int
+    max_bytes: int = 0
+    event_overhead: int = 0
 
     def keys(self) -> Sequence[str]:
         s = self.shard
         return (s.queue(self.game), s.active, s.ring, s.inflight, s.batches, s.payloads,
-                s.stats)
+                s.stats, s.dead)
 
     def args(self) -> Sequence[Any]:
         return (self.game, self.batch_id, self.token, self.batch_size, self.max_batches,
-                self.lease_ms, self.max_age_ms, self.linger_ms)
+                self.lease_ms, self.max_age_ms, self.linger_ms, self.max_bytes,
+                self.event_overhead, self.dead_max)
 
     def parse(self, reply: Any) -> Claimed:
-        pairs = reply[2:]
+        pairs = reply[3:]
         return Claimed(int(reply[0]), int(reply[1]), [
             ClaimedBatch(text(pairs[i]), split_entries(pairs[i + 1]))
             for i in range(0, len(pairs), 2)
-        ])
+        ], int(reply[2]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,23 +293,26 @@ class Reap(ScriptCall[Reaped]):
 
 
 @dataclass(frozen=True, slots=True)
-class Replay(ScriptCall[Moved]):
-    """Move one dead letter (``batch_id``), or the oldest ``limit``, back to retry."""
+class Replay(ScriptCall[Replayed]):
+    """Move one dead letter (``batch_id``), or the oldest ``limit``, back to retry, cutting
+    a batch again when it holds more than ``max_bytes`` (as ``Claim`` counts them)."""
 
     script: ClassVar[str] = "replay"
     shard: ShardKeys
     batch_id: str = ""
     limit: int = 1000
+    max_bytes: int = 0
+    event_overhead: int = 0
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.dead, s.batches, s.retry, s.stats)
+        return (s.dead, s.batches, s.retry, s.stats, s.payloads)
 
     def args(self) -> Sequence[Any]:
-        return (self.batch_id, self.limit)
+        return (self.batch_id, self.limit, self.max_bytes, self.event_overhead)
 
-    def parse(self, reply: Any) -> Moved:
-        return Moved(int(reply[0]), int(reply[1]))
+    def parse(self, reply: Any) -> Replayed:
+        return Replayed(int(reply[0]), int(reply[1]), int(reply[2]))
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,15 @@ def entry_time_ms(entry: bytes) -> int:
     return int(entry[:ENTRY_TIME_DIGITS])
 
 
+def head_time_ms(entry: bytes) -> int:
+    """The collect time of the first entry of a buffer, as views show it: 0 (the oldest
+    possible) for a malformed entry, so that the next claim takes it (and dead-letters it)."""
+    try:
+        return int(entry[:ENTRY_TIME_DIGITS])
+    except ValueError:
+        return 0
+
+
 def entry_event(entry: bytes) -> bytes:
     return entry[ENTRY_TIME_DIGITS:]
 

@@ -27,11 +27,13 @@ class ClaimedBatch(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """What one claim took: its batches, the stale events it dropped, the events left."""
+    """What one claim took: its batches, the stale events it dropped, the events left, and
+    the malformed entries it dead-lettered."""
 
     stale: int
     remaining: int
     batches: list[ClaimedBatch]
+    malformed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +65,19 @@ class Settled:
 
 
 class Moved(NamedTuple):
-    """Batches and events a replay or purge moved."""
+    """Batches and events a purge deleted."""
 
     batches: int
     events: int
+
+
+class Replayed(NamedTuple):
+    """Batches and events a replay moved back to retry, and the dead letters of malformed
+    entries it left in place (they can never be sent)."""
+
+    batches: int
+    events: int
+    malformed: int
 
 
 class Reaped(NamedTuple):

@@ -5,11 +5,16 @@ they load the same from a source checkout and from an installed wheel.  A script
 its SHA1 (EVALSHA); a server that answers NOSCRIPT (restarted, failed over, flushed) gets the
 text with SCRIPT LOAD and the call is sent again.  That happens in one place,
 ``collector.store._bulk``, for single and bulk calls alike.
+
+Code shared by several scripts lives in ``lua/_<part>.lua``; a line ``-- include: _<part>``
+is replaced by that file's text when the script is read (scripts cannot call each other), so
+the server sees, and the SHA1 covers, one whole script.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
@@ -18,6 +23,9 @@ SCRIPT_NAMES = (
     "collect", "claim", "ack", "nack", "settle", "extend", "release", "reap", "take_retries",
     "replay", "purge", "shard_lease", "take_tokens",
 )
+
+
+_INCLUDE = re.compile(r"^-- include: (_[a-z_]+)$", re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,8 +39,12 @@ class LuaScript:
 def lua_script(name: str) -> LuaScript:
     if name not in SCRIPT_NAMES:
         raise KeyError(f"no script named {name!r}")
-    text = (files("collector._lua") / f"{name}.lua").read_text(encoding="utf-8")
+    text = _INCLUDE.sub(lambda m: _read(m.group(1)).rstrip("\n"), _read(name))
     return LuaScript(name, text, hashlib.sha1(text.encode()).hexdigest())
+
+
+def _read(name: str) -> str:
+    return (files("collector._lua") / f"{name}.lua").read_text(encoding="utf-8")
 
 
 def script_text(name: str) -> str:

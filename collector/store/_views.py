@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collector.store._backends import RedisClient
 
-from collector.store._entries import entry_time_ms, split_entries
+from collector.store._entries import head_time_ms, split_entries
 from collector.store._keys import ShardKeys
 from collector.store._results import text
 
@@ -107,7 +107,7 @@ def game_states(client: RedisClient, keys: ShardKeys, games: list[str]) -> list[
         replies = pipe.execute()
     return [
         GameState(game, int(replies[2 * i]),
-                  entry_time_ms(replies[2 * i + 1]) if replies[2 * i + 1] else None)
+                  head_time_ms(replies[2 * i + 1]) if replies[2 * i + 1] else None)
         for i, game in enumerate(games)
     ]
 
@@ -140,7 +140,7 @@ def read_shard(client: RedisClient, keys: ShardKeys, tries: int = 5) -> ShardVie
     lengths = dict(zip(games, queues[0::2], strict=True))
     heads = dict(zip(games, queues[1::2], strict=True))
     views = [GameView(g, keys.shard, int(lengths[g]),
-                      entry_time_ms(heads[g]) if heads[g] else None) for g in now_ring]
+                      head_time_ms(heads[g]) if heads[g] else None) for g in now_ring]
     pending = sum(int(json.loads(metas[i])["n"]) for i in (*inflight, *retry) if i in metas)
     return ShardView(
         shard=keys.shard, owner=(owner or b"").decode(), buffered=sum(v.buffered for v in views),

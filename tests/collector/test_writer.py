@@ -9,6 +9,7 @@ import redis
 from redis.connection import Connection
 
 import collector
+import collector._buffer
 import collector._writer
 import collector.store._bulk
 from collector import Collector
@@ -17,6 +18,7 @@ from collector._config_loader import build_config, raw_settings
 from collector.store import KeySchema
 from tests.collector.conftest import MakeCollector
 from tests.collector.helpers import balanced, queue_events
+from tests.servers import Server, server_binaries
 
 PREFIX = "tw"
 SCHEMA = KeySchema(PREFIX, 16)
@@ -124,3 +126,39 @@ def test_calls_a_broken_connection_left_unanswered_are_retried(
         with pytest.raises(collector.BackendError, match="connection reset"):
             c.collect("g", {"seq": 1})
         assert [e["seq"] for e in queue_events(r, SCHEMA, "g")] == [0]
+
+
+def test_calls_are_cut_by_bytes_as_well_as_by_count() -> None:
+    entries = [b"x" * 40_000] * 40 + [b"y" * 100] * 2
+    calls = collector._writer.plan_calls({"big": entries}, collector._buffer.no_pending(),
+                                         lambda game: 1000)
+    sizes = [sum(map(len, c.entries)) for c in calls]
+    assert [len(c.entries) for c in calls] == [13, 13, 13, 3]
+    assert max(sizes) <= collector._writer.CALL_BYTES
+    assert [e for c in calls for e in c.entries] == entries
+
+
+def test_events_too_large_for_one_write_together_are_all_stored_beside_other_games(
+        make_collector: MakeCollector) -> None:
+    """40 events of 40 KB (1.6 MB) against a server whose largest argument is 1 MB (the
+    smallest proto-max-bulk-len Redis accepts): written in bounded calls, never refused, and
+    the other games' events beside them all stored too."""
+    binaries = server_binaries()
+    srv = Server(binaries.get("redis") or binaries["valkey"],
+                 extra=["--proto-max-bulk-len", "1mb"]).start()
+    try:
+        client = srv.client()
+        c = make_collector(url=srv.url, key_prefix=PREFIX, flush_interval_ms=60_000,
+                           max_event_bytes=65_536)
+        for seq in range(40):
+            c.collect("big", {"seq": seq, "blob": "b" * 40_000})
+        for seq in range(1040):
+            c.collect(f"small-{seq % 8}", {"seq": seq})
+        assert c.flush(timeout=10)
+        stats = c.stats()
+        assert (stats["stored"], stats["backend_errors"], stats["dropped_buffer_full"]) == (
+            1080, 0, 0)
+        assert [e["seq"] for e in queue_events(client, SCHEMA, "big")] == list(range(40))
+        assert sum(len(queue_events(client, SCHEMA, f"small-{n}")) for n in range(8)) == 1040
+    finally:
+        srv.cleanup()

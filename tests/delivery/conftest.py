@@ -21,8 +21,9 @@ def make_endpoint() -> Iterator[MakeEndpoint]:
     """Start LocalEndpoints on 127.0.0.1; stopped (and any slow answer woken) at teardown."""
     made: list[LocalEndpoint] = []
 
-    def make(respond: Responder | None = None, port: int = 0) -> LocalEndpoint:
-        endpoint = LocalEndpoint(respond, port=port).start()
+    def make(respond: Responder | None = None, port: int = 0, max_body_bytes: int = 0
+             ) -> LocalEndpoint:
+        endpoint = LocalEndpoint(respond, port=port, max_body_bytes=max_body_bytes).start()
         made.append(endpoint)
         return endpoint
 

@@ -362,8 +362,8 @@ def test_replay_requeues_with_attempts_reset_and_purge_deletes(shard: Shard) -> 
         assert shard.nack(batch, token, permanent=True).state == "dead"
         ids.append(batch)
     # one batch by id
-    assert shard.scripts.replay(shard.keys, ids[1]) == (1, 3)
-    assert shard.scripts.replay(shard.keys, ids[1]) == (0, 0)  # not dead any more
+    assert shard.scripts.replay(shard.keys, ids[1]) == (1, 3, 0)
+    assert shard.scripts.replay(shard.keys, ids[1]) == (0, 0, 0)  # not dead any more
     assert shard.dead() == [ids[2], ids[0]]
     meta = shard.meta(ids[1])
     assert meta is not None
@@ -384,7 +384,7 @@ def test_replay_requeues_with_attempts_reset_and_purge_deletes(shard: Shard) -> 
     assert read_totals(store_of(shard.r, shard.schema)).unaccounted == 0
 
     # replay everything left
-    assert shard.scripts.replay(shard.keys) == (1, 4)
+    assert shard.scripts.replay(shard.keys) == (1, 4, 0)
     assert shard.dead() == []
     assert shard.scripts.purge(shard.keys) == (0, 0)
     totals = read_totals(store_of(shard.r, shard.schema))

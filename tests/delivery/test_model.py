@@ -381,7 +381,7 @@ class LifeCycle(RuleBasedStateMachine):
             for e in batch.entries:
                 m.done["dead"].remove(e)
         m.counters["replayed"] += events
-        assert self.scripts.replay(self.keys, "", limit) == (len(ids), events)
+        assert self.scripts.replay(self.keys, "", limit) == (len(ids), events, 0)
 
     # -- what must hold after every step ------------------------------------------------------
 

@@ -131,7 +131,7 @@ def test_refused_items_are_replayable_like_any_dead_letter(shard: Shard) -> None
     entries = shard.push("g", 5)
     [(batch_id, _)] = shard.claim("g", token).batches
     settled = shard.scripts.settle(shard.keys, batch_id, token, refused=[(1, "a"), (3, "b")])
-    assert shard.scripts.replay(shard.keys, settled.refused_id) == (1, 2)
+    assert shard.scripts.replay(shard.keys, settled.refused_id) == (1, 2, 0)
     meta = shard.meta(settled.refused_id)
     assert meta is not None and "ir" not in meta and meta["a"] == 0
     again = new_token()

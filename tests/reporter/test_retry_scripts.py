@@ -227,8 +227,8 @@ def test_replay_and_purge_dead_letters(client: redis.Redis, scripts: Scripts) ->
         scripts.nack(KEYS, f"d{i}.0", TOKEN, permanent=True, min_delay_ms=0, initial_ms=1,
                      max_ms=1, max_attempts=3, jitter=0.0, dead_max=100, reason="no")
 
-    assert scripts.replay(KEYS, "d0.0") == (1, 4)
-    assert scripts.replay(KEYS, "d0.0") == (0, 0)
+    assert scripts.replay(KEYS, "d0.0") == (1, 4, 0)
+    assert scripts.replay(KEYS, "d0.0") == (0, 0, 0)
     assert client.zrange(KEYS.retry, 0, -1) == [b"d0.0"]
     assert meta(client, "d0.0")["a"] == 0
     assert scripts.purge(KEYS) == (1, 4)

@@ -1,0 +1,148 @@
+"""One attempt at a batch: send it, and when the endpoint refuses the body as a whole for what
+a few events do to it, find those events and send the rest.
+
+- HTTP 413 (too large): the events are sent again in halves, each half halved again while it
+  is refused, down to a single event, which alone is refused: "too large for the endpoint".
+  The largest body taken then becomes the limit later batches are cut at (``BodyLimit``).
+- A rejection (4xx) of a batch holding malformed JSON (written by hand, by another tool, or an
+  ``orjson.Fragment`` that is not JSON): those events are refused, "malformed entry", and the
+  rest are sent again.
+
+Each part is a request of its own, with an Idempotency-Key derived from the batch id
+(``<id>.a``/``<id>.b`` for halves, ``<id>.v`` for the well-formed rest) and a permit of the
+rate limiter.  What became of every event is one partial ``Outcome``, which the deliverer
+settles in one store call.  Without a 413 or a malformed event the endpoint's answer is
+returned as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import orjson
+
+from reporter._body_limit import BodyLimit
+from reporter._outcomes import DELIVERED, REJECTED, Outcome
+from reporter._sinks import Sender
+
+TOO_LARGE = "too large for the endpoint (HTTP 413)"
+MALFORMED = "malformed entry"
+
+
+@dataclass
+class _Parts:
+    """What became of a batch's events (by index) as its parts were answered."""
+
+    refused: dict[int, str] = field(default_factory=dict)
+    retry: list[int] = field(default_factory=list)
+    reason: str = ""
+    retry_after: float = 0.0
+    pause_all: float = 0.0
+    alert: str = ""
+    refused_bytes: int = 0  # the smallest body refused as too large (0: none yet)
+    accepted_bytes: int = 0  # the largest body taken
+
+    def outcome(self) -> Outcome:
+        return Outcome(DELIVERED, self.reason, self.retry_after,
+                       tuple(sorted(self.refused.items())), tuple(sorted(self.retry)),
+                       self.pause_all, self.alert)
+
+
+class Attempt:
+    """Sends batches through ``sender``; ``answered`` sees every answer (the sink gate and the
+    limiter's pause).  Shared by the workers: the state of one batch stays in its call."""
+
+    def __init__(self, sender: Sender, limit: BodyLimit, answered: Callable[[Outcome], None]
+                 ) -> None:
+        self._sender = sender
+        self._limit = limit
+        self._answered = answered
+
+    def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int,
+             permit: Callable[[], bool]) -> Outcome:
+        """The outcome for the batch; ``permit`` is asked before every request beyond the
+        first (False: the rest waits for the batch's next attempt)."""
+        outcome = self._post(game, batch_id, events, attempt)
+        if outcome.kind != REJECTED or outcome.alert:
+            return outcome
+        if outcome.too_large:
+            if len(events) > 1:
+                return self._halves(game, batch_id, events, attempt, permit)
+            self._limit.learn(self._limit.model.body_bytes(events), 0)
+            return Outcome(REJECTED, TOO_LARGE)
+        malformed = [i for i, event in enumerate(events) if not _is_json(event)]
+        if len(malformed) == len(events):
+            return Outcome(REJECTED, MALFORMED)
+        if not malformed:
+            return outcome
+        parts = _Parts(refused=dict.fromkeys(malformed, MALFORMED))
+        rest = [i for i in range(len(events)) if i not in parts.refused]
+        self._run(game, attempt, events, parts, [(f"{batch_id}.v", rest)], permit)
+        return parts.outcome()
+
+    def _post(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int
+              ) -> Outcome:
+        outcome = self._sender.send(game, batch_id, events, attempt)
+        self._answered(outcome)
+        return outcome
+
+    def _halves(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int,
+                permit: Callable[[], bool]) -> Outcome:
+        parts = _Parts(refused_bytes=self._limit.model.body_bytes(events))
+        self._run(game, attempt, events, parts, _split(batch_id, list(range(len(events)))),
+                  permit)
+        self._limit.learn(parts.refused_bytes, parts.accepted_bytes)
+        return parts.outcome()
+
+    def _run(self, game: str, attempt: int, events: Sequence[bytes], parts: _Parts,
+             todo: list[tuple[str, list[int]]], permit: Callable[[], bool]) -> None:
+        """Send the parts in order (a refused half puts its own halves first); once a part
+        fails for a reason that would fail the rest too, they are not sent."""
+        while todo:
+            part_id, indices = todo.pop(0)
+            if not permit():  # stopping, or the rate limit is spent
+                parts.retry += indices + [i for _, rest in todo for i in rest]
+                parts.reason = parts.reason or "not sent yet: no request left under the limit"
+                return
+            sent = [events[i] for i in indices]
+            outcome = self._post(game, part_id, sent, attempt)
+            size = self._limit.model.body_bytes(sent)
+            if outcome.kind == DELIVERED:
+                parts.accepted_bytes = max(parts.accepted_bytes, size)
+                parts.refused.update((indices[i], reason) for i, reason in outcome.refused)
+                parts.retry += [indices[i] for i in outcome.retry_items]
+                if outcome.retry_items:
+                    parts.reason = outcome.reason
+                    parts.retry_after = max(parts.retry_after, outcome.retry_after)
+            elif outcome.kind == REJECTED and outcome.too_large and not outcome.alert:
+                parts.refused_bytes = min(parts.refused_bytes or size, size)
+                if len(indices) == 1:
+                    parts.refused[indices[0]] = TOO_LARGE
+                else:
+                    todo[:0] = _split(part_id, indices)
+            elif outcome.kind == REJECTED:
+                parts.refused.update((i, outcome.reason) for i in indices)
+                if outcome.alert:  # the rest would meet the same refusal
+                    parts.alert = outcome.alert
+                    parts.refused.update((i, outcome.reason) for _, rest in todo for i in rest)
+                    todo.clear()
+            else:  # a retry: the endpoint is failing; the rest waits for the next attempt
+                parts.retry += indices + [i for _, rest in todo for i in rest]
+                parts.reason = outcome.reason
+                parts.retry_after = max(parts.retry_after, outcome.retry_after)
+                parts.pause_all = max(parts.pause_all, outcome.pause_all)
+                todo.clear()
+
+
+def _split(batch_id: str, indices: list[int]) -> list[tuple[str, list[int]]]:
+    middle = len(indices) // 2
+    return [(f"{batch_id}.a", indices[:middle]), (f"{batch_id}.b", indices[middle:])]
+
+
+def _is_json(event: bytes) -> bool:
+    try:
+        orjson.loads(event)
+    except orjson.JSONDecodeError:
+        return False
+    return True
