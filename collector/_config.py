@@ -11,14 +11,19 @@ validation are in ``_config_loader``.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Self
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit
 
+import redis
+
+from collector import logs
 from collector._constants import CALL_BYTES
 from collector._exceptions import ConfigError
+from collector.logs import HIDDEN, mask, mask_headers
 
 # where(section, key): the file or environment variable a setting came from, for errors.
 Where = Callable[[str, str], str]
@@ -126,16 +131,22 @@ class TelemetryConfig:
                 f"{where('redis', 'shards')}: [redis] shards: expected a power of two "
                 f"(1, 2, 4, ... 16384), found {shards}"
             )
-        if not self.redis.url.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigError(
-                f"{where('redis', 'url')}: [redis] url: expected a redis://, rediss:// or "
-                f"unix:// URL, found {mask_url(self.redis.url)!r}"
-            )
+        problem = redis_url_problem(self.redis.url)
+        if problem is not None:
+            raise ConfigError(f"{where('redis', 'url')}: [redis] url: {mask(problem)}; "
+                              f"found {mask_url(self.redis.url)!r}")
         if not is_valid_prefix(self.redis.key_prefix):
             raise ConfigError(
                 f"{where('redis', 'key_prefix')}: [redis] key_prefix: expected 1 to 64 "
                 f"characters from [A-Za-z0-9_.:-], found {self.redis.key_prefix!r}"
             )
+
+    def advise(self, where: Where) -> list[str]:
+        """What is valid but risky, for a warning (``check-config`` prints these on stderr,
+        ``run`` logs them): TLS verification switched off.  A subclass adds its own."""
+        return [f"{where('redis', 'url')}: [redis] url: {notice}: anyone on the network path "
+                f"can pose as the server and read the traffic, the password included"
+                for notice in tls_notices(self.redis.url)]
 
     def cap_for(self, game: str) -> int:
         override = self.games.get(game)
@@ -166,38 +177,68 @@ class TelemetryConfig:
         return f"{type(self).__name__}(source={self.source!r}, {self.masked()!r})"
 
 
-_SECRET_HEADER_WORDS = ("auth", "token", "key", "secret", "cookie", "sign", "password")
-
-
 def mask_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    """A URL as it may be shown (``collector.logs.mask_url``: userinfo and credential query
+    parameters hidden)."""
+    return logs.mask_url(url)
 
 
 def _mask(value: Any) -> Any:
+    """A secret setting as it may be shown: a URL with its credentials hidden, a header
+    table with the values of credential headers hidden, any other text as ``***``."""
     if isinstance(value, str):
-        return mask_url(value) if "://" in value else ("***" if value else "")
+        if not value:
+            return value
+        return mask_url(value) if "://" in value or "@" in value else HIDDEN
     if isinstance(value, Mapping):
-        return {
-            k: ("***" if any(w in k.lower() for w in _SECRET_HEADER_WORDS) else v)
-            for k, v in value.items()
-        }
+        return mask_headers(value)
+    return value
+
+
+def _shown(value: Any) -> Any:
+    """A setting that is not secret, as it may be shown: text still goes through ``mask``
+    (a base URL can carry a token in its query)."""
+    if isinstance(value, str):
+        return mask(value)
+    if isinstance(value, Mapping):
+        return {k: _shown(v) for k, v in value.items()}
     return value
 
 
 def _section_dict(section: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(section):
-        value = getattr(section, f.name)
-        if f.metadata.get("secret"):
-            value = _mask(value)
-        elif isinstance(value, Mapping):
-            value = dict(value)
-        out[f.name] = value
-    return out
+    return {f.name: (_mask if f.metadata.get("secret") else _shown)(getattr(section, f.name))
+            for f in dataclasses.fields(section)}
+
+
+def redis_url_problem(url: str) -> str | None:
+    """What redis-py would refuse about ``url`` when it first connects, found without
+    connecting: a bad port or host, an unknown or malformed query option, a database that is
+    not a number.  None if it would take it."""
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        return "expected a redis://, rediss:// or unix:// URL"
+    try:
+        client = redis.Redis.from_url(url)
+        try:
+            client.connection_pool.make_connection()  # builds it; connects on first use
+        finally:
+            client.close()
+    except TypeError as exc:  # a query option no connection takes
+        option = re.search(r"argument '(\w+)'", str(exc))
+        return f"unknown option {option.group(1) if option else '?'!r} in the query"
+    except (ValueError, redis.RedisError) as exc:
+        return str(exc)
+    db = urlsplit(url).path.strip("/")
+    if db and not url.startswith("unix://") and not db.isdigit():  # redis-py would use db 0
+        return "the database (the path after the host) must be a number"
+    return None
+
+
+def tls_notices(url: str) -> list[str]:
+    """What a Redis URL switches off of TLS verification, for a warning."""
+    options = {k: v[0].lower() for k, v in parse_qs(urlsplit(url).query).items()}
+    notices = []
+    if options.get("ssl_cert_reqs") == "none":
+        notices.append("ssl_cert_reqs=none switches TLS certificate verification off")
+    if options.get("ssl_check_hostname") in ("0", "f", "false", "n", "no"):  # as redis-py reads
+        notices.append("ssl_check_hostname=false switches TLS host name verification off")
+    return notices
