@@ -10,6 +10,7 @@ variable), the key, what was expected and what was found.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import tomllib
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 
 from collector._config import GameSettings, TelemetryConfig
 from collector._exceptions import ConfigError
+from collector.logs import mask
 from collector.store._keys import validate_game
 
 CONFIG_ENV = "TELEMETRY_CONFIG"
@@ -59,16 +61,27 @@ def load_config(path: str | os.PathLike[str] | None = None,
         source, text = f"<packaged {DEFAULT_CONFIG_NAME}>", default_config_text()
     else:
         source = os.fspath(path)
-        try:
-            with open(source, encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError as exc:
-            raise ConfigError(f"{source}: cannot read config file: {exc.strerror}") from exc
+        text = _read_text(source)
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
     return build_config(raw, source, env, cls=cls)
+
+
+def _read_text(source: str) -> str:
+    try:
+        with open(source, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read config file: {exc.strerror}") from exc
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"{source}: not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line} "
+            f"(offset {exc.start}); a TOML file is UTF-8") from None
 
 
 def build_config(raw: Mapping[str, Any], source: str, env: Mapping[str, str] | None = None,
@@ -90,7 +103,7 @@ def build_config(raw: Mapping[str, Any], source: str, env: Mapping[str, str] | N
     for name, section in sections.items():
         table = raw.get(name, {})
         if not isinstance(table, Mapping):
-            raise ConfigError(f"{source}: [{name}] must be a table, found {table!r}")
+            raise ConfigError(f"{source}: [{name}] must be a table, found {_echo(table)}")
         values[name] = _build_section(section, name, table, source, overrides.get(name, {}),
                                       notices)
     values[GAMES] = _build_games(raw.get(GAMES, {}), source, games_settings_of(cls))
@@ -101,7 +114,8 @@ def build_config(raw: Mapping[str, Any], source: str, env: Mapping[str, str] | N
         return f"environment variable {var[0]}" if var else source
 
     config.check(where)
-    return config
+    advice = config.advise(where)
+    return dataclasses.replace(config, notices=(*notices, *advice)) if advice else config
 
 
 def raw_settings(config: TelemetryConfig) -> dict[str, dict[str, Any]]:
@@ -175,7 +189,7 @@ def _build_section(cls: type, name: str, table: Mapping[str, Any], source: str,
         if key in overrides:
             var, text = overrides[key]
             where = f"environment variable {var}"
-            value = _from_env_text(text, hints[key], where, f"[{name}] {key}")
+            value = _from_env_text(text, hints[key], where, f"[{name}] {key}", f.metadata)
         elif key in table:
             where, value = source, table[key]
         else:
@@ -191,15 +205,16 @@ def _build_section(cls: type, name: str, table: Mapping[str, Any], source: str,
 
 def _build_games(table: Any, source: str, cls: type[GameSettings]) -> Mapping[str, GameSettings]:
     if not isinstance(table, Mapping):
-        raise ConfigError(f"{source}: [games] must be a table of tables, found {table!r}")
+        raise ConfigError(f"{source}: [games] must be a table of tables, found {_echo(table)}")
     games: dict[str, GameSettings] = {}
     for game, section in table.items():
         try:
             validate_game(game)
-        except ValueError as exc:
+        except (TypeError, ValueError) as exc:
             raise ConfigError(f"{source}: [games.{game!r}]: {exc}") from None
         if not isinstance(section, Mapping):
-            raise ConfigError(f'{source}: [games."{game}"] must be a table, found {section!r}')
+            raise ConfigError(
+                f'{source}: [games."{game}"] must be a table, found {_echo(section)}')
         games[game] = _build_section(cls, f'games."{game}"', section, source, {}, [])
     return MappingProxyType(games)
 
@@ -213,18 +228,19 @@ def _describe(tp: Any) -> str:
         return "a number"
     if tp is str:
         return "a string"
-    return f"a table of {_describe(typing.get_args(tp)[1])}s"
+    return f"a table of {_describe(typing.get_args(tp)[1]).split(' ', 1)[-1]}s"
 
 
-def _from_env_text(text: str, tp: Any, where: str, key: str) -> Any:
+def _from_env_text(text: str, tp: Any, where: str, key: str, meta: Mapping[str, Any]) -> Any:
     if tp is str:
         return text
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        parsed = tomllib.loads(f"v = {text}")
     except tomllib.TOMLDecodeError:
-        raise ConfigError(
-            f"{where}: {key}: expected {_describe(tp)} (TOML syntax), found {text!r}"
-        ) from None
+        parsed = {}
+    if set(parsed) != {"v"}:  # not TOML, or more than one value ("4\nx = 5")
+        raise _mismatch(text, f"{_describe(tp)} (TOML syntax)", where, key, meta)
+    return parsed["v"]
 
 
 def _check_value(value: Any, tp: Any, meta: Mapping[str, Any], where: str, key: str) -> Any:
@@ -242,6 +258,8 @@ def _check_value(value: Any, tp: Any, meta: Mapping[str, Any], where: str, key: 
     ):
         raise _mismatch(value, _describe(tp), where, key, meta)
     lo, hi = meta.get("lo"), meta.get("hi")
+    if isinstance(value, float) and not math.isfinite(value):  # nan passes every comparison
+        raise _mismatch(value, f"a finite number from {lo} to {hi}", where, key, meta)
     if (lo is not None and value < lo) or (hi is not None and value > hi):
         raise _mismatch(value, f"{_describe(tp)} from {lo} to {hi}", where, key, meta)
     return float(value) if tp is float else value
@@ -250,6 +268,8 @@ def _check_value(value: Any, tp: Any, meta: Mapping[str, Any], where: str, key: 
 def _check_plain(value: Any, tp: type, meta: Mapping[str, Any], where: str, key: str) -> Any:
     if not isinstance(value, tp):
         raise _mismatch(value, _describe(tp), where, key, meta)
+    if isinstance(value, str) and not _is_utf8(value):  # undecodable bytes from the environment
+        raise _mismatch(value, "a string of UTF-8 text", where, key, meta)
     choices = meta.get("choices") or ()
     if choices and value not in choices:
         raise _mismatch(value, f"one of {', '.join(repr(c) for c in choices)}", where, key, meta)
@@ -260,5 +280,20 @@ def _mismatch(value: Any, expected: str, where: str, key: str, meta: Mapping[str
               ) -> ConfigError:
     """The error for a wrong value; a secret's value is never echoed, only its kind."""
     secret = meta.get("secret")
-    found = f"a {type(value).__name__} (not shown: a secret)" if secret else repr(value)
+    found = f"a {type(value).__name__} (not shown: a secret)" if secret else _echo(value)
     return ConfigError(f"{where}: {key}: expected {expected}, found {found}")
+
+
+def _echo(value: Any) -> str:
+    """A wrong value as an error may show it: its repr (which escapes what a terminal cannot
+    print), through ``mask``, cut to a readable length."""
+    text = mask(repr(value))
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -3,6 +3,11 @@
 ``ReporterConfig`` is a ``TelemetryConfig`` (so a demo or test can hand it to a
 ``Collector``) with ``[reporter]``, ``[sink]``, ``[retry]`` and ``[dead]`` added, loaded and
 validated by the same loader (``collector.config``).
+
+``[sink] url`` is checked when the file is loaded if it is set (an absolute http or https URL
+with a host), but it may be empty: ``status`` and ``dead`` never POST, and read files that
+only set ``[redis]``.  ``sink_problems`` says what ``run`` and ``check-config`` must refuse
+on top of that (no URL for the json sender).
 """
 
 from __future__ import annotations
@@ -12,14 +17,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import ClassVar
-from urllib.parse import urlsplit
+
+import httpx
 
 from collector import ConfigError
 from collector.config import GameSettings, MaskedRepr, TelemetryConfig, Where, setting
+from collector.logs import mask_url
 from collector.store import validate_game
 
 NPPA_PRODUCTION_BASE = "http://api2.wlc.nppa.gov.cn"
 _HEX_KEY = re.compile(r"[0-9a-fA-F]{32}")
+# RFC 9110 token: what a header name may be.
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# What a header value may not hold: control characters (CR, LF and NUL among them; a tab is
+# allowed) and anything outside ASCII, which the HTTP client cannot send.
+_BAD_HEADER_CHAR = re.compile(r"[^\t\x20-\x7e]")
 
 
 @dataclass(frozen=True)
@@ -42,7 +54,7 @@ class ReporterSettings:
 @dataclass(frozen=True, repr=False)
 class SinkSettings(MaskedRepr):
     kind: str = setting("json", choices=("json", "nppa"))
-    url: str = setting("http://127.0.0.1:8080/ingest", secret=True)
+    url: str = setting("", secret=True)
     timeout_seconds: float = setting(5.0, lo=0.05, hi=300)
     connect_timeout_seconds: float = setting(2.0, lo=0.05, hi=300)
     max_connections: int = setting(32, lo=1, hi=1000)
@@ -116,6 +128,7 @@ class ReporterConfig(TelemetryConfig):
 
     def check(self, where: Where) -> None:
         super().check(where)
+        _check_sink(self.sink, where)
         if self.sink.kind == "nppa":
             _check_nppa(self.nppa, where)
         max_age = self.reporter.max_age_seconds
@@ -149,12 +162,63 @@ class ReporterConfig(TelemetryConfig):
                     f"{where('reporter', 'hot_games')}: [reporter.hot_games] {exc}") from None
 
 
+def sink_problems(config: ReporterConfig) -> list[str]:
+    """What ``run`` and ``check-config`` refuse that loading the file does not: the json
+    sender needs ``[sink] url``.  Each problem is one line, worded like a ``ConfigError``
+    (``status`` and ``dead`` do not call this: they never POST)."""
+    if config.sink.kind == "json" and not config.sink.url:
+        return [f'{config.source}: [sink] url: required with [sink] kind = "json" (the ingest '
+                "endpoint, an absolute http:// or https:// URL; set it in the file or with "
+                "TELEMETRY_SINK_URL), found nothing"]
+    return []
+
+
+def http_url_problem(url: str) -> str | None:
+    """Why ``url`` is not an absolute http or https URL with a host, or None if it is."""
+    expected = "expected an absolute http:// or https:// URL with a host"
+    if re.search(r"[\x00-\x20\x7f]", url):
+        return f"{expected}, without spaces or control characters"
+    try:
+        parts = httpx.URL(url)
+        port = parts.port
+    except httpx.InvalidURL as exc:
+        return f"{expected} ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.host:
+        return expected
+    if port is not None and not 0 < port < 65536:
+        return f"{expected} (port {port} is out of range)"
+    return None
+
+
+def _check_sink(sink: SinkSettings, where: Where) -> None:
+    """The endpoint's URL if one is set, the headers as they will go on the wire (after
+    ``${VAR}`` expansion), and one credential at most.  Secret values are never echoed."""
+    if sink.url and (problem := http_url_problem(sink.url)):
+        raise ConfigError(f"{where('sink', 'url')}: [sink] url: {problem}, found "
+                          f"{mask_url(sink.url)!r}")
+    for name, value in sink.headers.items():
+        if not _HEADER_NAME.fullmatch(name):
+            raise ConfigError(
+                f"{where('sink', 'headers')}: [sink] headers: {name!r} is not a header name: "
+                "expected letters, digits and !#$%&'*+-.^_`|~ (an HTTP token)")
+        if bad := _BAD_HEADER_CHAR.search(value):
+            raise ConfigError(
+                f"{where('sink', 'headers')}: [sink] headers.{name}: expected printable ASCII "
+                f"text (no CR, LF, NUL or other control character), found {bad.group()!a} "
+                f"at character {bad.start() + 1} of the value (not shown)")
+    has_authorization = any(name.lower() == "authorization" for name in sink.headers)
+    if sink.url and has_authorization and httpx.URL(sink.url).userinfo:
+        raise ConfigError(
+            f"{where('sink', 'url')}: [sink] url: carries credentials "
+            f"({mask_url(sink.url)!r}) and [sink] headers has an Authorization header: two "
+            "credentials, and the URL's would replace the header; keep one (the header)")
+
+
 def _check_nppa(nppa: NppaSettings, where: Where) -> None:
     """What the anti-addiction sender needs; a secret is never echoed."""
-    parts = urlsplit(nppa.base_url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{where('nppa', 'base_url')}: [nppa] base_url: expected an http or "
-                          f"https URL with a host, found {nppa.base_url!r}")
+    if problem := http_url_problem(nppa.base_url):
+        raise ConfigError(f"{where('nppa', 'base_url')}: [nppa] base_url: {problem}, found "
+                          f"{mask_url(nppa.base_url)!r}")
     if not nppa.app_id:
         raise ConfigError(f"{where('nppa', 'app_id')}: [nppa] app_id: required with [sink] "
                           f'kind = "nppa" (the app id the system issued)')

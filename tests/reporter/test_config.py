@@ -294,7 +294,7 @@ url = "redis://user:s3cret-pw@cache:6379/0"
 [sink]
 url = "https://ingest:s1nk-pw@example.invalid/ingest"
 [sink.headers]
-Authorization = "Bearer ${TOKEN}"
+Proxy-Authorization = "Bearer ${TOKEN}"
 X-Api-Key = "k3y-value"
 X-Team = "games"
 """
@@ -309,14 +309,14 @@ SECRETS = ["s3cret-pw", "s1nk-pw", "t0ken-value", "k3y-value"]
 
 
 def test_secrets_are_masked_in_repr_and_masked(secret_config: ReporterConfig) -> None:
-    assert secret_config.sink.headers["Authorization"] == "Bearer t0ken-value"
+    assert secret_config.sink.headers["Proxy-Authorization"] == "Bearer t0ken-value"
     masked = secret_config.masked()
     for text in (repr(secret_config), str(secret_config), repr(masked)):
         for secret in SECRETS:
             assert secret not in text
     assert masked["redis"]["url"] == "redis://user:***@cache:6379/0"
     assert masked["sink"]["url"] == "https://ingest:***@example.invalid/ingest"
-    assert masked["sink"]["headers"]["Authorization"] == "***"
+    assert masked["sink"]["headers"]["Proxy-Authorization"] == "***"
     assert masked["sink"]["headers"]["X-Team"] == "games"  # not a secret
 
 
