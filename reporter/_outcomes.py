@@ -9,11 +9,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+import orjson
+
+from collector.logs import mask
 from reporter._constants import MAX_RETRY_AFTER_SECONDS
 
 DELIVERED: Literal["delivered"] = "delivered"
 RETRY: Literal["retry"] = "retry"
 REJECTED: Literal["rejected"] = "rejected"
+
+# An error body's known fields, in the order they are looked for; how long the reason taken
+# from one may be; bodies larger than this are not parsed at all.
+ERROR_FIELDS = ("error", "message", "detail", "errmsg")
+ERROR_SUMMARY_CHARS = 120
+ERROR_BODY_PARSE_LIMIT = 64 * 1024
 
 
 
@@ -72,10 +81,37 @@ def classify_http(status: int, retry_after: str | None, body: bytes) -> Outcome:
     """2xx delivered; 408, 429 and 5xx retry later; any other status is a rejection."""
     if 200 <= status < 300:
         return Outcome(DELIVERED)
-    reason = f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}".rstrip(": ")
+    said = error_summary(body)
+    reason = f"HTTP {status}: {said}" if said else f"HTTP {status}"
     if status in (408, 429) or status >= 500:
         return Outcome(RETRY, reason, parse_retry_after(retry_after))
     return Outcome(REJECTED, reason, too_large=status == 413)
+
+
+def error_summary(body: bytes) -> str:
+    """A short reason from an error body, for the batch's reason and the log: the text of a
+    known error field of a JSON object (``error``, ``message``, ``detail``, ``errmsg``, or
+    ``error.message``), one line, at most ``ERROR_SUMMARY_CHARS`` characters, masked; "" for
+    any other body.  The rest of the body is never shown: endpoints echo the request, and
+    that is event payloads and credentials."""
+    if not body or len(body) > ERROR_BODY_PARSE_LIMIT or body.lstrip()[:1] != b"{":
+        return ""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return ""
+    if not isinstance(doc, dict):
+        return ""
+    for name in ERROR_FIELDS:
+        value = doc.get(name)
+        if isinstance(value, dict):  # {"error": {"code": 400, "message": "..."}}
+            value = value.get("message")
+        if isinstance(value, str) and value.strip():
+            text = " ".join(value.split())  # one line: no CR/LF or tabs from the endpoint
+            text = text if len(text) <= ERROR_SUMMARY_CHARS else (
+                text[:ERROR_SUMMARY_CHARS - 3] + "...")
+            return mask(text)
+    return ""
 
 
 def classify_transport_error(exc: Exception) -> Outcome:
