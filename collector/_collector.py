@@ -100,11 +100,12 @@ class Collector:
     def collect(self, game: str, event: Mapping[str, Any]) -> int:
         """Record one event of ``game``.
 
-        Raises ``ValueError`` for an invalid game name and ``TypeError`` for an event that is
-        not a JSON-serialisable mapping, or whose JSON would span lines (raw JSON passed
-        through ``orjson.Fragment`` with a newline in it: it could forge entries).  Returns
-        the number of events the cap evicted in sync mode, 0 in background mode (where
-        nothing about Redis is known yet).
+        Raises ``TypeError`` for a game name that is not a str, ``ValueError`` for a str that
+        is not a valid game name, and ``TypeError`` for an event that is not a
+        JSON-serialisable mapping or whose JSON would span lines (raw JSON passed through
+        ``orjson.Fragment`` with a newline in it: it could forge entries).  Returns the number
+        of events the cap evicted in sync mode, 0 in background mode (where nothing about
+        Redis is known yet).
         """
         if type(game) is not str or game not in self._known_games:  # a list is unhashable
             self._admit(game)

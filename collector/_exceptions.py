@@ -15,8 +15,9 @@ In background mode the SDK never raises ``BackendError`` into game code (it coun
 retries); sync-mode ``collect()`` and the store layer (``collector.store``) raise it.
 redis-py's own exceptions never leave the store layer: they are the ``__cause__``.
 
-Programmer errors at the call site stay built-in: a bad game name is a ``ValueError`` and an
-event that is not a JSON-serialisable mapping is a ``TypeError``.
+Programmer errors at the call site stay built-in: a game name that is not a str is a
+``TypeError``, a str that is not a valid name a ``ValueError``, and an event that is not a
+JSON-serialisable mapping a ``TypeError``.
 """
 
 from __future__ import annotations

@@ -20,11 +20,12 @@ _LIMIT_NAME = re.compile(r"[A-Za-z0-9_.:@/-]{1,128}")
 
 
 def validate_game(game: object) -> str:
-    """Return ``game`` if it is a valid game name, else raise ``ValueError`` naming it."""
+    """Return ``game`` if it is a valid game name; raise ``TypeError`` if it is not a str
+    and ``ValueError`` if it is a str that is not a valid name."""
     if isinstance(game, str) and _GAME_NAME.fullmatch(game):
         return game
     if not isinstance(game, str):
-        raise ValueError(f"game name must be a str, got {type(game).__name__}: {game!r:.80}")
+        raise TypeError(f"game name must be a str, got {type(game).__name__}: {game!r:.80}")
     raise ValueError(
         f"invalid game name {game!r:.160}: use 1 to {MAX_GAME_NAME_LENGTH} characters "
         f"from [{GAME_NAME_CHARS}]"

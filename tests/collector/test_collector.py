@@ -291,7 +291,7 @@ def test_any_mapping_is_accepted(make: MakeCollector, r: redis.Redis, event: Any
     assert queue_events(r, SCHEMA, "g") == [{"a": 1, "b": [1, 2]}]
 
 
-@pytest.mark.parametrize("game", ["a{b", "", "x" * 129, 7, None, ["a"]], ids=repr)
+@pytest.mark.parametrize("game", ["a{b", "", "x" * 129], ids=repr)  # not a str: test_slots.py
 @pytest.mark.parametrize("mode", ["background", "sync"])
 def test_bad_game_name_raises_value_error(make: MakeCollector, game: Any, mode: str) -> None:
     c = make(mode=mode)

@@ -22,10 +22,11 @@ NASTY_GAMES = [
     "a:b", "x/y", "g@h", "1.2-3", "a", "Z", "0", "-", "_", ".", ":", "@", "/",
     "q:other", "active", "ring", "stats", "::", "a//b", "telemetry:3", "x" * 128,
 ]
-BAD_GAMES: list[Any] = [
+BAD_GAMES = [
     "a{b", "a}b", "{t:1}", "{}", "a b", " ", "", "x" * 129, "é", "ゲーム", "a\n", "a\tb",
-    "a\x00b", "a,b", "a*b", 5, None, b"game", 1.5, ("a",), ["a"],
+    "a\x00b", "a,b", "a*b",
 ]
+NOT_STR_GAMES: list[Any] = [5, None, b"game", 1.5, ("a",), ["a"], True]
 
 
 def recording(calls: list[tuple[str, ...]]) -> Any:
@@ -51,11 +52,29 @@ def test_valid_names_validate(game: str) -> None:
 
 
 @pytest.mark.parametrize("game", BAD_GAMES, ids=repr)
-def test_invalid_names_raise_value_error(game: Any, make_collector: MakeCollector) -> None:
-    with pytest.raises(ValueError, match="game name"):
+@pytest.mark.parametrize("mode", ["background", "sync"])
+def test_invalid_names_raise_value_error(game: str, mode: str,
+                                         make_collector: MakeCollector) -> None:
+    with pytest.raises(ValueError, match="invalid game name") as info:
         validate_game(game)
-    c = make_collector(url="redis://127.0.0.1:1/0")
-    with pytest.raises(ValueError, match="game name"):
+    assert not isinstance(info.value, TypeError)
+    c = make_collector(url="redis://127.0.0.1:1/0", mode=mode)
+    with pytest.raises(ValueError, match="invalid game name"):
+        c.collect(game, {"a": 1})
+    assert c.stats()["accepted"] == 0
+
+
+@pytest.mark.parametrize("game", NOT_STR_GAMES, ids=repr)
+@pytest.mark.parametrize("mode", ["background", "sync"])
+def test_names_that_are_not_str_raise_type_error(game: Any, mode: str,
+                                                 make_collector: MakeCollector) -> None:
+    """A game name of the wrong type is a programming error of its own kind: TypeError,
+    not ValueError (the README's Errors table says both)."""
+    with pytest.raises(TypeError, match="game name must be a str") as info:
+        validate_game(game)
+    assert not isinstance(info.value, ValueError)
+    c = make_collector(url="redis://127.0.0.1:1/0", mode=mode)
+    with pytest.raises(TypeError, match="game name must be a str"):
         c.collect(game, {"a": 1})
     assert c.stats()["accepted"] == 0
 
