@@ -1,13 +1,16 @@
 """``telemetry-reporter demo``: the whole pipeline on a private server and a local endpoint.
 
 ``--sink json`` (the default) posts to a local JSON ingest endpoint; ``--sink nppa`` reports
-two games' logins and logouts to a local mock of the anti-addiction interface.
+two games' logins and logouts to a local mock of the anti-addiction interface.  Either ends
+with a verdict line (every event the SDK accepted in one end state, or what does not add up)
+and two lines on what to do next.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -18,12 +21,15 @@ from collector.config import build_config, raw_settings
 from reporter._accounting import read_totals
 from reporter._config import ReporterConfig
 from reporter._demo_sinks import DemoSink, JsonDemo, NppaDemo
-from reporter._demo_summary import summary_rows
+from reporter._demo_summary import next_steps, summary_rows, verdict
 from reporter._embedded import EmbeddedServer
+from reporter._exceptions import ReporterError
 from reporter._service import ReporterService
 from reporter._tables import table
 
 SINKS: dict[str, Callable[[], DemoSink]] = {"json": JsonDemo, "nppa": NppaDemo}
+EXIT_NOT_ACCOUNTED = 1  # the verdict: the events do not add up
+EXIT_NO_SERVER = 2  # a set-up problem, like a config error: no server to start (what to install)
 
 
 def demo_config(redis_url: str, sink: DemoSink) -> ReporterConfig:
@@ -52,46 +58,79 @@ def _traffic(collector: Collector, sink: DemoSink, stop: threading.Event) -> Non
         stop.wait(0.01)
 
 
-def run_demo(seconds: float, out: TextIO, sink_kind: str = "json") -> int:
-    sink = SINKS[sink_kind]()
-    server = EmbeddedServer().start()
-    sink.start()
+def run_demo(seconds: float, out: TextIO, sink_kind: str = "json",
+             err: TextIO | None = None) -> int:
+    """Run the demo, print its progress, summary, verdict and next steps to ``out``.
+
+    Exit code: 0 when every event is accounted for, 1 when they do not add up,
+    ``EXIT_NO_SERVER`` (with the reason on ``err``) when no server could be started.
+    """
+    try:
+        server = EmbeddedServer().start()
+    except ReporterError as exc:
+        print(f"telemetry-reporter demo: {exc}", file=err or sys.stderr)
+        return EXIT_NO_SERVER
+    try:
+        sink = SINKS[sink_kind]()
+        sink.start()
+        try:
+            print(f"demo: {server.name} on {server.url}, {sink.describe()}", file=out)
+            accounted = _run(server.url, sink, seconds, out)
+        finally:
+            sink.stop()
+    finally:
+        server.stop()
+    for line in next_steps(sink_kind):
+        print(line, file=out)
+    return 0 if accounted else EXIT_NOT_ACCOUNTED
+
+
+def _run(redis_url: str, sink: DemoSink, seconds: float, out: TextIO) -> bool:
+    """Traffic for ``seconds``, a drain, the summary and the verdict line: True when every
+    event is accounted for."""
     collector: Collector | None = None
     service: ReporterService | None = None
     try:
-        config = demo_config(server.url, sink)
+        config = demo_config(redis_url, sink)
         collector = Collector(config=config)
         service = ReporterService(config)
-        print(f"demo: valkey-server on {server.url}, {sink.describe()}", file=out)
         print(f"demo: {len(sink.rates)} games, {sum(sink.rates.values())} events/s for "
               f"{seconds:g} s", file=out)
         service.start()
-        stop = threading.Event()
-        traffic = threading.Thread(target=_traffic, args=(collector, sink, stop), daemon=True)
-        traffic.start()
-        started = time.monotonic()
+        _traffic_for(seconds, collector, sink, out)
+        collector.flush(10)
+        _drain(service, 15.0)
+        service.stop()
+        stats, totals = collector.stats(), read_totals(service.store)
+        rows = summary_rows(stats, totals, sink.figures())
+        print("\nsummary\n" + table(("figure", "value", "meaning"), rows, align="lrl"),
+              file=out)
+        ok, line = verdict(stats, totals)
+        print(f"\n{line}", file=out)
+        return ok
+    finally:
+        if service is not None and not service.stop_event.is_set():
+            service.stop(grace=0)
+        if collector is not None:
+            collector.close(timeout=1)
+
+
+def _traffic_for(seconds: float, collector: Collector, sink: DemoSink, out: TextIO) -> None:
+    """Simulated games for ``seconds``, with a progress line each second."""
+    stop = threading.Event()
+    traffic = threading.Thread(target=_traffic, args=(collector, sink, stop), daemon=True)
+    traffic.start()
+    started = time.monotonic()
+    try:
         while (left := seconds - (time.monotonic() - started)) > 0:
             stop.wait(min(1.0, left))
             figures = sink.figures()
             print(f"  {time.monotonic() - started:5.1f}s  collected "
                   f"{collector.stats()['accepted']:>7}  delivered {figures.events:>7}  "
                   f"requests {figures.posts:>5}", file=out)
+    finally:
         stop.set()
         traffic.join()
-        collector.flush(10)
-        _drain(service, 15.0)
-        service.stop()
-        rows = summary_rows(collector.stats(), read_totals(service.store), sink.figures())
-        print("\nsummary\n" + table(("figure", "value", "meaning"), rows, align="lrl"),
-              file=out)
-        return 0
-    finally:
-        if service is not None and not service.stop_event.is_set():
-            service.stop(grace=0)
-        if collector is not None:
-            collector.close(timeout=1)
-        sink.stop()
-        server.stop()
 
 
 def _drain(service: ReporterService, seconds: float) -> None:

@@ -1,5 +1,6 @@
 """The demo's summary: every row is a figure of the shared vocabulary (collector.counters),
-from the SDK or from Redis, or a figure of the endpoint's, named as such."""
+from the SDK or from Redis, or a figure of the endpoint's, named as such; then the verdict
+(does every event the SDK accepted end in one state?) and what to do next."""
 
 from __future__ import annotations
 
@@ -50,6 +51,41 @@ def summary_rows(stats: Mapping[str, int], totals: Totals, figures: Figures) -> 
         ("latency p99", f"{_percentile(f.latencies_ms, 0.99):.0f} ms", "collect() to receipt"),
     ]
     return [*sdk, *store, *endpoint]
+
+
+def verdict(stats: Mapping[str, int], totals: Totals) -> tuple[bool, str]:
+    """Whether the SDK's ``accepted`` equals the sum of the end states (the accounting
+    invariant of collector.counters), and the line that says so, or what does not add up."""
+    states = [
+        ("delivered", totals.counter(C.DELIVERED)),
+        ("evicted", totals.counter(C.EVICTED)),
+        ("stale", totals.counter(C.STALE)),
+        ("dead-lettered", totals.dead_now),
+        ("dropped in the SDK", stats[C.DROPPED_BUFFER_FULL] + stats[C.DROPPED_AT_CLOSE]),
+        ("still buffered or pending",
+         stats[Gauge.BUFFERED] + totals.buffered + totals.pending_events),
+    ]
+    accepted = stats[C.ACCEPTED]
+    total = sum(count for _, count in states)
+    listed = ", ".join(f"{name} {count}" for name, count in states if count)
+    if total == accepted:
+        return True, f"all {accepted} events accounted for: {listed or 'none were collected'}"
+    gap = accepted - total
+    return False, (f"events do not add up: the SDK accepted {accepted}, the end states hold "
+                   f"{total} ({listed or 'none'}): {abs(gap)} "
+                   f"{'missing' if gap > 0 else 'too many'}")
+
+
+def next_steps(sink_kind: str) -> list[str]:
+    """Two lines: from the demo to a reporter of one's own."""
+    if sink_kind == "nppa":
+        return ["next: copy config/nppa.toml, set [redis] url, [nppa] app_id and secret_key "
+                "and every game's biz_id,",
+                "      then: telemetry-reporter check-config my.toml   (and read docs/nppa.md, "
+                "docs/operations.md)"]
+    return ["next: copy config/telemetry.toml, set [redis] url and [sink] url to your Redis and "
+            "endpoint,",
+            "      then: telemetry-reporter check-config my.toml   (and read docs/operations.md)"]
 
 
 def _percentile(values: list[float], q: float) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -238,17 +239,30 @@ def test_dead_letter_commands(tmp_path: Path, redis_url: str, client: redis.Redi
 # -- the demo ------------------------------------------------------------------------------
 
 
-def demo_processes(marker: str) -> list[int]:
-    """Pids of valkey-server processes whose command line mentions ``marker``."""
+def demo_processes(tmp: Path) -> list[int]:
+    """Pids of server processes working in a ``telemetry-demo-*`` directory under ``tmp``
+    (the server's ``--dir`` is its working directory; its command line is rewritten into a
+    process title, so it cannot be matched)."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
         except OSError:
             continue  # gone, or not ours to read
-        if "valkey-server" in cmdline and marker in cmdline:
+        if cwd.parent == tmp and cwd.name.startswith("telemetry-demo-"):
             found.append(int(pid))
     return found
+
+
+VERDICT = re.compile(r"^all (\d+) events accounted for: (.+)$", re.MULTILINE)
+
+
+def verdict_states(out: str) -> tuple[int, dict[str, int]]:
+    """The demo's verdict line: the total, and each end state it lists with its count."""
+    match = VERDICT.search(out)
+    assert match, out[-2000:]
+    states = dict(re.findall(r"([a-z][a-z -]*?) (\d+)(?:, |$)", match[2]))
+    return int(match[1]), {name: int(count) for name, count in states.items()}
 
 
 def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
@@ -260,8 +274,8 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
                             stderr=subprocess.PIPE, text=True)
     try:
         # while it runs, its server lives in a telemetry-demo-* directory under our TMPDIR
-        started = wait_until(lambda: demo.poll() is not None or demo_processes(str(tmp)),
-                             timeout=30, what="the demo's valkey-server")
+        started = wait_until(lambda: demo.poll() is not None or demo_processes(tmp),
+                             timeout=30, what="the demo's server")
         assert started is not True, "the demo ended before its server was seen"
         assert [p.name for p in tmp.iterdir() if p.name.startswith("telemetry-demo-")]
         out, err = demo.communicate(timeout=90)
@@ -277,8 +291,16 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     assert int(rows["delivered"]) > 0
     assert int(rows["accepted"]) >= int(rows["delivered"])
     assert int(rows["unaccounted"]) == 0
+    total, states = verdict_states(out)
+    assert total == int(rows["accepted"])
+    assert states["delivered"] == int(rows["delivered"]) > 0
+    assert sum(states.values()) == total
+    assert set(states) <= {"delivered", "evicted", "stale", "dead-lettered",
+                           "dropped in the SDK", "still buffered or pending"}
+    assert out.rstrip().splitlines()[-2].startswith("next: copy config/telemetry.toml")
+    assert "telemetry-reporter check-config" in out.rstrip().splitlines()[-1]
     assert not [p.name for p in tmp.iterdir() if p.name.startswith("telemetry-demo-")]
-    assert demo_processes(str(tmp)) == []
+    assert demo_processes(tmp) == []
 
 
 def test_check_config_prints_deprecation_notices_on_stderr(tmp_path: Path,
@@ -328,3 +350,6 @@ def test_the_nppa_demo_reports_to_a_mock_of_the_interface() -> None:
     assert int(rows["delivered"]) == int(rows["accepted"])
     assert (int(rows["unaccounted"]), int(rows["dead_events"])) == (0, 0)
     assert "anti-addiction" in out.getvalue()
+    assert verdict_states(out.getvalue()) == (int(rows["accepted"]),
+                                              {"delivered": int(rows["delivered"])})
+    assert "docs/nppa.md" in out.getvalue().rstrip().splitlines()[-1]
