@@ -23,11 +23,9 @@ from collector.store import SCRIPT_NAMES, KeySchema
 from tests import servers
 from tests.collector.helpers import queue_events
 from tests.servers import Server, env_without_telemetry
+from tests.sources import SOURCES
 
 ROOT = Path(__file__).resolve().parents[2]
-# What the wheel is built from; everything else in the checkout (.venv, .git, tests) is left out.
-# config/deploy/Dockerfile copies the same list.
-SOURCES = ["pyproject.toml", "collector", "reporter", "lua", "config", "README.md", "LICENSE"]
 
 # The core install may only need packages that publish wheels for Linux x86_64 and arm64
 # (glibc and musl), macOS and Windows, or pure-Python wheels, so that `pip install
