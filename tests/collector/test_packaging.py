@@ -203,8 +203,10 @@ def test_without_any_server_the_tests_say_what_to_install(
 
 def make_plan(tmp: Path, target: str) -> list[str]:
     """The commands ``make <target>`` would run in ``tmp`` (make -n: nothing is run)."""
-    proc = subprocess.run(["make", "-n", target], cwd=tmp, capture_output=True, text=True,
-                          timeout=30, check=False, env={**os.environ, "MAKEFLAGS": ""})
+    env = {k: v for k, v in os.environ.items()  # as typed in a shell, even under `make test`
+           if k not in {"MAKELEVEL", "MAKEFLAGS", "MFLAGS"}}
+    proc = subprocess.run(["make", "-n", "--no-print-directory", target], cwd=tmp, env=env,
+                          capture_output=True, text=True, timeout=30, check=False)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.splitlines()
 
