@@ -335,6 +335,26 @@ class Purge(ScriptCall[Moved]):
 
 
 @dataclass(frozen=True, slots=True)
+class PurgeIds(ScriptCall[Moved]):
+    """Delete the named dead letters for good (those still on the dead list); send a few
+    hundred ids per call at most, each costs a scan of the dead list."""
+
+    script: ClassVar[str] = "purge_ids"
+    shard: ShardKeys
+    batch_ids: Sequence[str]
+
+    def keys(self) -> Sequence[str]:
+        s = self.shard
+        return (s.dead, s.batches, s.payloads, s.stats)
+
+    def args(self) -> Sequence[Any]:
+        return tuple(self.batch_ids)
+
+    def parse(self, reply: Any) -> Moved:
+        return Moved(int(reply[0]), int(reply[1]))
+
+
+@dataclass(frozen=True, slots=True)
 class ShardLease(ScriptCall[bool]):
     """Take or renew ``owner``'s lease on a shard (``lease_ms`` 0 gives it up); True if
     ``owner`` holds it now."""

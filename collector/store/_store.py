@@ -17,7 +17,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from collector._config import RedisSettings
 from collector._exceptions import BackendError
 from collector.store import _views
-from collector.store._backends import Backend, open_backend
+from collector.store._backends import Backend, describe_settings, open_backend
 from collector.store._bulk import WireCall
 from collector.store._calls import ScriptCall
 from collector.store._errors import translate
@@ -28,6 +28,7 @@ from collector.store._views import (
     BatchDetail,
     DeadBatch,
     GameState,
+    Reporter,
     RingSlice,
     ShardView,
 )
@@ -85,11 +86,23 @@ class Store:
     def read_shards(self) -> list[ShardView]:
         return [self.read_shard(shard) for shard in self.schema.all_shards()]
 
-    def dead_batches(self, limit: int) -> list[DeadBatch]:
-        """Up to ``limit`` of each shard's newest dead letters, oldest first."""
-        out = [b for shard in self.schema.all_shards()
-               for b in self._read(_views.dead_batches, shard, limit)]
+    def dead_batches(self, limit: int | None, *, game: str = "", before: float | None = None
+                     ) -> list[DeadBatch]:
+        """Up to ``limit`` (None: all) of each shard's newest dead letters, oldest first; only
+        those of ``game`` (its shard only is read) and dead before ``before`` (seconds since
+        the epoch), when given."""
+        shards = [self.schema.for_game(game)] if game else self.schema.all_shards()
+        out = [b for shard in shards
+               for b in self._read(_views.dead_batches, shard, limit, game, before)]
         return sorted(out, key=lambda b: b.dead_at)
+
+    def dead_listed(self) -> int:
+        """Batches on every shard's dead list (one LLEN per shard, pipelined)."""
+        return self._read(_views.dead_listed, self.schema.all_shards())
+
+    def counters(self) -> dict[str, int]:
+        """Every shard's counters added up, and nothing else: cheap for many shards."""
+        return self._read(_views.counters, self.schema.all_shards())
 
     def find_batch(self, batch_id: str) -> ShardKeys | None:
         """The shard that has a batch with this id, if any."""
@@ -128,6 +141,10 @@ class Store:
         """What endpoints refused that only the operator can fix, newest first."""
         return self._read(_views.alerts, self.schema.alerts)
 
+    def reporters(self) -> list[Reporter]:
+        """The reporter registry as it is, expired heartbeats included."""
+        return self._read(_views.reporters, self.schema.reporters)
+
     def leave(self, owner: str) -> None:
         with self._translated():
             self.backend.client.zrem(self.schema.reporters, owner)
@@ -162,8 +179,18 @@ class Store:
 
 
 def open_store(settings: RedisSettings) -> Store:
-    """A store for ``settings``: the backend of its deployment mode, its key schema."""
-    return Store(open_backend(settings), KeySchema(settings.key_prefix, settings.shards))
+    """A store for ``settings``: the backend of its deployment mode, its key schema.
+
+    A cluster client asks a node for the slot map here: its errors are translated too (a
+    server that is not a cluster node is ``BackendRefused``)."""
+    schema = KeySchema(settings.key_prefix, settings.shards)
+    try:
+        backend = open_backend(settings)
+    except Exception as exc:
+        if isinstance(exc, BackendError) or not _from_redis(exc):
+            raise
+        raise translate(exc, describe_settings(settings)) from exc
+    return Store(backend, schema)
 
 
 def _from_redis(exc: Exception) -> bool:

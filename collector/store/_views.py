@@ -6,8 +6,9 @@ Plain commands, no scripts: each read touches one shard's keys (one hash slot).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collector.store._backends import RedisClient
@@ -74,6 +75,14 @@ class Alert:
     message: str
     at: float  # seconds since the epoch, the latest time
     count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reporter:
+    """A reporter process in the registry, and when its heartbeat runs out (ms, its clock)."""
+
+    owner: str
+    deadline_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,11 +159,30 @@ def read_shard(client: RedisClient, keys: ShardKeys, tries: int = 5) -> ShardVie
     )
 
 
-def dead_batches(client: RedisClient, keys: ShardKeys, limit: int) -> list[DeadBatch]:
-    """The shard's newest ``limit`` dead letters."""
-    ids = client.lrange(keys.dead, 0, limit - 1)
-    if not ids:
-        return []
+def dead_batches(client: RedisClient, keys: ShardKeys, limit: int | None, game: str = "",
+                 before: float | None = None, page: int = 1000) -> list[DeadBatch]:
+    """The shard's newest dead letters, newest first: up to ``limit`` (None: all) of those of
+    ``game`` (if set) that died before ``before`` (seconds since the epoch, if set)."""
+    out: list[DeadBatch] = []
+    seen: set[str] = set()  # a dead letter pushed meanwhile moves the rest down a place
+    start = 0
+    while limit is None or len(out) < limit:
+        ids = client.lrange(keys.dead, start, start + page - 1)
+        if not ids:
+            break
+        for batch in _dead_page(client, keys, ids):
+            if (batch.batch_id in seen or (game and batch.game != game)
+                    or (before is not None and batch.dead_at >= before)):
+                continue
+            seen.add(batch.batch_id)
+            out.append(batch)
+            if limit is not None and len(out) == limit:
+                break
+        start += page
+    return out
+
+
+def _dead_page(client: RedisClient, keys: ShardKeys, ids: list[Any]) -> list[DeadBatch]:
     out: list[DeadBatch] = []
     for batch_id, raw in zip(ids, client.hmget(keys.batches, ids), strict=True):
         if raw:
@@ -163,6 +191,38 @@ def dead_batches(client: RedisClient, keys: ShardKeys, limit: int) -> list[DeadB
                                  int(meta["a"]), str(meta.get("r", "")),
                                  float(meta.get("d", 0)) / 1000))
     return out
+
+
+def dead_listed(client: RedisClient, shards: Sequence[ShardKeys], chunk: int = 1000) -> int:
+    """Batches on the dead lists of ``shards``, pipelined ``chunk`` shards at a time."""
+    total = 0
+    for i in range(0, len(shards), chunk):
+        with client.pipeline(transaction=False) as pipe:
+            for keys in shards[i:i + chunk]:
+                pipe.llen(keys.dead)
+            total += sum(int(n) for n in pipe.execute())
+    return total
+
+
+def counters(client: RedisClient, shards: Sequence[ShardKeys], chunk: int = 1000
+             ) -> dict[str, int]:
+    """The counters of ``shards`` added up: one HGETALL each, pipelined ``chunk`` shards at a
+    time (no ring, no batch or game reads: cheap whatever the number of games)."""
+    totals: dict[str, int] = {}
+    for i in range(0, len(shards), chunk):
+        with client.pipeline(transaction=False) as pipe:
+            for keys in shards[i:i + chunk]:
+                pipe.hgetall(keys.stats)
+            for stats in pipe.execute():
+                for name, value in stats.items():
+                    totals[text(name)] = totals.get(text(name), 0) + int(value)
+    return totals
+
+
+def reporters(client: RedisClient, key: str) -> list[Reporter]:
+    """Every reporter process in the registry, expired or not, the newest heartbeat first."""
+    entries: list[Any] = client.zrange(key, 0, -1, desc=True, withscores=True)
+    return [Reporter(text(owner), int(deadline)) for owner, deadline in entries]
 
 
 def batch_detail(client: RedisClient, keys: ShardKeys, batch_id: str) -> BatchDetail | None:
