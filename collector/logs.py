@@ -124,8 +124,8 @@ class RateLimitedLog:
         self._last: dict[str, float] = {}
         self._suppressed: dict[str, int] = {}
 
-    def log(self, level: int, key: str, msg: str, *args: object, exc_info: bool = False
-            ) -> None:
+    def log(self, level: int, key: str, msg: str, *args: object, exc_info: bool = False,
+            extra: Mapping[str, object] | None = None) -> None:
         now = time.monotonic()
         with self._lock:
             last = self._last.get(key)
@@ -137,7 +137,7 @@ class RateLimitedLog:
         if hidden:
             msg += " (%d similar messages suppressed)"
             args = (*args, hidden)
-        self._logger.log(level, msg, *args, exc_info=exc_info)
+        self._logger.log(level, msg, *args, exc_info=exc_info, extra=extra)
 
     def reset(self, key: str) -> None:
         with self._lock:

@@ -19,6 +19,7 @@ from reporter._config import ReporterSettings
 from reporter._constants import CONTENDED_SECONDS, LIMITER_WAIT_SECONDS, RETRIES_PER_LOOP
 from reporter._freshness import Fresh, Freshness, split_fresh
 from reporter._limiter import ClaimLimiter, Permit, Unlimited
+from reporter._logging import batch_fields
 from reporter._outcomes import DELIVERED, REJECTED, Outcome, SinkGate
 from reporter._sinks import Sender
 
@@ -218,11 +219,12 @@ class Deliverer:
             ratelog.log(logging.WARNING, "ack",
                         "could not acknowledge delivered batch %s of game %r (%s: %s); it will "
                         "be sent again when its lease runs out", batch_id, d.game,
-                        type(reply).__name__, reply)
+                        type(reply).__name__, reply, extra=batch_fields(d.game, batch_id))
             self.counts.count(C.ACK_FAILED)
         elif reply < 0:
             logger.warning("batch %s of game %r was delivered after its lease ran out; "
-                           "it may be sent again", batch_id, d.game)
+                           "it may be sent again", batch_id, d.game,
+                           extra=batch_fields(d.game, batch_id))
             self.counts.count(C.LEASE_LOST)
         else:
             self.counts.add({C.DELIVERED: reply, C.STALE: d.stale, C.BATCHES_DELIVERED: 1})
@@ -269,13 +271,17 @@ class Deliverer:
         if result.state == "dead":
             ratelog.log(logging.ERROR, f"dead:{outcome.reason[:40]}",
                         "batch %s of game %r dead-lettered (%d events) after %d attempts: %s",
-                        batch_id, game, len(entries), attempts + 1, outcome.reason)
+                        batch_id, game, len(entries), attempts + 1, outcome.reason,
+                        extra=batch_fields(game, batch_id, keys.shard, attempts + 1,
+                                           outcome.reason, events=len(entries)))
             self.counts.add({C.DEAD_BATCHES: 1, C.DEAD_EVENTS: len(entries)})
         elif result.state == "retry":
             ratelog.log(logging.WARNING, "retry",
                         "endpoint failed (%s); batch %s of game %r retries in %.1fs, "
                         "new claims paused", outcome.reason, batch_id, game,
-                        result.delay_ms / 1000)
+                        result.delay_ms / 1000,
+                        extra=batch_fields(game, batch_id, keys.shard, attempts + 1,
+                                           outcome.reason, retry_in=result.delay_ms / 1000))
             self.counts.count(C.BATCHES_RETRIED)
         return result.state
 
@@ -286,7 +292,8 @@ class Deliverer:
         name = outcome.alert.partition(":")[0]
         ratelog.log(logging.ERROR, f"alert:{name}", "batch %s of game %r refused (%s): %s; it is "
                     "dead-lettered: replay it once fixed", batch_id, game, outcome.reason,
-                    outcome.alert)
+                    outcome.alert, extra=batch_fields(game, batch_id, reason=outcome.reason,
+                                                      alert=name))
         try:
             self._store.note_alert(name, outcome.alert)
         except Exception as exc:  # status misses one line; the log and the count have it
@@ -302,7 +309,8 @@ class Deliverer:
             min_delay_ms=int(outcome.retry_after * 1000), reason=outcome.reason)
         if settled.delivered < 0:
             logger.warning("batch %s of game %r was answered after its lease ran out; "
-                           "it may be sent again", batch_id, game)
+                           "it may be sent again", batch_id, game,
+                           extra=batch_fields(game, batch_id, keys.shard))
             self.counts.count(C.LEASE_LOST)
             return "lost"
         amounts = {C.DELIVERED: settled.delivered, C.STALE: fresh.stale,
@@ -314,7 +322,9 @@ class Deliverer:
             ratelog.log(logging.ERROR, f"refused:{game}",
                         "endpoint refused %d of %d events of batch %s of game %r (first: %s); "
                         "dead-lettered as %s", refused, len(fresh.events), batch_id, game,
-                        outcome.refused[0][1], settled.refused_id)
+                        outcome.refused[0][1], settled.refused_id,
+                        extra=batch_fields(game, batch_id, keys.shard, reason=outcome.reason,
+                                           refused=refused, dead_letter=settled.refused_id))
         if settled.retry_state == "retry":
             amounts[C.BATCHES_RETRIED] = 1
         elif settled.retry_state == "dead":

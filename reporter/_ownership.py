@@ -57,7 +57,8 @@ class ShardOwnership:
         with self._lock:
             if held != self._owned:
                 logger.info("now sweeping shards %s (%d reporters live)",
-                            _ranges(sorted(held)) or "none", live)
+                            _ranges(sorted(held)) or "none", live,
+                            extra={"owned_shards": len(held), "live_reporters": live})
             self._owned = held
         return False
 

@@ -115,7 +115,8 @@ class Runner:
         job = self._jobs[event.job_id]
         more = None if event.exception is not None else event.retval
         if more is not None and job.failures:
-            logger.info("%s: working again after %d failed runs", event.job_id, job.failures)
+            logger.info("%s: working again after %d failed runs", event.job_id, job.failures,
+                        extra={"job": event.job_id, "failures": job.failures})
         job.failures = job.failures + 1 if more is None else 0
         if job.failures:
             delay = min(job.interval * 2 ** job.failures,

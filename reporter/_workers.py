@@ -24,7 +24,8 @@ ratelog = RateLimitedLog(logger, interval=30.0)
 
 def log_unavailable(where: str, exc: Exception) -> None:
     ratelog.log(logging.WARNING, f"redis:{where}",
-                "Redis unavailable in %s (%s: %s); backing off", where, type(exc).__name__, exc)
+                "Redis unavailable in %s (%s: %s); backing off", where, type(exc).__name__, exc,
+                extra={"job": where})
 
 
 class ShardSweeper:
@@ -119,7 +120,9 @@ class Reaper:
                 reaped = self._store.reap(keys, REAP_PER_CALL)
                 if reaped.retried or reaped.dead:
                     logger.info("reaped %d expired leases in shard %d (%d dead-lettered)",
-                                reaped.retried + reaped.dead, keys.shard, reaped.dead)
+                                reaped.retried + reaped.dead, keys.shard, reaped.dead,
+                                extra={"shard": keys.shard, "reaped": reaped.retried + reaped.dead,
+                                       "dead": reaped.dead})
                 more |= reaped.retried + reaped.dead == REAP_PER_CALL
         return more
 
@@ -150,7 +153,7 @@ def guarded(name: str, work: Callable[[], bool]) -> Callable[[], bool | None]:
             return None
         except Exception:
             ratelog.log(logging.ERROR, f"bug:{name}", "%s failed; it will run again", name,
-                        exc_info=True)
+                        exc_info=True, extra={"job": name})
             return None
 
     return run
