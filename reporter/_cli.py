@@ -1,94 +1,254 @@
-"""The ``telemetry-reporter`` command line."""
+"""The ``telemetry-reporter`` command line.
+
+The global options (``--config FILE``, ``-v`` / ``--log-level LEVEL``, ``--log-format
+text|json``) are accepted before or after the command, and after ``dead``'s action.
+
+Exit codes: 0 done; 1 not found (``dead show``, ``dead replay``), a purge declined, or an
+unexpected error (one line; the traceback under ``-v``); 2 bad usage or a config error;
+3 Redis unavailable or refusing (any redis-py or network error, one line).  A reader that
+closes the pipe early (``check-config f | head -1``) ends the command quietly.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
+import traceback
+from collections.abc import Callable
 from types import FrameType
 
-from collector import ConfigError
-from collector.store import BackendUnavailable, open_store
-from reporter._accounting import read_totals
-from reporter._config import ReporterConfig
-from reporter._status import render_status
+import redis.exceptions
 
+from collector import BackendError, ConfigError
+from collector.config import CONFIG_ENV
+from collector.counters import REPORTER
+from collector.store import BackendUnavailable, describe_settings, open_store
+from reporter._config import ReporterConfig
+from reporter._dead import add_dead_parser, run_dead
+from reporter._logging import (
+    FORMAT_ENV,
+    FORMATS,
+    LEVEL_ENV,
+    LEVELS,
+    REDACT,
+    configure_logging,
+    log_settings,
+    masked_url,
+    note_secrets,
+)
+from reporter._status import run_status
+
+PROG = "telemetry-reporter"
+EXIT_OK = 0
+EXIT_FAILED = 1
 EXIT_CONFIG = 2
 EXIT_UNAVAILABLE = 3
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES = """exit codes:
+  0  done
+  1  not found (dead show, dead replay), purge declined, or an unexpected error
+  2  bad usage or a config error
+  3  Redis unavailable or refusing the request"""
+
+# What a Redis error usually means, by a word of its message: a hint for the one-line error.
+REDIS_HINTS = (
+    ("cluster mode is not enabled", "[redis] cluster = true, but the server is not a cluster "
+                                    "node: set cluster = false"),
+    ("cluster support disabled", "[redis] cluster = true, but the server is not a cluster "
+                                 "node: set cluster = false"),
+    ("moved ", "the server is a cluster node: set [redis] cluster = true"),
+    ("protocol error", "is [redis] url the address of a Redis server?"),
+    ("noauth", "the server wants a password: redis://[user]:PASSWORD@host:port/db"),
+    ("authentication required", "the server wants a password: "
+                                "redis://[user]:PASSWORD@host:port/db"),
+    ("wrongpass", "check the user name and password in [redis] url"),
+    ("invalid username-password", "check the user name and password in [redis] url"),
+    ("timeout", "check [redis] url, the network, and connect_timeout_seconds"),
+    ("connecting to", "check [redis] url and that the server is running"),
+)
+# The store's errors, and network errors that did not pass through the store (a bug if they
+# ever do: status and dead talk to nothing but Redis).
+REDIS_ERRORS: tuple[type[BaseException], ...] = (
+    BackendError, redis.exceptions.RedisError, redis.exceptions.RedisClusterException,
+    ConnectionError, TimeoutError, socket.gaierror, socket.herror)
 
 logger = logging.getLogger("reporter")
 
 
+def package_version() -> str:
+    try:
+        return importlib.metadata.version("telemetry-collector")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+# -- the parser --------------------------------------------------------------------------------
+
+def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    """The options every command takes.  On the commands they default to SUPPRESS, so a value
+    given before the command is not reset by the command's parser."""
+    default = argparse.SUPPRESS if suppress else None
+    group = parser.add_argument_group("global options (before or after the command)")
+    group.add_argument("--config", metavar="FILE", default=default,
+                       help=f"config file (default: ${CONFIG_ENV}, else the packaged default)")
+    group.add_argument("-v", "--verbose", dest="log_level", action="store_const", const="debug",
+                       default=default,
+                       help="log at debug level, and show the traceback of an unexpected error")
+    group.add_argument("--log-level", dest="log_level", type=str.lower, choices=LEVELS,
+                       default=default, help=f"default: ${LEVEL_ENV}, else info")
+    group.add_argument("--log-format", type=str.lower, choices=FORMATS, default=default,
+                       help=f"text, or json: one object per line (default: ${FORMAT_ENV}, "
+                            "else text)")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0.1 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"expected seconds from 0.1 to 86400, found {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="telemetry-reporter",
-                                description="Drain buffered game telemetry and report it.")
-    p.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
-    sub = p.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run the reporter service")
-    run.add_argument("--config", help="config file (default: $TELEMETRY_CONFIG or built-in)")
-    status = sub.add_parser("status", help="show shards, games and counters")
-    status.add_argument("--config")
-    status.add_argument("--json", action="store_true", help="print the counters as JSON")
-    check = sub.add_parser("check-config", help="validate a config file and print it")
-    check.add_argument("file")
-    demo = sub.add_parser("demo", help="run the whole pipeline on a private server")
+    p = argparse.ArgumentParser(prog=PROG, epilog=EXIT_CODES,
+                                description="Drain buffered game telemetry and report it.",
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"{PROG} {package_version()}")
+    _global_options(p, suppress=False)
+    common = argparse.ArgumentParser(add_help=False)
+    _global_options(common, suppress=True)
+    commands = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser("run", parents=[common], help="run the reporter service")
+    status = commands.add_parser("status", parents=[common],
+                                 help="show counters, reporters, shards and games")
+    status.add_argument("--json", action="store_true", help="print it as JSON")
+    status.add_argument("--watch", type=_seconds, metavar="SECONDS",
+                        help="print it again every SECONDS until Ctrl-C")
+    status.add_argument("--no-shards", action="store_true",
+                        help="only the counters, alerts and reporters: cheap for many shards "
+                             "and games (no per-shard or per-game reads)")
+    check = commands.add_parser("check-config", parents=[common],
+                                help="validate a config file and print it, secrets masked")
+    check.add_argument("file", nargs="?",
+                       help="the file (default: --config, else what run would read)")
+    demo = commands.add_parser("demo", parents=[common],
+                               help="run the whole pipeline on a private server")
     demo.add_argument("--seconds", type=float, default=15.0)
     demo.add_argument("--sink", choices=("json", "nppa"), default="json",
                       help="json: a local ingest endpoint; nppa: a local mock of the "
                            "anti-addiction interface")
-    dead = sub.add_parser("dead", help="inspect and replay dead-lettered batches")
-    dead.add_argument("--config")
-    dead_sub = dead.add_subparsers(dest="action", required=True)
-    dead_sub.add_parser("list", help="list dead-lettered batches")
-    show = dead_sub.add_parser("show", help="show one batch with its events")
-    show.add_argument("batch_id")
-    replay = dead_sub.add_parser("replay", help="send dead-lettered batches again")
-    replay.add_argument("batch_id", nargs="?")
-    replay.add_argument("--all", action="store_true")
-    dead_sub.add_parser("purge", help="delete every dead-lettered batch")
+    add_dead_parser(commands, common)
     return p
 
 
+# -- main --------------------------------------------------------------------------------------
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
     try:
-        return _dispatch(args)
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or bad usage (argparse said why)
+        return exc.code if isinstance(exc.code, int) else EXIT_CONFIG
+    try:
+        level, fmt = log_settings(args.log_level, args.log_format, os.environ)
+    except ValueError as exc:
+        return _fail(str(exc), EXIT_CONFIG)
+    REDACT.clear()
+    configure_logging(level, fmt)
+    return _guarded(lambda: _dispatch(args), debug=level == "debug")
+
+
+def _guarded(work: Callable[[], int], debug: bool) -> int:
+    """``work()``'s exit code; every error turned into one line and its exit code."""
+    try:
+        code = work()
+        sys.stdout.flush()  # a reader gone shows here, not at exit
+        return code
+    except BrokenPipeError:  # stdout closed early (| head): not an error of ours
+        _discard_stdout()
+        return EXIT_OK
     except ConfigError as exc:
-        print(f"telemetry-reporter: config error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except BackendUnavailable as exc:
-        print(f"telemetry-reporter: Redis unavailable: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        return _fail(f"config error: {exc}", EXIT_CONFIG)
+    except REDIS_ERRORS as exc:
+        return _fail(redis_problem(exc), EXIT_UNAVAILABLE)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        if debug:
+            print(REDACT("".join(traceback.format_exception(exc))), end="", file=sys.stderr)
+        return _fail(f"unexpected error: {type(exc).__name__}: {exc}"
+                     + ("" if debug else " (run with -v for the traceback)"), EXIT_FAILED)
+
+
+def redis_problem(exc: BaseException) -> str:
+    """One line: what went wrong talking to Redis, and a hint when the message suggests
+    one."""
+    text = " ".join(str(exc).split())
+    refused = isinstance(exc, BackendError) and not isinstance(exc, BackendUnavailable)
+    hint = next((h for word, h in REDIS_HINTS if word in text.lower()), "")
+    return (f"{'Redis refused the request' if refused else 'Redis unavailable'}: {text}"
+            + (f" ({hint})" if hint else ""))
+
+
+def _fail(message: str, code: int) -> int:
+    print(REDACT(f"{PROG}: {' '.join(message.splitlines())}"), file=sys.stderr)
+    return code
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so the flush at exit does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # not a real file (tests): nothing will flush to a pipe
+        pass
 
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "check-config":
-        config = ReporterConfig.load(args.file)
-        for notice in [*config.notices, *_sink_notices(config)]:
-            print(f"telemetry-reporter: warning: {notice}", file=sys.stderr)
-        print(f"# {config.source}: valid")
-        print(json.dumps(config.masked(), indent=2))
-        return 0
+        return _check_config(args.file or args.config)
     if args.command == "demo":
         from reporter._demo import run_demo
 
         return run_demo(args.seconds, sys.stdout, args.sink)
     config = ReporterConfig.load(args.config)
-    if args.command == "status":
-        return _status(config, args.json)
-    if args.command == "dead":
-        from reporter._dead import run_dead
+    note_secrets(config)
+    if args.command == "run":
+        return _run(config)
+    if not args.config and not os.environ.get(CONFIG_ENV):
+        _note(f"no --config and no ${CONFIG_ENV}: using {config.source}, "
+              f"{describe_settings(config.redis)}, key prefix {config.redis.key_prefix!r}")
+    store = open_store(config.redis)
+    try:
+        if args.command == "status":
+            return run_status(store, config, args)
+        return run_dead(store, args)
+    finally:
+        store.close()
 
-        return run_dead(config, args)
-    return _run(config)
+
+def _note(message: str) -> None:
+    print(REDACT(f"{PROG}: {message}"), file=sys.stderr)
+
+
+def _check_config(path: str | None) -> int:
+    config = ReporterConfig.load(path)
+    note_secrets(config)
+    for notice in [*config.notices, *_sink_notices(config)]:
+        _note(f"warning: {notice}")
+    print(f"# {config.source}: valid")
+    print(json.dumps(config.masked(), indent=2))
+    return 0
 
 
 def _sink_notices(config: ReporterConfig) -> list[str]:
@@ -103,18 +263,49 @@ def _sink_notices(config: ReporterConfig) -> list[str]:
     return notices
 
 
-def _status(config: ReporterConfig, as_json: bool) -> int:
-    store = open_store(config.redis)
-    totals = read_totals(store)
-    alerts = store.alerts()
-    if as_json:
-        print(json.dumps({**totals.summary(), "alerts": [
-            {"name": a.name, "message": a.message, "at": a.at, "count": a.count}
-            for a in alerts]}, indent=2))
-    else:
-        print(f"redis: {store.describe()}")
-        print(render_status(totals, config, alerts=alerts))
-    return 0
+# -- run ---------------------------------------------------------------------------------------
+
+def sink_description(config: ReporterConfig) -> str:
+    """The sink's kind and URL, password and query values masked."""
+    if config.sink.kind == "nppa":
+        from reporter._nppa import endpoint_url
+
+        return (f"nppa {masked_url(endpoint_url(config.nppa.base_url))} "
+                f"app {config.nppa.app_id}")
+    return f"{config.sink.kind} {masked_url(config.sink.url)}" + (
+        " (gzip)" if config.sink.gzip else "")
+
+
+def metrics_listen(config: ReporterConfig) -> str:
+    """``[metrics] listen``, if this version has it ("" when off or absent)."""
+    return str(getattr(getattr(config, "metrics", None), "listen", "") or "")
+
+
+def startup_line(config: ReporterConfig, limiter: str) -> tuple[str, dict[str, object]]:
+    """The start-up log line and its structured fields: config file, Redis (masked), sink
+    (masked), shards, thread pools, metrics address."""
+    r = config.reporter
+    pools = {"default": r.workers, "control": 2,
+             **{f"hot:{game}": threads for game, threads in r.hot_games.items()}}
+    redis_url = f"{'cluster' if config.redis.cluster else 'redis'} {masked_url(config.redis.url)}"
+    fields: dict[str, object] = {
+        "version": package_version(), "config": config.source, "redis": redis_url,
+        "sink": sink_description(config), "limiter": limiter, "shards": config.redis.shards,
+        "pools": pools, "metrics": metrics_listen(config) or "off"}
+    message = (f"{PROG}: config {config.source}; {redis_url}; key prefix "
+               f"{config.redis.key_prefix!r}; {config.redis.shards} shards; sink "
+               f"{fields['sink']} ({limiter}); pools "
+               + ", ".join(f"{name}={threads}" for name, threads in pools.items())
+               + f"; metrics {fields['metrics']}; version {fields['version']}")
+    return message, fields
+
+
+def stopped_line(counts: dict[str, int]) -> tuple[str, dict[str, object]]:
+    """The summary at exit: every counter of this process's tally, in the vocabulary's order,
+    zeros included."""
+    line = {str(name): counts.get(str(name), 0) for name in REPORTER}
+    return ("stopped: " + ", ".join(f"{name}={n}" for name, n in line.items()),
+            {"counters": line})
 
 
 def _run(config: ReporterConfig) -> int:
@@ -134,12 +325,12 @@ def _run(config: ReporterConfig) -> int:
     signal.signal(signal.SIGINT, on_signal)
     for notice in config.notices:
         logger.warning(notice)
-    logger.info(service.describe())
+    message, fields = startup_line(config, service.limiter.describe())
+    logger.info("%s", message, extra=fields)
     service.start()
     stopping.wait()
     logger.info("stopping: no new claims; waiting up to %gs for in-flight POSTs",
                 config.reporter.grace_seconds)
-    counts = service.stop()
-    logger.info("stopped: %s", ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or
-                "nothing sent")
+    message, fields = stopped_line(service.stop())
+    logger.info("%s", message, extra=fields)
     return 0

@@ -1,28 +1,84 @@
-"""``telemetry-reporter status``: a readable table of shards, games and counters."""
+"""``telemetry-reporter status``: shards, games, counters and live reporters, once or watched.
+
+The full form reads every shard (ring, batch sets, each game's length and head), so its cost
+grows with shards, games and batches.  ``--no-shards`` reads only each shard's counters (one
+HGETALL per shard, pipelined), the alerts and the reporter registry: cheap at any size, but
+without the levels that need the per-shard reads (buffered, pending, unaccounted...).
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections import Counter as Tally
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
 
-from collector.store import Alert
-from reporter._accounting import Totals
+from collector.counters import STORE
+from collector.store import Alert, BackendError, Reporter, Store
+from reporter._accounting import Totals, read_totals
 from reporter._config import ReporterConfig
 from reporter._tables import table
+
+# Levels only the full form can give (they need every shard's batches and games).
+SHARD_LEVELS_NOTE = ("levels (buffered, pending_events, batches_in_flight, batches_retry,\n"
+                     "batches_dead_listed, unaccounted) need the per-shard reads: run without "
+                     "--no-shards")
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
 
 def _age(oldest_ms: int | None, now: float) -> str:
     return "-" if oldest_ms is None else f"{max(0.0, now - oldest_ms / 1000):.1f}s"
 
 
+def _when(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+
+
 def render_alerts(alerts: Sequence[Alert]) -> list[str]:
     """One line per alert: what an endpoint refused that only the operator can fix."""
-    return [f"ALERT {a.name}: {a.message} ({a.count} times, last at "
-            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(a.at))})" for a in alerts]
+    return [f"ALERT {a.name}: {a.message} ({a.count} times, last at {_when(a.at)})"
+            for a in alerts]
 
+
+# -- reporters ---------------------------------------------------------------------------------
+
+def reporter_entries(reporters: Sequence[Reporter], now: float, lease_seconds: float,
+                     owners: Tally[str] | None = None) -> list[dict[str, Any]]:
+    """Each registered reporter: its id, whether its heartbeat is live, the heartbeat's age
+    (the deadline minus ``lease_seconds``, this config's ``shard_lease_seconds``: every
+    reporter is assumed to run with the same) and, when the shards were read, how many it
+    holds."""
+    out = []
+    for r in reporters:
+        beat = r.deadline_ms / 1000 - lease_seconds
+        entry: dict[str, Any] = {"id": r.owner, "live": r.deadline_ms / 1000 > now,
+                                 "heartbeat_age_seconds": round(max(0.0, now - beat), 1)}
+        if owners is not None:
+            entry["shards"] = owners.get(r.owner, 0)
+        out.append(entry)
+    return out
+
+
+def render_reporters(entries: Sequence[dict[str, Any]]) -> str:
+    live = sum(1 for e in entries if e["live"])
+    if not entries:
+        return "reporters: none registered (no telemetry-reporter run is heartbeating)"
+    with_shards = all("shards" in e for e in entries)
+    rows = [(e["id"], "live" if e["live"] else "expired", f"{e['heartbeat_age_seconds']}s ago",
+             *((e["shards"],) if with_shards else ())) for e in entries]
+    headers = ("reporter", "state", "last heartbeat", *(("shards",) if with_shards else ()))
+    return f"reporters ({live} live)\n" + table(headers, rows, align="llr" + "r" * with_shards)
+
+
+# -- the full form -----------------------------------------------------------------------------
 
 def render_status(totals: Totals, config: ReporterConfig, now: float | None = None,
-                  max_games: int = 50, alerts: Sequence[Alert] = ()) -> str:
+                  max_games: int = 50, alerts: Sequence[Alert] = (),
+                  reporters: Sequence[dict[str, Any]] | None = None) -> str:
     now = time.time() if now is None else now
     hot = config.reporter.hot_games
     shard_rows = [
@@ -43,6 +99,7 @@ def render_status(totals: Totals, config: ReporterConfig, now: float | None = No
     parts = [
         f"config: {config.source}",
         *render_alerts(alerts),
+        *(["", render_reporters(reporters)] if reporters is not None else []),
         "",
         "shards",
         table(("shard", "owner", "games", "buffered", "oldest", "in flight", "retry", "dead"),
@@ -58,3 +115,103 @@ def render_status(totals: Totals, config: ReporterConfig, now: float | None = No
         table(("counter", "value"), counter_rows),
     ]
     return "\n".join(parts)
+
+
+def _alerts_json(alerts: Sequence[Alert]) -> list[dict[str, Any]]:
+    return [{"name": a.name, "message": a.message, "at": a.at, "count": a.count}
+            for a in alerts]
+
+
+def _full(store: Store, config: ReporterConfig, as_json: bool, indent: int | None) -> str:
+    totals = read_totals(store)
+    alerts = store.alerts()
+    now = time.time()
+    owners = Tally(s.owner for s in totals.shards if s.owner)
+    reporters = reporter_entries(store.reporters(), now, config.reporter.shard_lease_seconds,
+                                 owners)
+    if as_json:
+        return json.dumps({**totals.summary(), "alerts": _alerts_json(alerts),
+                           "reporters": reporters}, indent=indent)
+    return (f"redis: {store.describe()}\n"
+            + render_status(totals, config, now, alerts=alerts, reporters=reporters))
+
+
+# -- the cheap form (--no-shards) --------------------------------------------------------------
+
+def _cheap(store: Store, config: ReporterConfig, as_json: bool, indent: int | None) -> str:
+    found = store.counters()
+    counters = {str(name): found.get(name, 0) for name in STORE}
+    alerts = store.alerts()
+    reporters = reporter_entries(store.reporters(), time.time(),
+                                 config.reporter.shard_lease_seconds)
+    if as_json:
+        return json.dumps({**counters, "alerts": _alerts_json(alerts),
+                           "reporters": reporters}, indent=indent)
+    return "\n".join([
+        f"redis: {store.describe()}",
+        f"config: {config.source}",
+        *render_alerts(alerts),
+        "",
+        render_reporters(reporters),
+        "",
+        f"counters over {store.schema.shards} shards (events unless named batches)",
+        table(("counter", "value"), list(counters.items())),
+        "",
+        SHARD_LEVELS_NOTE,
+    ])
+
+
+def status_text(store: Store, config: ReporterConfig, as_json: bool, shards: bool = True,
+                indent: int | None = 2) -> str:
+    """``status`` once, as text or JSON (indented by ``indent``, or on one line)."""
+    return (_full if shards else _cheap)(store, config, as_json, indent)
+
+
+# -- the command -------------------------------------------------------------------------------
+
+def watch(render: Callable[[], str], seconds: float, out: TextIO, stop: threading.Event,
+          as_json: bool = False, rounds: int | None = None) -> int:
+    """Print ``render()`` every ``seconds`` until ``stop`` (or Ctrl-C, or ``rounds``).
+
+    On a terminal the screen is cleared before each refresh; otherwise each refresh starts
+    with a line giving its time (JSON: one compact object per line).  The first refresh
+    failing ends the command with that error; later Redis failures are shown in place of the
+    status and watching goes on."""
+    done = 0
+    while True:
+        try:
+            text = render()
+        except BackendError as exc:
+            if not done:
+                raise
+            text = f"Redis unavailable: {exc}"
+            print(f"telemetry-reporter: {_when(time.time())}: {text}", file=sys.stderr)
+            if as_json:
+                text = ""
+        if as_json:
+            out.write(text + "\n" if text else "")
+        else:
+            head = CLEAR_SCREEN if out.isatty() else ""
+            out.write(f"{head}--- {_when(time.time())}, every {seconds:g}s (Ctrl-C ends)\n"
+                      f"{text}\n")
+        out.flush()
+        done += 1
+        if (rounds is not None and done >= rounds) or stop.wait(seconds):
+            return 0
+
+
+def run_status(store: Store, config: ReporterConfig, args: argparse.Namespace,
+               stop: threading.Event | None = None, rounds: int | None = None) -> int:
+    indent = None if args.watch is not None else 2  # watched JSON: one object per line
+
+    def render() -> str:
+        return status_text(store, config, args.json, shards=not args.no_shards, indent=indent)
+
+    if args.watch is None:
+        print(render())
+        return 0
+    try:
+        return watch(render, args.watch, sys.stdout, stop or threading.Event(), args.json,
+                     rounds)
+    except KeyboardInterrupt:  # the way to end a watch
+        return 0

@@ -227,12 +227,14 @@ def test_dead_letter_commands(tmp_path: Path, redis_url: str, client: redis.Redi
     assert code == 0
     shown = json.loads(out)
     assert ids_of(shown["events"]) == ["game-1#0", "game-1#1", "game-1#2"]
-    assert run("show", "nope")[0] == 1
+    assert main(["dead", "--config", str(config), "show", "nope"]) == 1
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "telemetry-reporter: no batch 'nope'\n")  # not found: stderr
     code, out = run("replay", batch_id)
     assert (code, out.strip().split()[:2]) == (0, ["replayed", "1"])
     assert client.zrange(keys.retry, 0, -1) == [batch_id.encode()]
     assert read_totals(store_of(client, schema)).unaccounted == 0
-    assert run("purge")[1].startswith("purged 0 batches")
+    assert run("purge") == (0, "no dead-lettered batches to purge\n")
     assert run("list")[1].strip() == "no dead-lettered batches"
 
 
