@@ -22,6 +22,7 @@ from reporter._accounting import read_totals
 from reporter._cli import main
 from reporter._endpoint import LocalEndpoint
 from tests.reporter.helpers import ids_of, now_ms, numbered, store, wait_until
+from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse
 from tests.scriptcalls import Scripts, store_of
 from tests.servers import Server, env_without_telemetry
 

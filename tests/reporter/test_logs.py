@@ -27,7 +27,6 @@ from reporter._cli import startup_line, stopped_line
 from reporter._config import ReporterConfig
 from reporter._endpoint import LocalEndpoint
 from reporter._logging import (
-    REDACT,
     JsonFormatter,
     batch_fields,
     config_secrets,
@@ -38,6 +37,7 @@ from reporter._logging import (
 )
 from reporter._nppa_mock import NppaEndpoint
 from tests.polling import wait_until
+from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse
 from tests.reporter.test_cli import REPO, child_env
 from tests.servers import Server, server_binaries
 
@@ -121,15 +121,10 @@ def test_every_config_secret_is_masked_in_whatever_the_handler_writes() -> None:
     assert set(config_secrets(config)) == {REDIS_PASSWORD, API_KEY, f"Bearer {HEADER_TOKEN}",
                                            HEADER_TOKEN, NPPA_KEY}
     out = io.StringIO()
-    configure_logging("debug", "text", out)
-    try:
-        REDACT.clear()
-        note_secrets(config)
-        logging.getLogger("reporter.test").warning(
-            "leak %s %s %s %s acme json", REDIS_PASSWORD, API_KEY, HEADER_TOKEN, NPPA_KEY)
-    finally:
-        REDACT.clear()
-        configure_logging("warning", "text")
+    configure_logging("debug", "text", out)  # the handler and level: put back by the fixture
+    note_secrets(config)
+    logging.getLogger("reporter.test").warning(
+        "leak %s %s %s %s acme json", REDIS_PASSWORD, API_KEY, HEADER_TOKEN, NPPA_KEY)
     written = out.getvalue()
     assert "leak *** *** *** *** acme json" in written
 

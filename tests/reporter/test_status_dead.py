@@ -32,6 +32,7 @@ from reporter._config import ReporterConfig
 from reporter._dead import duration, run_dead
 from reporter._status import run_status, watch
 from tests.reporter.helpers import numbered, store
+from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse
 from tests.scriptcalls import Scripts, store_of
 
 PREFIX = "sd"
