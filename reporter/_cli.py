@@ -30,8 +30,8 @@ from collector import BackendError, ConfigError
 from collector.config import CONFIG_ENV
 from collector.counters import REPORTER
 from collector.store import BackendUnavailable, describe_settings, open_store
-from reporter._config import ReporterConfig
-from reporter._dead import add_dead_parser, run_dead
+from reporter._config import ReporterConfig, sink_problems
+from reporter._dead import add_dead_parser, replay_budget, run_dead
 from reporter._logging import (
     FORMAT_ENV,
     FORMATS,
@@ -232,7 +232,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     try:
         if args.command == "status":
             return run_status(store, config, args)
-        return run_dead(store, args)
+        return run_dead(store, args, budget=replay_budget(config))
     finally:
         store.close()
 
@@ -241,9 +241,17 @@ def _note(message: str) -> None:
     print(REDACT(f"{PROG}: {message}"), file=sys.stderr)
 
 
+def _refuse_sink_problems(config: ReporterConfig) -> None:
+    """What ``run`` and ``check-config`` need beyond a loadable file: a config error."""
+    problems = sink_problems(config)
+    if problems:
+        raise ConfigError("\n".join(problems))
+
+
 def _check_config(path: str | None) -> int:
     config = ReporterConfig.load(path)
     note_secrets(config)
+    _refuse_sink_problems(config)
     for notice in [*config.notices, *_sink_notices(config)]:
         _note(f"warning: {notice}")
     print(f"# {config.source}: valid")
@@ -311,6 +319,7 @@ def stopped_line(counts: dict[str, int]) -> tuple[str, dict[str, object]]:
 def _run(config: ReporterConfig) -> int:
     from reporter._service import ReporterService
 
+    _refuse_sink_problems(config)
     service = ReporterService(config)
     stopping = threading.Event()
 

@@ -310,7 +310,8 @@ def test_check_config_prints_deprecation_notices_on_stderr(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]
                                                            ) -> None:
     path = tmp_path / "old.toml"
-    path.write_text('[sink]\ntransport = "stdlib"\n', encoding="utf-8")
+    path.write_text('[sink]\nurl = "http://127.0.0.1:9/ingest"\ntransport = "stdlib"\n',
+                    encoding="utf-8")
     assert main(["check-config", str(path)]) == 0
     out, err = capsys.readouterr()
     assert "deprecated" in err and "[sink] transport" in err

@@ -41,6 +41,8 @@ def config_file(tmp_path: Path, redis_url: str, *, cluster: bool = False) -> str
         connect_timeout_seconds = 1.0
         socket_timeout_seconds = 1.0
         retries = 0
+        [sink]
+        url = "http://127.0.0.1:9/ingest"
     """), encoding="utf-8")
     return str(path)
 

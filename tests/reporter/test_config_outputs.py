@@ -77,8 +77,6 @@ def test_a_bad_config_is_one_line_and_exit_2_everywhere(tmp_path: Path, name: st
     assert_config_error(cli("dead", "--config", str(path), "list", env=env), *parts)
 
 
-@pytest.mark.xfail(strict=True, reason="check-config and run refuse what sink_problems() "
-                                       "reports once the CLI calls it (the CLI rewrite)")
 @pytest.mark.parametrize("text", ["", '[sink]\nurl = ""\n'], ids=["missing", "empty"])
 def test_check_config_refuses_a_json_sink_without_a_url(tmp_path: Path, text: str) -> None:
     path = tmp_path / "no-url.toml"

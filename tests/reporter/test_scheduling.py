@@ -135,7 +135,8 @@ def test_the_run_command_exits_normally(redis_url: str, tmp_path: Path) -> None:
     config = make_config(redis_url, shards=2, reporter={"grace_seconds": 1.0})
     path = tmp_path / "telemetry.toml"
     path.write_text(f'[redis]\nurl = "{config.redis.url}"\nshards = 2\n'
-                    '[reporter]\ngrace_seconds = 1.0\n', encoding="utf-8")
+                    '[reporter]\ngrace_seconds = 1.0\n'
+                    '[sink]\nurl = "http://127.0.0.1:9/ingest"\n', encoding="utf-8")
     code = ("import atexit, sys; atexit.register(lambda: print('exited normally', flush=True))\n"
             "from reporter._cli import main\n"
             f"sys.exit(main(['run', '--config', {str(path)!r}]))\n")
