@@ -4,7 +4,8 @@ The Lua scripts write the ``STORE`` counters into each shard's ``stats`` hash (s
 Lua cannot import this), ``Collector.stats()`` reports the ``SDK`` counters, the reporter's
 in-process tally the ``REPORTER`` counters, and ``status``, the metrics and
 ``docs/delivery.md`` use the same names.  A test checks every one of those against this
-module.  Counters only go up; gauges are a level read at one moment.
+module.  Counters only go up; gauges are a level read at one moment; histograms count
+observations (a POST's duration, a batch's size) into buckets.
 
 The accounting invariant in these words: every event ``collect()`` accepted is stored or
 dropped in the SDK (``dropped_buffer_full``, ``dropped_at_close``) or still ``buffered`` there;
@@ -66,6 +67,21 @@ class Gauge(StrEnum):
     HELD_BATCHES = "held_batches"  # batches this reporter process holds a lease on
     OWNED_SHARDS = "owned_shards"  # shards this reporter process sweeps
     SINK_GATE_OPEN = "sink_gate_open"  # 1 while claims may go out, 0 while paused
+    # -- the reporter's metrics endpoint ([metrics] listen)
+    BATCHES_RETRY_DUE = "batches_retry_due"  # batches whose retry time has come
+    OLDEST_EVENT_AGE_SECONDS = "oldest_event_age_seconds"  # of the events buffered in Redis
+    GAME_BUFFERED = "game_buffered"  # events buffered of one of the games with the most
+    LIVE_REPORTERS = "live_reporters"  # reporter processes with a live heartbeat
+    SHARDS = "shards"  # [redis] shards: every reporter process's shards add up to this
+    LIMITER_WAIT_SECONDS = "limiter_wait_seconds"  # what the last refused claim had to wait
+    REDIS_UP = "redis_up"  # 1 if the last read of Redis for the metrics worked, else 0
+
+
+class Histogram(StrEnum):
+    """Observations counted into buckets."""
+
+    POST_DURATION_SECONDS = "post_duration_seconds"  # one request to the endpoint
+    BATCH_SIZE_EVENTS = "batch_size_events"  # events in one request
 
 
 C = Counter
@@ -92,4 +108,12 @@ REPORTER: tuple[Counter, ...] = (
 STATUS_GAUGES: tuple[Gauge, ...] = (
     Gauge.BUFFERED, Gauge.PENDING_EVENTS, Gauge.BATCHES_IN_FLIGHT, Gauge.BATCHES_RETRY,
     Gauge.BATCHES_DEAD_LISTED, Gauge.UNACCOUNTED,
+)
+# The reporter's metrics endpoint ([metrics] listen): these levels, besides its counters and
+# the histograms.  BATCHES_DEAD_LISTED is served as telemetry_dead_batches (docs/operations.md).
+METRICS_GAUGES: tuple[Gauge, ...] = (
+    Gauge.OWNED_SHARDS, Gauge.HELD_BATCHES, Gauge.SINK_GATE_OPEN, Gauge.LIMITER_WAIT_SECONDS,
+    Gauge.SHARDS, Gauge.REDIS_UP, Gauge.LIVE_REPORTERS, Gauge.BUFFERED, Gauge.GAME_BUFFERED,
+    Gauge.OLDEST_EVENT_AGE_SECONDS, Gauge.BATCHES_IN_FLIGHT, Gauge.BATCHES_RETRY,
+    Gauge.BATCHES_RETRY_DUE, Gauge.BATCHES_DEAD_LISTED,
 )

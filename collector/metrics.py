@@ -2,13 +2,16 @@
 shared vocabulary (``collector.counters``).
 
 ``Collector(metrics=...)`` and ``ReporterService(metrics=...)`` take any object with these
-three methods; the default is ``NO_METRICS`` (does nothing).  ``Tally`` is the in-process
-implementation: it backs ``Collector.stats()`` and the reporter's ``stopped:`` line, and is
-what an exporter (Prometheus, say) reads or replaces.
+methods; the default is ``NO_METRICS`` (does nothing).  ``Tally`` is the in-process
+implementation: it backs ``Collector.stats()`` and the reporter's ``stopped:`` line.
+``collector.prometheus.PrometheusMetrics`` is one for a host that runs prometheus-client.
 
 - ``count(counter, amount)``: a counter went up; ``add({counter: amount, ...})``: several.
 - ``watch(name, read)``: report ``name`` as whatever ``read()`` returns when asked: a level
   (a ``Gauge``), or a count kept elsewhere (the SDK's buffer keeps ``accepted``).
+- ``observe(histogram, value)``: one observation (a POST's duration, a batch's size).
+  Optional: an object written before histograms existed, without ``observe``, still works
+  (``FanOut`` skips it for observations); ``Tally`` and ``NO_METRICS`` ignore them.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from collector.counters import Counter, Gauge
+from collector.counters import Counter, Gauge, Histogram
 
 Name = Counter | Gauge
 Reader = Callable[[], float]
@@ -30,6 +33,8 @@ class Metrics(Protocol):
 
     def watch(self, name: Name, read: Reader) -> None: ...
 
+    def observe(self, name: Histogram, value: float) -> None: ...
+
 
 class NoMetrics:
     """Counts nothing; the default."""
@@ -41,6 +46,9 @@ class NoMetrics:
         pass
 
     def watch(self, name: Name, read: Reader) -> None:
+        pass
+
+    def observe(self, name: Histogram, value: float) -> None:
         pass
 
 
@@ -76,6 +84,11 @@ class Tally:
         with self._lock:
             self._watched[name] = read
 
+    def observe(self, name: Histogram, value: float) -> None:
+        """Checked, not kept (``stats()`` and the stopped: line hold counts and levels)."""
+        if type(name) is not Histogram:
+            raise TypeError(f"not a histogram of the vocabulary: {name!r}")
+
     def get(self, counter: Counter) -> int:
         with self._lock:
             return self._counts.get(counter, 0)
@@ -99,6 +112,8 @@ class FanOut:
 
     def __init__(self, *targets: Metrics) -> None:
         self._targets = targets
+        # An implementation from before histograms (no observe) keeps working.
+        self._observers = tuple(t for t in targets if callable(getattr(t, "observe", None)))
 
     def count(self, counter: Counter, amount: int = 1) -> None:
         for target in self._targets:
@@ -112,7 +127,13 @@ class FanOut:
         for target in self._targets:
             target.watch(name, read)
 
+    def observe(self, name: Histogram, value: float) -> None:
+        for target in self._observers:
+            target.observe(name, value)
 
-def fan_out(tally: Tally, metrics: Metrics) -> Metrics:
-    """``tally`` alone when ``metrics`` is the no-op default, else both."""
-    return tally if metrics is NO_METRICS else FanOut(tally, metrics)
+
+def fan_out(tally: Tally, *metrics: Metrics) -> Metrics:
+    """``tally`` alone when every one of ``metrics`` is the no-op default, else all of them
+    but the no-op."""
+    targets = [m for m in metrics if m is not NO_METRICS]
+    return FanOut(tally, *targets) if targets else tally

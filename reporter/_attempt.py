@@ -17,6 +17,7 @@ returned as it is.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -50,11 +51,12 @@ class _Parts:
 
 
 class Attempt:
-    """Sends batches through ``sender``; ``answered`` sees every answer (the sink gate and the
-    limiter's pause).  Shared by the workers: the state of one batch stays in its call."""
+    """Sends batches through ``sender``; ``answered`` sees every answer with the POST's
+    seconds and events (metrics, the sink gate, the limiter's pause).  Shared by the workers:
+    the state of one batch stays in its call."""
 
-    def __init__(self, sender: Sender, limit: BodyLimit, answered: Callable[[Outcome], None]
-                 ) -> None:
+    def __init__(self, sender: Sender, limit: BodyLimit,
+                 answered: Callable[[Outcome, float, int], None]) -> None:
         self._sender = sender
         self._limit = limit
         self._answered = answered
@@ -83,8 +85,9 @@ class Attempt:
 
     def _post(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int
               ) -> Outcome:
+        started = time.perf_counter()
         outcome = self._sender.send(game, batch_id, events, attempt)
-        self._answered(outcome)
+        self._answered(outcome, time.perf_counter() - started, len(events))
         return outcome
 
     def _halves(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int,

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from collector.counters import Counter as C
+from collector.counters import Histogram
 from collector.logs import RateLimitedLog
 from collector.metrics import Metrics
 from collector.store import Ack, BackendError, ShardKeys
@@ -237,9 +238,11 @@ class Deliverer:
                     "line of event) were dead-lettered alone, reason 'malformed entry'; their "
                     "neighbours go on (see: telemetry-reporter dead list)", count, game)
 
-    def _answered(self, outcome: Outcome) -> None:
-        """Every answer of the endpoint: the gate learns whether it is failing, and its own
-        rate limit pauses every reporter."""
+    def _answered(self, outcome: Outcome, seconds: float, events: int) -> None:
+        """Every answer of the endpoint (a POST of ``events`` that took ``seconds``): the
+        gate learns whether it is failing, and its own rate limit pauses every reporter."""
+        self.counts.observe(Histogram.POST_DURATION_SECONDS, seconds)
+        self.counts.observe(Histogram.BATCH_SIZE_EVENTS, events)
         self.gate.record(outcome)
         if outcome.pause_all:
             self.limiter.pause(outcome.pause_all)

@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 
 from collector import Collector
-from collector.counters import REPORTER, SDK, STATUS_GAUGES, STORE, Counter, Gauge
+from collector.counters import (
+    METRICS_GAUGES,
+    REPORTER,
+    SDK,
+    STATUS_GAUGES,
+    STORE,
+    Counter,
+    Gauge,
+    Histogram,
+)
 from collector.metrics import Tally
 from collector.store import SCRIPT_NAMES, script_text
 from reporter._accounting import Totals
@@ -17,11 +26,16 @@ from reporter._demo_sinks import Figures
 from reporter._demo_summary import summary_rows
 
 ROOT = Path(__file__).resolve().parents[1]
-VOCABULARY = {str(c) for c in Counter} | {str(g) for g in Gauge}
+VOCABULARY = {str(c) for c in Counter} | {str(g) for g in Gauge} | {str(h) for h in Histogram}
 
 
-def test_names_are_unique_across_counters_and_gauges() -> None:
-    assert len(VOCABULARY) == len(Counter) + len(Gauge)
+def test_names_are_unique_across_counters_gauges_and_histograms() -> None:
+    assert len(VOCABULARY) == len(Counter) + len(Gauge) + len(Histogram)
+
+
+def test_the_metrics_endpoint_serves_gauges_of_the_vocabulary_once() -> None:
+    assert len(METRICS_GAUGES) == len(set(METRICS_GAUGES))
+    assert set(METRICS_GAUGES) <= set(Gauge)
 
 
 def test_the_scripts_write_exactly_the_store_counters() -> None:
@@ -52,6 +66,10 @@ def test_the_tally_counts_only_the_vocabulary() -> None:
         tally.count("delivered")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         tally.add({"rejected": 1})  # type: ignore[dict-item]
+    tally.observe(Histogram.BATCH_SIZE_EVENTS, 128)  # observations are checked, not kept
+    assert tally.snapshot() == {"delivered": 4}
+    with pytest.raises(TypeError):
+        tally.observe("batch_size_events", 1)  # type: ignore[arg-type]
 
 
 def test_every_reporter_counter_is_kept_by_the_store_or_the_reporter_only() -> None:
@@ -75,10 +93,11 @@ def _doc_table(marker: str) -> list[str]:
     return re.findall(r"^\| `([a-z_]+)` \|", block, re.MULTILINE)
 
 
-def test_docs_list_every_counter_and_gauge_once() -> None:
+def test_docs_list_every_counter_gauge_and_histogram_once() -> None:
     counters, gauges = _doc_table("counters"), _doc_table("gauges")
     assert sorted(counters) == sorted(str(c) for c in Counter)
     assert sorted(gauges) == sorted(str(g) for g in Gauge)
+    assert sorted(_doc_table("histograms")) == sorted(str(h) for h in Histogram)
 
 
 def test_docs_say_where_each_counter_is_kept() -> None:
