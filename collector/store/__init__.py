@@ -12,6 +12,8 @@
 - scripts: one typed request per Lua script (``Collect``, ``Claim``, ``Ack``, ...), each with
   its typed result; scripts load by SHA and reload on NOSCRIPT in one place.
 - backends: ``SingleServer`` and ``Cluster``, one per deployment mode (``open_backend``).
+- views: what the sweeper, ``status``, ``dead`` and the metrics read (``ShardView``,
+  ``ShardLevels``, ...), as methods of ``Store``.
 - errors: ``BackendUnavailable`` and ``BackendRefused`` (both ``collector.BackendError``).
 """
 
@@ -80,6 +82,7 @@ from collector.store._views import (
     GameView,
     Reporter,
     RingSlice,
+    ShardLevels,
     ShardView,
 )
 
@@ -126,6 +129,7 @@ __all__ = [
     "Settled",
     "ShardKeys",
     "ShardLease",
+    "ShardLevels",
     "ShardView",
     "SingleServer",
     "Store",

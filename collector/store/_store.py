@@ -30,6 +30,7 @@ from collector.store._views import (
     GameState,
     Reporter,
     RingSlice,
+    ShardLevels,
     ShardView,
 )
 
@@ -115,6 +116,29 @@ class Store:
 
     def batch(self, shard: ShardKeys, batch_id: str) -> BatchDetail | None:
         return self._read(_views.batch_detail, shard, batch_id)
+
+    # -- cheap reads for the metrics ---------------------------------------------------------
+
+    def ping(self) -> None:
+        """Return if Redis answers (every primary, on a cluster), else raise."""
+        with self._translated():
+            self.backend.client.ping()
+
+    def counter_totals(self, shards: Sequence[ShardKeys] | None = None) -> dict[str, int]:
+        """The counters of ``shards`` (default: every shard) added up, by name: one HGETALL
+        per shard, pipelined (1,024 shards per pipeline); nothing else is read."""
+        return self._read(_views.counter_totals,
+                          self.schema.all_shards() if shards is None else shards)
+
+    def shard_levels(self, shards: Sequence[ShardKeys], now_ms: int) -> list[ShardLevels]:
+        """What ``shards`` hold now: games with their buffer length and oldest entry, and
+        their batch counts; no batch metadata or payload is read (unlike ``read_shard``)."""
+        return self._read(_views.shard_levels, shards, now_ms)
+
+    def live_reporters(self, now_ms: int) -> int:
+        """Reporter processes in the registry whose heartbeat has not expired at ``now_ms``
+        (each reporter's own clock)."""
+        return self._read(_views.live_reporters, self.schema.reporters, now_ms)
 
     # -- the reporter registry ---------------------------------------------------------------
 

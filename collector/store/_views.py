@@ -6,9 +6,9 @@ Plain commands, no scripts: each read touches one shard's keys (one hash slot).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from collector.store._backends import RedisClient
@@ -16,6 +16,12 @@ if TYPE_CHECKING:
 from collector.store._entries import head_time_ms, split_entries
 from collector.store._keys import ShardKeys
 from collector.store._results import text
+
+T = TypeVar("T")
+# Shards (or games) whose reads go out in one pipeline at most: a read of every shard of a
+# 16,384-shard deployment is 16 pipelines, and no reply grows without bound.
+PIPELINE_SHARDS = 1024
+PIPELINE_GAMES = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +60,28 @@ class ShardView:
     dead: int
     pending_events: int
     counters: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ShardLevels:
+    """A shard's levels now, read cheaply for the metrics: no batch metadata, no payloads."""
+
+    shard: int
+    games: list[GameState]
+    inflight: int
+    retry: int
+    retry_due: int
+    dead: int
+
+    @property
+    def buffered(self) -> int:
+        return sum(g.length for g in self.games)
+
+    @property
+    def oldest_ms(self) -> int | None:
+        """Collect time of the oldest buffered event, or None if nothing is buffered."""
+        times = [g.oldest_ms for g in self.games if g.oldest_ms is not None and g.length]
+        return min(times) if times else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,3 +275,65 @@ def alerts(client: RedisClient, key: str) -> list[Alert]:
         out.append(Alert(name, str(record.get("message", "")), float(record.get("at", 0)) / 1000,
                          int(raw.get(f"{name}#count", 0))))
     return sorted(out, key=lambda a: -a.at)
+
+
+def counter_totals(client: RedisClient, shards: Sequence[ShardKeys]) -> dict[str, int]:
+    """The shards' ``stats`` hashes added up: one HGETALL per shard, pipelined."""
+    totals: dict[str, int] = {}
+    for group in _groups(shards, PIPELINE_SHARDS):
+        with client.pipeline(transaction=False) as pipe:
+            for keys in group:
+                pipe.hgetall(keys.stats)
+            replies = pipe.execute()
+        for stats in replies:
+            for name, value in stats.items():
+                key = text(name)
+                totals[key] = totals.get(key, 0) + int(value)
+    return totals
+
+
+def shard_levels(client: RedisClient, shards: Sequence[ShardKeys], now_ms: int
+                 ) -> list[ShardLevels]:
+    """Each shard's games with their buffer length and oldest entry, batches in flight,
+    waiting for a retry (and due by ``now_ms``) and dead-listed; two pipelined rounds:
+    five commands per shard, then two per game."""
+    counts: list[tuple[list[str], int, int, int, int]] = []
+    for group in _groups(shards, PIPELINE_SHARDS):
+        with client.pipeline(transaction=False) as pipe:
+            for keys in group:
+                pipe.lrange(keys.ring, 0, -1)
+                pipe.zcard(keys.inflight)
+                pipe.zcard(keys.retry)
+                pipe.zcount(keys.retry, "-inf", now_ms)
+                pipe.llen(keys.dead)
+            replies = pipe.execute()
+        for i in range(len(group)):
+            ring, inflight, retry, due, dead = replies[5 * i:5 * i + 5]
+            games = list(dict.fromkeys(text(g) for g in ring))
+            counts.append((games, int(inflight), int(retry), int(due), int(dead)))
+    queues = [(keys, game) for keys, (games, *_) in zip(shards, counts, strict=True)
+              for game in games]
+    states: dict[tuple[int, str], GameState] = {}
+    for group_of_games in _groups(queues, PIPELINE_GAMES):
+        with client.pipeline(transaction=False) as pipe:
+            for keys, game in group_of_games:
+                pipe.llen(keys.queue(game))
+                pipe.lindex(keys.queue(game), 0)
+            replies = pipe.execute()
+        for i, (keys, game) in enumerate(group_of_games):
+            length, head = replies[2 * i], replies[2 * i + 1]
+            states[keys.shard, game] = GameState(game, int(length),
+                                                 entry_time_ms(head) if head else None)
+    return [ShardLevels(keys.shard, [states[keys.shard, g] for g in games], inflight, retry,
+                        due, dead)
+            for keys, (games, inflight, retry, due, dead) in zip(shards, counts, strict=True)]
+
+
+def live_reporters(client: RedisClient, key: str, now_ms: int) -> int:
+    """Reporter processes whose heartbeat deadline is after ``now_ms``."""
+    return int(client.zcount(key, f"({now_ms}", "+inf"))
+
+
+def _groups(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
