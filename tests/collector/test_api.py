@@ -9,7 +9,7 @@ import collector
 EXPECTED = {"BackendError", "Collector", "ConfigError", "TelemetryConfig", "TelemetryError",
             "collect"}
 # Public doors for the reporter and advanced users; everything else is ``collector._*``.
-PUBLIC_MODULES = {"config", "counters", "logs", "metrics", "nppa", "store"}
+PUBLIC_MODULES = {"config", "counters", "logs", "metrics", "nppa", "prometheus", "store"}
 
 
 def test_exports_are_pinned() -> None:
