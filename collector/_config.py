@@ -97,7 +97,8 @@ class TelemetryConfig:
     """
 
     # Sections of the shared file that belong to the reporter: skipped here, unread.
-    OTHER_SECTIONS: ClassVar[tuple[str, ...]] = ("reporter", "sink", "retry", "dead", "nppa")
+    OTHER_SECTIONS: ClassVar[tuple[str, ...]] = ("reporter", "sink", "retry", "dead", "nppa",
+                                                  "metrics")
 
     redis: RedisSettings = field(default_factory=RedisSettings)
     buffer: BufferSettings = field(default_factory=BufferSettings)

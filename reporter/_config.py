@@ -1,8 +1,8 @@
 """The reporter's settings: its sections of the shared file on top of the SDK's.
 
 ``ReporterConfig`` is a ``TelemetryConfig`` (so a demo or test can hand it to a
-``Collector``) with ``[reporter]``, ``[sink]``, ``[retry]`` and ``[dead]`` added, loaded and
-validated by the same loader (``collector.config``).
+``Collector``) with ``[reporter]``, ``[sink]``, ``[retry]``, ``[dead]``, ``[nppa]`` and
+``[metrics]`` added, loaded and validated by the same loader (``collector.config``).
 
 ``[sink] url`` is checked when the file is loaded if it is set (an absolute http or https URL
 with a host), but it may be empty: ``status`` and ``dead`` never POST, and read files that
@@ -80,6 +80,16 @@ class DeadSettings:
     max_batches: int = setting(10_000, lo=1, hi=10_000_000)
 
 
+@dataclass(frozen=True)
+class MetricsSettings:
+    """The Prometheus endpoint (``/metrics``, ``/healthz``, ``/readyz``); off while ``listen``
+    is empty."""
+
+    listen: str = setting("")
+    cache_seconds: float = setting(5.0, lo=0, hi=300)
+    top_games: int = setting(10, lo=0, hi=100)
+
+
 @dataclass(frozen=True, repr=False)
 class NppaSettings(MaskedRepr):
     """The anti-addiction behaviour-reporting interface (``[sink] kind = "nppa"``)."""
@@ -115,6 +125,7 @@ class ReporterConfig(TelemetryConfig):
     retry: RetrySettings = field(default_factory=RetrySettings)
     dead: DeadSettings = field(default_factory=DeadSettings)
     nppa: NppaSettings = field(default_factory=NppaSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
     def biz_id(self, game: str) -> str:
         """The game's filing id with the anti-addiction system, or "" if it has none."""
@@ -131,6 +142,12 @@ class ReporterConfig(TelemetryConfig):
         _check_sink(self.sink, where)
         if self.sink.kind == "nppa":
             _check_nppa(self.nppa, where)
+        if self.metrics.listen:
+            try:
+                listen_address(self.metrics.listen)
+            except ValueError as exc:
+                raise ConfigError(f"{where('metrics', 'listen')}: [metrics] listen: {exc}"
+                                  ) from None
         max_age = self.reporter.max_age_seconds
         ttls = [(where("buffer", "ttl_seconds"), "[buffer] ttl_seconds",
                  self.buffer.ttl_seconds)]
@@ -228,3 +245,19 @@ def _check_nppa(nppa: NppaSettings, where: Where) -> None:
             f"(the 16-byte key as issued; usually \"${{NPPA_SECRET_KEY}}\"), found "
             f"{len(nppa.secret_key)} characters" + (
                 "" if len(nppa.secret_key) != 32 else " that are not all hex digits"))
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """``"host:port"`` (an IPv6 host in brackets: ``"[::1]:9464"``) as (host, port); raise
+    ``ValueError`` saying what was expected.  The host must be spelled out, so that serving
+    on every interface (``0.0.0.0``, ``[::]``) is always a visible choice."""
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        host = ""  # an IPv6 address needs its brackets
+    if not sep or not host or not port.isdigit() or int(port) > 65535 or any(
+            c.isspace() or c in "/[]" for c in host):
+        raise ValueError(f'expected "host:port" such as "127.0.0.1:9464" (or "" for no '
+                         f"metrics endpoint), found {text!r}")
+    return host, int(port)

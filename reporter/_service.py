@@ -3,6 +3,8 @@
 Pools: ``default`` (``[reporter] workers`` threads) sweeps the shards, one ``hot:<game>`` pool
 per hot game, and ``control`` (2 threads) keeps the shard leases, reaps expired batch leases
 and extends the leases of slow POSTs.  How jobs are run is in ``reporter._scheduling``.
+With ``[metrics] listen`` set, ``start`` also serves ``/metrics``, ``/healthz`` and
+``/readyz`` there (``reporter._prometheus``), and ``stop`` ends that last.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ from reporter._body_limit import BodyLimit, body_model
 from reporter._config import ReporterConfig
 from reporter._constants import REAP_INTERVAL_SECONDS
 from reporter._delivery import Clock, Deliverer, Held
+from reporter._health import Health
+from reporter._levels import WatchedLimiter
 from reporter._limiter import make_limiter
 from reporter._outcomes import SinkGate
 from reporter._ownership import ShardOwnership
+from reporter._prometheus import MetricsEndpoint
 from reporter._scheduling import Runner
 from reporter._sinks import Sender, make_sender
 from reporter._workers import HotGameWorker, LeaseKeeper, Reaper, ShardSweeper, guarded
@@ -45,19 +50,25 @@ class ReporterService:
         self.stop_event = threading.Event()
         self.abort_event = threading.Event()  # a second signal: stop waiting for POSTs
         self.held = Held()
+        r = config.reporter
+        self.ownership = ShardOwnership(self.store, r.shard_lease_seconds)
+        self.limiter = WatchedLimiter(make_limiter(config, self.store))
+        self.health = Health(self.store, self.stop_event, r.shard_lease_seconds,
+                             self.ownership.owned)
+        self.endpoint = (MetricsEndpoint(config, self.store, self.ownership.owned,
+                                         self.limiter, self.health)
+                         if config.metrics.listen else None)
         self.tally = Tally()  # this process's counts: the stopped: line
-        self.metrics = fan_out(self.tally, metrics)
+        self.metrics = fan_out(self.tally, metrics,
+                               self.endpoint.process if self.endpoint else NO_METRICS)
         self.gate = SinkGate(config.retry.initial_delay_ms / 1000,
                              config.retry.max_delay_ms / 1000)
-        self.limiter = make_limiter(config, self.store)
         self.body_limit = BodyLimit(config.sink.max_batch_bytes, body_model(config.sink.kind),
                                     config.nppa.base_url if config.sink.kind == "nppa"
                                     else config.sink.url)
         self.deliverer = Deliverer(self.batches, self.sender, config.reporter, clock, self.held,
                                    self.metrics, self.gate, self.limiter,
                                    self.batches.freshness, self.body_limit)
-        r = config.reporter
-        self.ownership = ShardOwnership(self.store, r.shard_lease_seconds)
         self.sweepers = [
             ShardSweeper(keys, self.batches, self.deliverer, config, self.ownership,
                          self.stop_event, clock)
@@ -82,14 +93,19 @@ class ReporterService:
         hot = ", ".join(f"{g}={n}" for g, n in r.hot_games.items()) or "none"
         return (f"telemetry-reporter: config {self.config.source}; {self.store.describe()}; "
                 f"{self.schema.shards} shards; {r.workers} sweep threads; hot games: {hot}; "
-                f"sink {self.sender.describe()} ({self.limiter.describe()})")
+                f"sink {self.sender.describe()} ({self.limiter.describe()}); "
+                f"metrics: {self.config.metrics.listen or 'off'}")
 
     def start(self) -> None:
+        """Serve the metrics (if configured: a ``ReporterError`` if the address cannot be
+        bound, before anything else starts), take shards, start the workers."""
         r = self.config.reporter
         poll = r.poll_interval_ms / 1000
-        guarded("shard leases", self.ownership.loop)()  # sweep at once, not a lease later
+        if self.endpoint is not None:
+            self.endpoint.start()
+        guarded("shard leases", self._shard_leases)()  # sweep at once, not a lease later
         every = self.runner.every
-        every("shard-leases", self.ownership.loop, r.shard_lease_seconds / 3, "control")
+        every("shard-leases", self._shard_leases, r.shard_lease_seconds / 3, "control")
         every("reaper", self.reaper.loop, REAP_INTERVAL_SECONDS, "control")
         every("lease-keeper", self.lease_keeper.loop, r.lease_seconds / 3, "control")
         for sweeper in self.sweepers:
@@ -97,6 +113,12 @@ class ReporterService:
         for i, worker in enumerate(self.hot_workers):
             every(f"hot:{worker.game}:{i}", worker.loop, poll, f"hot:{worker.game}")
         self.runner.start()
+
+    def _shard_leases(self) -> bool:
+        """One round of shard leases; a round that succeeds keeps the process ready."""
+        more = self.ownership.loop()
+        self.health.leases_renewed()
+        return more
 
     def stop(self, grace: float | None = None) -> dict[str, int]:
         """Stop claiming; let in-flight POSTs finish within ``grace`` seconds; release the
@@ -129,4 +151,6 @@ class ReporterService:
         except Exception as exc:
             logger.warning("could not give up shard leases (%s); they will expire", exc)
         self.metrics.count(Counter.BATCHES_RELEASED, released)
+        if self.endpoint is not None:
+            self.endpoint.stop()
         return self.tally.counted()

@@ -1,0 +1,120 @@
+"""The reporter's ``/metrics``: this process's counts, levels and histograms, and readings of
+Redis (the cluster's counters, the levels of the shards this process holds).
+
+Names and labels are listed in docs/operations.md ("Metrics and health").  Counters carry a
+``scope`` label: ``process`` (this reporter's tally) or ``cluster`` (every shard's ``stats``
+hash added up: the same value from every reporter).  The levels read from Redis cover only
+the shards this process holds, so each shard is served by one reporter at a time and a sum
+over reporters is the whole.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from collector.counters import REPORTER, STORE, Gauge
+from collector.prometheus import CLUSTER, Exposition, PrometheusMetrics
+from collector.store import Store
+from reporter._config import ReporterConfig, listen_address
+from reporter._health import Health
+from reporter._levels import Reading, RedisReadings, WatchedLimiter
+from reporter._metrics_server import MetricsServer
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+G = Gauge
+HELP = {
+    G.OWNED_SHARDS: "Shards this reporter process holds the lease of, and sweeps",
+    G.HELD_BATCHES: "Batches this reporter process holds a lease on now (its POSTs in flight "
+                    "and those waiting their turn)",
+    G.SINK_GATE_OPEN: "1 while this process may claim, 0 while the endpoint fails and claims "
+                      "pause",
+    G.LIMITER_WAIT_SECONDS: "Seconds the claim limiter told the last refused claim to wait "
+                            "(0 until one is refused)",
+    G.SHARDS: "[redis] shards: the owned_shards of every reporter add up to this",
+    G.REDIS_UP: "1 if the last read of Redis for these metrics worked, else 0 (the Redis "
+                "series are then left out)",
+    G.LIVE_REPORTERS: "Reporter processes with a live heartbeat in the registry (cluster)",
+    G.BUFFERED: "Events buffered in Redis, per shard this process holds",
+    G.GAME_BUFFERED: "Events buffered in Redis for the games with the most, in the shards "
+                     "this process holds ([metrics] top_games of them)",
+    G.OLDEST_EVENT_AGE_SECONDS: "Age of the oldest event buffered in the shards this process "
+                                "holds (0 when none is); it goes stale at max_age_seconds",
+    G.BATCHES_IN_FLIGHT: "Batches leased now, in the shards this process holds",
+    G.BATCHES_RETRY: "Batches waiting for a retry, in the shards this process holds",
+    G.BATCHES_RETRY_DUE: "Batches whose retry time has come, in the shards this process holds",
+    G.BATCHES_DEAD_LISTED: "Batches on the dead lists now, in the shards this process holds",
+}
+
+
+class ReporterMetrics:
+    """A prometheus-client collector: everything ``/metrics`` serves, read at each scrape."""
+
+    def __init__(self, process: PrometheusMetrics, readings: RedisReadings,
+                 limiter: WatchedLimiter, shards: int, top_games: int) -> None:
+        self._process = process
+        self._readings = readings
+        self._limiter = limiter
+        self._shards = shards
+        self._top_games = top_games
+
+    def collect(self) -> list[Metric]:
+        out = Exposition(HELP)
+        self._process.expose(out)
+        gauge = out.gauge
+        gauge(G.LIMITER_WAIT_SECONDS, self._limiter.last_wait)
+        gauge(G.SHARDS, self._shards)
+        reading = self._readings.get()
+        gauge(G.REDIS_UP, 0 if reading.error else 1)
+        if not reading.error:
+            for counter in STORE:
+                out.counter(counter, reading.counters.get(counter, 0), CLUSTER)
+            gauge(G.LIVE_REPORTERS, reading.live_reporters)
+            self._levels(out, reading)
+        return out.families()
+
+    def _levels(self, out: Exposition, reading: Reading) -> None:
+        gauge, shards = out.gauge, reading.shards
+        for s in shards:
+            gauge(G.BUFFERED, s.buffered, {"shard": str(s.shard)})
+        gauge(G.BATCHES_IN_FLIGHT, sum(s.inflight for s in shards))
+        gauge(G.BATCHES_RETRY, sum(s.retry for s in shards))
+        gauge(G.BATCHES_RETRY_DUE, sum(s.retry_due for s in shards))
+        gauge(G.BATCHES_DEAD_LISTED, sum(s.dead for s in shards))
+        oldest = [ms for s in shards if (ms := s.oldest_ms) is not None]
+        gauge(G.OLDEST_EVENT_AGE_SECONDS,
+              max(0.0, (reading.now_ms - min(oldest)) / 1000) if oldest else 0.0)
+        games = sorted(((g.length, g.game, s.shard) for s in shards for g in s.games
+                        if g.length), key=lambda t: (-t[0], t[1]))
+        for length, game, shard in games[:self._top_games]:
+            gauge(G.GAME_BUFFERED, length, {"game": game, "shard": str(shard)})
+
+
+class MetricsEndpoint:
+    """What ``[metrics] listen`` turns on: the Prometheus side of the reporter's metrics (a
+    ``Metrics`` target for its counts) and the HTTP server of ``/metrics``, ``/healthz``
+    and ``/readyz``, bound to that address only."""
+
+    def __init__(self, config: ReporterConfig, store: Store,
+                 owned: Callable[[], frozenset[int]], limiter: WatchedLimiter,
+                 health: Health, clock: Callable[[], float] = time.time) -> None:
+        m = config.metrics
+        self.process = PrometheusMetrics(REPORTER)
+        self.readings = RedisReadings(store, owned, m.cache_seconds, wall=clock)
+        collector = ReporterMetrics(self.process, self.readings, limiter,
+                                    store.schema.shards, m.top_games)
+        self.server = MetricsServer(listen_address(m.listen), collector, health)
+
+    def start(self) -> None:
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    @property
+    def url(self) -> str:
+        """Where it serves, e.g. ``http://127.0.0.1:9464`` (the port bound, if 0 was asked)."""
+        return self.server.url

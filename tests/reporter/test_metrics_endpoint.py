@@ -1,0 +1,311 @@
+"""``[metrics] listen``: the reporter serves /metrics (Prometheus text, parsed here with
+prometheus-client's own parser), /healthz and /readyz, from real Redis and a real endpoint."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from collector import Collector, ConfigError
+from collector.counters import REPORTER, STORE
+from reporter._config import ReporterConfig, listen_address
+from reporter._endpoint import LocalEndpoint
+from reporter._exceptions import ReporterError
+from reporter._service import ReporterService
+from tests.config_files import write
+from tests.reporter.conftest import MakeService
+from tests.reporter.helpers import make_config, now_ms, numbered, store, wait_until
+from tests.scriptcalls import Scripts
+from tests.servers import Server, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+QUICK = {"linger_ms": 50, "poll_interval_ms": 20}
+
+
+def scrape(service: ReporterService) -> Samples:
+    """Every sample of /metrics, by name and labels."""
+    assert service.endpoint is not None
+    answer = httpx.get(f"{service.endpoint.url}/metrics", timeout=10)
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/plain; version=0.0.4")
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(answer.text)
+            for s in family.samples}
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples[name, tuple(sorted(labels.items()))]
+
+
+def named(samples: Samples, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    return {labels: v for (n, labels), v in samples.items() if n == name}
+
+
+def get(service: ReporterService, path: str) -> httpx.Response:
+    assert service.endpoint is not None
+    return httpx.get(f"{service.endpoint.url}{path}", timeout=10)
+
+
+def metrics_config(redis_url: str, sink_url: str = "http://127.0.0.1:9/ingest",
+                   **sections: dict[str, Any]) -> ReporterConfig:
+    metrics = {"listen": f"127.0.0.1:{free_port()}", "cache_seconds": 0.0,
+               **sections.pop("metrics", {})}
+    return make_config(redis_url, sink_url=sink_url, metrics=metrics, **sections)
+
+
+class Traffic:
+    """A game server collecting events until told to stop."""
+
+    def __init__(self, config: ReporterConfig) -> None:
+        self.collector = Collector(config=config)
+        self.stop = threading.Event()
+        self.sent = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for i in range(40):
+                self.collector.collect(f"game-{i % 5}", {"i": self.sent + i})
+            self.sent += 40
+            self.collector.flush(timeout=5)
+            self.stop.wait(0.02)
+
+    def __enter__(self) -> Traffic:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        self.collector.close(timeout=5)
+
+
+def test_metrics_rise_while_traffic_flows(redis_url: str, make_service: MakeService) -> None:
+    with LocalEndpoint() as endpoint:
+        config = metrics_config(redis_url, endpoint.url, reporter=QUICK)
+        service = make_service(config)
+        service.start()
+        assert service.endpoint is not None
+        assert service.endpoint.url.startswith("http://127.0.0.1:")
+        with Traffic(config) as traffic:
+            def delivered(scope: str) -> float:
+                return value(scrape(service), "telemetry_delivered_total", scope=scope)
+
+            first = wait_until(lambda: delivered("process"), what="a first delivery")
+            wait_until(lambda: delivered("process") > first, what="delivered rising")
+            wait_until(lambda: delivered("cluster") > first, what="the cluster's rising")
+        wait_until(lambda: delivered("cluster") == delivered("process") == traffic.sent,
+                   what="everything delivered")
+        samples = scrape(service)
+        assert get(service, "/healthz").status_code == 200
+        counts = service.stop()
+
+    assert value(samples, "telemetry_delivered_total", scope="process") == counts["delivered"]
+    assert value(samples, "telemetry_stored_total", scope="cluster") == traffic.sent
+    for counter in REPORTER:  # every counter of this process, from the start
+        assert (f"telemetry_{counter}_total", (("scope", "process"),)) in samples
+    for counter in STORE:
+        assert (f"telemetry_{counter}_total", (("scope", "cluster"),)) in samples
+    sizes = value(samples, "telemetry_batch_size_events_sum")
+    assert sizes == counts["delivered"]  # every event went out once, in one POST
+    requests = value(samples, "telemetry_post_duration_seconds_count")
+    assert requests == value(samples, "telemetry_batch_size_events_count") == len(
+        endpoint.received)
+    assert value(samples, "telemetry_post_duration_seconds_bucket", le="+Inf") == requests
+    levels = {name: value(samples, f"telemetry_{name}") for name in (
+        "owned_shards", "shards", "live_reporters", "sink_gate_open", "redis_up",
+        "batches_in_flight", "dead_batches", "oldest_event_age_seconds",
+        "limiter_wait_seconds")}
+    assert levels == {"owned_shards": 4, "shards": 4, "live_reporters": 1, "sink_gate_open": 1,
+                      "redis_up": 1, "batches_in_flight": 0, "dead_batches": 0,
+                      "oldest_event_age_seconds": 0, "limiter_wait_seconds": 0}
+    assert named(samples, "telemetry_buffered") == {
+        (("shard", str(n)),): 0 for n in range(4)}
+
+
+def test_levels_of_the_shards_held_and_a_bounded_set_of_games(
+        redis_url: str, make_service: MakeService) -> None:
+    config = metrics_config(redis_url, shards=8, metrics={"top_games": 5},
+                            reporter={"linger_ms": 120_000})  # nothing is claimed
+    service = make_service(config)
+    born = now_ms() - 30_000
+    for i in range(30):
+        store(Scripts(service.store), service.schema, f"game-{i}",
+              numbered(f"game-{i}", i + 1, born_ms=born + 1000 * i))
+    service.start()
+    samples = scrape(service)
+
+    top = named(samples, "telemetry_game_buffered")
+    assert len(top) == 5
+    assert {dict(labels)["game"]: v for labels, v in top.items()} == {
+        f"game-{i}": i + 1 for i in range(25, 30)}
+    for labels in top:
+        game = dict(labels)["game"]
+        assert dict(labels)["shard"] == str(service.schema.shard_of(game))
+    per_shard = named(samples, "telemetry_buffered")
+    assert len(per_shard) == 8
+    assert sum(per_shard.values()) == sum(range(1, 31))
+    assert value(samples, "telemetry_oldest_event_age_seconds") >= 30
+
+
+def test_a_reading_of_redis_is_reused_for_cache_seconds(redis_url: str,
+                                                        make_service: MakeService) -> None:
+    config = metrics_config(redis_url, metrics={"cache_seconds": 300.0},
+                            reporter={"linger_ms": 120_000})
+    service = make_service(config)
+    service.start()
+    reads: list[int] = []
+    real = service.store.counter_totals
+    service.store.counter_totals = lambda *a: reads.append(1) or real(*a)  # type: ignore
+    before = scrape(service)
+    store(Scripts(service.store), service.schema, "game", numbered("game", 10))
+    after = scrape(service)
+    assert len(reads) <= 1  # the first scrape may have read, the second did not
+    assert after == before  # the new events are not in the cached reading
+    assert value(after, "telemetry_redis_up") == 1
+
+
+def test_readyz_follows_redis(own_server: Server, make_service: MakeService) -> None:
+    config = metrics_config(own_server.url, redis={"socket_timeout_seconds": 0.2,
+                                                   "connect_timeout_seconds": 0.2},
+                            reporter={"shard_lease_seconds": 1.0})
+    service = make_service(config)
+    assert get_or_none(service) is None  # not serving before start()
+    service.start()
+    wait_until(lambda: get(service, "/readyz").status_code == 200, what="ready")
+    assert get(service, "/readyz").json()["owned_shards"] == 4
+
+    own_server.stop()
+    answer = wait_until(lambda: not_ready(service), what="not ready without Redis")
+    assert answer["ready"] is False
+    assert any(reason.startswith("redis: BackendUnavailable") for reason in answer["reasons"])
+    assert get(service, "/healthz").status_code == 200  # alive all the same
+    samples = scrape(service)
+    assert value(samples, "telemetry_redis_up") == 0
+    assert not named(samples, "telemetry_stored_total")  # no cluster series without Redis
+
+    own_server.start()
+    wait_until(lambda: get(service, "/readyz").status_code == 200, timeout=30,
+               what="ready again once Redis is back")
+    service.stop()
+    assert get_or_none(service) is None  # the server stopped with the service
+
+
+def not_ready(service: ReporterService) -> dict[str, Any] | None:
+    answer = get(service, "/readyz")
+    if answer.status_code != 503:
+        return None
+    assert answer.headers["content-type"] == "application/json"
+    body: dict[str, Any] = answer.json()
+    return body
+
+
+def get_or_none(service: ReporterService) -> httpx.Response | None:
+    """/healthz at the configured address, or None if nothing listens there."""
+    host, port = listen_address(service.config.metrics.listen)
+    try:
+        return httpx.get(f"http://{host}:{port}/healthz", timeout=5)
+    except httpx.ConnectError:
+        return None
+
+
+def test_unknown_paths_are_404_and_the_server_binds_only_the_address_set(
+        redis_url: str, make_service: MakeService) -> None:
+    service = make_service(metrics_config(redis_url))
+    service.start()
+    assert get(service, "/nothing").status_code == 404
+    host, port = listen_address(service.config.metrics.listen)
+    assert service.endpoint is not None
+    assert service.endpoint.url == f"http://{host}:{port}"
+    # On Linux all of 127/8 reaches this host: a server bound to every interface would
+    # answer at 127.0.0.2 too.
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.2:{port}/healthz", timeout=5)
+
+
+def test_an_address_in_use_stops_start_before_any_work(redis_url: str,
+                                                       make_service: MakeService) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        service = make_service(metrics_config(redis_url,
+                                              metrics={"listen": f"127.0.0.1:{port}"}))
+        with pytest.raises(ReporterError, match=rf"\[metrics\] listen: .*127\.0\.0\.1:{port}"):
+            service.start()
+    assert not service.ownership.owned()  # no shard was taken
+
+
+def test_no_endpoint_by_default(redis_url: str, make_service: MakeService) -> None:
+    service = make_service(make_config(redis_url))
+    assert ReporterConfig().metrics.listen == ""
+    assert service.endpoint is None
+    assert "metrics: off" in service.describe()
+
+
+@pytest.mark.parametrize("listen", ["9464", ":9464", "localhost", "127.0.0.1:", "::1:9464",
+                                    "127.0.0.1:99999", "127.0.0.1:http", "host name:1",
+                                    "http://127.0.0.1:9464"])
+def test_a_bad_listen_address_names_the_key(tmp_path: Path, listen: str) -> None:
+    path = write(tmp_path, f'[metrics]\nlisten = "{listen}"\n')
+    with pytest.raises(ConfigError) as info:
+        ReporterConfig.load(str(path), env={})
+    assert f"{path}: [metrics] listen: expected \"host:port\"" in str(info.value)
+    assert repr(listen) in str(info.value)
+
+
+@pytest.mark.parametrize(("listen", "address"), [
+    ("127.0.0.1:9464", ("127.0.0.1", 9464)), ("[::1]:9464", ("::1", 9464)),
+    ("0.0.0.0:80", ("0.0.0.0", 80)), ("metrics.internal:9000", ("metrics.internal", 9000))])
+def test_listen_addresses(tmp_path: Path, listen: str, address: tuple[str, int]) -> None:
+    path = write(tmp_path, "")
+    config = ReporterConfig.load(str(path), env={"TELEMETRY_METRICS_LISTEN": listen})
+    assert listen_address(config.metrics.listen) == address
+
+
+@pytest.fixture
+def ipv6_loopback() -> Iterator[None]:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback on this machine")
+    yield
+
+
+def test_an_ipv6_address_is_served(redis_url: str, make_service: MakeService,
+                                   ipv6_loopback: None) -> None:
+    service = make_service(metrics_config(redis_url, metrics={"listen": "[::1]:0"}))
+    service.start()
+    assert service.endpoint is not None and service.endpoint.url.startswith("http://[::1]:")
+    assert get(service, "/healthz").json() == {"alive": True}
+
+
+def test_without_prometheus_client_only_the_endpoint_needs_it(redis_url: str) -> None:
+    code = f"""
+import sys
+sys.modules["prometheus_client"] = None  # as if it were not installed
+from reporter._service import ReporterService
+from tests.reporter.helpers import make_config
+print(ReporterService(make_config({redis_url!r})).endpoint)
+try:
+    ReporterService(make_config({redis_url!r}, metrics={{"listen": "127.0.0.1:0"}}))
+except ImportError as exc:
+    print(exc)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                         cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "None"
+    assert "pip install prometheus-client" in lines[1]
