@@ -3,6 +3,7 @@ prometheus-client's own parser), /healthz and /readyz, from real Redis and a rea
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -16,7 +17,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector import Collector, ConfigError
-from collector.counters import REPORTER, STORE
+from collector.counters import METRICS_GAUGES, REPORTER, STORE, Histogram
+from collector.prometheus import exposed_name
 from reporter._config import ReporterConfig, listen_address
 from reporter._endpoint import LocalEndpoint
 from reporter._exceptions import ReporterError
@@ -41,6 +43,13 @@ def scrape(service: ReporterService) -> Samples:
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(answer.text)
             for s in family.samples}
+
+
+def family_types(service: ReporterService) -> dict[str, str]:
+    """The metric families /metrics serves, by name: their type."""
+    assert service.endpoint is not None
+    text = httpx.get(f"{service.endpoint.url}/metrics", timeout=10).text
+    return {family.name: family.type for family in text_string_to_metric_families(text)}
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:
@@ -156,6 +165,17 @@ def test_levels_of_the_shards_held_and_a_bounded_set_of_games(
     assert len(per_shard) == 8
     assert sum(per_shard.values()) == sum(range(1, 31))
     assert value(samples, "telemetry_oldest_event_age_seconds") >= 30
+    gauges = {name for name, kind in family_types(service).items() if kind == "gauge"}
+    assert gauges == {exposed_name(g) for g in METRICS_GAUGES}
+
+
+def test_operations_md_lists_every_gauge_and_histogram_served() -> None:
+    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    block = text.split("<!-- metrics:start -->")[1].split("<!-- metrics:end -->")[0]
+    documented = re.findall(r"^\| `(telemetry_[a-z_]+)` \|", block, re.MULTILINE)
+    assert len(documented) == len(set(documented))
+    assert set(documented) == ({exposed_name(g) for g in METRICS_GAUGES}
+                               | {exposed_name(h) for h in Histogram})
 
 
 def test_a_reading_of_redis_is_reused_for_cache_seconds(redis_url: str,
