@@ -110,7 +110,7 @@ STATUS_GAUGES: tuple[Gauge, ...] = (
     Gauge.BATCHES_DEAD_LISTED, Gauge.UNACCOUNTED,
 )
 # The reporter's metrics endpoint ([metrics] listen): these levels, besides its counters and
-# the histograms.  BATCHES_DEAD_LISTED is served as telemetry_dead_batches (docs/operations.md).
+# the histograms; each served as telemetry_<name>.
 METRICS_GAUGES: tuple[Gauge, ...] = (
     Gauge.OWNED_SHARDS, Gauge.HELD_BATCHES, Gauge.SINK_GATE_OPEN, Gauge.LIMITER_WAIT_SECONDS,
     Gauge.SHARDS, Gauge.REDIS_UP, Gauge.LIVE_REPORTERS, Gauge.BUFFERED, Gauge.GAME_BUFFERED,

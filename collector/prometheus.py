@@ -38,8 +38,6 @@ if TYPE_CHECKING:
 NAMESPACE = "telemetry"
 PROCESS = "process"
 CLUSTER = "cluster"
-# Served under another name than the vocabulary's: the name operators alert on.
-EXPOSED_AS: Mapping[str, str] = {Gauge.BATCHES_DEAD_LISTED: "dead_batches"}
 # Upper bounds of the buckets (le), without +Inf.
 BUCKETS: dict[Histogram, tuple[float, ...]] = {
     Histogram.POST_DURATION_SECONDS: (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -58,7 +56,7 @@ Reader = Callable[[], float]
 
 def exposed_name(name: Counter | Gauge | Histogram) -> str:
     """The metric's name as served (a counter's without its ``_total``)."""
-    return f"{NAMESPACE}_{EXPOSED_AS.get(name, name)}"
+    return f"{NAMESPACE}_{name}"
 
 
 def require_client() -> None:

@@ -323,7 +323,7 @@ def shard_levels(client: RedisClient, shards: Sequence[ShardKeys], now_ms: int
         for i, (keys, game) in enumerate(group_of_games):
             length, head = replies[2 * i], replies[2 * i + 1]
             states[keys.shard, game] = GameState(game, int(length),
-                                                 entry_time_ms(head) if head else None)
+                                                 head_time_ms(head) if head else None)
     return [ShardLevels(keys.shard, [states[keys.shard, g] for g in games], inflight, retry,
                         due, dead)
             for keys, (games, inflight, retry, due, dead) in zip(shards, counts, strict=True)]

@@ -133,10 +133,10 @@ def test_metrics_rise_while_traffic_flows(redis_url: str, make_service: MakeServ
     assert value(samples, "telemetry_post_duration_seconds_bucket", le="+Inf") == requests
     levels = {name: value(samples, f"telemetry_{name}") for name in (
         "owned_shards", "shards", "live_reporters", "sink_gate_open", "redis_up",
-        "batches_in_flight", "dead_batches", "oldest_event_age_seconds",
+        "batches_in_flight", "batches_dead_listed", "oldest_event_age_seconds",
         "limiter_wait_seconds")}
     assert levels == {"owned_shards": 4, "shards": 4, "live_reporters": 1, "sink_gate_open": 1,
-                      "redis_up": 1, "batches_in_flight": 0, "dead_batches": 0,
+                      "redis_up": 1, "batches_in_flight": 0, "batches_dead_listed": 0,
                       "oldest_event_age_seconds": 0, "limiter_wait_seconds": 0}
     assert named(samples, "telemetry_buffered") == {
         (("shard", str(n)),): 0 for n in range(4)}
