@@ -32,6 +32,7 @@ from collector.counters import REPORTER
 from collector.store import BackendUnavailable, describe_settings, open_store
 from reporter._config import ReporterConfig, sink_problems
 from reporter._dead import add_dead_parser, replay_budget, run_dead
+from reporter._exceptions import ReporterError, SinkConfigError
 from reporter._logging import (
     FORMAT_ENV,
     FORMATS,
@@ -180,6 +181,10 @@ def _guarded(work: Callable[[], int], debug: bool) -> int:
         return _fail(f"config error: {exc}", EXIT_CONFIG)
     except REDIS_ERRORS as exc:
         return _fail(redis_problem(exc), EXIT_UNAVAILABLE)
+    except SinkConfigError as exc:
+        return _fail(f"config error: {exc}", EXIT_CONFIG)
+    except ReporterError as exc:  # e.g. the metrics address is taken: may pass, so not 2
+        return _fail(str(exc), EXIT_FAILED)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as exc:

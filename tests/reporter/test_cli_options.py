@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -275,3 +276,20 @@ def test_open_store_translates_what_the_cluster_client_meets_on_connecting(
     with pytest.raises(BackendError, match="Cluster mode is not enabled") as raised:
         open_store(settings)
     assert raised.value.__cause__ is not None
+
+
+def test_run_with_its_metrics_address_taken_exits_with_one_line(
+        redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        path = Path(config_file(tmp_path, redis_url))
+        path.write_text(path.read_text(encoding="utf-8")
+                        + f'[metrics]\nlisten = "127.0.0.1:{port}"\n', encoding="utf-8")
+        code, _, err = run(capsys, "run", "--config", str(path))
+    assert code == 1
+    [line] = [line for line in err.splitlines() if "[metrics] listen" in line]
+    assert line.startswith(f"telemetry-reporter: [metrics] listen: cannot serve metrics on "
+                           f"127.0.0.1:{port}")
+    assert "Traceback" not in err
