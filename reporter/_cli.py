@@ -181,10 +181,10 @@ def _guarded(work: Callable[[], int], debug: bool) -> int:
         return _fail(f"config error: {exc}", EXIT_CONFIG)
     except REDIS_ERRORS as exc:
         return _fail(redis_problem(exc), EXIT_UNAVAILABLE)
-    except SinkConfigError as exc:
-        return _fail(f"config error: {exc}", EXIT_CONFIG)
-    except ReporterError as exc:  # e.g. the metrics address is taken: may pass, so not 2
-        return _fail(str(exc), EXIT_FAILED)
+    except ReporterError as exc:  # the metrics address taken may pass: exit 1, not 2
+        sink = isinstance(exc, SinkConfigError)
+        return _fail(f"config error: {exc}" if sink else str(exc),
+                     EXIT_CONFIG if sink else EXIT_FAILED)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as exc:
