@@ -177,14 +177,10 @@ def _guarded(work: Callable[[], int], debug: bool) -> int:
     except BrokenPipeError:  # stdout closed early (| head): not an error of ours
         _discard_stdout()
         return EXIT_OK
-    except ConfigError as exc:
-        return _fail(f"config error: {exc}", EXIT_CONFIG)
+    except (ConfigError, ReporterError) as exc:
+        return _refused(exc)
     except REDIS_ERRORS as exc:
         return _fail(redis_problem(exc), EXIT_UNAVAILABLE)
-    except ReporterError as exc:  # the metrics address taken may pass: exit 1, not 2
-        sink = isinstance(exc, SinkConfigError)
-        return _fail(f"config error: {exc}" if sink else str(exc),
-                     EXIT_CONFIG if sink else EXIT_FAILED)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as exc:
@@ -192,6 +188,12 @@ def _guarded(work: Callable[[], int], debug: bool) -> int:
             print(REDACT("".join(traceback.format_exception(exc))), end="", file=sys.stderr)
         return _fail(f"unexpected error: {type(exc).__name__}: {exc}"
                      + ("" if debug else " (run with -v for the traceback)"), EXIT_FAILED)
+
+
+def _refused(exc: ConfigError | ReporterError) -> int:
+    if isinstance(exc, ConfigError | SinkConfigError):
+        return _fail(f"config error: {exc}", EXIT_CONFIG)
+    return _fail(str(exc), EXIT_FAILED)  # such as the metrics address taken: it may pass
 
 
 def redis_problem(exc: BaseException) -> str:
