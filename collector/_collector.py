@@ -185,8 +185,19 @@ class Collector:
     def _get_writer(self) -> Writer:
         if self._writer is None:
             store = self._store if self._store is not None else open_store(self.config.redis)
-            self._writer = Writer(store, self.config.cap_for, self.config.ttl_for)
+            self._writer = Writer(store, self.config.cap_for, self.config.ttl_for,
+                                  self._store_reset)
         return self._writer
+
+    def _store_reset(self, shards: list[int]) -> None:
+        """A write found shards whose data vanished since this process last wrote there."""
+        self._counts.count(Counter.STORE_RESETS)
+        self._ratelog.log(
+            logging.ERROR, "store-reset",
+            "store reset: %d shards of %s lost their data since this process last wrote "
+            "there (Redis restarted without persistence, was flushed, or failed over to an "
+            "empty replica); the events buffered there are gone (the reporter logs how many)",
+            len(shards), self._server)
 
     def _start(self, closing: bool = False) -> None:
         """Start the flusher thread; after close() only to write what is left."""

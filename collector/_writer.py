@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -9,7 +10,7 @@ from collector._buffer import Pending, no_pending
 from collector._constants import CALL_BYTES, EVENTS_PER_CALL
 from collector._exceptions import BackendError
 from collector.counters import Counter
-from collector.store import Collect, Store
+from collector.store import Collect, Store, Stored
 
 
 @dataclass
@@ -33,6 +34,9 @@ class WriteResult:
     failed: dict[str, list[bytes]] = field(default_factory=dict)
     failed_pending: Pending = field(default_factory=no_pending)
     error: BackendError | None = None
+    # Shards whose identity marker changed since this writer last wrote to them: their data
+    # vanished in between (Redis restarted empty, flushed, failed over to an empty replica).
+    reset_shards: list[int] = field(default_factory=list)
 
 
 def plan_calls(queues: Mapping[str, Sequence[bytes]], pending: Pending,
@@ -82,24 +86,37 @@ class Writer:
     writes, on a cluster one per node."""
 
     def __init__(self, store: Store, cap_for: Callable[[str], int],
-                 ttl_for: Callable[[str], int]) -> None:
+                 ttl_for: Callable[[str], int],
+                 on_reset: Callable[[list[int]], None] = lambda shards: None) -> None:
         self.store = store
         self._schema = store.schema
         self._cap_for = cap_for
         self._ttl_for = ttl_for
+        self._identity = uuid.uuid4().hex  # offered as a shard's marker when it has none
+        self._markers: dict[int, str] = {}  # shard -> the marker it had at the last write
+        self._on_reset = on_reset
 
     def write(self, queues: Mapping[str, Sequence[bytes]], pending: Pending) -> WriteResult:
         calls = plan_calls(queues, pending, self._cap_for)
+        shards = [self._schema.for_game(c.game) for c in calls]
         replies = self.store.call_many([
-            Collect(self._schema.for_game(c.game), c.game, c.entries, self._cap_for(c.game),
-                    self._ttl_for(c.game), c.pre_evicted, c.dropped_buffer_full,
-                    c.dropped_too_large)
-            for c in calls
+            Collect(keys, c.game, c.entries, self._cap_for(c.game), self._ttl_for(c.game),
+                    c.pre_evicted, c.dropped_buffer_full, c.dropped_too_large, self._identity)
+            for keys, c in zip(shards, calls, strict=True)
         ])
-        return tally(calls, replies)
+        result = tally(calls, replies)
+        for keys, reply in zip(shards, replies, strict=True):
+            if isinstance(reply, Stored):
+                known = self._markers.setdefault(keys.shard, reply.marker)
+                if known != reply.marker:
+                    self._markers[keys.shard] = reply.marker
+                    result.reset_shards.append(keys.shard)
+        if result.reset_shards:
+            self._on_reset(result.reset_shards)
+        return result
 
 
-def tally(calls: list[Call], replies: Sequence[int | BackendError]) -> WriteResult:
+def tally(calls: list[Call], replies: Sequence[Stored | BackendError]) -> WriteResult:
     """Sum what was stored; collect what failed so it can be put back and sent again."""
     result = WriteResult()
     for c, reply in zip(calls, replies, strict=True):
@@ -114,5 +131,5 @@ def tally(calls: list[Call], replies: Sequence[int | BackendError]) -> WriteResu
             failed_pending[Counter.DROPPED_TOO_LARGE][c.game] += c.dropped_too_large
         else:
             result.stored += len(c.entries) + c.pre_evicted
-            result.evicted += reply
+            result.evicted += reply.evicted
     return result

@@ -53,6 +53,8 @@ class Counter(StrEnum):
     CONFIG_ERRORS = "config_errors"
     ACK_FAILED = "ack_failed"
     LEASE_LOST = "lease_lost"
+    # -- the SDK and the reporter, each in its own process
+    STORE_RESETS = "store_resets"
 
 
 class Gauge(StrEnum):
@@ -89,7 +91,7 @@ C = Counter
 # Collector.stats(): these counters and the BUFFERED gauge.
 SDK: tuple[Counter, ...] = (
     C.ACCEPTED, C.STORED, C.EVICTED, C.DROPPED_BUFFER_FULL, C.DROPPED_AT_CLOSE,
-    C.DROPPED_TOO_LARGE, C.DROPPED_CLOSED, C.BACKEND_ERRORS, C.FLUSHES,
+    C.DROPPED_TOO_LARGE, C.DROPPED_CLOSED, C.BACKEND_ERRORS, C.FLUSHES, C.STORE_RESETS,
 )
 # Written by the scripts into each shard's stats hash.
 STORE: tuple[Counter, ...] = (
@@ -102,7 +104,7 @@ STORE: tuple[Counter, ...] = (
 REPORTER: tuple[Counter, ...] = (
     C.STALE, C.DELIVERED, C.BATCHES_DELIVERED, C.BATCHES_STALE, C.BATCHES_RETRIED,
     C.REJECTED_ITEMS, C.MALFORMED_ENTRIES, C.DEAD_EVENTS, C.DEAD_BATCHES,
-    C.BATCHES_RELEASED, C.CONFIG_ERRORS, C.ACK_FAILED, C.LEASE_LOST,
+    C.BATCHES_RELEASED, C.CONFIG_ERRORS, C.ACK_FAILED, C.LEASE_LOST, C.STORE_RESETS,
 )
 # telemetry-reporter status (and --json): the store's counters and these levels.
 STATUS_GAUGES: tuple[Gauge, ...] = (

@@ -4,6 +4,7 @@
 -- KEYS[2]  active     set    games with buffered events
 -- KEYS[3]  ring       list   round-robin order of active games
 -- KEYS[4]  stats      hash   the shard's counters
+-- KEYS[5]  marker     string the shard's identity (set here if absent)
 -- ARGV[1]  game name
 -- ARGV[2]  cap: most events the buffer keeps (the oldest go first)
 -- ARGV[3]  buffer TTL in seconds, refreshed on every push
@@ -13,7 +14,8 @@
 -- ARGV[7]  entries joined by "\n"; an entry is the 13-digit collect time in ms followed by
 --          the event's JSON (which never holds a raw newline). One argument instead of one per
 --          event halves the client's cost of sending them.
--- returns  number of events the cap evicted, including ARGV[4]
+-- ARGV[8]  an identity for the shard, written if it has none ('' = one made from the time)
+-- returns  {number of events the cap evicted, including ARGV[4]; the shard's identity}
 local game, cap, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local evicted = tonumber(ARGV[4])
 local n = 0
@@ -53,4 +55,9 @@ end
 if tonumber(ARGV[6]) > 0 then
   redis.call('HINCRBY', KEYS[4], 'dropped_too_large', ARGV[6])
 end
-return evicted
+local identity = ARGV[8]
+if identity == '' then
+  local t = redis.call('TIME')
+  identity = 't' .. t[1] .. t[2]
+end
+return {evicted, redis.call('SET', KEYS[5], identity, 'NX', 'GET') or identity}

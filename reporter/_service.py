@@ -31,6 +31,7 @@ from reporter._ownership import ShardOwnership
 from reporter._prometheus import MetricsEndpoint
 from reporter._scheduling import Runner
 from reporter._sinks import Sender, make_sender
+from reporter._store_watch import RESET_GATHER_SECONDS, StoreWatch
 from reporter._workers import HotGameWorker, LeaseKeeper, Reaper, ShardSweeper, guarded
 
 logger = logging.getLogger("reporter")
@@ -69,9 +70,10 @@ class ReporterService:
         self.deliverer = Deliverer(self.batches, self.sender, config.reporter, clock, self.held,
                                    self.metrics, self.gate, self.limiter,
                                    self.batches.freshness, self.body_limit)
+        self.store_watch = StoreWatch(self.store, self.metrics, clock)
         self.sweepers = [
             ShardSweeper(keys, self.batches, self.deliverer, config, self.ownership,
-                         self.stop_event, clock)
+                         self.stop_event, clock, self.store_watch)
             for keys in self.schema.all_shards()
         ]
         self.hot_workers = [
@@ -108,6 +110,7 @@ class ReporterService:
         every("shard-leases", self._shard_leases, r.shard_lease_seconds / 3, "control")
         every("reaper", self.reaper.loop, REAP_INTERVAL_SECONDS, "control")
         every("lease-keeper", self.lease_keeper.loop, r.lease_seconds / 3, "control")
+        every("store-watch", self.store_watch.loop, RESET_GATHER_SECONDS, "control")
         for sweeper in self.sweepers:
             every(f"sweep:{sweeper.keys.shard}", sweeper.loop, poll, "default")
         for i, worker in enumerate(self.hot_workers):

@@ -17,6 +17,7 @@ from reporter._config import ReporterConfig
 from reporter._constants import REAP_PER_CALL
 from reporter._delivery import Clock, Deliverer
 from reporter._ownership import ShardOwnership
+from reporter._store_watch import StoreWatch
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=30.0)
@@ -37,8 +38,9 @@ class ShardSweeper:
 
     def __init__(self, keys: ShardKeys, store: Batches, deliverer: Deliverer,
                  config: ReporterConfig, ownership: ShardOwnership, stop: threading.Event,
-                 clock: Clock) -> None:
+                 clock: Clock, watch: StoreWatch | None = None) -> None:
         self.keys = keys
+        self._watch = watch
         self._store = store
         self._deliverer = deliverer
         self._r = config.reporter
@@ -54,6 +56,8 @@ class ShardSweeper:
                 or not self._deliverer.gate.is_open()):
             return False
         ring = self._store.ring(self.keys, self._cursor, self._r.games_per_sweep)
+        if self._watch is not None:
+            self._watch.seen(self.keys, ring.marker, ring.outstanding)
         more = self._deliverer.send_retries(self.keys, self._stop) if ring.retries else False
         self._cursor += len(ring.games)
         if self._cursor >= ring.ring_length:

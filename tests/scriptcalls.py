@@ -60,7 +60,7 @@ class Scripts:
     def collect(self, keys: ShardKeys, game: str, cap: int, ttl: int, entries: Sequence[bytes],
                 pre_evicted: int = 0, dropped_full: int = 0, dropped_large: int = 0) -> int:
         return self.store.call(Collect(keys, game, entries, cap, ttl, pre_evicted, dropped_full,
-                                       dropped_large))
+                                       dropped_large)).evicted
 
     def claim(self, keys: ShardKeys, game: str, batch_id: str, token: str, batch_size: int,
               max_batches: int, lease_ms: int, max_age_ms: int, linger_ms: int,

@@ -70,6 +70,7 @@ from collector.store._results import (
     RetryBatch,
     RetryPolicy,
     Settled,
+    Stored,
     Tokens,
 )
 from collector.store._scripts import SCRIPT_NAMES, LuaScript, lua_script, script_text
@@ -133,6 +134,7 @@ __all__ = [
     "ShardView",
     "SingleServer",
     "Store",
+    "Stored",
     "TakeRetries",
     "TakeTokens",
     "Tokens",

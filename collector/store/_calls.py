@@ -24,6 +24,7 @@ from collector.store._results import (
     RetryBatch,
     RetryPolicy,
     Settled,
+    Stored,
     Tokens,
     text,
 )
@@ -50,9 +51,10 @@ class ScriptCall(Generic[R_co]):
 # -- requests ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
-class Collect(ScriptCall[int]):
+class Collect(ScriptCall[Stored]):
     """Store one game's entries; the result is how many events the cap evicted (including
-    ``pre_evicted``, events the client left out because the cap would trim them at once)."""
+    ``pre_evicted``, events the client left out because the cap would trim them at once)
+    and the shard's identity marker (``identity`` becomes it if the shard has none)."""
 
     script: ClassVar[str] = "collect"
     shard: ShardKeys
@@ -63,17 +65,19 @@ class Collect(ScriptCall[int]):
     pre_evicted: int = 0
     dropped_buffer_full: int = 0
     dropped_too_large: int = 0
+    identity: str = ""
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.queue(self.game), s.active, s.ring, s.stats)
+        return (s.queue(self.game), s.active, s.ring, s.stats, s.marker)
 
     def args(self) -> Sequence[Any]:
         return (self.game, self.cap, self.ttl_seconds, self.pre_evicted,
-                self.dropped_buffer_full, self.dropped_too_large, join_entries(self.entries))
+                self.dropped_buffer_full, self.dropped_too_large, join_entries(self.entries),
+                self.identity)
 
-    def parse(self, reply: Any) -> int:
-        return int(reply)
+    def parse(self, reply: Any) -> Stored:
+        return Stored(int(reply[0]), text(reply[1]))
 
 
 @dataclass(frozen=True, slots=True)

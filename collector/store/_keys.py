@@ -92,6 +92,13 @@ class ShardKeys:
         """string: the reporter process holding the shard's lease."""
         return f"{self.tag}:owner"
 
+    @property
+    def marker(self) -> str:
+        """string: the shard's identity, written once when it is first used; a different
+        one (or none) later means its data vanished (a restart without persistence, a
+        flush, a failover to an empty replica)."""
+        return f"{self.tag}:marker"
+
 
 class KeySchema:
     """Maps games to shards and shards to key names for one deployment."""

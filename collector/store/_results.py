@@ -20,6 +20,14 @@ class RetryPolicy:
 
 # -- results -----------------------------------------------------------------------------------
 
+class Stored(NamedTuple):
+    """What a collect call did: events the cap evicted, and the shard's identity marker (a
+    different one than before means the shard's data vanished in between)."""
+
+    evicted: int
+    marker: str
+
+
 class ClaimedBatch(NamedTuple):
     batch_id: str
     entries: list[bytes]

@@ -22,6 +22,7 @@ from collector.store._bulk import WireCall
 from collector.store._calls import ScriptCall
 from collector.store._errors import translate
 from collector.store._keys import KeySchema, ShardKeys
+from collector.store._results import text
 from collector.store._scripts import lua_script
 from collector.store._views import (
     Alert,
@@ -151,6 +152,13 @@ class Store:
             pipe.zremrangebyscore(key, "-inf", now_ms)
             pipe.zcard(key)
             return int(pipe.execute()[2])
+
+    def mark(self, shard: ShardKeys, identity: str) -> str:
+        """Give ``shard`` the identity marker ``identity`` unless it has one; the marker it
+        has now."""
+        with self._translated():
+            old = self.backend.client.set(shard.marker, identity, nx=True, get=True)
+        return text(old) if isinstance(old, bytes | str) else identity
 
     def note_alert(self, name: str, message: str, now_ms: int) -> None:
         """Keep ``message`` under ``name`` for ``status``, counting how often it came."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from collector.store._backends import RedisClient
 
+from collector.counters import Counter
 from collector.store._entries import head_time_ms, split_entries
 from collector.store._keys import ShardKeys
 from collector.store._results import text
@@ -27,11 +28,15 @@ PIPELINE_GAMES = 8192
 @dataclass(frozen=True, slots=True)
 class RingSlice:
     """Part of a shard's ring of active games, the ring's length, and how many batches
-    wait for a retry (so an idle shard costs one round trip)."""
+    wait for a retry (so an idle shard costs one round trip); and, in the same round trip,
+    the shard's identity marker (None if absent) and its outstanding events by its counters
+    (stored and not yet evicted, stale, delivered or dead: what a reset would lose)."""
 
     games: list[str]
     ring_length: int
     retries: int
+    marker: str | None = None
+    outstanding: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +134,18 @@ def ring(client: RedisClient, keys: ShardKeys, start: int, count: int) -> RingSl
         pipe.lrange(keys.ring, start, start + count - 1)
         pipe.llen(keys.ring)
         pipe.zcard(keys.retry)
-        names, length, retries = pipe.execute()
-    return RingSlice([n.decode() for n in names], int(length), int(retries))
+        pipe.get(keys.marker)
+        pipe.hmget(keys.stats, _OUTSTANDING)
+        names, length, retries, marker, counts = pipe.execute()
+    stored, evicted, stale, delivered, dead, replayed = (int(c or 0) for c in counts)
+    return RingSlice([n.decode() for n in names], int(length), int(retries),
+                     text(marker) if marker is not None else None,
+                     stored - evicted - stale - delivered - dead + replayed)
+
+
+# The counters an outstanding count is made of (see RingSlice).
+_OUTSTANDING = (Counter.STORED, Counter.EVICTED, Counter.STALE, Counter.DELIVERED,
+                Counter.DEAD_EVENTS, Counter.REPLAYED)
 
 
 def game_states(client: RedisClient, keys: ShardKeys, games: list[str]) -> list[GameState]:
