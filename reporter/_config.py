@@ -61,6 +61,11 @@ class SinkSettings(MaskedRepr):
     gzip: bool = setting(False)
     transport: str = setting("builtin", choices=("builtin", "httpx"),
                              renamed={"stdlib": "builtin"})
+    keepalive_expiry_seconds: float = setting(4.0, lo=0, hi=300)
+    ca_file: str = setting("")
+    client_cert_file: str = setting("")
+    client_key_file: str = setting("")
+    proxy: str = setting("", secret=True)
     headers: Mapping[str, str] = setting({}, secret=True)
     max_batch_bytes: int = setting(1024 * 1024, lo=1024, hi=256 * 1024 * 1024)
     requests_per_second: float = setting(0.0, lo=0, hi=1_000_000)
