@@ -24,7 +24,7 @@ from collector.config import mask_url
 from collector.logs import RateLimitedLog
 from collector.nppa import check_item
 from reporter._config import NppaSettings, SinkSettings
-from reporter._http import http_client
+from reporter._http import NEED_BODY, http_client
 from reporter._nppa_wire import seal, signature
 from reporter._outcomes import DELIVERED, REJECTED, RETRY, Outcome, parse_retry_after
 
@@ -33,6 +33,8 @@ ratelog = RateLimitedLog(logger, interval=60.0)
 
 PATH = "/behavior/collection/loginout"
 CONTENT_TYPE = "application/json;charset=utf-8"
+# The answer is read whole, up to this size; a longer or unreadable one is retried.
+ANSWER_BYTES = 1024 * 1024
 OK, PARTIAL, THROTTLED, EXPIRED = 0, 3001, 1006, 1007
 # Item errors: bad no, ot, ct, bt, missing pi, missing di, invalid pi.
 ITEM_ERRORS = range(3004, 3011)
@@ -128,7 +130,8 @@ class NppaSender:
         signed = {**self._query, "appId": self._app_id, "bizId": biz_id, "timestamps": stamp}
         headers = {"appId": self._app_id, "bizId": biz_id, "timestamps": stamp,
                    "sign": signature(self._secret, signed, body)}
-        return self._client.post(self._url, content=body, headers=headers)
+        return self._client.post(self._url, content=body, headers=headers,
+                                 extensions={NEED_BODY: ANSWER_BYTES})
 
     def _log_skew(self, ahead: float) -> None:
         if not self._skew_logged:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -62,19 +63,33 @@ class Outcome:
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float:
-    """Seconds from a Retry-After header (delta-seconds or an HTTP date); 0 if absent/bad."""
-    if not value:
-        return 0.0
-    value = value.strip()
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date), at most
+    MAX_RETRY_AFTER_SECONDS; 0 if absent or unusable (see ``read_retry_after``)."""
+    return read_retry_after(value, now)[0]
+
+
+def read_retry_after(value: str | None, now: float | None = None) -> tuple[float, str]:
+    """Seconds from a Retry-After header, and what is wrong with it ("" if nothing).
+
+    Delta-seconds (a decimal fraction is taken too) or an HTTP date (one in the past means
+    now); at most MAX_RETRY_AFTER_SECONDS.  Absent: 0, nothing wrong.  Not finite (``nan``,
+    ``inf``), negative or neither form: 0 and the reason, so the usual backoff applies."""
+    if value is None or not value.strip():
+        return 0.0, ""
+    text = value.strip()
     try:
-        seconds = float(value)
+        seconds = float(text)
     except ValueError:
         try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return 0.0
-        seconds = when.timestamp() - (time.time() if now is None else now)
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
+            when = email.utils.parsedate_to_datetime(text)
+            seconds = max(when.timestamp() - (time.time() if now is None else now), 0.0)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return 0.0, "neither delta-seconds nor an HTTP date"
+    if not math.isfinite(seconds):
+        return 0.0, "not a finite number"
+    if seconds < 0:
+        return 0.0, "negative"
+    return min(seconds, MAX_RETRY_AFTER_SECONDS), ""
 
 
 def classify_http(status: int, retry_after: str | None, body: bytes) -> Outcome:

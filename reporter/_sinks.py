@@ -31,7 +31,7 @@ def make_sender(config: ReporterConfig, transport: httpx.BaseTransport | None = 
                 ) -> Sender:
     kind = config.sink.kind
     if kind == "json":
-        return JsonSender(config.sink, transport)
+        return JsonSender(config.sink, transport, config.reporter.max_age_seconds)
     if kind == "nppa":
         return NppaSender(config.nppa, config.sink, config.biz_id, transport)
     raise SinkConfigError(f"[sink] kind: no sender named {kind!r}")

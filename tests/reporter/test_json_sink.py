@@ -14,10 +14,12 @@ import pytest
 
 from collector.config import build_config, raw_settings
 from reporter._config import ReporterConfig, SinkSettings
+from reporter._constants import MAX_RETRY_AFTER_SECONDS
 from reporter._exceptions import SinkConfigError
-from reporter._json_sink import JsonSender, json_body
+from reporter._json_sink import JsonSender, json_body, ratelog
 from reporter._outcomes import DELIVERED, REJECTED, RETRY
 from reporter._sinks import make_sender
+from tests.rawhttp import always, raw_server, then_hold
 
 URL = "http://ingest.invalid/v1/events"
 EVENTS: list[Any] = [
@@ -189,3 +191,67 @@ def test_unknown_sink_kind_is_a_sink_config_error() -> None:
     config = dataclasses.replace(sink_config(), sink=SinkSettings(kind="carrier-pigeon"))
     with pytest.raises(SinkConfigError, match="carrier-pigeon"):
         make_sender(config)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-5", "soon", "Wed, 99 Foo 2015"])
+def test_an_unusable_retry_after_is_ignored_with_one_warning_per_endpoint(
+        sender_for: Callable[..., JsonSender], caplog: pytest.LogCaptureFixture,
+        value: str) -> None:
+    recorder = Recorder(lambda _: httpx.Response(503, headers={"Retry-After": value}))
+    sender = sender_for(recorder)
+    ratelog.reset(f"retry-after:{URL}")
+    outcomes = [sender.send("g", f"b{i}", raw_events()) for i in range(3)]
+    assert [(o.kind, o.retry_after) for o in outcomes] == [(RETRY, 0.0)] * 3
+    warnings = [r.getMessage() for r in caplog.records if "Retry-After" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert URL in warnings[0] and "ignored" in warnings[0]
+
+
+def test_a_wait_longer_than_the_freshness_window_is_logged_with_the_events_it_makes_stale(
+        caplog: pytest.LogCaptureFixture) -> None:
+    recorder = Recorder(lambda _: httpx.Response(429, headers={"Retry-After": "100000"}))
+    sender = JsonSender(sink_config().sink, httpx.MockTransport(recorder), max_age_seconds=180)
+    ratelog.reset(f"long-wait:{URL}")
+    try:
+        outcome = sender.send("g", "b-7", raw_events())
+    finally:
+        sender.close()
+    assert (outcome.kind, outcome.retry_after) == (RETRY, MAX_RETRY_AFTER_SECONDS)
+    [warning] = [r.getMessage() for r in caplog.records if "freshness" in r.getMessage()]
+    assert f"the {len(EVENTS)} events of batch b-7 of game 'g' will be stale" in warning
+    assert "600 s" in warning
+
+
+# The answers of a peer that accepts the batch but whose body is odd.
+ODD_2XX = [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 52428800\r\n\r\n" + b"x" * 200_000,
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{\"ok\":true}",
+    b"HTTP/1.1 202 Accepted\r\nContent-Length: 30\r\nContent-Encoding: gzip\r\n\r\nnot gzip",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+]
+
+
+@pytest.mark.parametrize("reply", ODD_2XX)
+def test_a_2xx_is_delivered_whatever_its_body(reply: bytes) -> None:
+    """Through the real transport: the status line and headers are the answer."""
+    with raw_server(always(then_hold(reply))) as server:
+        sender = JsonSender(sink_config(url=server.url(), timeout_seconds=0.5).sink)
+        try:
+            outcomes = [sender.send("g", f"b{i}", raw_events()) for i in range(2)]
+        finally:
+            sender.close()
+        assert [o.kind for o in outcomes] == [DELIVERED, DELIVERED]
+        assert [b["batch_id"] for b in server.bodies()] == ["b0", "b1"]
+
+
+def test_an_error_answer_is_read_only_for_its_reason() -> None:
+    huge = b"HTTP/1.1 503 Busy\r\nContent-Length: 52428800\r\n\r\n" + b"e" * 200_000
+    with raw_server(always(then_hold(huge))) as server:
+        sender = JsonSender(sink_config(url=server.url()).sink)
+        try:
+            outcome = sender.send("g", "b", raw_events())
+        finally:
+            sender.close()
+    assert outcome.kind == RETRY
+    assert outcome.reason.startswith("HTTP 503: eee")
+    assert len(outcome.reason) < 260

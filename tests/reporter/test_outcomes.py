@@ -14,9 +14,11 @@ from reporter._outcomes import (
     REJECTED,
     RETRY,
     Outcome,
+    SinkGate,
     classify_http,
     classify_transport_error,
     parse_retry_after,
+    read_retry_after,
 )
 
 NOW = 1_700_000_000.0
@@ -68,6 +70,11 @@ def test_reason_is_short_and_survives_bad_utf8() -> None:
     (email.utils.formatdate(NOW + 3600, usegmt=True), MAX_RETRY_AFTER_SECONDS),
     (email.utils.formatdate(NOW - 30, usegmt=True), 0.0),
     ("Wed, 99 Foo 2015 07:28:00 GMT", 0.0),
+    ("nan", 0.0),
+    ("NaN", 0.0),
+    ("inf", 0.0),
+    ("-inf", 0.0),
+    ("1e400", 0.0),
 ])
 def test_parse_retry_after(header: str | None, seconds: float) -> None:
     assert parse_retry_after(header, now=NOW) == seconds
@@ -100,3 +107,28 @@ def test_only_a_delivered_outcome_lists_items() -> None:
         Outcome(RETRY, retry_items=(0,))
     with pytest.raises(ValueError, match="cannot list items"):
         Outcome(REJECTED, refused=((0, "bad"),))
+
+
+@pytest.mark.parametrize(("header", "problem"), [
+    ("nan", "not a finite number"),
+    ("inf", "not a finite number"),
+    ("-1", "negative"),
+    ("soon", "neither delta-seconds nor an HTTP date"),
+    ("Wed, 99 Foo 2015 07:28:00 GMT", "neither delta-seconds nor an HTTP date"),
+    (None, ""),
+    ("", ""),
+    ("7", ""),
+    ("100000", ""),  # capped, not wrong
+    (email.utils.formatdate(NOW - 30, usegmt=True), ""),  # a date past: now
+])
+def test_what_is_wrong_with_a_retry_after(header: str | None, problem: str) -> None:
+    assert read_retry_after(header, now=NOW)[1] == problem
+
+
+@pytest.mark.parametrize("header", ["nan", "inf", "-3"])
+def test_an_unusable_retry_after_leaves_the_usual_backoff(header: str) -> None:
+    outcome = classify_http(503, header, b"")
+    assert outcome == Outcome(RETRY, "HTTP 503", 0.0)
+    gate = SinkGate(1.0, 8.0, clock=lambda: 100.0)
+    gate.record(outcome)  # does not raise, and pauses for the usual first step
+    assert gate._closed_until == 101.0
