@@ -92,16 +92,18 @@ class Writer:
         self._schema = store.schema
         self._cap_for = cap_for
         self._ttl_for = ttl_for
-        self._identity = uuid.uuid4().hex  # offered as a shard's marker when it has none
         self._markers: dict[int, str] = {}  # shard -> the marker it had at the last write
         self._on_reset = on_reset
 
     def write(self, queues: Mapping[str, Sequence[bytes]], pending: Pending) -> WriteResult:
         calls = plan_calls(queues, pending, self._cap_for)
         shards = [self._schema.for_game(c.game) for c in calls]
+        # Offered as the marker of a shard that has none; new each round, so that a shard
+        # reset since the last round never gets back the marker it had.
+        identity = uuid.uuid4().hex
         replies = self.store.call_many([
             Collect(keys, c.game, c.entries, self._cap_for(c.game), self._ttl_for(c.game),
-                    c.pre_evicted, c.dropped_buffer_full, c.dropped_too_large, self._identity)
+                    c.pre_evicted, c.dropped_buffer_full, c.dropped_too_large, identity)
             for keys, c in zip(shards, calls, strict=True)
         ])
         result = tally(calls, replies)

@@ -82,3 +82,20 @@ def test_a_restart_that_kept_the_data_is_no_reset(
         assert not [r for r in caplog.records if "store reset" in r.getMessage()]
     finally:
         collector.close(timeout=1)
+
+
+def test_the_sdk_alone_notices_a_reset_by_its_own_writes(own_server: Server) -> None:
+    """No reporter re-marks the shard first: the SDK's next write finds it unmarked."""
+    collector = Collector(config=make_config(own_server.url))
+    try:
+        collector.collect(GAME, {"seq": 1})
+        assert collector.flush(timeout=10)
+        own_server.stop()
+        own_server.start()
+        collector.collect(GAME, {"seq": 2})
+        assert collector.flush(timeout=20)
+        collector.collect(GAME, {"seq": 3})
+        assert collector.flush(timeout=10)
+        assert collector.stats()["store_resets"] == 1
+    finally:
+        collector.close(timeout=1)

@@ -252,6 +252,4 @@ def test_an_error_answer_is_read_only_for_its_reason() -> None:
             outcome = sender.send("g", "b", raw_events())
         finally:
             sender.close()
-    assert outcome.kind == RETRY
-    assert outcome.reason.startswith("HTTP 503: eee")
-    assert len(outcome.reason) < 260
+    assert (outcome.kind, outcome.reason) == (RETRY, "HTTP 503")  # the body is never kept
