@@ -255,10 +255,19 @@ def _refuse_sink_problems(config: ReporterConfig) -> None:
         raise ConfigError("\n".join(problems))
 
 
+def _check_sender(config: ReporterConfig) -> None:
+    """Build the sender as ``run`` would (TLS files, client certificate, proxy), without
+    connecting: its config errors show in ``check-config`` too."""
+    from reporter._sinks import make_sender
+
+    make_sender(config).close()
+
+
 def _check_config(path: str | None) -> int:
     config = ReporterConfig.load(path)
     note_secrets(config)
     _refuse_sink_problems(config)
+    _check_sender(config)
     for notice in [*config.notices, *_sink_notices(config)]:
         _note(f"warning: {notice}")
     print(f"# {config.source}: valid")

@@ -204,3 +204,15 @@ def test_status_against_a_guarded_server_needs_the_secret(tmp_path: Path,
     assert result.returncode != 0 and "wrong-one" not in result.stdout + result.stderr
     with pytest.raises(redis.AuthenticationError):
         guarded_server.client().ping()
+
+
+@pytest.mark.parametrize(("sink", "parts"), [
+    ('ca_file = "/nonexistent/ca.pem"', ["[sink] ca_file", "cannot load"]),
+    ('client_key_file = "/nonexistent/key.pem"', ["[sink] client_key_file"]),
+    ('proxy = "ftp://proxy.internal:21"', ["[sink] proxy"]),
+], ids=["ca_file", "key-without-cert", "proxy-scheme"])
+def test_check_config_refuses_what_the_sender_could_not_use(tmp_path: Path, sink: str,
+                                                            parts: list[str]) -> None:
+    path = tmp_path / "sender.toml"
+    path.write_text(f'[sink]\nurl = "https://ingest.example/v1"\n{sink}\n', encoding="utf-8")
+    assert_config_error(cli("check-config", str(path)), *parts)
