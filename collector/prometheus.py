@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from collector.counters import SDK, Counter, Gauge, Histogram
+from collector.metrics import Tally
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -166,38 +167,19 @@ def _le(bound: float) -> str:
     return "+Inf" if bound == float("inf") else repr(float(bound))
 
 
-class PrometheusMetrics:
+class PrometheusMetrics(Tally):
     """A ``collector.metrics.Metrics`` implementation that a prometheus-client registry can
-    collect: what it was told, served under the names above at every scrape.
+    collect: what it was told, served under the names above at every scrape.  A ``Tally``
+    that also keeps histograms.
 
     ``counters``: the counters served from the start, at 0 until counted (by default the
     SDK's; the reporter passes its own).  Thread-safe."""
 
     def __init__(self, counters: Iterable[Counter] = SDK) -> None:
         require_client()
-        self._lock = threading.Lock()
-        self._counts: dict[Counter, int] = dict.fromkeys(counters, 0)
-        self._watched: dict[Counter | Gauge, Reader] = {}
+        super().__init__()
+        self._counts.update(dict.fromkeys(counters, 0))
         self._histograms: dict[Histogram, HistogramState] = {}
-
-    def count(self, counter: Counter, amount: int = 1) -> None:
-        if type(counter) is not Counter:
-            raise TypeError(f"not a counter of the vocabulary: {counter!r}")
-        with self._lock:
-            self._counts[counter] = self._counts.get(counter, 0) + amount
-
-    def add(self, amounts: Mapping[Counter, int]) -> None:
-        if any(type(counter) is not Counter for counter in amounts):
-            raise TypeError(f"not counters of the vocabulary: {list(amounts)!r}")
-        with self._lock:
-            for counter, amount in amounts.items():
-                self._counts[counter] = self._counts.get(counter, 0) + amount
-
-    def watch(self, name: Counter | Gauge, read: Reader) -> None:
-        if type(name) not in (Counter, Gauge):
-            raise TypeError(f"not a name of the vocabulary: {name!r}")
-        with self._lock:
-            self._watched[name] = read
 
     def observe(self, name: Histogram, value: float) -> None:
         state = self._histograms.get(name)
