@@ -9,12 +9,13 @@
 from collector._collector import Collector
 from collector._config import TelemetryConfig
 from collector._default import collect
-from collector._exceptions import BackendError, ConfigError, TelemetryError
+from collector._exceptions import BackendError, ConfigError, EventsDropped, TelemetryError
 
 __all__ = [
     "BackendError",
     "Collector",
     "ConfigError",
+    "EventsDropped",
     "TelemetryConfig",
     "TelemetryError",
     "collect",

@@ -23,6 +23,17 @@ def no_pending() -> Pending:
     return {kind: PerGame() for kind in PENDING_KINDS}
 
 
+# Events lost per game that ``on_error`` has not been told of yet, by the counter they were
+# counted in (dropped_buffer_full, dropped_too_large).  Apart from ``Pending``: a failed write
+# puts its pending counts back to be sent again, but they must be reported only once.
+Drops = dict[Counter, PerGame[str]]
+DROP_KINDS = (Counter.DROPPED_BUFFER_FULL, Counter.DROPPED_TOO_LARGE)
+
+
+def no_drops() -> Drops:
+    return {kind: PerGame() for kind in DROP_KINDS}
+
+
 class EventBuffer:
     """At most ``limit`` events, kept per game; when full the oldest is dropped and counted.
 
@@ -39,6 +50,8 @@ class EventBuffer:
         self._queues: Queues = {}
         self._order: deque[str] = deque()
         self._pending = no_pending()
+        self._drops = no_drops()
+        self.unreported = 0  # events in ``_drops``: read without the lock, as a hint
         self._notes = 0
         self.dropped_total = 0
         self.closed = False
@@ -72,10 +85,22 @@ class EventBuffer:
             return len(order)
 
     def note(self, kind: Counter, game: str, count: int = 1) -> None:
+        """Count events of ``game`` that ``collect()`` refused (``kind``), for Redis and for
+        ``on_error``."""
         with self._lock:
             self._pending[kind][game] += count
+            if kind in self._drops:
+                self._drops[kind][game] += count
+                self.unreported += count
             self._notes += 1
             self.seq += 1
+
+    def take_drops(self) -> Drops:
+        """Remove and return the events lost since the last call, per kind and game."""
+        with self._lock:
+            drops, self._drops = self._drops, no_drops()
+            self.unreported = 0
+        return drops
 
     def take(self) -> tuple[Queues, Pending]:
         """Remove every waiting event and the drop counts not yet reported."""
@@ -116,16 +141,23 @@ class EventBuffer:
         game = self._order.popleft()
         self._queues[game].popleft()
         self._pending[Counter.DROPPED_BUFFER_FULL][game] += 1
+        self._drops[Counter.DROPPED_BUFFER_FULL][game] += 1
+        self.unreported += 1
         self.dropped_total += 1
 
     def close(self) -> int:
         """Refuse further events; drop and return the number still waiting."""
+        return sum(self.close_by_game().values())
+
+    def close_by_game(self) -> dict[str, int]:
+        """Refuse further events; drop the ones still waiting and return their number per
+        game."""
         with self._lock:
             self.closed = True
-            count = len(self._order)
+            left = {game: len(queue) for game, queue in self._queues.items() if queue}
             self._queues = {}
             self._order = deque()
-            return count
+            return left
 
     def reset_after_fork(self) -> None:
         """In a forked child: the parent still owns and will send what was buffered."""
@@ -133,6 +165,8 @@ class EventBuffer:
         self._queues = {}
         self._order = deque()
         self._pending = no_pending()
+        self._drops = no_drops()
+        self.unreported = 0
         self._notes = 0
         self.dropped_total = 0
         self.seq = 0

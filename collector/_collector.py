@@ -18,6 +18,7 @@ from collector._config_loader import build_config, load_config, raw_settings
 from collector._constants import FLUSH_SOON_EVENTS, KNOWN_GAMES_LIMIT
 from collector._exceptions import BackendError
 from collector._flusher import Flusher, reason
+from collector._on_error import ErrorReport, OnError, check_callback
 from collector._writer import Writer
 from collector.counters import SDK, Counter, Gauge
 from collector.logs import RateLimitedLog
@@ -50,6 +51,7 @@ _KEYWORDS = {
     "socket_timeout_seconds": "redis", "connect_timeout_seconds": "redis",
     "mode": "collector", "max_buffer_events": "collector", "flush_interval_ms": "collector",
     "close_timeout_seconds": "collector", "retry_max_delay_ms": "collector",
+    "disabled": "collector",
     "max_events_per_game": "buffer", "ttl_seconds": "buffer", "max_event_bytes": "buffer",
 }
 
@@ -61,11 +63,16 @@ class Collector:
     keyword arguments; ``Collector.from_config()`` reads the config file and environment.
     In the default ``"background"`` mode ``collect()`` never touches the network: it appends to
     a bounded in-process buffer that a flusher thread writes to Redis.  In ``"sync"`` mode it
-    writes in the caller's thread and returns how many old events the cap evicted.
+    writes in the caller's thread and returns how many old events the cap evicted.  With
+    ``disabled=True`` it validates and counts, and nothing is sent (tests, local runs).
+
+    ``on_error(error, count)``, if given, hears of failed writes (``BackendError``) and lost
+    events (``EventsDropped``) off the hot path; see ``collector._on_error``.
     """
 
     def __init__(self, *, config: TelemetryConfig | None = None, store: Store | None = None,
-                 metrics: Metrics = NO_METRICS, **settings: Any) -> None:
+                 metrics: Metrics = NO_METRICS, on_error: OnError | None = None,
+                 **settings: Any) -> None:
         base = config or TelemetryConfig.default()
         if settings:
             raw = raw_settings(base)
@@ -78,7 +85,10 @@ class Collector:
                                 cls=type(base))
         self.config = base
         self._server = store.describe() if store is not None else describe_settings(base.redis)
-        self._sync = base.collector.mode == "sync"
+        self._disabled = base.collector.disabled
+        # collect() finishes in the caller's thread: stores (sync mode) or discards (disabled).
+        self._direct = self._disabled or base.collector.mode == "sync"
+        self._on_error = check_callback(on_error)
         self._max_event_bytes = base.buffer.max_event_bytes
         self._buffer = EventBuffer(base.collector.max_buffer_events)
         self._known_games: set[str] = set()
@@ -122,8 +132,8 @@ class Collector:
             self._refuse(game, data)
             return 0
         entry = _time_prefix() + data
-        if self._sync:
-            return self._store_now(game, entry)
+        if self._direct:
+            return self._collect_direct(game, entry)
         waiting = self._buffer.append(game, entry)  # refused (-1) once close() has finished
         if waiting == FLUSH_SOON_EVENTS:
             self._wake.set()
@@ -158,14 +168,22 @@ class Collector:
             "event of game %r dropped: %d bytes of JSON, over [buffer] max_event_bytes = %d",
             game, size, self._max_event_bytes,
         )
-        if not self._sync and not self._flushing:
+        if self._direct:  # no flusher to defer to, and not the hot path: tell on_error now
+            self._report.drops(self._buffer.take_drops())
+        elif not self._flushing:
             self._start()  # the drop count still has to reach Redis
 
-    # -- sync mode ----------------------------------------------------------------------------
+    # -- sync mode and disabled ---------------------------------------------------------------
 
-    def _store_now(self, game: str, entry: bytes) -> int:
+    def _collect_direct(self, game: str, entry: bytes) -> int:
         if self._closed:
             return self._drop_closed(game)
+        if self._disabled:
+            self._counts.add({Counter.ACCEPTED: 1, Counter.DROPPED_DISABLED: 1})
+            return 0
+        return self._store_now(game, entry)
+
+    def _store_now(self, game: str, entry: bytes) -> int:
         pending = self._buffer.take_pending()
         try:
             result = self._get_writer().write({game: [entry]}, pending)
@@ -208,8 +226,9 @@ class Collector:
     # -- control ------------------------------------------------------------------------------
 
     def flush(self, timeout: float = 5.0) -> bool:
-        """Wait until everything collected so far is stored; False if ``timeout`` ran out."""
-        if self._sync:
+        """Wait until everything collected so far is stored; False if ``timeout`` ran out.
+        True at once in sync mode (stored already) and when disabled (nothing to store)."""
+        if self._direct:
             return True
         if self._closed and not self._flusher.alive:
             return self._flusher.caught_up()  # nothing will be written any more
@@ -227,18 +246,23 @@ class Collector:
         if not self._flusher.started and len(self._buffer):
             self._start(closing=True)
         self._flusher.stop(timeout)
-        left = self._buffer.close()
+        left = self._buffer.close_by_game()
         if left:
-            self._counts.count(Counter.DROPPED_AT_CLOSE, left)
+            count = sum(left.values())
+            self._counts.count(Counter.DROPPED_AT_CLOSE, count)
             logger.warning("collector closed with %d events not stored (Redis: %s)",
-                           left, self._server)
+                           count, self._server)
+        # Drops the flusher had no round left to report, then what close() dropped.
+        self._report.drops(self._buffer.take_drops())
+        self._report.drops({Counter.DROPPED_AT_CLOSE: left})
         _live.discard(self)
 
     def stats(self) -> dict[str, int]:
         """Counters of this process's collector (names from ``collector.counters``).
 
-        ``accepted == stored + dropped_buffer_full + dropped_at_close + buffered`` holds at
-        any quiet moment; ``dropped_too_large`` and ``dropped_closed`` were never accepted.
+        ``accepted == stored + dropped_buffer_full + dropped_at_close + dropped_disabled +
+        buffered`` holds at any quiet moment; ``dropped_too_large`` and ``dropped_closed`` were
+        never accepted.
         """
         counted = self._tally.snapshot()
         return {str(name): counted.get(name, 0) for name in (*SDK, Gauge.BUFFERED)}
@@ -250,11 +274,20 @@ class Collector:
         tally = Tally()
         counts = fan_out(tally, metrics)
         buffer = self._buffer
-        if not self._sync:  # sync mode counts what it stores
+        if not self._direct:  # sync mode counts what it stores, disabled what it discards
             counts.watch(Counter.ACCEPTED, lambda: buffer.accepted_total)
         counts.watch(Counter.DROPPED_BUFFER_FULL, lambda: buffer.dropped_total)
         counts.watch(Gauge.BUFFERED, lambda: len(buffer) + self._flusher.in_flush)
         return tally, counts
+
+    @property
+    def on_error(self) -> OnError | None:
+        """The callback told of failed writes and lost events; may be replaced at any time."""
+        return self._on_error
+
+    @on_error.setter
+    def on_error(self, callback: OnError | None) -> None:
+        self._on_error = self._report.callback = check_callback(callback)
 
     def __enter__(self) -> Collector:
         return self
@@ -263,7 +296,8 @@ class Collector:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"Collector(mode={self.config.collector.mode!r}, "
+        disabled = ", disabled=True" if self._disabled else ""
+        return (f"Collector(mode={self.config.collector.mode!r}{disabled}, "
                 f"redis={self._server!r})")
 
     def _new_flusher(self) -> None:
@@ -271,9 +305,11 @@ class Collector:
         parent keeps its own, and may have held their locks at the fork)."""
         self._tally, self._counts = self._count_into(self._metrics)
         self._ratelog = RateLimitedLog(logger)
+        self._report = ErrorReport(self._on_error, self._ratelog)
         c = self.config.collector
         self._flusher = Flusher(self._buffer, self._get_writer, self._counts, self._ratelog,
-                                c.flush_interval_ms / 1000, c.retry_max_delay_ms / 1000)
+                                self._report, c.flush_interval_ms / 1000,
+                                c.retry_max_delay_ms / 1000)
         self._wake = self._flusher.wake
         self._flushing = False  # whether the flusher was started (read on the hot path)
 

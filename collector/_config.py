@@ -75,6 +75,8 @@ class CollectorSettings:
     flush_interval_ms: int = setting(50, lo=1, hi=60_000)
     close_timeout_seconds: float = setting(5.0, lo=0, hi=600)
     retry_max_delay_ms: int = setting(5000, lo=10, hi=600_000)
+    # Tests and local runs: collect() validates and counts, nothing is sent, nothing connects.
+    disabled: bool = setting(False)
 
 
 @dataclass(frozen=True)

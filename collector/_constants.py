@@ -8,6 +8,9 @@ from __future__ import annotations
 FLUSH_SOON_EVENTS = 2048
 # collect(): validated game names remembered, so the hot path skips the regex for known games.
 KNOWN_GAMES_LIMIT = 10_000
+# The flusher: while a round goes on (a steady flood keeps it going), it tells on_error of
+# dropped events at most this often; a round reports at its end in any case.
+DROPS_REPORT_SECONDS = 1.0
 # The flusher: events per collect script call; large enough to amortise the call, small
 # enough that one call never blocks the server for long (about a millisecond).
 EVENTS_PER_CALL = 1000

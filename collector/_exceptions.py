@@ -5,14 +5,18 @@ Every error derives from one root, so callers can catch the whole family::
     TelemetryError
     ├── ConfigError             the config file, an environment override or a keyword
     │                           argument is wrong
-    └── BackendError            Redis failed
-        ├── BackendUnavailable  Redis did not answer: refused, reset or timed-out connection,
-        │                       cluster down, server loading
-        └── BackendRefused      Redis answered with an error: out of memory, read-only replica,
-                                a script error, a wrong key type
+    ├── BackendError            Redis failed
+    │   ├── BackendUnavailable  Redis did not answer: refused, reset or timed-out connection,
+    │   │                       cluster down, server loading
+    │   └── BackendRefused      Redis answered with an error: out of memory, read-only replica,
+    │                           a script error, a wrong key type
+    └── EventsDropped           the SDK dropped or refused events (never raised: handed to
+                                ``on_error``)
 
 In background mode the SDK never raises ``BackendError`` into game code (it counts, logs and
-retries); sync-mode ``collect()`` and the store layer (``collector.store``) raise it.
+retries, and hands it to the ``on_error`` callback if one is set); sync-mode ``collect()``
+and the store layer (``collector.store``) raise it.  ``EventsDropped`` is never raised by the
+package: it only tells ``on_error`` which events were lost, why, and of which games.
 redis-py's own exceptions never leave the store layer: they are the ``__cause__``.
 
 Programmer errors at the call site stay built-in: a game name that is not a str is a
@@ -21,6 +25,11 @@ JSON-serialisable mapping a ``TypeError``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from collector.counters import Counter
 
 
 class TelemetryError(Exception):
@@ -41,3 +50,43 @@ class BackendUnavailable(BackendError):
 
 class BackendRefused(BackendError):
     """Redis answered the command with an error."""
+
+
+class EventsDropped(TelemetryError):
+    """Events the SDK dropped or refused, as ``on_error`` receives them.
+
+    ``reason`` is the ``stats()`` counter they were counted in: ``dropped_buffer_full``,
+    ``dropped_too_large`` or ``dropped_at_close``; ``count`` is how many events; ``games``
+    how many of them each game lost; ``game`` is the game when only one lost events, else
+    None.
+    """
+
+    def __init__(self, reason: Counter, count: int, games: Mapping[str, int]) -> None:
+        self.reason = reason
+        self.count = count
+        self.games: Mapping[str, int] = MappingProxyType(
+            {game: n for game, n in games.items() if n > 0})
+        self.game = next(iter(self.games)) if len(self.games) == 1 else None
+        events = "event" if count == 1 else "events"
+        super().__init__(f"{count} {events} {_WHY.get(reason, str(reason))} "
+                         f"({_by_game(self.games)})")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return type(self), (self.reason, self.count, dict(self.games))
+
+
+_WHY = {
+    Counter.DROPPED_BUFFER_FULL: "dropped: the in-process buffer was full "
+                                 "([collector] max_buffer_events)",
+    Counter.DROPPED_TOO_LARGE: "refused: larger than [buffer] max_event_bytes",
+    Counter.DROPPED_AT_CLOSE: "dropped: still buffered when close() ran out of time",
+}
+_GAMES_SHOWN = 5
+
+
+def _by_game(games: Mapping[str, int]) -> str:
+    """``'a': 3, 'b': 1``: the games that lost the most first, at most five named."""
+    top = sorted(games.items(), key=lambda item: (-item[1], item[0]))
+    shown = ", ".join(f"{game!r}: {n}" for game, n in top[:_GAMES_SHOWN])
+    more = len(top) - _GAMES_SHOWN
+    return f"{shown}, and {more} more games" if more > 0 else shown

@@ -5,6 +5,12 @@ A round takes everything waiting (already grouped by game) and writes it through
 ``flush_interval_ms``, sooner when woken (a full-ish buffer, ``flush()``, ``close()``).
 While Redis fails, the events go back to the buffer and the pause between rounds doubles up
 to ``retry_max_delay_ms``; at close the flusher keeps trying until the close deadline.
+
+The flusher also calls the host's ``on_error``: once per failed round (with the events of the
+failed write), and for the events lost since it last looked (buffer full, too large), at the
+end of every round and at least once a second during a long one.  A round that finds the
+buffer empty reports before ``flush()`` can return, so a flush that succeeded has reported
+every drop noted before it was called.
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ import time
 from collections.abc import Callable
 
 from collector._buffer import EventBuffer
+from collector._constants import DROPS_REPORT_SECONDS
 from collector._exceptions import BackendError
+from collector._on_error import ErrorReport
 from collector._writer import Writer
 from collector.counters import Counter
 from collector.logs import RateLimitedLog
@@ -26,12 +34,13 @@ Clock = Callable[[], float]  # monotonic seconds
 
 class Flusher:
     def __init__(self, buffer: EventBuffer, writer: Callable[[], Writer], counts: Metrics,
-                 ratelog: RateLimitedLog, interval: float, longest: float,
-                 clock: Clock = time.monotonic) -> None:
+                 ratelog: RateLimitedLog, report: ErrorReport, interval: float,
+                 longest: float, clock: Clock = time.monotonic) -> None:
         self._buffer = buffer
         self._writer = writer
         self._counts = counts
         self._ratelog = ratelog
+        self._report = report
         self._interval = interval
         self._longest = longest
         self._clock = clock
@@ -43,6 +52,7 @@ class Flusher:
         self._deadline = 0.0
         self.in_flush = 0  # events taken by the round in progress
         self._flushed_seq = 0  # the buffer's seq at the latest take that found nothing
+        self._drops_reported = clock()  # when on_error was last told of drops
 
     @property
     def started(self) -> bool:
@@ -66,6 +76,8 @@ class Flusher:
     def flush(self, timeout: float) -> bool:
         """Wait until everything collected so far is stored; False if ``timeout`` ran out.
         The thread must have been started."""
+        if self._on_own_thread():  # from on_error: it cannot wait for itself
+            return self.caught_up()
         deadline = self._clock() + timeout
         # Done once a round has found the buffer empty after everything collected (and every
         # drop count noted) so far; an empty buffer alone may mean "taken, not stored".
@@ -84,8 +96,12 @@ class Flusher:
         self._stop.set()
         self.wake.set()
         thread = self._thread
-        if thread is not None:
+        if thread is not None and not self._on_own_thread():
             thread.join(timeout + 0.5)
+
+    def _on_own_thread(self) -> bool:
+        """Whether the caller is the flusher thread itself (``on_error`` runs there)."""
+        return self._thread is threading.current_thread()
 
     def _run(self) -> None:
         delay = self._interval
@@ -109,6 +125,7 @@ class Flusher:
             self._idle.clear()
             queues, pending = self._buffer.take()
             if not queues and not any(pending.values()):
+                self._report_drops()  # before flush() may return
                 self._flushed_seq = self._buffer.taken_seq
                 self._idle.set()
                 return True
@@ -128,6 +145,9 @@ class Flusher:
                 self._failed(result.error, sum(map(len, result.failed.values())))
                 return False
             self._ratelog.reset("backend")
+            if (self._buffer.unreported
+                    and self._clock() - self._drops_reported >= DROPS_REPORT_SECONDS):
+                self._report_drops()  # a long round (a steady flood) still reports
 
     def _failed(self, exc: Exception, count: int) -> None:
         self._counts.count(Counter.BACKEND_ERRORS)
@@ -136,6 +156,15 @@ class Flusher:
             "cannot store %d events (%s); %d buffered, retrying with backoff",
             count, reason(exc), len(self._buffer),
         )
+        self._report.failed_write(exc, count, reason(exc))
+        self._report_drops()  # putting the events back may have overfilled the buffer
+
+    def _report_drops(self) -> None:
+        """Tell on_error of the events lost since the last report (taken even without a
+        callback, so they do not pile up)."""
+        if self._buffer.unreported:
+            self._drops_reported = self._clock()
+            self._report.drops(self._buffer.take_drops())
 
 
 def reason(exc: Exception) -> str:

@@ -8,9 +8,9 @@ module.  Counters only go up; gauges are a level read at one moment; histograms 
 observations (a POST's duration, a batch's size) into buckets.
 
 The accounting invariant in these words: every event ``collect()`` accepted is stored or
-dropped in the SDK (``dropped_buffer_full``, ``dropped_at_close``) or still ``buffered`` there;
-every event stored is ``evicted``, ``stale``, ``delivered``, in a dead letter
-(``dead_events - replayed``), or still buffered or pending in Redis.
+dropped in the SDK (``dropped_buffer_full``, ``dropped_at_close``, ``dropped_disabled``) or
+still ``buffered`` there; every event stored is ``evicted``, ``stale``, ``delivered``, in a
+dead letter (``dead_events - replayed``), or still buffered or pending in Redis.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ class Counter(StrEnum):
     BACKEND_ERRORS = "backend_errors"
     DROPPED_AT_CLOSE = "dropped_at_close"
     DROPPED_CLOSED = "dropped_closed"
+    DROPPED_DISABLED = "dropped_disabled"
     # -- the SDK and the store (counted in the SDK, reported to the game's shard)
     STORED = "stored"
     EVICTED = "evicted"
@@ -91,7 +92,8 @@ C = Counter
 # Collector.stats(): these counters and the BUFFERED gauge.
 SDK: tuple[Counter, ...] = (
     C.ACCEPTED, C.STORED, C.EVICTED, C.DROPPED_BUFFER_FULL, C.DROPPED_AT_CLOSE,
-    C.DROPPED_TOO_LARGE, C.DROPPED_CLOSED, C.BACKEND_ERRORS, C.FLUSHES, C.STORE_RESETS,
+    C.DROPPED_TOO_LARGE, C.DROPPED_CLOSED, C.DROPPED_DISABLED, C.BACKEND_ERRORS, C.FLUSHES,
+    C.STORE_RESETS,
 )
 # Written by the scripts into each shard's stats hash.
 STORE: tuple[Counter, ...] = (

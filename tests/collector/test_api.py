@@ -6,8 +6,8 @@ import types
 
 import collector
 
-EXPECTED = {"BackendError", "Collector", "ConfigError", "TelemetryConfig", "TelemetryError",
-            "collect"}
+EXPECTED = {"BackendError", "Collector", "ConfigError", "EventsDropped", "TelemetryConfig",
+            "TelemetryError", "collect"}
 # Public doors for the reporter and advanced users; everything else is ``collector._*``.
 PUBLIC_MODULES = {"config", "counters", "logs", "metrics", "nppa", "prometheus", "store"}
 
@@ -35,6 +35,8 @@ def test_error_tree() -> None:
     assert issubclass(collector.BackendError, collector.TelemetryError)
     assert issubclass(collector.TelemetryError, Exception)
     assert not issubclass(collector.BackendError, collector.ConfigError)
+    assert issubclass(collector.EventsDropped, collector.TelemetryError)
+    assert not issubclass(collector.EventsDropped, collector.BackendError)
 
 
 def test_version_is_a_string() -> None:
