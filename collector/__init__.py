@@ -1,14 +1,15 @@
 """telemetry-collector SDK: ``collect(game, event)`` buffers game events in Redis.
 
-    from collector import collect
-    collect("my-game", {"type": "login", "player": "p1"})
+    import collector
+    collector.collect("my-game", {"type": "login", "player": "p1"})
+    collector.flush()      # wait until it is in Redis; collector.close() at shutdown
 
 ``Collector`` gives control over configuration, flushing and shutdown.
 """
 
 from collector._collector import Collector
 from collector._config import TelemetryConfig
-from collector._default import collect
+from collector._default import close, collect, flush, set_on_error, stats
 from collector._exceptions import BackendError, ConfigError, EventsDropped, TelemetryError
 
 __all__ = [
@@ -18,6 +19,10 @@ __all__ = [
     "EventsDropped",
     "TelemetryConfig",
     "TelemetryError",
+    "close",
     "collect",
+    "flush",
+    "set_on_error",
+    "stats",
 ]
 __version__ = "0.1.0"

@@ -7,7 +7,7 @@ import types
 import collector
 
 EXPECTED = {"BackendError", "Collector", "ConfigError", "EventsDropped", "TelemetryConfig",
-            "TelemetryError", "collect"}
+            "TelemetryError", "close", "collect", "flush", "set_on_error", "stats"}
 # Public doors for the reporter and advanced users; everything else is ``collector._*``.
 PUBLIC_MODULES = {"config", "counters", "logs", "metrics", "nppa", "prometheus", "store"}
 
