@@ -39,7 +39,7 @@ def our_reporter_main(raw: Raw, conn: Connection) -> None:
     service.start()
     conn.send(("started", wall))
     conn.recv()
-    counts = service.stop(grace=10)
+    counts = service.stop(grace=10).counts
     conn.send(("done", {"cpu": time.process_time() - cpu, "counts": counts}))
 
 

@@ -96,6 +96,13 @@ class Batches:
     def release(self, keys: ShardKeys, batch_id: str, token: str) -> bool:
         return self.store.call(Release(keys, batch_id, token))
 
+    def release_many(self, batches: Sequence[tuple[str, ShardKeys, str]]
+                     ) -> list[bool | BackendError]:
+        """Release (batch id, shard, token) each, in few round trips; per batch, whether it
+        was released (False: its lease was no longer ours) or the error met."""
+        return self.store.call_many([Release(keys, batch_id, token)
+                                     for batch_id, keys, token in batches])
+
     def extend(self, keys: ShardKeys, batch_id: str, token: str) -> bool:
         return self.store.call(Extend(keys, batch_id, token, self._lease_ms))
 

@@ -23,6 +23,7 @@ import threading
 import traceback
 from collections.abc import Callable
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import redis.exceptions
 
@@ -45,6 +46,9 @@ from reporter._logging import (
     note_secrets,
 )
 from reporter._status import run_status
+
+if TYPE_CHECKING:
+    from reporter._stopping import Stopped
 
 PROG = "telemetry-reporter"
 EXIT_OK = 0
@@ -324,12 +328,16 @@ def startup_line(config: ReporterConfig, limiter: str) -> tuple[str, dict[str, o
     return message, fields
 
 
-def stopped_line(counts: dict[str, int]) -> tuple[str, dict[str, object]]:
+def stopped_line(stopped: Stopped) -> tuple[str, dict[str, object]]:
     """The summary at exit: every counter of this process's tally, in the vocabulary's order,
-    zeros included."""
-    line = {str(name): counts.get(str(name), 0) for name in REPORTER}
-    return ("stopped: " + ", ".join(f"{name}={n}" for name, n in line.items()),
-            {"counters": line})
+    zeros included; then the batches left to lease expiry and the jobs still blocked, if
+    any."""
+    line = {str(name): stopped.counts.get(str(name), 0) for name in REPORTER}
+    rest = stopped.summary()
+    return ("stopped: " + ", ".join(f"{name}={n}" for name, n in line.items())
+            + (f"; {rest}" if rest else ""),
+            {"counters": line, "left_to_lease": list(stopped.left_to_lease),
+             "blocked_jobs": list(stopped.blocked_jobs)})
 
 
 def _run(config: ReporterConfig) -> int:
@@ -356,6 +364,12 @@ def _run(config: ReporterConfig) -> int:
     stopping.wait()
     logger.info("stopping: no new claims; waiting up to %gs for in-flight POSTs",
                 config.reporter.grace_seconds)
-    message, fields = stopped_line(service.stop())
+    stopped = service.stop()
+    message, fields = stopped_line(stopped)
     logger.info("%s", message, extra=fields)
+    if stopped.blocked_jobs:  # the interpreter would wait for their threads: do not
+        logger.warning("exiting without %d jobs blocked on Redis or the endpoint",
+                       len(stopped.blocked_jobs))
+        logging.shutdown()
+        os._exit(0)
     return 0

@@ -32,3 +32,10 @@ MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 8 * 1024 * 1024
 # Bytes one socket read asks for.
 READ_BYTES = 65536
+# A stopping reporter's Redis calls (acks, releases, giving shards back) use this timeout (or
+# the configured one, if shorter) and no retries: Redis that does not answer must not hold
+# the exit.
+STOP_REDIS_TIMEOUT_SECONDS = 1.0
+# A stop ends within grace + the Redis socket timeout + this, whatever Redis and the endpoint
+# do: the last of it is for the jobs under way to return.
+STOP_MARGIN_SECONDS = 1.5

@@ -53,6 +53,9 @@ class Held:
     lock: threading.Lock = field(default_factory=threading.Lock)
     batches: dict[str, tuple[ShardKeys, str]] = field(default_factory=dict)
     delivered: dict[str, Delivered] = field(default_factory=dict)
+    # Taken out by their worker for the ack, until it is done: what a stop that cannot wait
+    # for a hung Redis leaves to lease expiry.
+    acking: set[str] = field(default_factory=set)
 
     def add(self, keys: ShardKeys, batch_id: str, token: str) -> None:
         with self.lock:
@@ -62,6 +65,7 @@ class Held:
         with self.lock:
             self.batches.pop(batch_id, None)
             self.delivered.pop(batch_id, None)
+            self.acking.discard(batch_id)
 
     def mark_delivered(self, batch_id: str, delivered: Delivered) -> bool:
         """Note a delivered batch for a later ack; False if it is no longer held."""
@@ -78,8 +82,13 @@ class Held:
                 delivered = self.delivered.pop(batch_id, None)
                 if delivered is not None:
                     keys, token = self.batches.pop(batch_id)
+                    self.acking.add(batch_id)
                     out.append((batch_id, keys, token, delivered))
             return out
+
+    def being_acked(self) -> list[str]:
+        with self.lock:
+            return sorted(self.acking)
 
     def take_all(self) -> tuple[list[tuple[str, ShardKeys, str]], list[ToAck]]:
         """Everything held: (to release, to acknowledge)."""
@@ -204,16 +213,19 @@ class Deliverer:
             for batch_id in batch_ids:
                 self.held.drop(batch_id)
 
-    def acknowledge(self, delivered: Sequence[ToAck]) -> None:
-        """Ack delivered batches in one round trip (one per node on a cluster) and count them.
+    def acknowledge(self, delivered: Sequence[ToAck]) -> list[str]:
+        """Ack delivered batches in one round trip (one per node on a cluster) and count them;
+        returns the ids of those whose ack failed.
 
         A batch whose ack fails stays in flight and is sent again when its lease runs out."""
         if not delivered:
-            return
+            return []
         replies = self._store.ack_many([Ack(keys, batch_id, token, d.stale)
                                         for batch_id, keys, token, d in delivered])
         for (batch_id, _, _, d), reply in zip(delivered, replies, strict=True):
             self._count_ack(batch_id, d, reply)
+        return [batch_id for (batch_id, _, _, _), reply in zip(delivered, replies, strict=True)
+                if isinstance(reply, BackendError)]
 
     def _count_ack(self, batch_id: str, d: Delivered, reply: int | BackendError) -> None:
         if isinstance(reply, BackendError):

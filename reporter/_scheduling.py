@@ -11,8 +11,11 @@ it parked, so a job is never due while it runs: no run is skipped and nothing ov
 however long a POST takes.  APScheduler's ``interval`` trigger would fire on its own clock
 and skip (with a warning) every tick that found the previous run still going.
 
-``shutdown()`` is the scheduler's ``shutdown(wait=True)``: it joins every pool, so the
-process exits without ``os._exit``.  Workers must have been told to stop first.
+``shutdown(deadline)`` starts no more runs (a run that starts once the stop Event is set
+returns at once) and waits for those under way until the deadline.  If they all returned it
+joins every pool, so the process exits without ``os._exit``; a run still blocked on a peer
+that does not answer is left behind and named, for the caller to decide.  Workers must have
+been told to stop first.
 """
 
 from __future__ import annotations
@@ -83,6 +86,8 @@ class Runner:
         )
         self.scheduler.add_listener(self._after_run, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR)
         self.started = False
+        self._running: set[str] = set()
+        self._idle = threading.Condition()
 
     def every(self, job_id: str, work: Callable[[], bool], interval: float, pool: str) -> None:
         """Run ``work`` on ``pool`` now, then again after each run as its result asks."""
@@ -94,20 +99,39 @@ class Runner:
         self.scheduler.start()
         self.started = True
 
-    def shutdown(self) -> None:
-        """Wait for the running jobs to return and join every pool."""
-        if self.started:
-            self.scheduler.shutdown(wait=True)
-            self.started = False
+    def shutdown(self, deadline: float | None = None) -> list[str]:
+        """Start no more runs; wait for those under way until ``deadline`` (a
+        ``time.monotonic()`` value; None: as long as they take).  If they all returned, join
+        every pool; if not, leave the pools to end without waiting.  Returns the ids of the
+        runs left behind."""
+        if not self.started:
+            return []
+        self.started = False
+        self.scheduler.pause()
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        with self._idle:
+            self._idle.wait_for(lambda: not self._running, timeout)
+            blocked = sorted(self._running)
+        self.scheduler.shutdown(wait=not blocked)
+        return blocked
 
     def _run(self, job_id: str) -> bool | None:
         """One run: the worker's loop, again while it leaves work, for a short while."""
-        job = self._jobs[job_id]
-        more = job.work()
-        busy_until = time.monotonic() + BUSY_SLICE_SECONDS
-        while more and not self._stop.is_set() and time.monotonic() < busy_until:
+        if self._stop.is_set():
+            return False
+        with self._idle:
+            self._running.add(job_id)
+        try:
+            job = self._jobs[job_id]
             more = job.work()
-        return more
+            busy_until = time.monotonic() + BUSY_SLICE_SECONDS
+            while more and not self._stop.is_set() and time.monotonic() < busy_until:
+                more = job.work()
+            return more
+        finally:
+            with self._idle:
+                self._running.discard(job_id)
+                self._idle.notify_all()
 
     def _after_run(self, event: JobExecutionEvent) -> None:
         if self._stop.is_set():

@@ -21,7 +21,7 @@ from collector.store import Store, open_store
 from reporter._batches import Batches
 from reporter._body_limit import BodyLimit, body_model
 from reporter._config import ReporterConfig
-from reporter._constants import REAP_INTERVAL_SECONDS
+from reporter._constants import REAP_INTERVAL_SECONDS, STOP_MARGIN_SECONDS
 from reporter._delivery import Clock, Deliverer, Held
 from reporter._health import Health
 from reporter._levels import WatchedLimiter
@@ -31,6 +31,7 @@ from reporter._ownership import ShardOwnership
 from reporter._prometheus import MetricsEndpoint
 from reporter._scheduling import Runner
 from reporter._sinks import Sender, make_sender
+from reporter._stopping import StopCalls, Stopped
 from reporter._store_watch import RESET_GATHER_SECONDS, StoreWatch
 from reporter._workers import HotGameWorker, LeaseKeeper, Reaper, ShardSweeper, guarded
 
@@ -119,41 +120,38 @@ class ReporterService:
 
     def _shard_leases(self) -> bool:
         """One round of shard leases; a round that succeeds keeps the process ready."""
+        if self.stop_event.is_set():  # stop() gives them up
+            return False
         more = self.ownership.loop()
         self.health.leases_renewed()
         return more
 
-    def stop(self, grace: float | None = None) -> dict[str, int]:
-        """Stop claiming; let in-flight POSTs finish within ``grace`` seconds; release the
-        rest (a POST still running past the grace is cut off: its batch is sent again after
-        the release); join the pools; give the shards back.  Returns this process's
-        counters."""
+    def stop(self, grace: float | None = None) -> Stopped:
+        """Stop claiming; let in-flight POSTs finish within ``grace`` seconds; then, through
+        a client with short timeouts, acknowledge what was delivered and release the rest (a
+        POST still running is cut off: its batch is sent again after the release); wait for
+        the jobs under way until grace + the Redis socket timeout + ``STOP_MARGIN_SECONDS``;
+        give the shards back.  Whatever Redis and the endpoint do, it returns by then (a job
+        blocked in a call of the old client is left behind and named).  Returns this
+        process's counters and what was left to lease expiry."""
         grace = self.config.reporter.grace_seconds if grace is None else grace
+        began = time.monotonic()
+        deadline = began + grace + self.config.redis.socket_timeout_seconds + STOP_MARGIN_SECONDS
         self.stop_event.set()
-        deadline = time.monotonic() + grace
-        while len(self.held) and time.monotonic() < deadline:
+        while len(self.held) and time.monotonic() < began + grace:
             if self.abort_event.wait(0.02):
                 break
         to_release, to_ack = self.held.take_all()
-        try:
-            self.deliverer.acknowledge(to_ack)  # delivered while a later POST was slow
-        except Exception as exc:  # their leases will bring them back: sent again
-            logger.warning("could not acknowledge %d delivered batches (%s); their leases will "
-                           "expire", len(to_ack), exc)
-        released = 0
-        for batch_id, keys, token in to_release:
-            try:
-                released += self.batches.release(keys, batch_id, token)
-            except Exception as exc:  # the lease will bring it back
-                logger.warning("could not release batch %s (%s); its lease will expire",
-                               batch_id, exc)
-        self.sender.close()  # cuts off POSTs still running, so the pools can be joined
-        self.runner.shutdown()
-        try:
-            self.ownership.give_up()
-        except Exception as exc:
-            logger.warning("could not give up shard leases (%s); they will expire", exc)
-        self.metrics.count(Counter.BATCHES_RELEASED, released)
+        calls = StopCalls(self.store, self.config.redis)
+        calls.acknowledge(self.deliverer, to_ack)  # delivered while a later POST was slow
+        calls.release(self.batches, to_release)  # first, so a POST cut off cannot retry it
+        self.sender.close()  # cuts off POSTs still running, so their jobs return
+        blocked = self.runner.shutdown(deadline)
+        if not blocked:
+            calls.close_replaced()
+        calls.give_up(self.ownership)
+        self.metrics.count(Counter.BATCHES_RELEASED, calls.released)
         if self.endpoint is not None:
             self.endpoint.stop()
-        return self.tally.counted()
+        left = [*calls.left, *self.held.being_acked()]  # the last: their jobs are blocked
+        return Stopped(self.tally.counted(), tuple(left), tuple(blocked))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -109,10 +110,22 @@ class Server:
             self.proc.wait(10)
         self.proc = None
 
+    def pause(self) -> None:
+        """SIGSTOP: the server hangs with its sockets open (connects still succeed, nothing
+        is answered), as a stuck or swapping server does."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port, socket_timeout=5)
 
     def cleanup(self) -> None:
+        if self.proc is not None:
+            self.resume()  # a stopped process ignores nothing but SIGKILL; be sure it dies
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 

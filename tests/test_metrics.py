@@ -88,7 +88,7 @@ def test_a_reporter_reports_its_counts_and_levels(redis_url: str, r: redis.Redis
             wait_until(lambda: metrics.counted.get(Counter.DELIVERED) == 300,
                        what="300 delivered")
             levels = {name: read() for name, read in metrics.watched.items()}  # type: ignore[operator]
-            counts = service.stop()
+            counts = service.stop().counts
         finally:
             if not service.stop_event.is_set():
                 service.stop(grace=0)

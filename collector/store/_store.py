@@ -54,6 +54,12 @@ class Store:
     def close(self) -> None:
         self.backend.close()
 
+    def use_backend(self, backend: Backend) -> Backend:
+        """Send every later call through ``backend`` (a stopping reporter's client with
+        short timeouts); returns the one it replaces, still open for calls under way."""
+        old, self.backend = self.backend, backend
+        return old
+
     # -- scripts -----------------------------------------------------------------------------
 
     def call(self, request: ScriptCall[R]) -> R:

@@ -210,3 +210,42 @@ def test_second_signal_exits_at_once_and_a_later_reporter_recovers(
 
     later.signal(signal.SIGTERM)
     assert later.wait(config.reporter.grace_seconds + EXIT_MARGIN) == 0
+
+
+def test_sigterm_while_redis_hangs_exits_within_the_bound_and_loses_nothing(
+        own_server: Server, make_endpoint: MakeEndpoint, spawn: Spawn) -> None:
+    """Redis stopped (SIGSTOP: connects succeed, nothing is answered) while a POST is under
+    way: the reporter exits within grace + the Redis socket timeout + 2 s, lists what it left
+    to lease expiry, and a later reporter delivers everything once Redis is back."""
+    def decide(n: int, body: dict[str, Any]) -> tuple[int, dict[str, str]]:
+        script.release.wait(1.5)  # the first answers come while Redis hangs
+        return 200, {}
+
+    script = Script(decide)
+    endpoint = make_endpoint(script)
+    grace, socket_timeout = 1.0, 1.0
+    config, client = setup(own_server, endpoint, reporter={"grace_seconds": grace},
+                           redis={"socket_timeout_seconds": socket_timeout, "retries": 3})
+    schema = schema_of(config)
+
+    first = spawn(config)
+    wait_until(lambda: endpoint.requests >= 1, what="the first POST")
+    own_server.pause()
+    try:
+        first.signal(signal.SIGTERM)
+        # The promise is grace + socket timeout + 2 s; the margin is for the interpreter.
+        assert first.wait(grace + socket_timeout + 2 + EXIT_MARGIN) == 0
+    finally:
+        own_server.resume()
+    log = first.log()
+    assert "left to lease expiry: 1 batches" in log, log
+    assert "Traceback" not in log, log
+
+    script.release.set()
+    later = spawn(config)
+    finished = wait_until(lambda: drained(client, schema), what="everything delivered later")
+    assert_reconciled(finished)
+    assert finished.counter("delivered") == EVENTS
+    assert set(received_keys(endpoint)) == {(GAME, s) for s in range(EVENTS)}
+    later.signal(signal.SIGTERM)
+    assert later.wait(config.reporter.grace_seconds + EXIT_MARGIN) == 0

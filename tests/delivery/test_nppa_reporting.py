@@ -108,7 +108,7 @@ def test_a_wrong_key_dead_letters_with_an_alert(redis_url: str, services: MakeSe
         service = services(config)
         wait_until(lambda: read_totals(service.store).counter("dead_events") == 20,
                    timeout=30, what="both games' batches dead-lettered")
-        counts = service.stop()
+        counts = service.stop().counts
     assert set(codes(endpoint)) == {1011}
     assert accepted_count(endpoint) == 0
     assert counts["config_errors"] >= 2

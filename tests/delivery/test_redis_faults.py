@@ -1,5 +1,7 @@
-"""Redis stops (SIGKILL) for a few seconds while a Collector produces events and the
-ReporterService delivers them; both carry on by themselves once it is back.
+"""Redis fails for a few seconds while a Collector produces events and the ReporterService
+delivers them: killed (SIGKILL, then started again) or hung (SIGSTOP, then SIGCONT: sockets
+stay open and nothing is answered, so every call waits for its timeout).  Both carry on by
+themselves once it is back.
 
 The server runs with ``appendonly yes`` and ``appendfsync always``: every write it answered
 is on disk before the answer, so the restart loses nothing and every event collected before,
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import threading
 import time
+
+import pytest
 
 from collector import Collector
 from tests.delivery.conftest import MakeEndpoint, StartService
@@ -51,9 +55,10 @@ class Producer(threading.Thread):
                 seq += 1
 
 
-def test_redis_restart_while_collecting_and_delivering(
+@pytest.mark.parametrize("fault", ["killed", "hung"])
+def test_redis_outage_while_collecting_and_delivering(
         durable_server: Server, make_endpoint: MakeEndpoint,
-        start_service: StartService) -> None:
+        start_service: StartService, fault: str) -> None:
     endpoint = make_endpoint()
     config = make_config(
         durable_server.url, endpoint.url,
@@ -68,13 +73,19 @@ def test_redis_restart_while_collecting_and_delivering(
         producer.start()
         wait_until(lambda: len(endpoint.events()) >= 200, what="delivery before the outage")
 
-        durable_server.stop()
+        if fault == "killed":
+            durable_server.stop()
+        else:
+            durable_server.pause()
         down_at = time.monotonic()
         wait_until(lambda: collector.stats()["backend_errors"] >= 2, what="flushes failing")
         wait_until(lambda: time.monotonic() - down_at >= OUTAGE_SECONDS, step=0.1,
                    what="the outage to last")
         during = len(producer.collected)
-        durable_server.start()
+        if fault == "killed":
+            durable_server.start()
+        else:
+            durable_server.resume()
 
         wait_until(lambda: len(producer.collected) >= during + 1000,
                    what="events collected after the restart")

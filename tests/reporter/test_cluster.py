@@ -46,7 +46,7 @@ def test_reporter_drains_every_shard_of_a_cluster(cluster: Cluster, cluster_clie
     wait_until(lambda: len(endpoint.events()) >= 150 * len(games), what="every event")
     wait_until(lambda: read_totals(service.store).pending_events == 0,
                what="every batch acked")
-    counts = service.stop()
+    counts = service.stop().counts
 
     assert Counter(ids_of(endpoint.events())) == Counter(
         f"{g}#{i}" for g in games for i in range(150))

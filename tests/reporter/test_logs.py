@@ -36,6 +36,7 @@ from reporter._logging import (
     note_secrets,
 )
 from reporter._nppa_mock import NppaEndpoint
+from reporter._stopping import Stopped
 from tests.polling import wait_until
 from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse
 from tests.reporter.test_cli import REPO, child_env
@@ -155,12 +156,21 @@ def test_the_start_up_line_names_everything_masked(tmp_path: Path) -> None:
 
 
 def test_the_stopped_line_has_every_reporter_counter() -> None:
-    message, fields = stopped_line({"delivered": 10, "batches_delivered": 1})
+    message, fields = stopped_line(Stopped({"delivered": 10, "batches_delivered": 1}))
     counters = fields["counters"]
     assert isinstance(counters, dict)
     assert list(counters) == [str(c) for c in REPORTER]
     assert (counters["delivered"], counters["batches_released"]) == (10, 0)
     assert message.startswith("stopped: stale=0, delivered=10, batches_delivered=1, ")
+    assert "left to lease" not in message and fields["left_to_lease"] == []
+
+
+def test_the_stopped_line_lists_what_was_left_to_lease_expiry() -> None:
+    left = tuple(f"b{i}" for i in range(12))
+    message, fields = stopped_line(Stopped({}, left, ("sweep:3",)))
+    assert message.endswith("; left to lease expiry: 12 batches (b0, b1, b2, b3, b4, b5, b6, "
+                            "b7, b8, b9, and 2 more); still blocked: 1 jobs (sweep:3)")
+    assert fields["left_to_lease"] == list(left) and fields["blocked_jobs"] == ["sweep:3"]
 
 
 # -- a whole run -------------------------------------------------------------------------------

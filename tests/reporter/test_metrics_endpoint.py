@@ -117,7 +117,7 @@ def test_metrics_rise_while_traffic_flows(redis_url: str, make_service: MakeServ
                    what="everything delivered")
         samples = scrape(service)
         assert get(service, "/healthz").status_code == 200
-        counts = service.stop()
+        counts = service.stop().counts
 
     assert value(samples, "telemetry_delivered_total", scope="process") == counts["delivered"]
     assert value(samples, "telemetry_stored_total", scope="cluster") == traffic.sent

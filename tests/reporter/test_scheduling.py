@@ -161,3 +161,34 @@ def _holds_shards(redis_url: str) -> bool:
 
     with redis.Redis.from_url(redis_url) as client:
         return bool(client.exists("{telemetry:0}:owner"))
+
+
+def test_shutdown_leaves_a_blocked_run_behind_at_its_deadline_and_names_it() -> None:
+    stop, release = threading.Event(), threading.Event()
+    runner = Runner({"default": 1}, stop)
+    started = threading.Event()
+
+    def blocked() -> bool:
+        started.set()
+        release.wait(30)  # a call to a peer that does not answer
+        return False
+
+    runner.every("stuck", blocked, 60.0, "default")
+    runner.start()
+    assert started.wait(10)
+    stop.set()
+    try:
+        assert runner.shutdown(deadline=time.monotonic() + 0.2) == ["stuck"]
+        assert not release.is_set()  # it returned without the run
+    finally:
+        release.set()
+
+
+def test_a_run_that_starts_after_the_stop_returns_without_working() -> None:
+    stop = threading.Event()
+    runner = Runner({"default": 1}, stop)
+    runs: list[int] = []
+    runner.every("late", lambda: bool(runs.append(1)), 60.0, "default")
+    stop.set()
+    assert runner._run("late") is False  # what the pool would call for a run due now
+    assert runs == []

@@ -184,7 +184,7 @@ def test_stop_waits_for_an_inflight_post_within_the_grace(
         wait_until(lambda: endpoint.requests == 1, what="the POST to arrive")
 
         result: dict[str, int] = {}
-        stopper = threading.Thread(target=lambda: result.update(service.stop(grace=30)))
+        stopper = threading.Thread(target=lambda: result.update(service.stop(grace=30).counts))
         stopper.start()
         wait_until(service.stop_event.is_set, what="stop to begin")
         assert stopper.is_alive()  # still waiting for the POST
@@ -211,7 +211,7 @@ def test_stop_releases_what_the_grace_did_not_cover(
         service.start()
         wait_until(lambda: endpoint.requests == 1, what="the POST to arrive")
 
-        result = service.stop(grace=0.1)
+        result = service.stop(grace=0.1).counts
 
         keys = service.schema.shard(0)
         assert result["batches_released"] == 1
@@ -250,7 +250,7 @@ def test_acks_of_a_claim_go_together_after_its_posts(
                what="every batch acknowledged")
     assert rounds == [4]
     assert len(recorder.posts) == 4
-    counts = service.stop()
+    counts = service.stop().counts
     assert (counts["delivered"], counts["batches_delivered"]) == (512, 4)
 
 
@@ -270,7 +270,7 @@ def test_a_failed_ack_leaves_the_batch_in_flight_and_counts_it(
     reporter._delivery.ratelog.reset("ack")  # logged at most every 30 s
     service.start()
     wait_until(lambda: service.tally.snapshot().get("ack_failed") == 2, what="two failed acks")
-    counts = service.stop()
+    counts = service.stop().counts
     assert counts.get("delivered", 0) == 0
     assert len(recorder.posts) == 2
     totals = read_totals(service.store)
@@ -299,7 +299,7 @@ def test_stop_acks_batches_delivered_before_a_post_it_gave_up_on(
         wait_until(lambda: endpoint.requests == 2, what="the second POST to arrive")
         assert read_totals(service.store).counter("delivered") == 0  # not yet acked
 
-        result = service.stop(grace=0.1)
+        result = service.stop(grace=0.1).counts
 
         assert (result["delivered"], result["batches_released"]) == (128, 1)
         keys = service.schema.shard(0)
@@ -340,7 +340,7 @@ def test_counters_add_up_after_a_run(redis_url: str, client: redis.Redis,
     wait_until(lambda: read_totals(service.store).buffered == 0
                and read_totals(service.store).pending_events == 0,
                what="everything drained")
-    counts = service.stop()
+    counts = service.stop().counts
     # after the run: one game buffered, one batch claimed and not finished
     store_many(client, service, {"late": numbered("late", 30), "held": numbered("held", 40)})
     keys = service.schema.for_game("held")
