@@ -57,6 +57,8 @@ def _resend(client: redis.Redis, calls: Sequence[WireCall], replies: list[Any],
             kind: type[Exception] | tuple[type[Exception], ...]) -> bool:
     """Send again the calls whose reply is a ``kind`` error; False if there were none."""
     again = [i for i, reply in enumerate(replies) if isinstance(reply, kind)]
+    if not again:  # the usual case: not even a connection from the pool
+        return False
     for i, reply in zip(again, _send(client, [calls[i] for i in again]), strict=True):
         replies[i] = reply
     return bool(again)
