@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 import uuid
+from itertools import islice
 
 from collector.store import BackendError, ShardLease, Store
 
@@ -42,18 +43,22 @@ class ShardOwnership:
             return frozenset(self._owned)
 
     def loop(self) -> bool:
-        """Renew what is held, then move towards this process's fair share."""
+        """Renew what is held, then move towards this process's fair share: one round trip
+        for the renewals, one per try at free shards, one to give up any excess."""
         now_ms = int(time.time() * 1000)
         live = max(1, self._store.heartbeat(self.owner, now_ms, self._lease_ms))
         share = math.ceil(self._schema.shards / live)
-        held: set[int] = set()
-        for keys in self._schema.all_shards():
-            mine = keys.shard in self._owned
-            if (mine or len(held) < share) and self._lease(keys.shard, self._lease_ms):
-                held.add(keys.shard)
-        for shard in sorted(held)[share:]:
-            self._lease(shard, 0)
-            held.discard(shard)
+        mine = self.owned()
+        held = set(self._leases(sorted(mine), self._lease_ms))
+        free = (shard for shard in range(self._schema.shards) if shard not in mine)
+        while len(held) < share:
+            tries = list(islice(free, share - len(held)))
+            if not tries:
+                break
+            held.update(self._leases(tries, self._lease_ms))
+        excess = sorted(held)[share:]
+        self._leases(excess, 0)
+        held.difference_update(excess)
         with self._lock:
             if held != self._owned:
                 logger.info("now sweeping shards %s (%d reporters live)",
@@ -67,16 +72,20 @@ class ShardOwnership:
         round trips.  Raises the first ``BackendError`` met (the leases left expire)."""
         with self._lock:
             owned, self._owned = self._owned, set()
-        replies = self._store.call_many([ShardLease(self._schema.shard(shard), self.owner, 0)
-                                         for shard in sorted(owned)])
+        self._leases(sorted(owned), 0)
+        self._store.leave(self.owner)
+
+    def _leases(self, shards: list[int], lease_ms: int) -> list[int]:
+        """Take or renew these shards' leases (0 gives them up) in few round trips; those
+        this process holds now.  Raises the first ``BackendError`` met."""
+        if not shards:
+            return []
+        replies = self._store.call_many([ShardLease(self._schema.shard(shard), self.owner,
+                                                    lease_ms) for shard in shards])
         for reply in replies:
             if isinstance(reply, BackendError):
                 raise reply
-        self._store.leave(self.owner)
-
-    def _lease(self, shard: int, lease_ms: int) -> bool:
-        """Take or renew the shard's lease (0 gives it up); True if this process holds it."""
-        return self._store.call(ShardLease(self._schema.shard(shard), self.owner, lease_ms))
+        return [shard for shard, reply in zip(shards, replies, strict=True) if reply]
 
 
 def _ranges(numbers: list[int]) -> str:
