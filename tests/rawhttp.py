@@ -179,6 +179,12 @@ class RawServer:
         with self.lock:
             return [orjson.loads(body) for _, body in self.requests if body]
 
+    def idle(self) -> int:
+        """Connections waiting for their next request (a handler that has just answered
+        comes back to waiting a moment after the client has the answer)."""
+        with self.lock:
+            return len(self._idle)
+
     def close_idle(self) -> None:
         """Close the connections waiting for a request, as a keep-alive timeout does."""
         with self.lock:

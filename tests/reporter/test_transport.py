@@ -364,6 +364,7 @@ def test_connections_the_server_closed_while_idle_are_noticed_before_reuse(
     with httpx.Client(transport=transport) as c:
         two_at_once(c, server)
         assert sum(len(v) for v in transport._idle.values()) == 2
+        wait_until(lambda: server.idle() == 2, what="both server handlers back to waiting")
         server.close_idle()
         wait_until(lambda: server.closed == 2, what="the server closing both idle connections")
         assert c.post(server.url(), content=b"x").content == b"ok"
