@@ -10,10 +10,17 @@
 from collector._collector import Collector
 from collector._config import TelemetryConfig
 from collector._default import close, collect, flush, set_on_error, stats
-from collector._exceptions import BackendError, ConfigError, EventsDropped, TelemetryError
+from collector._exceptions import (
+    BackendError,
+    BackendFull,
+    ConfigError,
+    EventsDropped,
+    TelemetryError,
+)
 
 __all__ = [
     "BackendError",
+    "BackendFull",
     "Collector",
     "ConfigError",
     "EventsDropped",

@@ -16,7 +16,7 @@ from collector._buffer import EventBuffer
 from collector._config import TelemetryConfig
 from collector._config_loader import build_config, load_config, raw_settings
 from collector._constants import FLUSH_SOON_EVENTS, KNOWN_GAMES_LIMIT
-from collector._exceptions import BackendError
+from collector._exceptions import BackendError, BackendFull
 from collector._flusher import Flusher, reason
 from collector._on_error import ErrorReport, OnError, check_callback
 from collector._writer import Writer
@@ -192,6 +192,8 @@ class Collector:
         except Exception as exc:
             self._buffer.put_back({}, pending)
             self._counts.count(Counter.BACKEND_ERRORS)
+            if isinstance(exc, BackendFull):
+                self._counts.count(Counter.REFUSED_OOM)
             kind = type(exc) if isinstance(exc, BackendError) else BackendError
             raise kind(f"could not store event of game {game!r}: {reason(exc)}") from exc
         self._counts.add({Counter.ACCEPTED: 1, Counter.STORED: result.stored,

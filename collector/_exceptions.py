@@ -8,8 +8,10 @@ Every error derives from one root, so callers can catch the whole family::
     ├── BackendError            Redis failed
     │   ├── BackendUnavailable  Redis did not answer: refused, reset or timed-out connection,
     │   │                       cluster down, server loading
-    │   └── BackendRefused      Redis answered with an error: out of memory, read-only replica,
-    │                           a script error, a wrong key type
+    │   └── BackendRefused      Redis answered with an error: read-only replica, a script
+    │       │                   error, a wrong key type
+    │       └── BackendFull     Redis is at maxmemory and refuses writes (an OOM reply);
+    │                           the SDK keeps the events and tries again
     └── EventsDropped           the SDK dropped or refused events (never raised: handed to
                                 ``on_error``)
 
@@ -50,6 +52,12 @@ class BackendUnavailable(BackendError):
 
 class BackendRefused(BackendError):
     """Redis answered the command with an error."""
+
+
+class BackendFull(BackendRefused):
+    """Redis refused a write because it is at ``maxmemory`` (an ``OOM`` reply, policy
+    ``noeviction``).  Nothing was written; the same write works once the reporters have
+    drained some of what Redis holds, so the SDK keeps the events and tries again."""
 
 
 class EventsDropped(TelemetryError):

@@ -3,8 +3,9 @@
 A round takes everything waiting (already grouped by game) and writes it through the
 ``Writer`` in as few socket writes as the backend allows.  Rounds run every
 ``flush_interval_ms``, sooner when woken (a full-ish buffer, ``flush()``, ``close()``).
-While Redis fails, the events go back to the buffer and the pause between rounds doubles up
-to ``retry_max_delay_ms``; at close the flusher keeps trying until the close deadline.
+While Redis fails (down, or at maxmemory: ``BackendFull``, counted in ``refused_oom``), the
+events go back to the buffer and the pause between rounds doubles up to
+``retry_max_delay_ms``; at close the flusher keeps trying until the close deadline.
 
 The flusher also calls the host's ``on_error``: once per failed round (with the events of the
 failed write), and for the events lost since it last looked (buffer full, too large), at the
@@ -22,7 +23,7 @@ from collections.abc import Callable
 
 from collector._buffer import EventBuffer
 from collector._constants import DROPS_REPORT_SECONDS
-from collector._exceptions import BackendError
+from collector._exceptions import BackendError, BackendFull
 from collector._on_error import ErrorReport
 from collector._writer import Writer
 from collector.counters import Counter
@@ -140,6 +141,8 @@ class Flusher:
             self.in_flush = 0
             self._counts.add({Counter.STORED: result.stored,
                                      Counter.EVICTED: result.evicted, Counter.FLUSHES: 1})
+            if result.refused_oom:
+                self._counts.count(Counter.REFUSED_OOM, result.refused_oom)
             if result.error is not None:
                 self._buffer.put_back(result.failed, result.failed_pending)
                 self._failed(result.error, sum(map(len, result.failed.values())))
@@ -151,11 +154,19 @@ class Flusher:
 
     def _failed(self, exc: Exception, count: int) -> None:
         self._counts.count(Counter.BACKEND_ERRORS)
-        self._ratelog.log(
-            logging.WARNING, "backend",
-            "cannot store %d events (%s); %d buffered, retrying with backoff",
-            count, reason(exc), len(self._buffer),
-        )
+        if isinstance(exc, BackendFull):
+            self._ratelog.log(
+                logging.WARNING, "backend",
+                "Redis is full (maxmemory): it refused %d events, kept here; %d buffered, "
+                "retrying with backoff until the reporters drain it (%s)",
+                count, len(self._buffer), reason(exc),
+            )
+        else:
+            self._ratelog.log(
+                logging.WARNING, "backend",
+                "cannot store %d events (%s); %d buffered, retrying with backoff",
+                count, reason(exc), len(self._buffer),
+            )
         self._report.failed_write(exc, count, reason(exc))
         self._report_drops()  # putting the events back may have overfilled the buffer
 

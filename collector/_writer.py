@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from collector._buffer import Pending, no_pending
 from collector._constants import CALL_BYTES, EVENTS_PER_CALL
-from collector._exceptions import BackendError
+from collector._exceptions import BackendError, BackendFull
 from collector.counters import Counter
 from collector.store import Collect, Store, Stored
 
@@ -34,6 +34,7 @@ class WriteResult:
     failed: dict[str, list[bytes]] = field(default_factory=dict)
     failed_pending: Pending = field(default_factory=no_pending)
     error: BackendError | None = None
+    refused_oom: int = 0  # events in the calls Redis refused for being at maxmemory
     # Shards whose identity marker changed since this writer last wrote to them: their data
     # vanished in between (Redis restarted empty, flushed, failed over to an empty replica).
     reset_shards: list[int] = field(default_factory=list)
@@ -124,6 +125,8 @@ def tally(calls: list[Call], replies: Sequence[Stored | BackendError]) -> WriteR
     for c, reply in zip(calls, replies, strict=True):
         if isinstance(reply, BackendError):
             result.error = reply
+            if isinstance(reply, BackendFull):
+                result.refused_oom += len(c.thinned) + len(c.entries)
             failed = result.failed.setdefault(c.game, [])
             failed += c.thinned
             failed += c.entries

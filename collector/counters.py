@@ -25,6 +25,9 @@ class Counter(StrEnum):
     ACCEPTED = "accepted"
     FLUSHES = "flushes"
     BACKEND_ERRORS = "backend_errors"
+    # Events in writes Redis refused because it was at maxmemory (an OOM reply); not a loss:
+    # they stay in the buffer and go again, so one event can be counted more than once.
+    REFUSED_OOM = "refused_oom"
     DROPPED_AT_CLOSE = "dropped_at_close"
     DROPPED_CLOSED = "dropped_closed"
     DROPPED_DISABLED = "dropped_disabled"
@@ -92,8 +95,8 @@ C = Counter
 # Collector.stats(): these counters and the BUFFERED gauge.
 SDK: tuple[Counter, ...] = (
     C.ACCEPTED, C.STORED, C.EVICTED, C.DROPPED_BUFFER_FULL, C.DROPPED_AT_CLOSE,
-    C.DROPPED_TOO_LARGE, C.DROPPED_CLOSED, C.DROPPED_DISABLED, C.BACKEND_ERRORS, C.FLUSHES,
-    C.STORE_RESETS,
+    C.DROPPED_TOO_LARGE, C.DROPPED_CLOSED, C.DROPPED_DISABLED, C.BACKEND_ERRORS, C.REFUSED_OOM,
+    C.FLUSHES, C.STORE_RESETS,
 )
 # Written by the scripts into each shard's stats hash.
 STORE: tuple[Counter, ...] = (

@@ -1,4 +1,8 @@
+#!lua
 -- collect: append events of one game to its capped buffer and register the game.
+-- No allow-oom: it grows memory.  At maxmemory (policy noeviction) Redis refuses the whole
+-- call before it runs (an OOM reply, nothing written); the SDK keeps the events, counts them
+-- in refused_oom and sends them again once the reporters have drained some memory.
 --
 -- KEYS[1]  q:<game>   list   the game's buffer
 -- KEYS[2]  active     set    games with buffered events

@@ -1,4 +1,9 @@
+#!lua flags=allow-oom
 -- shard_lease: take or renew one reporter process's lease on a shard.
+-- allow-oom: the reporter needs its shards to drain a full Redis.  Renewing (PEXPIRE) and
+-- giving up (DEL) do not grow memory; taking a free shard writes one small string (the
+-- owner's id, about 100 bytes with its expiry), at most one per shard: a constant that
+-- does not grow with the events.
 --
 -- KEYS[1]  owner      string the process holding the shard
 -- ARGV[1]  this process's id

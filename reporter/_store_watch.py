@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from collector.counters import Counter
 from collector.metrics import Metrics
-from collector.store import ShardKeys, Store
+from collector.store import BackendFull, ShardKeys, Store
 from reporter._batches import new_id
 
 logger = logging.getLogger("reporter")
@@ -46,7 +46,10 @@ class StoreWatch:
         """What a sweep read: the shard's marker (None: it has none, so it gets one now) and
         its outstanding events."""
         if marker is None:
-            marker = self._store.mark(keys, new_id())
+            try:
+                marker = self._store.mark(keys, new_id())
+            except BackendFull:  # Redis is at maxmemory: mark the shard at a later sweep
+                return
         with self._lock:
             known = self._known.get(keys.shard)
             self._known[keys.shard] = (marker, outstanding)

@@ -14,10 +14,11 @@
 - backends: ``SingleServer`` and ``Cluster``, one per deployment mode (``open_backend``).
 - views: what the sweeper, ``status``, ``dead`` and the metrics read (``ShardView``,
   ``ShardLevels``, ...), as methods of ``Store``.
-- errors: ``BackendUnavailable`` and ``BackendRefused`` (both ``collector.BackendError``).
+- errors: ``BackendUnavailable`` and ``BackendRefused`` (both ``collector.BackendError``);
+  ``BackendFull`` (a ``BackendRefused``) is Redis at maxmemory refusing a write.
 """
 
-from collector._exceptions import BackendError, BackendRefused, BackendUnavailable
+from collector._exceptions import BackendError, BackendFull, BackendRefused, BackendUnavailable
 from collector.store._backends import (
     BACKENDS,
     Backend,
@@ -31,9 +32,11 @@ from collector.store._calls import (
     Claim,
     Collect,
     Extend,
+    Heartbeat,
     Nack,
     Purge,
     PurgeIds,
+    ReadShard,
     Reap,
     Release,
     Replay,
@@ -97,6 +100,7 @@ __all__ = [
     "Alert",
     "Backend",
     "BackendError",
+    "BackendFull",
     "BackendRefused",
     "BackendUnavailable",
     "BatchDetail",
@@ -109,6 +113,7 @@ __all__ = [
     "Extend",
     "GameState",
     "GameView",
+    "Heartbeat",
     "KeySchema",
     "LuaScript",
     "Moved",
@@ -116,6 +121,7 @@ __all__ = [
     "NackResult",
     "Purge",
     "PurgeIds",
+    "ReadShard",
     "Reap",
     "Reaped",
     "Release",

@@ -379,6 +379,48 @@ class ShardLease(ScriptCall[bool]):
 
 
 @dataclass(frozen=True, slots=True)
+class Heartbeat(ScriptCall[int]):
+    """Note ``owner`` alive in the reporter registry (``key``) until ``deadline_ms``, forget
+    the reporters expired at ``now_ms`` (each reporter's own clock); the live count."""
+
+    script: ClassVar[str] = "heartbeat"
+    key: str
+    owner: str
+    now_ms: int
+    deadline_ms: int
+
+    def keys(self) -> Sequence[str]:
+        return (self.key,)
+
+    def args(self) -> Sequence[Any]:
+        return (self.owner, self.now_ms, self.deadline_ms)
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadShard(ScriptCall[list[Any]]):
+    """A shard's whole state in one atomic read, with the buffers of ``games``; the reply
+    as the script returns it (``_views.read_shard`` reads it)."""
+
+    script: ClassVar[str] = "read_shard"
+    shard: ShardKeys
+    games: Sequence[str]
+
+    def keys(self) -> Sequence[str]:
+        s = self.shard
+        return (s.ring, s.inflight, s.retry, s.dead, s.stats, s.owner, s.batches,
+                *(s.queue(g) for g in self.games))
+
+    def args(self) -> Sequence[Any]:
+        return ()
+
+    def parse(self, reply: Any) -> list[Any]:
+        return list(reply)
+
+
+@dataclass(frozen=True, slots=True)
 class TakeTokens(ScriptCall[Tokens]):
     """Take up to ``wanted`` tokens from the bucket at ``key`` (``KeySchema.limiter``):
     ``rate`` per second, at most ``capacity`` held.  ``wanted`` < 0 gives tokens back;

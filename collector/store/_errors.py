@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import redis
-from redis.exceptions import AskError, ClusterDownError, RedisClusterException, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    OutOfMemoryError,
+    RedisClusterException,
+    TryAgainError,
+)
 
-from collector._exceptions import BackendError, BackendRefused, BackendUnavailable
+from collector._exceptions import BackendError, BackendFull, BackendRefused, BackendUnavailable
 
 # Errors that mean "Redis is not answering right now"; anything else is a refusal or a bug.
 UNAVAILABLE: tuple[type[Exception], ...] = (
@@ -29,7 +35,13 @@ def translate(exc: Exception, server: str) -> BackendError:
     """The store's error for a redis-py exception met talking to ``server`` (masked)."""
     if isinstance(exc, BackendError):
         return exc
-    kind = BackendUnavailable if isinstance(exc, UNAVAILABLE) else BackendRefused
+    kind: type[BackendError]
+    if isinstance(exc, UNAVAILABLE):
+        kind = BackendUnavailable
+    elif isinstance(exc, OutOfMemoryError):  # the OOM reply, from a command or a script
+        kind = BackendFull
+    else:
+        kind = BackendRefused
     error = kind(f"{server}: {type(exc).__name__}: {exc}")
     error.__cause__ = exc
     return error

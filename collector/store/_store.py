@@ -19,7 +19,7 @@ from collector._exceptions import BackendError
 from collector.store import _views
 from collector.store._backends import Backend, describe_settings, open_backend
 from collector.store._bulk import WireCall
-from collector.store._calls import ScriptCall
+from collector.store._calls import Heartbeat, ReadShard, ScriptCall
 from collector.store._errors import translate
 from collector.store._keys import KeySchema, ShardKeys
 from collector.store._results import text
@@ -89,7 +89,8 @@ class Store:
         return self._read(_views.game_states, shard, games)
 
     def read_shard(self, shard: ShardKeys) -> ShardView:
-        return self._read(_views.read_shard, shard)
+        return self._read(_views.read_shard, shard,
+                          lambda games: self.call(ReadShard(shard, games)))
 
     def read_shards(self) -> list[ShardView]:
         return [self.read_shard(shard) for shard in self.schema.all_shards()]
@@ -152,12 +153,7 @@ class Store:
     def heartbeat(self, owner: str, now_ms: int, lease_ms: int) -> int:
         """Note ``owner`` alive until ``now_ms + lease_ms``, forget expired reporters; the
         number of live reporters."""
-        key = self.schema.reporters
-        with self._translated(), self.backend.client.pipeline(transaction=False) as pipe:
-            pipe.zadd(key, {owner: now_ms + lease_ms})
-            pipe.zremrangebyscore(key, "-inf", now_ms)
-            pipe.zcard(key)
-            return int(pipe.execute()[2])
+        return self.call(Heartbeat(self.schema.reporters, owner, now_ms, now_ms + lease_ms))
 
     def mark(self, shard: ShardKeys, identity: str) -> str:
         """Give ``shard`` the identity marker ``identity`` unless it has one; the marker it

@@ -1,12 +1,14 @@
 """Read-only views of a shard: what the sweeper, ``status`` and ``dead`` need to see.
 
-Plain commands, no scripts: each read touches one shard's keys (one hash slot).
+Plain commands, never in a MULTI (Redis refuses to queue any command in a transaction
+while it is at maxmemory); each read touches one shard's keys (one hash slot).  The one
+atomic read, a shard's whole state, is the ``read_shard`` script (``no-writes``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -164,31 +166,26 @@ def game_states(client: RedisClient, keys: ShardKeys, games: list[str]) -> list[
     ]
 
 
-def read_shard(client: RedisClient, keys: ShardKeys, tries: int = 5) -> ShardView:
-    """One shard's state, read in one MULTI so that no batch is caught between two states.
+def read_shard(client: RedisClient, keys: ShardKeys,
+               read_state: Callable[[list[str]], Sequence[Any]], tries: int = 5) -> ShardView:
+    """One shard's state, read atomically by ``read_state`` (the ``read_shard`` script: a
+    MULTI would be refused while Redis is at maxmemory) so that no batch is caught between
+    two states.
 
     The games to read come from a first look at the ring; if the ring gained a game before
-    the transaction ran, it is read again."""
+    the atomic read ran, it is read again."""
     games = [text(g) for g in client.lrange(keys.ring, 0, -1)]
     for _ in range(tries):
-        with client.pipeline(transaction=True) as pipe:
-            pipe.lrange(keys.ring, 0, -1)
-            pipe.zrange(keys.inflight, 0, -1)
-            pipe.zrange(keys.retry, 0, -1)
-            pipe.llen(keys.dead)
-            pipe.hgetall(keys.stats)
-            pipe.get(keys.owner)
-            pipe.hgetall(keys.batches)
-            for game in games:
-                pipe.llen(keys.queue(game))
-                pipe.lindex(keys.queue(game), 0)
-            ring_now, inflight, retry, dead, stats, owner, metas, *queues = pipe.execute()
-        now_ring = [g.decode() for g in ring_now]
+        ring_now, inflight, retry, dead, flat_stats, owner, flat_metas, *queues = (
+            read_state(games))
+        now_ring = [text(g) for g in ring_now]
         if set(now_ring) <= set(games):
             break
         games = now_ring
     else:
         raise RuntimeError(f"shard {keys.shard}: its games kept changing; try again")
+    stats = dict(zip(flat_stats[0::2], flat_stats[1::2], strict=True))
+    metas = dict(zip(flat_metas[0::2], flat_metas[1::2], strict=True))
     lengths = dict(zip(games, queues[0::2], strict=True))
     heads = dict(zip(games, queues[1::2], strict=True))
     views = [GameView(g, keys.shard, int(lengths[g]),

@@ -6,8 +6,9 @@ import types
 
 import collector
 
-EXPECTED = {"BackendError", "Collector", "ConfigError", "EventsDropped", "TelemetryConfig",
-            "TelemetryError", "close", "collect", "flush", "set_on_error", "stats"}
+EXPECTED = {"BackendError", "BackendFull", "Collector", "ConfigError", "EventsDropped",
+            "TelemetryConfig", "TelemetryError", "close", "collect", "flush", "set_on_error",
+            "stats"}
 # Public doors for the reporter and advanced users; everything else is ``collector._*``.
 PUBLIC_MODULES = {"config", "counters", "logs", "metrics", "nppa", "prometheus", "store"}
 

@@ -159,7 +159,7 @@ def test_installed_wheel_works_outside_the_source_tree(
         print(json.dumps({{
             "file": collector.__file__,
             "scripts": {{n: len(t) for n, t in texts.items()}},
-            "collect_header": texts["collect"].splitlines()[0],
+            "collect_header": "\\n".join(texts["collect"].splitlines()[:2]),
             "default_config": config == TelemetryConfig(),
             "source": config.source,
             "flushed": ok,
@@ -174,7 +174,7 @@ def test_installed_wheel_works_outside_the_source_tree(
     assert Path(report["file"]).resolve().is_relative_to(site.resolve())
     assert set(report["scripts"]) == set(SCRIPT_NAMES)
     assert all(length > 0 for length in report["scripts"].values())
-    assert report["collect_header"].startswith("-- collect")
+    assert report["collect_header"].startswith("#!lua\n-- collect")
     assert report["default_config"] is True
     assert "packaged" in report["source"]
     assert report["flushed"] is True

@@ -1,0 +1,257 @@
+"""A Redis at maxmemory with ``noeviction``: writes that grow memory are refused (OOM), and
+everything the reporter needs to drain still works, so delivery never stops.
+
+Two ways to make a server full: filled for real (``--maxmemory 4mb``, events collected until
+Redis refuses them), and, for the script-by-script checks, ``CONFIG SET maxmemory 1`` on a
+server that already holds some state (every byte is then over the limit)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import orjson
+import pytest
+import redis
+from redis.cluster import RedisCluster
+
+from collector import BackendFull, Collector, TelemetryError
+from collector.store import KeySchema, ShardKeys, encode_entry
+from tests.conftest import BINARIES
+from tests.delivery.conftest import MakeEndpoint, StartService
+from tests.delivery.helpers import (
+    assert_reconciled,
+    drained,
+    make_config,
+    received_keys,
+    schema_of,
+    wait_until,
+)
+from tests.scriptcalls import Scripts, store_of, store_on
+from tests.servers import Cluster, Server
+
+GAMES = [f"full-{i}" for i in range(20)]
+PAD = "x" * 40  # events of about 80 bytes stored: about 40,000 fit in 4 MB
+
+
+@pytest.fixture(params=sorted(BINARIES))
+def full_server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    """A private server of each kind with a small maxmemory and no eviction."""
+    srv = Server(BINARIES[request.param],
+                 extra=["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"]).start()
+    yield srv
+    srv.cleanup()
+
+
+def entries(game: str, seqs: range) -> list[bytes]:
+    """Stored entries of ``game`` with these sequence numbers, collected now."""
+    now = time.time_ns() // 1_000_000
+    return [encode_entry(now, orjson.dumps({"game": game, "seq": s, "pad": PAD})) for s in seqs]
+
+
+def fill(client: redis.Redis, schema: KeySchema) -> int:
+    """Store events of ``GAMES`` until Redis refuses even one; how many it took.  (A large
+    call can be refused for its own arguments, which count while it is read.)"""
+    scripts = Scripts(store_of(client, schema))
+    stored, seq = 0, 0
+    for step in (200, 10, 1):
+        while True:
+            game = GAMES[seq % len(GAMES)]
+            try:
+                scripts.collect(schema.for_game(game), game, 1_000_000, 3600,
+                                entries(game, range(seq, seq + step)))
+            except BackendFull:
+                break
+            stored += step
+            seq += step
+    return stored
+
+
+def refuses_writes(client: redis.Redis | RedisCluster) -> bool:
+    try:
+        client.set("oom-probe", "x" * 4096)  # its own argument counts while it is read
+    except redis.exceptions.OutOfMemoryError:
+        return True
+    client.delete("oom-probe")
+    return False
+
+
+def test_a_full_redis_is_drained_and_takes_events_again(
+        full_server: Server, make_endpoint: MakeEndpoint, start_service: StartService) -> None:
+    """The reproduction: Redis filled until it refuses writes, then a reporter starts. It
+    takes its shards, sweeps and delivers everything; afterwards Redis stores events again."""
+    endpoint = make_endpoint()
+    config = make_config(full_server.url, endpoint.url)
+    client, schema = full_server.client(), schema_of(config)
+    stored = fill(client, schema)
+    assert stored > 10_000
+    assert refuses_writes(client)
+
+    service = start_service(config)
+    totals = wait_until(lambda: drained(client, schema), timeout=60, what="everything delivered")
+    assert totals.counter("delivered") == stored
+    assert_reconciled(totals)
+    keys = received_keys(endpoint)
+    assert sum(keys.values()) >= stored and len(keys) == stored
+    assert len(service.ownership.owned()) == config.redis.shards
+    assert not refuses_writes(client)
+    Scripts(store_of(client, schema)).collect(schema.for_game(GAMES[0]), GAMES[0], 1000, 60,
+                                              entries(GAMES[0], range(10**6, 10**6 + 10)))
+
+
+@contextmanager
+def full(*clients: redis.Redis) -> Iterator[None]:
+    """Every byte over the limit: the server refuses any write that may grow memory."""
+    for c in clients:
+        c.config_set("maxmemory-policy", "noeviction")
+        c.config_set("maxmemory", "1")
+    try:
+        yield
+    finally:
+        for c in clients:
+            c.config_set("maxmemory", "0")
+
+
+def claim(scripts: Scripts, keys: ShardKeys, game: str, batch_id: str, most: int = 1) -> Any:
+    return scripts.claim(keys, game, batch_id, "tok", 10, most, 60_000, 0, 0)
+
+
+def test_every_script_the_drain_needs_runs_at_maxmemory(r: redis.Redis) -> None:
+    """claim, ack, nack, settle, release, extend, reap, take_retries, the shard lease, the
+    heartbeat and every read of the sweep and of status work on a full server; collect (and
+    a plain write) is refused as BackendFull, nothing written."""
+    schema = KeySchema("oom", 1)
+    store = store_of(r, schema)
+    scripts = Scripts(store)
+    keys = schema.for_game("g")
+    scripts.collect(keys, "g", 10_000, 3600, entries("g", range(100)))
+    expired = claim(scripts, keys, "g", "expired").batches[0].batch_id
+    r.zadd(keys.inflight, {expired: 1})  # its lease ran out long ago
+    with full(r):
+        assert refuses_writes(r)
+        with pytest.raises(BackendFull):
+            scripts.collect(keys, "g", 10_000, 3600, entries("g", range(100, 110)))
+        assert r.llen(keys.queue("g")) == 90  # nothing of the refused call was written
+
+        # the sweep's reads and the status read
+        assert store.ring(keys, 0, 10).games == ["g"]
+        assert store.game_states(keys, ["g"])[0].length == 90
+        assert store.read_shard(keys).buffered == 90
+        # the shard lease: taken, renewed, given up; the registry heartbeat, new and renewed
+        assert scripts.shard_lease(keys, "me", 5000)
+        assert scripts.shard_lease(keys, "me", 5000)
+        assert not scripts.shard_lease(keys, "other", 5000)
+        assert store.heartbeat("me", 1000, 5000) == 1
+        assert store.heartbeat("me", 2000, 5000) == 1
+        assert store.heartbeat("other", 2000, 5000) == 2
+
+        # the batch life cycle
+        ids = [b.batch_id for b in claim(scripts, keys, "g", "b", most=5).batches]
+        assert len(ids) == 5
+        assert scripts.extend(keys, ids[0], "tok", 60_000)
+        assert scripts.ack(keys, ids[0], "tok") == 10
+        assert scripts.nack(keys, ids[1], "tok", permanent=False, min_delay_ms=0,
+                            initial_ms=1, max_ms=1, max_attempts=5, jitter=0.0, dead_max=100,
+                            reason="503").state == "retry"
+        assert scripts.nack(keys, ids[2], "tok", permanent=True, min_delay_ms=0,
+                            initial_ms=1, max_ms=1, max_attempts=5, jitter=0.0, dead_max=100,
+                            reason="400").state == "dead"
+        assert scripts.release(keys, ids[3], "tok")
+        settled = scripts.settle(keys, ids[4], "tok", retry=[1, 2], refused=[(3, "bad")],
+                                 initial_ms=1, max_ms=1)
+        assert settled.delivered == 7
+        assert scripts.reap(keys, 10, 5, 100).retried == 1
+        taken = scripts.take_retries(keys, "tok2", 60_000, 10)
+        assert len(taken) == 4  # nacked, released, settle's retry part, reaped
+        for batch in taken:
+            assert scripts.ack(keys, batch.batch_id, "tok2") >= 0
+        for k in range(5):  # the rest (40 events), then a claim of nothing unregisters "g"
+            for batch in claim(scripts, keys, "g", f"rest{k}", most=2).batches:
+                assert scripts.ack(keys, batch.batch_id, "tok") == 10
+        assert r.llen(keys.queue("g")) == 0 and store.ring(keys, 0, 10).games == []
+        assert scripts.shard_lease(keys, "me", 0) is False  # given up
+    assert not refuses_writes(r)
+    assert store.read_shard(keys).counters["delivered"] == 100 - 10 - 1  # 10 dead, 1 refused
+
+
+def test_the_lease_heartbeat_and_drain_work_on_a_full_cluster(cluster: Cluster) -> None:
+    """The same scripts on Redis Cluster, every primary full."""
+    rc = RedisCluster.from_url(cluster.url, socket_timeout=5)
+    nodes = [node.client() for node in cluster.nodes]
+    store = store_on(rc, make_config(cluster.url, redis={"cluster": True, "shards": 8}))
+    scripts = Scripts(store)
+    schema = store.schema
+    try:
+        for k in schema.all_shards():
+            rc.delete(k.owner, k.ring, k.active, k.inflight, k.batches, k.payloads, k.stats,
+                      k.retry, k.dead, *(k.queue(g) for g in GAMES))
+        rc.delete(schema.reporters)
+        for game in GAMES:
+            scripts.collect(schema.for_game(game), game, 10_000, 60, entries(game, range(20)))
+        with full(*nodes):
+            assert refuses_writes(rc)
+            with pytest.raises(BackendFull):
+                scripts.collect(schema.for_game(GAMES[0]), GAMES[0], 10_000, 60,
+                                entries(GAMES[0], range(20, 30)))
+            assert store.heartbeat("me", 1000, 5000) == 1
+            for game in GAMES:
+                keys = schema.for_game(game)
+                assert scripts.shard_lease(keys, "me", 5000)
+                assert store.read_shard(keys).buffered >= 20
+                for batch in claim(scripts, keys, game, f"c-{game}", most=2).batches:
+                    assert scripts.ack(keys, batch.batch_id, "tok") == 10
+        assert sum(store.read_shard(k).buffered for k in schema.all_shards()) == 0
+    finally:
+        rc.close()
+
+
+def test_the_sdk_keeps_what_a_full_redis_refuses_and_stores_it_after_the_drain(
+        full_server: Server, make_endpoint: MakeEndpoint, start_service: StartService) -> None:
+    """60,000 events over 20 games into a 4 MB Redis (about 40,000 fit): the SDK's writes are
+    refused (BackendFull, counted in refused_oom, told to on_error) and its buffer holds the
+    rest. A reporter then drains Redis, the SDK's held events get stored, and every event
+    collected is delivered: the SDK's, the store's and the endpoint's counts agree."""
+    endpoint = make_endpoint()
+    config = make_config(full_server.url, endpoint.url)
+    client, schema = full_server.client(), schema_of(config)
+    errors: list[tuple[TelemetryError, int]] = []
+    lock = threading.Lock()
+
+    def on_error(error: TelemetryError, count: int) -> None:
+        with lock:
+            errors.append((error, count))
+
+    sdk = Collector(url=full_server.url, shards=config.redis.shards, key_prefix="dlv",
+                    max_buffer_events=100_000, max_events_per_game=100_000,
+                    flush_interval_ms=10, retry_max_delay_ms=200, on_error=on_error)
+    try:
+        total = 60_000
+        for seq in range(total // len(GAMES)):
+            for game in GAMES:
+                sdk.collect(game, {"game": game, "seq": seq, "pad": PAD})
+        held = wait_until(lambda: sdk.stats()["refused_oom"] > 0 and sdk.stats()["buffered"],
+                          what="writes refused, events held in the SDK's buffer")
+        memory = client.info("memory")  # the SDK's large writes are refused before the last
+        assert memory["used_memory"] > 0.9 * memory["maxmemory"]  # bytes are taken
+        assert 0 < held < total
+
+        start_service(config)
+        assert sdk.flush(timeout=60), "the held events were stored once Redis drained"
+        totals = wait_until(lambda: drained(client, schema), timeout=60,
+                            what="everything delivered")
+        stats = sdk.stats()
+    finally:
+        sdk.close(timeout=1)
+    assert stats["accepted"] == stats["stored"] == total, stats
+    assert stats["dropped_buffer_full"] == stats["buffered"] == 0, stats
+    assert stats["refused_oom"] >= held
+    assert totals.counter("stored") == totals.counter("delivered") == total
+    assert_reconciled(totals)
+    keys = received_keys(endpoint)
+    assert len(keys) == total  # every event collected reached the endpoint
+    with lock:
+        full_errors = [e for e, _ in errors if isinstance(e, BackendFull)]
+    assert full_errors and all("maxmemory" in str(e) for e in full_errors)
