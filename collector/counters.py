@@ -81,6 +81,9 @@ class Gauge(StrEnum):
     SHARDS = "shards"  # [redis] shards: every reporter process's shards add up to this
     LIMITER_WAIT_SECONDS = "limiter_wait_seconds"  # what the last refused claim had to wait
     REDIS_UP = "redis_up"  # 1 if the last read of Redis for the metrics worked, else 0
+    REDIS_MEMORY_USED_BYTES = "redis_memory_used_bytes"  # per node, counted against maxmemory
+    REDIS_MEMORY_MAX_BYTES = "redis_memory_max_bytes"  # per node: maxmemory (0 = no limit)
+    REDIS_REFUSING_WRITES = "redis_refusing_writes"  # 1 while a node answers writes with OOM
 
 
 class Histogram(StrEnum):
@@ -120,7 +123,8 @@ STATUS_GAUGES: tuple[Gauge, ...] = (
 # the histograms; each served as telemetry_<name>.
 METRICS_GAUGES: tuple[Gauge, ...] = (
     Gauge.OWNED_SHARDS, Gauge.HELD_BATCHES, Gauge.SINK_GATE_OPEN, Gauge.LIMITER_WAIT_SECONDS,
-    Gauge.SHARDS, Gauge.REDIS_UP, Gauge.LIVE_REPORTERS, Gauge.BUFFERED, Gauge.GAME_BUFFERED,
+    Gauge.SHARDS, Gauge.REDIS_UP, Gauge.REDIS_MEMORY_USED_BYTES, Gauge.REDIS_MEMORY_MAX_BYTES,
+    Gauge.REDIS_REFUSING_WRITES, Gauge.LIVE_REPORTERS, Gauge.BUFFERED, Gauge.GAME_BUFFERED,
     Gauge.OLDEST_EVENT_AGE_SECONDS, Gauge.BATCHES_IN_FLIGHT, Gauge.BATCHES_RETRY,
     Gauge.BATCHES_RETRY_DUE, Gauge.BATCHES_DEAD_LISTED,
 )

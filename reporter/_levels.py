@@ -3,8 +3,9 @@ claim limiter's last refusal.
 
 A reading of Redis costs one HGETALL per shard (the cluster's counters), one ZCOUNT (live
 reporters), five cheap commands per shard this process holds and two per game buffered in
-them; it is reused for ``[metrics] cache_seconds``, however many scrapes come.  A failed read
-is reused as long, so a Redis outage is not probed once per scrape either.
+them, and one INFO (memory, errorstats) per node; it is reused for ``[metrics]
+cache_seconds``, however many scrapes come.  A failed read is reused as long, so a Redis
+outage is not probed once per scrape either.
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from collector.store import BackendError, ShardLevels, Store
+from collector.store import (
+    BackendError,
+    BackendRefused,
+    BackendUnavailable,
+    MemoryUse,
+    ShardLevels,
+    Store,
+)
 from reporter._limiter import ClaimLimiter, Permit
 
 Clock = Callable[[], float]
@@ -29,6 +37,10 @@ class Reading:
     counters: dict[str, int] = field(default_factory=dict)  # every shard's stats, added up
     live_reporters: int = 0
     shards: list[ShardLevels] = field(default_factory=list)  # the shards this process held
+    memory: list[MemoryUse] = field(default_factory=list)  # each node's (none if INFO refused)
+    # Whether a node refuses writes for lack of memory: full with noeviction, or it refused
+    # some (its OOM error count grew) since the previous reading.
+    refusing_writes: bool = False
     error: str = ""
 
 
@@ -45,6 +57,7 @@ class RedisReadings:
         self._wall = wall
         self._lock = threading.Lock()
         self._last: Reading | None = None
+        self._oom_refusals: dict[str, int] = {}  # node -> its OOM error count, last reading
 
     def get(self) -> Reading:
         with self._lock:
@@ -61,9 +74,22 @@ class RedisReadings:
             live = self._store.live_reporters(now_ms)
             shards = self._store.shard_levels(
                 [schema.shard(n) for n in sorted(self._owned())], now_ms)
+            memory = self._memory()
         except BackendError as exc:
             return Reading(at, now_ms, error=f"{type(exc).__name__}: {exc}")
-        return Reading(at, now_ms, counters, live, shards)
+        grew = any(m.oom_refusals > self._oom_refusals.get(m.node, m.oom_refusals)
+                   for m in memory)
+        self._oom_refusals = {m.node: m.oom_refusals for m in memory}
+        refusing = grew or any(m.refusing_writes for m in memory)
+        return Reading(at, now_ms, counters, live, shards, memory, refusing)
+
+    def _memory(self) -> list[MemoryUse]:
+        try:
+            return self._store.memory()
+        except BackendUnavailable:
+            raise
+        except BackendRefused:  # INFO renamed or forbidden: the other series still serve
+            return []
 
 
 class WatchedLimiter:

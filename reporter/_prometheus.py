@@ -37,6 +37,12 @@ HELP = {
     G.SHARDS: "[redis] shards: the owned_shards of every reporter add up to this",
     G.REDIS_UP: "1 if the last read of Redis for these metrics worked, else 0 (the Redis "
                 "series are then left out)",
+    G.REDIS_MEMORY_USED_BYTES: "Bytes of memory a Redis node counts against its maxmemory",
+    G.REDIS_MEMORY_MAX_BYTES: "A Redis node's maxmemory in bytes (0: no limit)",
+    G.REDIS_REFUSING_WRITES: "1 while Redis refuses writes for lack of memory (a node within 2% "
+                             "of maxmemory with noeviction, or OOM replies since the last "
+                             "reading): the SDKs hold their events until the reporters drain "
+                             "it",
     G.LIVE_REPORTERS: "Reporter processes with a live heartbeat in the registry (cluster)",
     G.BUFFERED: "Events buffered in Redis, per shard this process holds",
     G.GAME_BUFFERED: "Events buffered in Redis for the games with the most, in the shards "
@@ -73,6 +79,10 @@ class ReporterMetrics:
             for counter in STORE:
                 out.counter(counter, reading.counters.get(counter, 0), CLUSTER)
             gauge(G.LIVE_REPORTERS, reading.live_reporters)
+            for m in reading.memory:
+                gauge(G.REDIS_MEMORY_USED_BYTES, m.used, {"node": m.node})
+                gauge(G.REDIS_MEMORY_MAX_BYTES, m.maximum, {"node": m.node})
+            gauge(G.REDIS_REFUSING_WRITES, 1 if reading.refusing_writes else 0)
             self._levels(out, reading)
         return out.families()
 

@@ -18,7 +18,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from collector.counters import STORE
-from collector.store import Alert, BackendError, Reporter, Store
+from collector.store import (
+    Alert,
+    BackendError,
+    BackendUnavailable,
+    MemoryUse,
+    Reporter,
+    Store,
+)
 from reporter._accounting import Totals, read_totals
 from reporter._config import ReporterConfig
 from reporter._tables import table
@@ -42,6 +49,46 @@ def render_alerts(alerts: Sequence[Alert]) -> list[str]:
     """One line per alert: what an endpoint refused that only the operator can fix."""
     return [f"ALERT {a.name}: {a.message} ({a.count} times, last at {_when(a.at)})"
             for a in alerts]
+
+
+# -- Redis memory -----------------------------------------------------------------------------
+
+def read_memory(store: Store) -> list[MemoryUse]:
+    """Each node's memory use; none where INFO is refused (renamed or forbidden by an ACL)."""
+    try:
+        return store.memory()
+    except BackendUnavailable:
+        raise
+    except BackendError:
+        return []
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1_048_576:.1f} MB"
+
+
+def render_memory(memory: Sequence[MemoryUse]) -> list[str]:
+    """One line per full node: what Redis does at maxmemory under its policy."""
+    lines = []
+    for m in memory:
+        if not m.full:
+            continue
+        where = f" ({m.node})" if len(memory) > 1 else ""
+        head = f"Redis is full{where}: {_mb(m.used)} used of maxmemory {_mb(m.maximum)}"
+        if m.refusing_writes:
+            lines.append(f"{head} (policy noeviction); writes are refused: the SDKs keep their "
+                         f"events (refused_oom) until the reporters drain it "
+                         f"({m.oom_refusals} writes refused since the server started)")
+        else:
+            lines.append(f"{head} (policy {m.policy}); Redis evicts keys, which can delete "
+                         f"buffered events and batches: set maxmemory-policy noeviction")
+    return lines
+
+
+def memory_json(memory: Sequence[MemoryUse]) -> list[dict[str, Any]]:
+    return [{"node": m.node, "used_bytes": m.used, "max_bytes": m.maximum, "policy": m.policy,
+             "oom_refusals": m.oom_refusals, "full": m.full,
+             "refusing_writes": m.refusing_writes} for m in memory]
 
 
 # -- reporters ---------------------------------------------------------------------------------
@@ -78,7 +125,8 @@ def render_reporters(entries: Sequence[dict[str, Any]]) -> str:
 
 def render_status(totals: Totals, config: ReporterConfig, now: float | None = None,
                   max_games: int = 50, alerts: Sequence[Alert] = (),
-                  reporters: Sequence[dict[str, Any]] | None = None) -> str:
+                  reporters: Sequence[dict[str, Any]] | None = None,
+                  memory: Sequence[MemoryUse] = ()) -> str:
     now = time.time() if now is None else now
     hot = config.reporter.hot_games
     shard_rows = [
@@ -98,6 +146,7 @@ def render_status(totals: Totals, config: ReporterConfig, now: float | None = No
     counter_rows = [(k, v) for k, v in summary.items()]
     parts = [
         f"config: {config.source}",
+        *render_memory(memory),
         *render_alerts(alerts),
         *(["", render_reporters(reporters)] if reporters is not None else []),
         "",
@@ -125,15 +174,18 @@ def _alerts_json(alerts: Sequence[Alert]) -> list[dict[str, Any]]:
 def _full(store: Store, config: ReporterConfig, as_json: bool, indent: int | None) -> str:
     totals = read_totals(store)
     alerts = store.alerts()
+    memory = read_memory(store)
     now = time.time()
     owners = Tally(s.owner for s in totals.shards if s.owner)
     reporters = reporter_entries(store.reporters(), now, config.reporter.shard_lease_seconds,
                                  owners)
     if as_json:
         return json.dumps({**totals.summary(), "alerts": _alerts_json(alerts),
-                           "reporters": reporters}, indent=indent)
+                           "reporters": reporters, "redis_memory": memory_json(memory)},
+                          indent=indent)
     return (f"redis: {store.describe()}\n"
-            + render_status(totals, config, now, alerts=alerts, reporters=reporters))
+            + render_status(totals, config, now, alerts=alerts, reporters=reporters,
+                            memory=memory))
 
 
 # -- the cheap form (--no-shards) --------------------------------------------------------------
@@ -142,14 +194,17 @@ def _cheap(store: Store, config: ReporterConfig, as_json: bool, indent: int | No
     found = store.counters()
     counters = {str(name): found.get(name, 0) for name in STORE}
     alerts = store.alerts()
+    memory = read_memory(store)
     reporters = reporter_entries(store.reporters(), time.time(),
                                  config.reporter.shard_lease_seconds)
     if as_json:
         return json.dumps({**counters, "alerts": _alerts_json(alerts),
-                           "reporters": reporters}, indent=indent)
+                           "reporters": reporters, "redis_memory": memory_json(memory)},
+                          indent=indent)
     return "\n".join([
         f"redis: {store.describe()}",
         f"config: {config.source}",
+        *render_memory(memory),
         *render_alerts(alerts),
         "",
         render_reporters(reporters),

@@ -29,6 +29,7 @@ from collector.store._views import (
     BatchDetail,
     DeadBatch,
     GameState,
+    MemoryUse,
     Reporter,
     RingSlice,
     ShardLevels,
@@ -142,6 +143,11 @@ class Store:
         """What ``shards`` hold now: games with their buffer length and oldest entry, and
         their batch counts; no batch metadata or payload is read (unlike ``read_shard``)."""
         return self._read(_views.shard_levels, shards, now_ms)
+
+    def memory(self) -> list[MemoryUse]:
+        """Each node's memory against its maxmemory (INFO memory and errorstats): the server,
+        or every primary of a cluster."""
+        return self._read(_views.memory)
 
     def live_reporters(self, now_ms: int) -> int:
         """Reporter processes in the registry whose heartbeat has not expired at ``now_ms``

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from redis.cluster import RedisCluster
+
 if TYPE_CHECKING:
     from collector.store._backends import RedisClient
 
@@ -89,6 +91,34 @@ class ShardLevels:
         """Collect time of the oldest buffered event, or None if nothing is buffered."""
         times = [g.oldest_ms for g in self.games if g.oldest_ms is not None and g.length]
         return min(times) if times else None
+
+
+# Within this share of maxmemory a node counts as full: Redis checks the limit before a write
+# runs, with the write's own arguments already read, so writes are refused before the last
+# bytes are taken (an SDK write carries up to 512 KiB).
+FULL_RATIO = 0.98
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryUse:
+    """One Redis node's memory against its ``maxmemory`` (INFO memory), and the writes it has
+    refused for lack of memory since it started (INFO errorstats, ``errorstat_OOM``)."""
+
+    node: str  # host:port
+    used: int  # bytes Redis counts against maxmemory
+    maximum: int  # maxmemory in bytes; 0 = no limit
+    policy: str  # maxmemory-policy
+    oom_refusals: int
+
+    @property
+    def full(self) -> bool:
+        return self.maximum > 0 and self.used >= self.maximum * FULL_RATIO
+
+    @property
+    def refusing_writes(self) -> bool:
+        """Full with ``noeviction``: Redis answers OOM to writes that need memory (any other
+        policy evicts keys instead, which can delete buffered events and batches)."""
+        return self.full and self.policy == "noeviction"
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +369,26 @@ def shard_levels(client: RedisClient, shards: Sequence[ShardKeys], now_ms: int
     return [ShardLevels(keys.shard, [states[keys.shard, g] for g in games], inflight, retry,
                         due, dead)
             for keys, (games, inflight, retry, due, dead) in zip(shards, counts, strict=True)]
+
+
+def memory(client: RedisClient) -> list[MemoryUse]:
+    """Each node's memory use: the server, or every primary of a cluster."""
+    if isinstance(client, RedisCluster):
+        cluster: Any = client  # redis-py leaves the node lookups untyped
+        nodes = [(str(n.name), cluster.get_redis_connection(n)) for n in cluster.get_primaries()]
+    else:
+        kwargs = client.connection_pool.connection_kwargs
+        nodes = [(str(kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"),
+                  client)]
+    out = []
+    for name, node in nodes:
+        info: dict[str, Any] = node.info("memory", "errorstats")
+        oom = info.get("errorstat_OOM") or {}
+        out.append(MemoryUse(
+            name, int(info.get("used_memory", 0)) - int(info.get("mem_not_counted_for_evict", 0)),
+            int(info.get("maxmemory", 0)), str(info.get("maxmemory_policy", "")),
+            int(oom.get("count", 0)) if isinstance(oom, dict) else 0))
+    return out
 
 
 def live_reporters(client: RedisClient, key: str, now_ms: int) -> int:

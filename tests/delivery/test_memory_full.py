@@ -7,6 +7,7 @@ server that already holds some state (every byte is then over the limit)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +21,8 @@ from redis.cluster import RedisCluster
 
 from collector import BackendFull, Collector, TelemetryError
 from collector.store import KeySchema, ShardKeys, encode_entry
+from reporter._levels import RedisReadings
+from reporter._status import status_text
 from tests.conftest import BINARIES
 from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
@@ -255,3 +258,34 @@ def test_the_sdk_keeps_what_a_full_redis_refuses_and_stores_it_after_the_drain(
     with lock:
         full_errors = [e for e, _ in errors if isinstance(e, BackendFull)]
     assert full_errors and all("maxmemory" in str(e) for e in full_errors)
+
+
+def test_status_and_the_metrics_say_when_redis_refuses_writes(full_server: Server) -> None:
+    config = make_config(full_server.url)
+    client = full_server.client()
+    store = store_on(client, config)
+    readings = RedisReadings(store, frozenset, max_age=0)
+    assert "Redis is full" not in status_text(store, config, as_json=False)
+    assert readings.get().refusing_writes is False
+
+    fill(client, schema_of(config))
+    text = status_text(store, config, as_json=False)
+    [line] = [line for line in text.splitlines() if line.startswith("Redis is full")]
+    assert "maxmemory 4.0 MB (policy noeviction); writes are refused" in line
+    [memory] = json.loads(status_text(store, config, as_json=True))["redis_memory"]
+    assert memory["refusing_writes"] and memory["max_bytes"] == 4 * 1024 * 1024
+    assert memory["oom_refusals"] >= 3  # fill() met one refusal per call size
+    reading = readings.get()
+    assert reading.refusing_writes and reading.memory[0].refusing_writes
+    assert json.loads(status_text(store, config, as_json=True, shards=False))["redis_memory"]
+
+
+def test_oom_replies_since_the_last_reading_count_as_refusing(r: redis.Redis) -> None:
+    """A node under its limit again still refused writes since the last reading."""
+    readings = RedisReadings(store_of(r), frozenset, max_age=0)
+    assert readings.get().refusing_writes is False
+    with full(r):
+        assert refuses_writes(r)
+    reading = readings.get()
+    assert reading.refusing_writes and not reading.memory[0].full
+    assert readings.get().refusing_writes is False
