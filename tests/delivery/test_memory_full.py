@@ -59,10 +59,11 @@ def fill(client: redis.Redis, schema: KeySchema) -> int:
     """Store events of ``GAMES`` until Redis refuses even one; how many it took.  (A large
     call can be refused for its own arguments, which count while it is read.)"""
     scripts = Scripts(store_of(client, schema))
-    stored, seq = 0, 0
+    stored, seq, calls = 0, 0, 0
     for step in (200, 10, 1):
         while True:
-            game = GAMES[seq % len(GAMES)]
+            game = GAMES[calls % len(GAMES)]
+            calls += 1
             try:
                 scripts.collect(schema.for_game(game), game, 1_000_000, 3600,
                                 entries(game, range(seq, seq + step)))
