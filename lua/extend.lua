@@ -1,5 +1,7 @@
 #!lua flags=allow-oom
 -- extend: renew the lease of a batch whose POST is taking long.
+-- allow-oom: it rewrites the score of an existing lease entry (ZADD XX), which takes no
+-- memory; a lease that lapsed at maxmemory would have the batch reaped and sent twice.
 --
 -- KEYS[1]  inflight   zset   batch id -> lease deadline (ms)
 -- KEYS[2]  batches    hash   batch id -> metadata (JSON)

@@ -1,6 +1,10 @@
 #!lua flags=allow-oom
 -- nack: a delivery attempt failed. Schedule a retry with exponential backoff and full
 -- jitter, or dead-letter the batch when it is rejected for good or out of attempts.
+-- allow-oom: the batch only moves (its lease entry becomes a retry entry, or its id goes on
+-- the dead list); the metadata gains the failure reason (at most a few hundred bytes) and
+-- the dead list is trimmed to its cap here, freeing the oldest.  Refusing it at maxmemory
+-- would leave the batch to expire and be reaped, the same move later.
 --
 -- KEYS[1]  inflight   zset   batch id -> lease deadline (ms)
 -- KEYS[2]  batches    hash   batch id -> metadata (JSON)

@@ -1,5 +1,6 @@
 #!lua flags=allow-oom
 -- purge: delete the oldest dead-lettered batches for good, counting their events.
+-- allow-oom: it only deletes (and bumps a counter): the operator's way to free memory.
 --
 -- KEYS[1]  dead       list   dead-lettered batch ids, newest first
 -- KEYS[2]  batches    hash   batch id -> metadata (JSON)

@@ -1,6 +1,7 @@
 #!lua flags=allow-oom
 -- purge_ids: delete the named dead-lettered batches for good, counting their events.  A
 -- batch that is no longer on the dead list (replayed or purged meanwhile) is left alone.
+-- allow-oom: it only deletes (and bumps a counter): the operator's way to free memory.
 --
 -- KEYS[1]  dead       list   dead-lettered batch ids, newest first
 -- KEYS[2]  batches    hash   batch id -> metadata (JSON)

@@ -1,6 +1,9 @@
 #!lua flags=allow-oom
 -- reap: return batches whose lease expired (their reporter died or hung) to the retry queue,
 -- charging one attempt, or dead-letter them when out of attempts. Bounded per call.
+-- allow-oom: each batch moves from the lease set to the retry set or the dead list (about
+-- the same memory); the dead list is trimmed to its cap here.  Without it, batches of a
+-- crashed reporter would stay leased forever once Redis is full.
 --
 -- KEYS[1]  inflight   zset   batch id -> lease deadline (ms)
 -- KEYS[2]  batches    hash   batch id -> metadata (JSON)

@@ -1,5 +1,7 @@
 #!lua flags=allow-oom
 -- release: hand a batch back without charging an attempt (the reporter is stopping).
+-- allow-oom: the batch's lease entry becomes a retry entry of the same size; refusing it at
+-- maxmemory would only make the batch wait for its lease to expire.
 --
 -- KEYS[1]  inflight   zset   batch id -> lease deadline (ms)
 -- KEYS[2]  batches    hash   batch id -> metadata (JSON)

@@ -4,6 +4,9 @@
 -- the limit was lowered, or by an older version) is cut again by the claim's rule into
 -- '<id>.s1', '<id>.s2', ... A malformed entry's dead letter (reason "malformed entry") can
 -- never be sent: it stays dead-lettered, moved to the head of the list, and is counted apart.
+-- allow-oom: an operator's command; the batches move from the dead list to the retry set
+-- (about the same memory; a recut adds a few hundred bytes per part) so that they can be
+-- delivered and freed.
 --
 -- KEYS[1]  dead       list   dead-lettered batch ids, newest first
 -- KEYS[2]  batches    hash   batch id -> metadata (JSON)

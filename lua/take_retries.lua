@@ -1,5 +1,7 @@
 #!lua flags=allow-oom
 -- take_retries: lease batches whose retry time has come.
+-- allow-oom: each batch moves from the retry set to the lease set and its metadata gets a
+-- new token of the same length: no growth; the retries are what a full Redis must send first.
 --
 -- KEYS[1]  retry      zset   batch id -> when it is due (ms)
 -- KEYS[2]  inflight   zset   batch id -> lease deadline (ms)

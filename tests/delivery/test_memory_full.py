@@ -20,7 +20,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from collector import BackendFull, Collector, TelemetryError
-from collector.store import KeySchema, ShardKeys, encode_entry
+from collector.store import SCRIPT_NAMES, KeySchema, ShardKeys, encode_entry, script_text
 from reporter._levels import RedisReadings
 from reporter._status import status_text
 from tests.conftest import BINARIES
@@ -290,3 +290,28 @@ def test_oom_replies_since_the_last_reading_count_as_refusing(r: redis.Redis) ->
     reading = readings.get()
     assert reading.refusing_writes and not reading.memory[0].full
     assert readings.get().refusing_writes is False
+
+
+def test_each_script_says_why_it_may_or_may_not_run_at_maxmemory() -> None:
+    """allow-oom only with its reason in the header; collect, which grows memory, without."""
+    for name in SCRIPT_NAMES:
+        text = script_text(name)
+        first = text.splitlines()[0]
+        if "allow-oom" in first:
+            assert "-- allow-oom: " in text, name
+        elif "no-writes" in first:
+            assert "-- no-writes: " in text, name
+        else:
+            assert name == "collect" and "-- No allow-oom: it grows memory" in text, name
+
+
+def test_sync_mode_raises_backend_full_and_counts_it(r: redis.Redis, redis_url: str) -> None:
+    sdk = Collector(url=redis_url, mode="sync", key_prefix="oom-sync")
+    try:
+        with full(r), pytest.raises(BackendFull, match="maxmemory"):
+            sdk.collect("g", {"n": 1})
+        assert sdk.stats()["refused_oom"] == 1
+        assert sdk.collect("g", {"n": 2}) == 0
+        assert sdk.stats()["stored"] == 1
+    finally:
+        sdk.close(timeout=1)
