@@ -8,14 +8,14 @@
 -- allow-oom: draining a full Redis starts with a claim, so it must run at maxmemory, although
 -- it does not free memory by itself: the entries move from the list into the batch payloads
 -- (LTRIM frees about what HSET takes) and each batch adds its metadata, its lease entry and
--- allocator rounding, measured at about 0.3 to 2 KB per batch of 128 events (bench/
--- memory_full.py).  That growth is bounded and short-lived: a worker holds one claim at a
--- time, so a reporter has at most (workers + hot-game threads) x max_batches_per_claim
--- batches in flight; ack frees a batch whole (its events, 100 % of them, not 2 KB), stale
--- entries are dropped here (freed) and a failing endpoint closes the SinkGate, so claims
--- stop while batches cannot be finished.  Measured: a 4 MB Redis filled to maxmemory and
--- drained went at most 0.5 to 0.8 MB over maxmemory, the same at 16 MB (see "Redis memory"
--- in docs/operations.md).
+-- the allocator's rounding of its payload.  Measured (bench/memory_full.py): -0.4 to +0.6 KB
+-- per batch of 128 entries of 91 bytes, +1.1 to +1.8 KB with entries of 51 bytes; the ack
+-- then frees the whole batch (52 to 93 bytes per event).  The growth is bounded and
+-- short-lived: a worker holds one claim at a time, so a reporter has at most (workers +
+-- hot-game threads) x max_batches_per_claim batches in flight; stale entries are dropped here
+-- (freed); a failing endpoint closes the SinkGate, so claims stop while batches cannot be
+-- finished.  A 4 MB and a 16 MB Redis filled to maxmemory and drained went 0.4 to 0.8 MB
+-- over it at the peak ("Redis memory" in docs/operations.md).
 --
 -- KEYS[1]  q:<game>   list   the game's buffer
 -- KEYS[2]  active     set    games with buffered events
