@@ -6,9 +6,9 @@ maxmemory draining a full Redis goes.
 For each server binary found (redis-server, valkey-server):
 
 - **claim growth**: 20 games of ``--events-per-game`` events (about 90 and 50 bytes stored
-  each) on a server without a limit; one claim of 8 batches of 128 per game, then the acks.  Prints the
-  memory a claim adds per batch (``used_memory_dataset`` before and after) and what the ack
-  frees per event.
+  each) on a server without a limit; one claim of 8 batches of 128 per game, then the acks.
+  Prints the memory a claim adds per batch (``used_memory_dataset`` before and after) and
+  what the ack frees per event.
 - **drain**: for each ``--maxmemory``, a private server with that limit; a ``Collector``
   collects 1.5 times what fits, over 20 games, until its writes are refused (``refused_oom``)
   and the rest waits in its buffer; then a reporter (``ReporterService``, 2 workers, 8
@@ -102,6 +102,21 @@ def claim_growth(binary: str, per_game: int, pad: str) -> None:
         server.cleanup()
 
 
+def overfill(url: str, total: int) -> Collector:
+    """A collector that collected ``total`` events, more than Redis takes: once its writes
+    are refused, the rest waits in its buffer."""
+    sdk = Collector(url=url, key_prefix=PREFIX, shards=4, max_buffer_events=total,
+                    max_events_per_game=10**6, flush_interval_ms=10, retry_max_delay_ms=200)
+    for seq in range(total // len(GAMES)):
+        for game in GAMES:
+            sdk.collect(game, event(game, seq))
+    deadline = time.monotonic() + 30
+    while sdk.stats()["refused_oom"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the flusher's retries settle
+    return sdk
+
+
 def drain(binary: str, maxmemory: str) -> None:
     server = Server(binary, extra=["--maxmemory", maxmemory,
                                    "--maxmemory-policy", "noeviction"]).start()
@@ -112,16 +127,7 @@ def drain(binary: str, maxmemory: str) -> None:
         limit = int(client.info("memory")["maxmemory"])
         total = int(limit / 100 * 1.5) // len(GAMES) * len(GAMES)  # ~100 B per event, all in
         cfg = config(server.url, endpoint.url)
-        sdk = Collector(url=server.url, key_prefix=PREFIX, shards=4,
-                        max_buffer_events=total, max_events_per_game=10**6,
-                        flush_interval_ms=10, retry_max_delay_ms=200)
-        for seq in range(total // len(GAMES)):
-            for game in GAMES:
-                sdk.collect(game, event(game, seq))
-        deadline = time.monotonic() + 30
-        while sdk.stats()["refused_oom"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.5)  # the flusher's retries settle
+        sdk = overfill(server.url, total)
         held_in_redis = sdk.stats()["stored"]
         client.config_resetstat()
         peak = [0]
