@@ -225,7 +225,9 @@ def test_the_unit_runs_the_reporter_unprivileged_with_the_config() -> None:
 # -- the alert rules -------------------------------------------------------------------------
 
 GAUGES = {"telemetry_oldest_event_age_seconds", "telemetry_sink_gate_open",
-          "telemetry_owned_shards", "telemetry_live_reporters", "telemetry_dead_batches"}
+          "telemetry_owned_shards", "telemetry_live_reporters", "telemetry_dead_batches",
+          "telemetry_redis_refusing_writes", "telemetry_redis_memory_used_bytes",
+          "telemetry_redis_memory_max_bytes"}
 # The conditions docs/operations.md says to watch, and the metric each is read from.
 CONDITIONS = {
     "dead letters growing": "telemetry_dead_events_total",
@@ -233,6 +235,7 @@ CONDITIONS = {
     "oldest event age": "telemetry_oldest_event_age_seconds",
     "sink gate closed": "telemetry_sink_gate_open",
     "no owner for a shard": "telemetry_owned_shards",
+    "redis refusing writes": "telemetry_redis_refusing_writes",
 }
 
 
@@ -318,6 +321,13 @@ SCENARIOS: list[tuple[str, dict[str, str], str, dict[str, str] | None]] = [
                                     'telemetry_owned_shards{instance="r2"}': "8x5"}, "4m",
      None),
     ("TelemetryNoReporter", {"telemetry_live_reporters": "0x5"}, "4m", {}),
+    ("TelemetryRedisFull", {"telemetry_redis_refusing_writes": "1x5"}, "3m", {}),
+    ("TelemetryRedisFull", {"telemetry_redis_refusing_writes": "0x5"}, "3m", None),
+    ("TelemetryRedisMemoryHigh", {"telemetry_redis_memory_used_bytes": "90x10",
+                                  "telemetry_redis_memory_max_bytes": "100x10"}, "7m",
+     {"summary": "a Redis node uses 90% of its maxmemory"}),
+    ("TelemetryRedisMemoryHigh", {"telemetry_redis_memory_used_bytes": "90x10",
+                                  "telemetry_redis_memory_max_bytes": "0x10"}, "7m", None),
     ("TelemetryNoReporter", {"telemetry_owned_shards": "16x5",
                              "telemetry_live_reporters": "1x5"}, "4m", None),
 ]
