@@ -20,9 +20,11 @@ import redis
 from redis.cluster import RedisCluster
 
 from collector import BackendFull, Collector, TelemetryError
+from collector.metrics import Tally
 from collector.store import SCRIPT_NAMES, KeySchema, ShardKeys, encode_entry, script_text
 from reporter._levels import RedisReadings
 from reporter._status import status_text
+from reporter._store_watch import StoreWatch
 from tests.conftest import BINARIES
 from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
@@ -201,6 +203,9 @@ def test_the_lease_heartbeat_and_drain_work_on_a_full_cluster(cluster: Cluster) 
                 scripts.collect(schema.for_game(GAMES[0]), GAMES[0], 10_000, 60,
                                 entries(GAMES[0], range(20, 30)))
             assert store.heartbeat("me", 1000, 5000) == 1
+            memory = store.memory()
+            assert len(memory) == len(cluster.nodes)
+            assert all(m.refusing_writes for m in memory)
             for game in GAMES:
                 keys = schema.for_game(game)
                 assert scripts.shard_lease(keys, "me", 5000)
@@ -210,6 +215,19 @@ def test_the_lease_heartbeat_and_drain_work_on_a_full_cluster(cluster: Cluster) 
         assert sum(store.read_shard(k).buffered for k in schema.all_shards()) == 0
     finally:
         rc.close()
+
+
+def test_a_shard_without_a_marker_is_marked_once_redis_has_room(r: redis.Redis) -> None:
+    """The sweep's SET NX of a new shard's marker is refused at maxmemory: the sweep goes on
+    and a later one marks the shard."""
+    store = store_of(r, KeySchema("oom-mark", 1))
+    keys = store.schema.shard(0)
+    watch = StoreWatch(store, Tally())
+    with full(r):
+        watch.seen(keys, None, 0)
+    assert r.get(keys.marker) is None
+    watch.seen(keys, None, 0)
+    assert r.get(keys.marker) is not None
 
 
 def test_the_sdk_keeps_what_a_full_redis_refuses_and_stores_it_after_the_drain(
