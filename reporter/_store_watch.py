@@ -73,7 +73,10 @@ class StoreWatch:
                      "a flush, or a failover to a replica that lagged); they are in use again. "
                      "See docs/operations.md, Persistence", message,
                      extra={"events": lost, "shards": shards})
-        self._store.note_alert(ALERT_NAME, message, int(now * 1000))
+        try:
+            self._store.note_alert(ALERT_NAME, message, int(now * 1000))
+        except BackendFull:  # status misses the record; the log line and the count have it
+            logger.warning("could not record the store reset for status: Redis is full")
         return False
 
 
