@@ -127,8 +127,9 @@ def claim(scripts: Scripts, keys: ShardKeys, game: str, batch_id: str, most: int
 
 def test_every_script_the_drain_needs_runs_at_maxmemory(r: redis.Redis) -> None:
     """claim, ack, nack, settle, release, extend, reap, take_retries, the shard lease, the
-    heartbeat and every read of the sweep and of status work on a full server; collect (and
-    a plain write) is refused as BackendFull, nothing written."""
+    heartbeat and every read of the sweep and of status work on a full server, even with an
+    empty script cache; collect (and a plain write) is refused as BackendFull, nothing
+    written."""
     schema = KeySchema("oom", 1)
     store = store_of(r, schema)
     scripts = Scripts(store)
@@ -141,6 +142,7 @@ def test_every_script_the_drain_needs_runs_at_maxmemory(r: redis.Redis) -> None:
         with pytest.raises(BackendFull):
             scripts.collect(keys, "g", 10_000, 3600, entries("g", range(100, 110)))
         assert r.llen(keys.queue("g")) == 90  # nothing of the refused call was written
+        r.script_flush()  # a restart with the data (AOF) but no scripts: SCRIPT LOAD works
 
         # the sweep's reads and the status read
         assert store.ring(keys, 0, 10).games == ["g"]
