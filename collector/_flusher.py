@@ -157,8 +157,9 @@ class Flusher:
         if isinstance(exc, BackendFull):
             self._ratelog.log(
                 logging.WARNING, "backend",
-                "Redis is full (maxmemory): it refused %d events, kept here; %d buffered, "
-                "retrying with backoff until the reporters drain it (%s)",
+                "Redis is full (maxmemory): %d events not stored, kept here; %d buffered, "
+                "retrying with backoff (one call per full shard) until the reporters drain "
+                "it (%s)",
                 count, len(self._buffer), reason(exc),
             )
         else:

@@ -10,7 +10,7 @@ from collector._buffer import Pending, no_pending
 from collector._constants import CALL_BYTES, EVENTS_PER_CALL
 from collector._exceptions import BackendError, BackendFull
 from collector.counters import Counter
-from collector.store import Collect, Store, Stored
+from collector.store import Collect, ShardKeys, Store, Stored
 
 
 @dataclass
@@ -95,6 +95,7 @@ class Writer:
         self._ttl_for = ttl_for
         self._markers: dict[int, str] = {}  # shard -> the marker it had at the last write
         self._on_reset = on_reset
+        self._full: set[int] = set()  # shards whose last write Redis refused for lack of memory
 
     def write(self, queues: Mapping[str, Sequence[bytes]], pending: Pending) -> WriteResult:
         calls = plan_calls(queues, pending, self._cap_for)
@@ -102,11 +103,13 @@ class Writer:
         # Offered as the marker of a shard that has none; new each round, so that a shard
         # reset since the last round never gets back the marker it had.
         identity = uuid.uuid4().hex
-        replies = self.store.call_many([
-            Collect(keys, c.game, c.entries, self._cap_for(c.game), self._ttl_for(c.game),
-                    c.pre_evicted, c.dropped_buffer_full, c.dropped_too_large, identity)
-            for keys, c in zip(shards, calls, strict=True)
-        ])
+        replies: list[Stored | BackendError | None] = [None] * len(calls)
+        if not self._full:
+            self._send(calls, shards, range(len(calls)), identity, replies)
+        else:
+            self._probe(calls, shards, identity, replies)
+        self._full = {keys.shard for keys, reply in zip(shards, replies, strict=True)
+                      if isinstance(reply, BackendFull)}
         result = tally(calls, replies)
         for keys, reply in zip(shards, replies, strict=True):
             if isinstance(reply, Stored):
@@ -118,15 +121,51 @@ class Writer:
             self._on_reset(result.reset_shards)
         return result
 
+    def _probe(self, calls: list[Call], shards: list[ShardKeys], identity: str,
+               replies: list[Stored | BackendError | None]) -> None:
+        """After Redis refused writes for lack of memory: one call per shard that was full
+        (and every call of the others) first; the rest of a shard's calls only if its probe
+        was taken.  A full Redis is not sent every buffered event at every retry (it reads
+        each command whole before refusing it)."""
+        probes: set[int] = set()
+        first = []
+        for i, keys in enumerate(shards):
+            if keys.shard in self._full:
+                if keys.shard in probes:
+                    continue
+                probes.add(keys.shard)
+            first.append(i)
+        self._send(calls, shards, first, identity, replies)
+        still_full = {keys.shard for keys, reply in zip(shards, replies, strict=True)
+                      if isinstance(reply, BackendFull)}
+        rest = [i for i, reply in enumerate(replies)
+                if reply is None and shards[i].shard not in still_full]
+        self._send(calls, shards, rest, identity, replies)
 
-def tally(calls: list[Call], replies: Sequence[Stored | BackendError]) -> WriteResult:
-    """Sum what was stored; collect what failed so it can be put back and sent again."""
+    def _send(self, calls: list[Call], shards: list[ShardKeys], which: Sequence[int],
+              identity: str, replies: list[Stored | BackendError | None]) -> None:
+        if not which:
+            return
+        got = self.store.call_many([
+            Collect(shards[i], calls[i].game, calls[i].entries, self._cap_for(calls[i].game),
+                    self._ttl_for(calls[i].game), calls[i].pre_evicted,
+                    calls[i].dropped_buffer_full, calls[i].dropped_too_large, identity)
+            for i in which
+        ])
+        for i, reply in zip(which, got, strict=True):
+            replies[i] = reply
+
+
+def tally(calls: list[Call], replies: Sequence[Stored | BackendError | None]) -> WriteResult:
+    """Sum what was stored; collect what failed (or was held back, None: its shard is full)
+    so it can be put back and sent again."""
     result = WriteResult()
     for c, reply in zip(calls, replies, strict=True):
-        if isinstance(reply, BackendError):
-            result.error = reply
+        if not isinstance(reply, Stored):
             if isinstance(reply, BackendFull):
                 result.refused_oom += len(c.thinned) + len(c.entries)
+            if reply is not None:  # None is held back: its shard's probe was refused
+                result.error = reply
             failed = result.failed.setdefault(c.game, [])
             failed += c.thinned
             failed += c.entries

@@ -20,6 +20,8 @@ import redis
 from redis.cluster import RedisCluster
 
 from collector import BackendFull, Collector, TelemetryError
+from collector._buffer import no_pending
+from collector._writer import Writer
 from collector.metrics import Tally
 from collector.store import SCRIPT_NAMES, KeySchema, ShardKeys, encode_entry, script_text
 from reporter._levels import RedisReadings
@@ -78,7 +80,7 @@ def fill(client: redis.Redis, schema: KeySchema) -> int:
 
 def refuses_writes(client: redis.Redis | RedisCluster) -> bool:
     try:
-        client.set("oom-probe", "x" * 4096)  # its own argument counts while it is read
+        client.set("oom-probe", "x" * 65536)  # its own argument counts while it is read
     except redis.exceptions.OutOfMemoryError:
         return True
     client.delete("oom-probe")
@@ -335,3 +337,31 @@ def test_sync_mode_raises_backend_full_and_counts_it(r: redis.Redis, redis_url: 
         assert sdk.stats()["stored"] == 1
     finally:
         sdk.close(timeout=1)
+
+
+def test_after_a_refusal_the_sdk_probes_each_full_shard_with_one_call(r: redis.Redis) -> None:
+    """A full Redis reads every command whole before refusing it: after a refused round the
+    writer sends one call per full shard, and the rest of that shard's calls in the same
+    round once the probe is taken."""
+    schema = KeySchema("oom-probe", 2)
+    writer = Writer(store_of(r, schema), lambda game: 10**6, lambda game: 3600)
+    queues = {game: entries(game, range(5)) for game in GAMES}
+    shards = {schema.shard_of(game) for game in GAMES}
+
+    def refusals() -> int:
+        return int(r.info("errorstats").get("errorstat_OOM", {}).get("count", 0))
+
+    with full(r):
+        before = refusals()
+        first = writer.write(queues, no_pending())
+        assert refusals() - before == len(GAMES)  # everything was sent, and refused
+        assert first.refused_oom == 5 * len(GAMES) and first.stored == 0
+        before = refusals()
+        second = writer.write(queues, no_pending())
+        assert refusals() - before == len(shards)  # one probe per full shard
+        assert second.refused_oom == 5 * len(shards)
+        assert sum(map(len, second.failed.values())) == 5 * len(GAMES)  # all kept
+        assert isinstance(second.error, BackendFull)
+    third = writer.write(queues, no_pending())
+    assert third.error is None and third.stored == 5 * len(GAMES)
+    assert sum(r.llen(schema.for_game(g).queue(g)) for g in GAMES) == 5 * len(GAMES)
