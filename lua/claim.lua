@@ -9,12 +9,12 @@
 -- it does not free memory by itself: the entries move from the list into the batch payloads
 -- (LTRIM frees about what HSET takes) and each batch adds its metadata, its lease entry and
 -- the allocator's rounding of its payload.  Measured (bench/memory_full.py): -0.4 to +0.6 KB
--- per batch of 128 entries of 91 bytes, +1.1 to +1.8 KB with entries of 51 bytes; the ack
+-- per batch of 128 entries of 91 bytes, +0.2 to +1.8 KB with entries of 51 bytes; the ack
 -- then frees the whole batch (52 to 93 bytes per event).  The growth is bounded and
 -- short-lived: a worker holds one claim at a time, so a reporter has at most (workers +
 -- hot-game threads) x max_batches_per_claim batches in flight; stale entries are dropped here
 -- (freed); a failing endpoint closes the SinkGate, so claims stop while batches cannot be
--- finished.  A 4 MB and a 16 MB Redis filled to maxmemory and drained went 0.4 to 0.8 MB
+-- finished.  A 4 MB and a 16 MB Redis filled to maxmemory and drained went 0.3 to 0.6 MB
 -- over it at the peak ("Redis memory" in docs/operations.md).
 --
 -- KEYS[1]  q:<game>   list   the game's buffer
