@@ -273,7 +273,7 @@ def test_the_sdk_keeps_what_a_full_redis_refuses_and_stores_it_after_the_drain(
         sdk.close(timeout=1)
     assert stats["accepted"] == stats["stored"] == total, stats
     assert stats["dropped_buffer_full"] == stats["buffered"] == 0, stats
-    assert stats["refused_oom"] >= held
+    assert stats["refused_oom"] > 0 and stats["backend_errors"] > 0  # counted, not lost
     assert totals.counter("stored") == totals.counter("delivered") == total
     assert_reconciled(totals)
     keys = received_keys(endpoint)
