@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Self
@@ -58,6 +58,12 @@ class RedisSettings(MaskedRepr):
     connect_timeout_seconds: float = setting(2.0, lo=0.01, hi=300)
     retries: int = setting(1, lo=0, hi=10)
     health_check_interval_seconds: int = setting(30, lo=0, hi=3600)
+    # Redis managed by Sentinel: the sentinels' "host:port" addresses (empty: not Sentinel),
+    # the service (master) name they monitor, and the password the sentinels ask for (the
+    # data nodes' credentials, database and TLS options stay in ``url``).
+    sentinels: tuple[str, ...] = setting(())
+    sentinel_service: str = setting("")
+    sentinel_password: str = setting("", secret=True)
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,8 @@ class TelemetryConfig:
         if problem is not None:
             raise ConfigError(f"{where('redis', 'url')}: [redis] url: {mask(problem)}; "
                               f"found {mask_url(self.redis.url)!r}")
+        for key, problem in sentinel_problems(self.redis):
+            raise ConfigError(f"{where('redis', key)}: [redis] {key}: {problem}")
         if not is_valid_prefix(self.redis.key_prefix):
             raise ConfigError(
                 f"{where('redis', 'key_prefix')}: [redis] key_prefix: expected 1 to 64 "
@@ -205,6 +213,8 @@ def _shown(value: Any) -> Any:
         return mask(value)
     if isinstance(value, Mapping):
         return {k: _shown(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_shown(v) for v in value)
     return value
 
 
@@ -234,6 +244,46 @@ def redis_url_problem(url: str) -> str | None:
     if db and not url.startswith("unix://") and not db.isdigit():  # redis-py would use db 0
         return "the database (the path after the host) must be a number"
     return None
+
+
+def sentinel_address(address: str) -> tuple[str, int]:
+    """A sentinel's ``"host:port"`` (``"[::1]:26379"`` for IPv6) as a pair; ValueError
+    saying what is wrong."""
+    host, colon, port = address.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f'expected "host:port" with a port from 1 to 65535, found '
+                         f"{mask(repr(address))}")
+    if any(c.isspace() or c in "/@?#" for c in host):
+        raise ValueError(f"not a host name or address: {mask(repr(address))}")
+    return host, int(port)
+
+
+def sentinel_problems(settings: RedisSettings) -> Iterator[tuple[str, str]]:
+    """Each key with what is wrong with the Sentinel settings: they select the Sentinel
+    backend only all together, never with ``cluster``."""
+    if not settings.sentinels:
+        for key in ("sentinel_service", "sentinel_password"):
+            if getattr(settings, key):
+                yield key, ("set, but [redis] sentinels is empty: list the sentinels' "
+                            '"host:port" addresses to use Redis through Sentinel')
+        return
+    if settings.cluster:
+        yield "sentinels", ("set together with cluster = true: choose one (Redis Cluster "
+                            "has no sentinels; Sentinel manages a primary and its replicas)")
+    for address in settings.sentinels:
+        try:
+            sentinel_address(address)
+        except ValueError as exc:
+            yield "sentinels", str(exc)
+    if len(set(settings.sentinels)) != len(settings.sentinels):
+        yield "sentinels", "the same address is listed twice"
+    if not settings.sentinel_service.strip():
+        yield "sentinel_service", ("expected the name the sentinels monitor the primary "
+                                   "under (sentinel monitor <name> ...), found none")
+    if settings.url.startswith("unix://"):
+        yield "url", ("a unix:// socket cannot be used with sentinels (they name the "
+                      "primary by host and port); use redis:// or rediss://")
 
 
 def tls_notices(url: str) -> list[str]:

@@ -228,6 +228,8 @@ def _describe(tp: Any) -> str:
         return "a number"
     if tp is str:
         return "a string"
+    if typing.get_origin(tp) is tuple:
+        return f"a list of {_describe(typing.get_args(tp)[0]).split(' ', 1)[-1]}s"
     return f"a table of {_describe(typing.get_args(tp)[1]).split(' ', 1)[-1]}s"
 
 
@@ -244,6 +246,12 @@ def _from_env_text(text: str, tp: Any, where: str, key: str, meta: Mapping[str, 
 
 
 def _check_value(value: Any, tp: Any, meta: Mapping[str, Any], where: str, key: str) -> Any:
+    if typing.get_origin(tp) is tuple:  # tuple[X, ...]: a TOML array
+        if not isinstance(value, list | tuple):
+            raise _mismatch(value, _describe(tp), where, key, meta)
+        item_type = typing.get_args(tp)[0]
+        return tuple(_check_value(v, item_type, meta, where, f"{key}[{i}]")
+                     for i, v in enumerate(value))
     if typing.get_origin(tp) is not None:  # Mapping[str, X]
         if not isinstance(value, Mapping):
             raise _mismatch(value, _describe(tp), where, key, meta)

@@ -65,6 +65,8 @@ EXIT_CODES = """exit codes:
 
 # What a Redis error usually means, by a word of its message: a hint for the one-line error.
 REDIS_HINTS = (
+    ("no master found", "no sentinel named a healthy primary: check [redis] sentinels, "
+                        "sentinel_service and sentinel_password"),
     ("cluster mode is not enabled", "[redis] cluster = true, but the server is not a cluster "
                                     "node: set cluster = false"),
     ("cluster support disabled", "[redis] cluster = true, but the server is not a cluster "
@@ -315,7 +317,9 @@ def startup_line(config: ReporterConfig, limiter: str) -> tuple[str, dict[str, o
     r = config.reporter
     pools = {"default": r.workers, "control": 2,
              **{f"hot:{game}": threads for game, threads in r.hot_games.items()}}
-    redis_url = f"{'cluster' if config.redis.cluster else 'redis'} {masked_url(config.redis.url)}"
+    redis_url = (describe_settings(config.redis) if config.redis.sentinels else
+                 f"{'cluster' if config.redis.cluster else 'redis'} "
+                 f"{masked_url(config.redis.url)}")
     fields: dict[str, object] = {
         "version": package_version(), "config": config.source, "redis": redis_url,
         "sink": sink_description(config), "limiter": limiter, "shards": config.redis.shards,

@@ -124,7 +124,8 @@ def header_secrets(headers: Mapping[str, str]) -> list[str]:
 def config_secrets(config: Any) -> list[str]:
     """Every secret of a ``ReporterConfig``: the Redis and sink URLs' passwords and query
     values, secret headers, the anti-addiction key."""
-    secrets = [*url_secrets(config.redis.url), *url_secrets(config.sink.url),
+    secrets = [*url_secrets(config.redis.url), config.redis.sentinel_password,
+               *url_secrets(config.sink.url),
                *header_secrets(config.sink.headers)]
     nppa = getattr(config, "nppa", None)
     if nppa is not None:

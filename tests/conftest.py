@@ -5,7 +5,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from tests.servers import Cluster, Server, server_binaries
+from tests.servers import Cluster, SentinelGroup, Server, server_binaries
 
 try:
     BINARIES = server_binaries()
@@ -48,3 +48,12 @@ def cluster() -> Iterator[Cluster]:
     c = Cluster(BINARIES.get("redis") or BINARIES["valkey"]).start()
     yield c
     c.cleanup()
+
+
+@pytest.fixture
+def sentinel_group() -> Iterator[SentinelGroup]:
+    """A primary, one replica and three sentinels of redis-server (``--sentinel``), private
+    to the test: it may kill the primary."""
+    group = SentinelGroup(BINARIES.get("redis") or BINARIES["valkey"]).start()
+    yield group
+    group.cleanup()

@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -84,10 +85,13 @@ class Server:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self, timeout: float = 10.0) -> Server:
-        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+    def command(self) -> list[str]:
+        return [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "no", "--dir", str(self.dir),
                 "--logfile", str(self.dir / "server.log"), *self.extra]
+
+    def start(self, timeout: float = 10.0) -> Server:
+        args = self.command()
         with open(self.dir / "stderr.log", "ab") as err:
             self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err)
         deadline = time.monotonic() + timeout
@@ -175,3 +179,124 @@ def _knows_all(client: redis.Redis, size: int) -> bool:
 
 def env_without_telemetry() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("TELEMETRY_")}
+
+
+SERVICE = "telemetry-primary"
+
+
+class SentinelNode(Server):
+    """``redis-server --sentinel``: it rewrites its config file, so each has its own."""
+
+    def __init__(self, binary: str, primary_port: int, *, quorum: int,
+                 down_after_ms: int, failover_timeout_ms: int) -> None:
+        super().__init__(binary)
+        self.conf = self.dir / "sentinel.conf"
+        self.conf.write_text(
+            f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n"
+            f"logfile {self.dir / 'server.log'}\n"
+            f"sentinel monitor {SERVICE} 127.0.0.1 {primary_port} {quorum}\n"
+            f"sentinel down-after-milliseconds {SERVICE} {down_after_ms}\n"
+            f"sentinel failover-timeout {SERVICE} {failover_timeout_ms}\n"
+            f"sentinel parallel-syncs {SERVICE} 1\n")
+
+    def command(self) -> list[str]:
+        return [self.binary, str(self.conf), "--sentinel"]
+
+    def primary(self) -> tuple[str, int] | None:
+        """The primary this sentinel names now, if it knows one."""
+        try:
+            with redis.Redis(port=self.port, socket_timeout=1) as probe:
+                found = probe.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
+        except redis.exceptions.ConnectionError:
+            return None
+        if not found:
+            return None
+        host, port = found
+        return _text(host), int(port)
+
+    def master_state(self) -> dict[str, Any]:
+        """SENTINEL MASTER, as redis-py parses it (numbers as int, flags as booleans)."""
+        with redis.Redis(port=self.port, socket_timeout=1) as probe:
+            state: dict[str, Any] = probe.sentinel_master(SERVICE)
+        return state
+
+
+class SentinelGroup:
+    """A primary, ``replicas`` replicas and ``sentinels`` sentinels (quorum 2) on loopback
+    ports: a failover starts ``down_after_ms`` after the primary stops answering."""
+
+    def __init__(self, binary: str, *, replicas: int = 1, sentinels: int = 3,
+                 down_after_ms: int = 1000, failover_timeout_ms: int = 3000) -> None:
+        # A replica's first sync would wait 5 s for others to share a diskless transfer.
+        quick = ["--repl-diskless-sync-delay", "0"]
+        self.primary = Server(binary, extra=quick)
+        self.replicas = [Server(binary, extra=[*quick, "--replicaof", "127.0.0.1",
+                                               str(self.primary.port)])
+                         for _ in range(replicas)]
+        self.sentinels = [SentinelNode(binary, self.primary.port, quorum=2,
+                                       down_after_ms=down_after_ms,
+                                       failover_timeout_ms=failover_timeout_ms)
+                          for _ in range(sentinels)]
+        self.service = SERVICE
+
+    @property
+    def addresses(self) -> list[str]:
+        return [f"127.0.0.1:{s.port}" for s in self.sentinels]
+
+    @property
+    def data_nodes(self) -> list[Server]:
+        return [self.primary, *self.replicas]
+
+    def start(self, timeout: float = 30) -> SentinelGroup:
+        self.primary.start()
+        for replica in self.replicas:
+            replica.start()
+        deadline = time.monotonic() + timeout
+        while not all(_replica_linked(r) for r in self.replicas):
+            _wait_step(deadline, "replicas in sync with the primary")
+        for sentinel in self.sentinels:
+            sentinel.start()
+        # A failover needs the sentinels to know each other (hello messages, every 2 s) and
+        # the replicas (the primary's INFO).
+        others, replicas = len(self.sentinels) - 1, len(self.replicas)
+        while not all(_sees(s, others, replicas) for s in self.sentinels):
+            _wait_step(deadline, "sentinels that see each other and the replicas")
+        return self
+
+    def node_at(self, address: tuple[str, int]) -> Server:
+        return next(n for n in self.data_nodes if n.port == address[1])
+
+    def current_primary(self) -> Server | None:
+        """The data node every sentinel names as the primary, once they agree."""
+        named = {s.primary() for s in self.sentinels}
+        if len(named) != 1 or None in named:
+            return None
+        address = named.pop()
+        return None if address is None else self.node_at(address)
+
+    def cleanup(self) -> None:
+        for node in [*self.sentinels, *self.data_nodes]:
+            node.cleanup()
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _wait_step(deadline: float, what: str) -> None:
+    if time.monotonic() >= deadline:
+        raise RuntimeError(f"timed out waiting for {what}")
+    time.sleep(0.05)
+
+
+def _replica_linked(replica: Server) -> bool:
+    info = replica.client().info("replication")
+    return info.get("master_link_status") == "up"
+
+
+def _sees(sentinel: SentinelNode, others: int, replicas: int) -> bool:
+    try:
+        state = sentinel.master_state()
+    except redis.exceptions.RedisError:
+        return False
+    return state.get("num-other-sentinels") == others and state.get("num-slaves") == replicas

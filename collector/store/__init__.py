@@ -11,7 +11,8 @@
 - entries: a stored entry is 13 digits of collect time (ms), then the event's JSON.
 - scripts: one typed request per Lua script (``Collect``, ``Claim``, ``Ack``, ...), each with
   its typed result; scripts load by SHA and reload on NOSCRIPT in one place.
-- backends: ``SingleServer`` and ``Cluster``, one per deployment mode (``open_backend``).
+- backends: ``SingleServer``, ``Cluster`` and ``Sentinel``, one per deployment mode
+  (``open_backend``).
 - views: what the sweeper, ``status``, ``dead`` and the metrics read (``ShardView``,
   ``ShardLevels``, ...), as methods of ``Store``.
 - errors: ``BackendUnavailable`` and ``BackendRefused`` (both ``collector.BackendError``);
@@ -77,6 +78,7 @@ from collector.store._results import (
     Tokens,
 )
 from collector.store._scripts import SCRIPT_NAMES, LuaScript, lua_script, script_text
+from collector.store._sentinel import Sentinel
 from collector.store._store import Store, open_store
 from collector.store._views import (
     Alert,
@@ -134,6 +136,7 @@ __all__ = [
     "RetryPolicy",
     "RingSlice",
     "ScriptCall",
+    "Sentinel",
     "Settle",
     "Settled",
     "ShardKeys",

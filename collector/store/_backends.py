@@ -44,6 +44,12 @@ class Backend(ABC):
     def run(self, calls: Sequence[WireCall]) -> list[Any]:
         """Run script calls in as few writes as possible; one reply or exception per call."""
 
+    @classmethod
+    def describe_settings(cls, settings: RedisSettings) -> str:
+        """What ``describe()`` of a backend built from ``settings`` says, without
+        connecting."""
+        return f"{cls.mode} {mask_url(settings.url)}"
+
     def describe(self) -> str:
         return f"{self.mode} {mask_url(self._url)}"
 
@@ -63,9 +69,9 @@ class SingleServer(Backend):
     @classmethod
     def from_settings(cls, settings: RedisSettings) -> SingleServer:
         try:
-            client = redis.Redis.from_url(settings.url, **_client_options(settings))
+            client = redis.Redis.from_url(settings.url, **client_options(settings))
         except ValueError as exc:
-            raise _bad_url(settings, exc) from exc
+            raise bad_url(settings, exc) from exc
         return cls(client, settings.url)
 
     def run(self, calls: Sequence[WireCall]) -> list[Any]:
@@ -84,9 +90,9 @@ class Cluster(Backend):
     @classmethod
     def from_settings(cls, settings: RedisSettings) -> Cluster:
         try:
-            client = RedisCluster.from_url(settings.url, **_client_options(settings))
+            client = RedisCluster.from_url(settings.url, **client_options(settings))
         except ValueError as exc:
-            raise _bad_url(settings, exc) from exc
+            raise bad_url(settings, exc) from exc
         return cls(client, settings.url)
 
     def run(self, calls: Sequence[WireCall]) -> list[Any]:
@@ -136,12 +142,16 @@ class Cluster(Backend):
             return exc
 
 
-# Backends by mode; ``open_backend`` picks one from the settings.
+# Backends by mode; ``open_backend`` picks one from the settings.  "sentinel" is added at the
+# end of this module.
 BACKENDS: dict[str, type[Backend]] = {"redis": SingleServer, "cluster": Cluster}
 
 
 def backend_class(settings: RedisSettings) -> type[Backend]:
-    """The backend class of ``settings``' deployment mode."""
+    """The backend class of ``settings``' deployment mode (the config refuses both
+    ``cluster`` and ``sentinels``)."""
+    if settings.sentinels:
+        return BACKENDS["sentinel"]
     return BACKENDS["cluster" if settings.cluster else "redis"]
 
 
@@ -152,10 +162,10 @@ def open_backend(settings: RedisSettings) -> Backend:
 
 def describe_settings(settings: RedisSettings) -> str:
     """What ``open_backend(settings).describe()`` will say, without connecting."""
-    return f"{backend_class(settings).mode} {mask_url(settings.url)}"
+    return backend_class(settings).describe_settings(settings)
 
 
-def _client_options(settings: RedisSettings) -> dict[str, Any]:
+def client_options(settings: RedisSettings) -> dict[str, Any]:
     return {
         "socket_timeout": settings.socket_timeout_seconds,
         "socket_connect_timeout": settings.connect_timeout_seconds,
@@ -164,7 +174,7 @@ def _client_options(settings: RedisSettings) -> dict[str, Any]:
     }
 
 
-def _bad_url(settings: RedisSettings, exc: ValueError) -> ConfigError:
+def bad_url(settings: RedisSettings, exc: ValueError) -> ConfigError:
     return ConfigError(f"[redis] url: {exc} (url: {mask_url(settings.url)})")
 
 
@@ -173,3 +183,10 @@ def _client_url(client: redis.Redis) -> str:
     if "path" in kwargs:
         return f"unix://{kwargs['path']}"
     return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
+
+
+# Sentinel is a SingleServer whose client asks the sentinels where the primary is; its module
+# imports this one, so it comes in once everything it builds on is defined.
+from collector.store._sentinel import Sentinel  # noqa: E402
+
+BACKENDS["sentinel"] = Sentinel
