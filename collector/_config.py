@@ -253,9 +253,9 @@ def sentinel_address(address: str) -> tuple[str, int]:
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f'expected "host:port" with a port from 1 to 65535, found '
-                         f"{mask(repr(address))}")
+                         f"{mask_url(address)!r}")
     if any(c.isspace() or c in "/@?#" for c in host):
-        raise ValueError(f"not a host name or address: {mask(repr(address))}")
+        raise ValueError(f"not a host name or address: {mask_url(address)!r}")
     return host, int(port)
 
 

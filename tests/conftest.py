@@ -52,8 +52,9 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture
 def sentinel_group() -> Iterator[SentinelGroup]:
-    """A primary, one replica and three sentinels of redis-server (``--sentinel``), private
-    to the test: it may kill the primary."""
-    group = SentinelGroup(BINARIES.get("redis") or BINARIES["valkey"]).start()
+    """A primary, one replica and three sentinels of redis-server (``--sentinel``) that ask
+    for a password (``group.password``), private to the test: it may kill the primary."""
+    group = SentinelGroup(BINARIES.get("redis") or BINARIES["valkey"],
+                          password="sentinel-test-secret").start()
     yield group
     group.cleanup()

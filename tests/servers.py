@@ -101,7 +101,7 @@ class Server:
                 text = " ".join(p.read_text() for p in logs if p.exists())
                 raise RuntimeError(f"{self.binary} exited: {text}")
             try:
-                with redis.Redis(port=self.port, socket_timeout=1) as probe:
+                with self.client() as probe:
                     probe.ping()
                 return self
             except redis.exceptions.ConnectionError:
@@ -188,11 +188,13 @@ class SentinelNode(Server):
     """``redis-server --sentinel``: it rewrites its config file, so each has its own."""
 
     def __init__(self, binary: str, primary_port: int, *, quorum: int,
-                 down_after_ms: int, failover_timeout_ms: int) -> None:
+                 down_after_ms: int, failover_timeout_ms: int, password: str = "") -> None:
         super().__init__(binary)
+        self.password = password
         self.conf = self.dir / "sentinel.conf"
+        auth = f"requirepass {password}\nsentinel sentinel-pass {password}\n" if password else ""
         self.conf.write_text(
-            f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n"
+            f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n{auth}"
             f"logfile {self.dir / 'server.log'}\n"
             f"sentinel monitor {SERVICE} 127.0.0.1 {primary_port} {quorum}\n"
             f"sentinel down-after-milliseconds {SERVICE} {down_after_ms}\n"
@@ -202,10 +204,13 @@ class SentinelNode(Server):
     def command(self) -> list[str]:
         return [self.binary, str(self.conf), "--sentinel"]
 
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port, socket_timeout=1, password=self.password or None)
+
     def primary(self) -> tuple[str, int] | None:
         """The primary this sentinel names now, if it knows one."""
         try:
-            with redis.Redis(port=self.port, socket_timeout=1) as probe:
+            with self.client() as probe:
                 found = probe.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
         except redis.exceptions.ConnectionError:
             return None
@@ -216,17 +221,20 @@ class SentinelNode(Server):
 
     def master_state(self) -> dict[str, Any]:
         """SENTINEL MASTER, as redis-py parses it (numbers as int, flags as booleans)."""
-        with redis.Redis(port=self.port, socket_timeout=1) as probe:
+        with self.client() as probe:
             state: dict[str, Any] = probe.sentinel_master(SERVICE)
         return state
 
 
 class SentinelGroup:
     """A primary, ``replicas`` replicas and ``sentinels`` sentinels (quorum 2) on loopback
-    ports: a failover starts ``down_after_ms`` after the primary stops answering."""
+    ports: a failover starts ``down_after_ms`` after the primary stops answering.  With a
+    ``password`` the sentinels ask for it (the data nodes ask for none)."""
 
     def __init__(self, binary: str, *, replicas: int = 1, sentinels: int = 3,
-                 down_after_ms: int = 1000, failover_timeout_ms: int = 3000) -> None:
+                 down_after_ms: int = 1000, failover_timeout_ms: int = 3000,
+                 password: str = "") -> None:
+        self.password = password
         # A replica's first sync would wait 5 s for others to share a diskless transfer.
         quick = ["--repl-diskless-sync-delay", "0"]
         self.primary = Server(binary, extra=quick)
@@ -235,7 +243,8 @@ class SentinelGroup:
                          for _ in range(replicas)]
         self.sentinels = [SentinelNode(binary, self.primary.port, quorum=2,
                                        down_after_ms=down_after_ms,
-                                       failover_timeout_ms=failover_timeout_ms)
+                                       failover_timeout_ms=failover_timeout_ms,
+                                       password=password)
                           for _ in range(sentinels)]
         self.service = SERVICE
 
@@ -248,6 +257,13 @@ class SentinelGroup:
         return [self.primary, *self.replicas]
 
     def start(self, timeout: float = 30) -> SentinelGroup:
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def _start(self, timeout: float) -> SentinelGroup:
         self.primary.start()
         for replica in self.replicas:
             replica.start()

@@ -17,7 +17,12 @@ from typing import Any
 import redis
 from redis import connection as _connection
 from redis import sentinel as _sentinel
+from redis.backoff import NoBackoff
 from redis.connection import SSLConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError
 
 from collector._config import RedisSettings, sentinel_address
 from collector.logs import mask
@@ -25,7 +30,32 @@ from collector.store._backends import SingleServer, bad_url, client_options
 
 # redis-py leaves these untyped.
 _parse_url: Any = _connection.parse_url
-SentinelClient: Any = _sentinel.Sentinel
+_SentinelBase: Any = _sentinel.Sentinel
+
+
+class SentinelClient(_SentinelBase):  # type: ignore[misc]
+    """redis-py's ``Sentinel``, with a short error naming each sentinel and what it said
+    when none names a healthy primary (redis-py's repeats every client's whole repr)."""
+
+    def discover_master(self, service_name: str) -> tuple[str, int]:
+        said: list[str] = []
+        for number, sentinel in enumerate(self.sentinels):
+            kwargs = sentinel.connection_pool.connection_kwargs
+            name = f"{kwargs.get('host')}:{kwargs.get('port')}"
+            try:
+                masters = sentinel.sentinel_masters()
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                said.append(f"{name}: {type(exc).__name__}: {exc}")
+                continue
+            state = masters.get(service_name)
+            if state is None:
+                said.append(f"{name}: monitors no service of that name")
+            elif not self.check_master_state(state, service_name):
+                said.append(f"{name}: primary {state['ip']}:{state['port']} is down")
+            else:  # ask this one first next time
+                self.sentinels[0], self.sentinels[number] = sentinel, self.sentinels[0]
+                return state["ip"], int(state["port"])
+        raise MasterNotFoundError(f"No master found for {service_name!r} ({'; '.join(said)})")
 
 # What the URL gives the data nodes besides their address, which comes from the sentinels.
 _ADDRESS_OPTIONS = ("host", "port", "path", "connection_class")
@@ -79,6 +109,9 @@ def _sentinel_options(settings: RedisSettings, url_options: dict[str, Any], tls:
         "socket_timeout": settings.socket_timeout_seconds,
         "socket_connect_timeout": settings.connect_timeout_seconds,
         "password": settings.sentinel_password or None,
+        # Asking the next sentinel is the retry; a connection to the primary that finds none
+        # asks them all again as often as [redis] retries says.
+        "retry": Retry(NoBackoff(), 0),
     }
     if tls:
         options["ssl"] = True

@@ -133,6 +133,8 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, Mapping):
         items = ", ".join(f"{_toml_value(str(k))} = {_toml_value(v)}" for k, v in value.items())
         return "{ " + items + " }" if items else "{}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     raise TypeError(f"no TOML for {value!r}")
 
 
