@@ -1,0 +1,81 @@
+"""What a Sentinel failover loses: the primary SIGKILLed under steady traffic, repeated.
+
+    .venv/bin/python bench/sentinel_failover.py [--runs 7] [--rate 2000] [--kill-after 10000]
+        [--after 8] [--wait-for-replicas 0]
+
+Each run starts a primary, one replica and three sentinels (``tests.servers.SentinelGroup``:
+down-after 1 s, failover timeout 3 s) on free loopback ports, a reporter
+(``ReporterService``) draining to a local endpoint and a producer thread calling
+``collect()`` at ``--rate`` events/s over 8 games.  Once ``--kill-after`` events are delivered
+the primary is SIGKILLed; collecting goes on ``--after`` seconds past the promotion of the
+replica; then the SDK flushes and the reporter drains (``tests/delivery/failover.py``).  Per
+run and in total: events collected, distinct events delivered, duplicates, missing (collected,
+never delivered, counted nowhere) and how long the sentinels took.  ``--wait-for-replicas``
+sets ``[redis] wait_for_replicas`` (where this version has it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from reporter._endpoint import LocalEndpoint  # noqa: E402
+from reporter._service import ReporterService  # noqa: E402
+from tests.delivery.failover import FailoverRun, run_failover  # noqa: E402
+from tests.delivery.test_sentinel import sentinel_config  # noqa: E402
+from tests.servers import SentinelGroup, server_binaries  # noqa: E402
+
+GAMES = [f"bench-game-{i}" for i in range(8)]
+
+
+def one_run(binary: str, args: argparse.Namespace) -> FailoverRun:
+    group = SentinelGroup(binary).start()
+    endpoint = LocalEndpoint().start()
+    try:
+        extra = {"wait_for_replicas": args.wait_for_replicas} if args.wait_for_replicas else {}
+        config = sentinel_config(group, endpoint.url, redis=extra)
+        service = ReporterService(config)
+        service.start()
+        try:
+            return run_failover(group, config, endpoint, games=GAMES, rate=args.rate,
+                                kill_after_delivered=args.kill_after,
+                                after_failover_seconds=args.after)
+        finally:
+            service.stop(grace=0)
+            service.store.close()
+    finally:
+        endpoint.stop()
+        group.cleanup()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--rate", type=int, default=2000, help="events per second")
+    parser.add_argument("--kill-after", type=int, default=10_000,
+                        help="events delivered before the primary is killed")
+    parser.add_argument("--after", type=float, default=8.0,
+                        help="seconds of collecting after the promotion")
+    parser.add_argument("--wait-for-replicas", type=int, default=0)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.CRITICAL)  # the failover's errors are expected
+    binary = server_binaries().get("redis") or server_binaries()["valkey"]
+    collected = missing = duplicates = 0
+    for number in range(1, args.runs + 1):
+        run = one_run(binary, args)
+        print(f"run {number}: {run.summary()}", flush=True)
+        collected += len(run.collected)
+        missing += len(run.missing)
+        duplicates += run.duplicates
+    print(f"total over {args.runs} runs: {collected} collected, {missing} missing "
+          f"({100 * missing / max(collected, 1):.3f}%), {duplicates} duplicates")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
