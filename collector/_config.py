@@ -144,7 +144,9 @@ class TelemetryConfig:
         if problem is not None:
             raise ConfigError(f"{where('redis', 'url')}: [redis] url: {mask(problem)}; "
                               f"found {mask_url(self.redis.url)!r}")
-        for key, problem in sentinel_problems(self.redis):
+        sentinel = next(sentinel_problems(self.redis), None)
+        if sentinel is not None:
+            key, problem = sentinel
             raise ConfigError(f"{where('redis', key)}: [redis] {key}: {problem}")
         if not is_valid_prefix(self.redis.key_prefix):
             raise ConfigError(

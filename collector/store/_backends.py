@@ -69,9 +69,9 @@ class SingleServer(Backend):
     @classmethod
     def from_settings(cls, settings: RedisSettings) -> SingleServer:
         try:
-            client = redis.Redis.from_url(settings.url, **client_options(settings))
+            client = redis.Redis.from_url(settings.url, **_client_options(settings))
         except ValueError as exc:
-            raise bad_url(settings, exc) from exc
+            raise _bad_url(settings, exc) from exc
         return cls(client, settings.url)
 
     def run(self, calls: Sequence[WireCall]) -> list[Any]:
@@ -90,9 +90,9 @@ class Cluster(Backend):
     @classmethod
     def from_settings(cls, settings: RedisSettings) -> Cluster:
         try:
-            client = RedisCluster.from_url(settings.url, **client_options(settings))
+            client = RedisCluster.from_url(settings.url, **_client_options(settings))
         except ValueError as exc:
-            raise bad_url(settings, exc) from exc
+            raise _bad_url(settings, exc) from exc
         return cls(client, settings.url)
 
     def run(self, calls: Sequence[WireCall]) -> list[Any]:
@@ -165,7 +165,7 @@ def describe_settings(settings: RedisSettings) -> str:
     return backend_class(settings).describe_settings(settings)
 
 
-def client_options(settings: RedisSettings) -> dict[str, Any]:
+def _client_options(settings: RedisSettings) -> dict[str, Any]:
     return {
         "socket_timeout": settings.socket_timeout_seconds,
         "socket_connect_timeout": settings.connect_timeout_seconds,
@@ -174,7 +174,7 @@ def client_options(settings: RedisSettings) -> dict[str, Any]:
     }
 
 
-def bad_url(settings: RedisSettings, exc: ValueError) -> ConfigError:
+def _bad_url(settings: RedisSettings, exc: ValueError) -> ConfigError:
     return ConfigError(f"[redis] url: {exc} (url: {mask_url(settings.url)})")
 
 
