@@ -8,7 +8,7 @@ down-after 1 s, failover timeout 3 s) on free loopback ports, a reporter
 (``ReporterService``) draining to a local endpoint and a producer thread calling
 ``collect()`` at ``--rate`` events/s over 8 games.  Once ``--kill-after`` events are delivered
 the primary is SIGKILLed; collecting goes on ``--after`` seconds past the promotion of the
-replica; then the SDK flushes and the reporter drains (``tests/delivery/failover.py``).  Per
+replica; then the SDK flushes and the reporter drains (``tests/delivery/sentinel.py``).  Per
 run and in total: events collected, distinct events delivered, duplicates, missing (collected,
 never delivered, counted nowhere) and how long the sentinels took.  ``--wait-for-replicas``
 sets ``[redis] wait_for_replicas`` (where this version has it).
@@ -26,8 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from reporter._endpoint import LocalEndpoint  # noqa: E402
 from reporter._service import ReporterService  # noqa: E402
-from tests.delivery.failover import FailoverRun, run_failover  # noqa: E402
-from tests.delivery.test_sentinel import sentinel_config  # noqa: E402
+from tests.delivery.sentinel import FailoverRun, run_failover, sentinel_config  # noqa: E402
 from tests.servers import SentinelGroup, server_binaries  # noqa: E402
 
 GAMES = [f"bench-game-{i}" for i in range(8)]

@@ -1,4 +1,4 @@
-"""Redis managed by Sentinel: a primary, one replica and three sentinels started here.
+"""Redis managed by Sentinel: a primary, one replica and three sentinels started by the tests.
 
 The SDK and the reporter find the primary through the sentinels, deliver through it, and the
 CLI's ``status``, ``dead`` and ``check-config`` work on it; a demoted primary's READONLY
@@ -29,15 +29,8 @@ from tests.delivery.helpers import (
     schema_of,
     wait_until,
 )
+from tests.delivery.sentinel import sentinel_config
 from tests.servers import SentinelGroup, Server, free_port, server_binaries
-
-
-def sentinel_config(group: SentinelGroup, sink_url: str = "http://127.0.0.1:9/ingest",
-                    **sections: dict[str, object]) -> ReporterConfig:
-    redis_section = {"sentinels": group.addresses, "sentinel_service": group.service,
-                     "sentinel_password": group.password, **sections.pop("redis", {})}
-    # The URL's host and port are not used: the sentinels name the primary.
-    return make_config("redis://127.0.0.1:1/0", sink_url, redis=redis_section, **sections)
 
 
 def test_sdk_and_reporter_deliver_through_sentinel(sentinel_group: SentinelGroup,

@@ -1,4 +1,4 @@
-"""A Sentinel failover under load (``tests/delivery/failover.py``): the primary is killed
+"""A Sentinel failover under load (``tests/delivery/sentinel.py``): the primary is killed
 (SIGKILL) while the SDK collects and a reporter delivers; neither is restarted.
 
 The SDK holds what it could not write and writes it to the promoted replica; the reporter's
@@ -17,9 +17,8 @@ from collections import Counter
 import pytest
 
 from tests.delivery.conftest import MakeEndpoint, StartService
-from tests.delivery.failover import run_failover
 from tests.delivery.helpers import assert_reconciled
-from tests.delivery.test_sentinel import sentinel_config
+from tests.delivery.sentinel import run_failover, sentinel_config
 from tests.servers import SentinelGroup
 
 # [redis] wait_for_replicas values to run with (0: off, the default).

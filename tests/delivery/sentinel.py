@@ -1,10 +1,11 @@
-"""A Sentinel failover under load, shared by the test and ``bench/sentinel_failover.py``.
+"""Sentinel test support: a config for a ``SentinelGroup``, and a failover under load shared
+by ``test_sentinel_failover.py`` and ``bench/sentinel_failover.py``.
 
-The SDK collects at a steady rate in a thread while a reporter delivers; once delivery is
-under way the primary is killed (SIGKILL); collecting goes on until the sentinels have
-promoted the replica and a while after; then the SDK is closed and the run waits for the
-reporter to finish every batch on the new primary.  Neither the SDK nor the reporter is
-restarted.
+In the failover, the SDK collects at a steady rate in a thread while a reporter delivers;
+once delivery is under way the primary is killed (SIGKILL); collecting goes on until the
+sentinels have promoted the replica and a while after; then the SDK is closed and the run
+waits for the reporter to finish every batch on the new primary.  Neither the SDK nor the
+reporter is restarted.
 """
 
 from __future__ import annotations
@@ -19,11 +20,20 @@ from collector.store import lua_script
 from reporter._accounting import Totals
 from reporter._config import ReporterConfig
 from reporter._endpoint import LocalEndpoint
-from tests.delivery.helpers import drained, event, received_keys, schema_of
+from tests.delivery.helpers import drained, event, make_config, received_keys, schema_of
 from tests.polling import wait_until
 from tests.servers import SentinelGroup
 
 Key = tuple[str, int]
+
+
+def sentinel_config(group: SentinelGroup, sink_url: str = "http://127.0.0.1:9/ingest",
+                    **sections: dict[str, object]) -> ReporterConfig:
+    """The delivery tests' fast settings, with Redis found through ``group``'s sentinels."""
+    redis_section = {"sentinels": group.addresses, "sentinel_service": group.service,
+                     "sentinel_password": group.password, **sections.pop("redis", {})}
+    # The URL's host and port are not used: the sentinels name the primary.
+    return make_config("redis://127.0.0.1:1/0", sink_url, redis=redis_section, **sections)
 
 
 class Producer:
