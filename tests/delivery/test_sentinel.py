@@ -30,6 +30,7 @@ from tests.delivery.helpers import (
     wait_until,
 )
 from tests.delivery.sentinel import sentinel_config
+from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse: main() below
 from tests.servers import SentinelGroup, Server, free_port, server_binaries
 
 
