@@ -1,17 +1,19 @@
-"""What a Sentinel failover loses: the primary SIGKILLed under steady traffic, repeated.
+"""What a Sentinel failover loses: the primary killed or demoted under steady traffic, repeated.
 
     .venv/bin/python bench/sentinel_failover.py [--runs 7] [--rate 2000] [--kill-after 10000]
-        [--after 8] [--wait-for-replicas 0]
+        [--after 8] [--how kill|demote] [--wait-for-replicas 0]
 
 Each run starts a primary, one replica and three sentinels (``tests.servers.SentinelGroup``:
 down-after 1 s, failover timeout 3 s) on free loopback ports, a reporter
 (``ReporterService``) draining to a local endpoint and a producer thread calling
-``collect()`` at ``--rate`` events/s over 8 games.  Once ``--kill-after`` events are delivered
-the primary is SIGKILLed; collecting goes on ``--after`` seconds past the promotion of the
-replica; then the SDK flushes and the reporter drains (``tests/delivery/sentinel.py``).  Per
-run and in total: events collected, distinct events delivered, duplicates, missing (collected,
-never delivered, counted nowhere) and how long the sentinels took.  ``--wait-for-replicas``
-sets ``[redis] wait_for_replicas`` (where this version has it).
+``collect()`` at ``--rate`` events/s over 8 games.  Once ``--kill-after`` events are
+delivered the primary is SIGKILLed (``--how demote``: ``SENTINEL FAILOVER``, which promotes
+the replica and then turns the old primary into its replica); collecting goes on ``--after``
+seconds past the promotion of the replica; then the SDK flushes and the reporter drains
+(``tests/delivery/sentinel.py``).  Per run and in total: events collected, distinct events
+delivered, duplicates, missing (collected, never delivered, counted nowhere) and how long the
+sentinels took.  ``--wait-for-replicas`` sets ``[redis] wait_for_replicas`` (where this
+version has it).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def one_run(binary: str, args: argparse.Namespace) -> FailoverRun:
         try:
             return run_failover(group, config, endpoint, games=GAMES, rate=args.rate,
                                 kill_after_delivered=args.kill_after,
-                                after_failover_seconds=args.after)
+                                after_failover_seconds=args.after, how=args.how)
         finally:
             service.stop(grace=0)
             service.store.close()
@@ -60,6 +62,7 @@ def main() -> int:
                         help="events delivered before the primary is killed")
     parser.add_argument("--after", type=float, default=8.0,
                         help="seconds of collecting after the promotion")
+    parser.add_argument("--how", choices=("kill", "demote"), default="kill")
     parser.add_argument("--wait-for-replicas", type=int, default=0)
     args = parser.parse_args()
     logging.basicConfig(level=logging.CRITICAL)  # the failover's errors are expected

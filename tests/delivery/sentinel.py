@@ -70,12 +70,13 @@ class FailoverRun:
     received: Counter[Key]
     sdk_stats: dict[str, int]
     totals: Totals
-    killed_at: float
-    dead_at: float  # the old primary reaped: it took no write after this
+    killed_at: float  # the primary killed, or the sentinels asked to fail over
+    dead_at: float  # the old primary reaped or demoted: it took no write after this
     promoted_at: float
     scripts_before: bool  # the replica had the collect script cached before the failover
     scripts_after: bool  # ... and after
     wait_for_replicas: int = 0
+    how: str = "kill"
     missing: dict[Key, float] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -86,10 +87,11 @@ class FailoverRun:
         return sum(n - 1 for n in self.received.values())
 
     def summary(self) -> str:
-        line = (f"sentinel failover (wait_for_replicas={self.wait_for_replicas}): "
+        line = (f"sentinel failover ({self.how}, wait_for_replicas={self.wait_for_replicas}): "
                 f"{len(self.collected)} collected, {len(self.received)} delivered, "
                 f"{self.duplicates} duplicates, {len(self.missing)} missing; the sentinels "
-                f"promoted the replica {self.promoted_at - self.killed_at:.1f} s after the kill")
+                f"promoted the replica {self.promoted_at - self.killed_at:.1f} s after the "
+                f"{self.how}")
         if self.missing:
             times = self.missing.values()
             line += (f"; the missing were collected {self.dead_at - max(times):.3f} to "
@@ -99,10 +101,14 @@ class FailoverRun:
 
 def run_failover(group: SentinelGroup, config: ReporterConfig, endpoint: LocalEndpoint,
                  *, games: list[str], rate: int, kill_after_delivered: int,
-                 after_failover_seconds: float) -> FailoverRun:
-    """Collect, kill the primary once ``kill_after_delivered`` events are delivered, go on
+                 after_failover_seconds: float, how: str = "kill") -> FailoverRun:
+    """Collect, fail over once ``kill_after_delivered`` events are delivered, go on
     collecting ``after_failover_seconds`` after the promotion; the run's record.  The caller
-    runs the reporter on ``config`` and ``endpoint``."""
+    runs the reporter on ``config`` and ``endpoint``.
+
+    ``how``: "kill" (SIGKILL the primary), or "demote" (``SENTINEL FAILOVER``: the sentinels
+    promote the replica and turn the old primary, still running, into its replica, which
+    then answers writes with READONLY)."""
     collector = Collector(config=config)
     producer = Producer(collector, games, rate)
     [replica] = group.replicas
@@ -112,12 +118,21 @@ def run_failover(group: SentinelGroup, config: ReporterConfig, endpoint: LocalEn
         wait_until(lambda: len(received_keys(endpoint)) >= kill_after_delivered, timeout=120,
                    what="delivery under way")
         [scripts_before] = replica.client().script_exists(collect_sha)
-        killed_at = time.monotonic()
-        group.primary.stop()  # SIGKILL, then waits for the process to end
-        dead_at = time.monotonic()
+        killed_at = dead_at = time.monotonic()
+        if how == "kill":
+            group.primary.stop()  # SIGKILL, then waits for the process to end
+            dead_at = time.monotonic()
+        else:
+            with group.sentinels[0].client() as sentinel:
+                sentinel.execute_command("SENTINEL", "FAILOVER", group.service)
         wait_until(lambda: group.current_primary() is replica, timeout=60,
                    what="the sentinels promoting the replica")
         promoted_at = time.monotonic()
+        if how != "kill":
+            old = group.primary.client()
+            wait_until(lambda: old.info("replication")["role"] == "slave", timeout=60,
+                       what="the old primary demoted")
+            dead_at = time.monotonic()
         wait_until(lambda: producer.since(promoted_at) >= after_failover_seconds * rate,
                    timeout=after_failover_seconds * 10 + 30, what="collecting after the failover")
     finally:
@@ -130,4 +145,4 @@ def run_failover(group: SentinelGroup, config: ReporterConfig, endpoint: LocalEn
     [scripts_after] = new_primary.script_exists(collect_sha)
     return FailoverRun(dict(producer.collected), received_keys(endpoint), collector.stats(),
                        totals, killed_at, dead_at, promoted_at, scripts_before, scripts_after,
-                       getattr(config.redis, "wait_for_replicas", 0))
+                       getattr(config.redis, "wait_for_replicas", 0), how)

@@ -1,5 +1,6 @@
 """A Sentinel failover under load (``tests/delivery/sentinel.py``): the primary is killed
-(SIGKILL) while the SDK collects and a reporter delivers; neither is restarted.
+(SIGKILL), or demoted by ``SENTINEL FAILOVER``, while the SDK collects and a reporter
+delivers; neither is restarted.
 
 The SDK holds what it could not write and writes it to the promoted replica; the reporter's
 sweeps fail until the sentinels name the new primary, then go on, loading the scripts the
@@ -28,15 +29,18 @@ RATE = 2000  # events per second, over all games
 
 
 @pytest.mark.parametrize("wait_for_replicas", WAIT_FOR_REPLICAS)
-def test_a_primary_killed_under_load(sentinel_group: SentinelGroup,
-                                     make_endpoint: MakeEndpoint, start_service: StartService,
-                                     wait_for_replicas: int) -> None:
+@pytest.mark.parametrize("how", ["kill", "demote"])
+def test_a_failover_under_load(sentinel_group: SentinelGroup, make_endpoint: MakeEndpoint,
+                               start_service: StartService, how: str,
+                               wait_for_replicas: int) -> None:
+    """``kill``: the primary SIGKILLed.  ``demote``: ``SENTINEL FAILOVER``, the old primary
+    still running, turned into a replica (READONLY to the connections left on it)."""
     endpoint = make_endpoint()
     extra = {"wait_for_replicas": wait_for_replicas} if wait_for_replicas else {}
     config = sentinel_config(sentinel_group, endpoint.url, redis=extra)
     service = start_service(config)
     run = run_failover(sentinel_group, config, endpoint, games=GAMES, rate=RATE,
-                       kill_after_delivered=RATE, after_failover_seconds=2.0)
+                       kill_after_delivered=RATE, after_failover_seconds=2.0, how=how)
     print("\n" + run.summary())
 
     assert (run.scripts_before, run.scripts_after) == (False, True)  # NOSCRIPT was met
@@ -48,6 +52,6 @@ def test_a_primary_killed_under_load(sentinel_group: SentinelGroup,
     assert set(run.received) <= set(run.collected)
     if wait_for_replicas:
         assert not run.missing
-    else:  # only what the old primary took before it died, and had not passed on
+    else:  # only what the old primary took before it died or was demoted, not passed on
         assert all(t < run.dead_at for t in run.missing.values()), Counter(
             "after the kill" if t >= run.dead_at else "before" for t in run.missing.values())
