@@ -90,12 +90,13 @@ class FailoverRun:
         line = (f"sentinel failover ({self.how}, wait_for_replicas={self.wait_for_replicas}): "
                 f"{len(self.collected)} collected, {len(self.received)} delivered, "
                 f"{self.duplicates} duplicates, {len(self.missing)} missing; the sentinels "
-                f"promoted the replica {self.promoted_at - self.killed_at:.1f} s after the "
-                f"{self.how}")
+                f"promoted the replica {self.promoted_at - self.killed_at:.1f} s after "
+                + ("the kill" if self.how == "kill" else "SENTINEL FAILOVER"))
         if self.missing:
             times = self.missing.values()
             line += (f"; the missing were collected {self.dead_at - max(times):.3f} to "
-                     f"{self.dead_at - min(times):.3f} s before it")
+                     f"{self.dead_at - min(times):.3f} s before the old primary was "
+                     + ("reaped" if self.how == "kill" else "seen demoted"))
         return line
 
 
