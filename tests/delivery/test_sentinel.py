@@ -16,7 +16,7 @@ import pytest
 
 from collector import Collector
 from collector.store import BackendUnavailable, Collect, open_store
-from reporter._cli import main
+from reporter._cli import main, startup_line
 from reporter._config import ReporterConfig
 from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
@@ -152,3 +152,13 @@ def test_no_sentinel_answering_is_unavailable() -> None:
             store.ping()
     finally:
         store.close()
+
+
+def test_the_start_up_line_names_the_sentinels_not_the_password() -> None:
+    config = make_config("redis://:data-secret@127.0.0.1:1/0", redis={
+        "sentinels": ["10.0.0.1:26379", "10.0.0.2:26379"], "sentinel_service": "telemetry",
+        "sentinel_password": "sentinel-secret"})
+    message, fields = startup_line(config, "no rate limit")
+    expected = "sentinel service 'telemetry' via 10.0.0.1:26379, 10.0.0.2:26379"
+    assert fields["redis"] == expected and expected in message
+    assert "secret" not in message + repr(fields)
