@@ -377,18 +377,30 @@ def memory(client: RedisClient) -> list[MemoryUse]:
         cluster: Any = client  # redis-py leaves the node lookups untyped
         nodes = [(str(n.name), cluster.get_redis_connection(n)) for n in cluster.get_primaries()]
     else:
-        kwargs = client.connection_pool.connection_kwargs
-        nodes = [(str(kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"),
-                  client)]
+        nodes = [("", client)]  # named once connected (Sentinel finds the address then)
     out = []
-    for name, node in nodes:
+    for known, node in nodes:
         info: dict[str, Any] = node.info("memory", "errorstats")
+        name = known or _server_name(node)
         oom = info.get("errorstat_OOM") or {}
         out.append(MemoryUse(
             name, int(info.get("used_memory", 0)) - int(info.get("mem_not_counted_for_evict", 0)),
             int(info.get("maxmemory", 0)), str(info.get("maxmemory_policy", "")),
             int(oom.get("count", 0)) if isinstance(oom, dict) else 0))
     return out
+
+
+def _server_name(client: Any) -> str:
+    """``host:port`` (or the socket path) of a single server, or of the primary a Sentinel
+    client found last."""
+    pool: Any = client.connection_pool
+    kwargs = pool.connection_kwargs
+    if kwargs.get("path"):
+        return str(kwargs["path"])
+    host, port = kwargs.get("host"), kwargs.get("port")
+    if host is None:
+        host, port = getattr(pool, "master_address", None) or ("?", "?")
+    return f"{host}:{port}"
 
 
 def live_reporters(client: RedisClient, key: str, now_ms: int) -> int:

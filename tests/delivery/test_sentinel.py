@@ -50,6 +50,8 @@ def test_sdk_and_reporter_deliver_through_sentinel(sentinel_group: SentinelGroup
 
     service = start_service(config)
     assert service.store.describe().startswith(f"sentinel service {group_name(config)!r} via")
+    [memory] = service.store.memory()  # status and /metrics name the primary found
+    assert memory.node == f"127.0.0.1:{sentinel_group.primary.port}"
     primary = sentinel_group.primary.client()
     schema = schema_of(config)
     totals = wait_until(lambda: drained(primary, schema), what="every batch delivered")
