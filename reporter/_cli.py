@@ -148,6 +148,11 @@ def _parser() -> argparse.ArgumentParser:
                                 help="validate a config file and print it, secrets masked")
     check.add_argument("file", nargs="?",
                        help="the file (default: --config, else what run would read)")
+    check.add_argument("--connect", action="store_true",
+                       help="also PING Redis and send the sink one request without events; "
+                            "exit 3 if either fails")
+    check.add_argument("--probe-method", choices=("HEAD", "OPTIONS", "GET"), default="HEAD",
+                       help="the method of the sink's probe request (default: HEAD)")
     demo = commands.add_parser("demo", parents=[common],
                                help="run the whole pipeline on a private server")
     demo.add_argument("--seconds", type=float, default=15.0)
@@ -229,7 +234,7 @@ def _discard_stdout() -> None:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "check-config":
-        return _check_config(args.file or args.config)
+        return _check_config(args.file or args.config, args.connect, args.probe_method)
     if args.command == "demo":
         from reporter._demo import run_demo
 
@@ -269,7 +274,7 @@ def _check_sender(config: ReporterConfig) -> None:
     make_sender(config).close()
 
 
-def _check_config(path: str | None) -> int:
+def _check_config(path: str | None, connect: bool = False, probe_method: str = "HEAD") -> int:
     config = ReporterConfig.load(path)
     note_secrets(config)
     _refuse_sink_problems(config)
@@ -278,7 +283,14 @@ def _check_config(path: str | None) -> int:
         _note(f"warning: {notice}")
     print(f"# {config.source}: valid")
     print(json.dumps(config.masked(), indent=2))
-    return 0
+    if not connect:
+        return EXIT_OK
+    from reporter._probe import probe_redis, probe_sink
+
+    probes = [probe_redis(config), probe_sink(config, probe_method)]
+    for probe in probes:
+        print(REDACT(probe.line()))
+    return EXIT_OK if all(p.ok for p in probes) else EXIT_UNAVAILABLE
 
 
 def _sink_notices(config: ReporterConfig) -> list[str]:

@@ -1,0 +1,95 @@
+"""``check-config --connect``: a PING to Redis and one request to the sink, ok or failed."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import httpx
+import pytest
+
+from collector.config import build_config, raw_settings
+from reporter._cli import main
+from reporter._config import ReporterConfig
+from reporter._endpoint import LocalEndpoint
+from reporter._probe import probe_sink
+from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse
+from tests.servers import Server, free_port
+
+SECRET = "probe-secret-4242"
+
+
+def config_file(tmp_path: Path, redis_url: str, sink_url: str) -> Path:
+    path = tmp_path / "probe.toml"
+    path.write_text(textwrap.dedent(f"""
+        [redis]
+        url = "{redis_url}"
+        connect_timeout_seconds = 0.5
+        socket_timeout_seconds = 0.5
+
+        [sink]
+        url = "{sink_url}"
+        connect_timeout_seconds = 0.5
+
+        [sink.headers]
+        X-Api-Credential = "{SECRET}"
+    """), encoding="utf-8")
+    return path
+
+
+def test_both_answer(tmp_path: Path, own_server: Server,
+                     capsys: pytest.CaptureFixture[str]) -> None:
+    endpoint = LocalEndpoint().start()
+    try:
+        path = config_file(tmp_path, own_server.url, f"{endpoint.url}?api_key={SECRET}")
+        assert main(["check-config", "--connect", str(path)]) == 0
+    finally:
+        endpoint.stop()
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert f"redis: ok: redis redis://127.0.0.1:{own_server.port}/0 answered PING in" in out
+    # LocalEndpoint takes only POST: any answer shows the way there works
+    [sink] = [line for line in lines if line.startswith("sink: ")]
+    assert sink.startswith(f"sink: ok: HEAD {endpoint.url}?api_key=*** answered HTTP 501 in")
+    assert endpoint.requests == 0  # no POST, no events
+    assert SECRET not in out + err
+
+
+def test_neither_answers_exit_3_with_a_line_each(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    closed = free_port()
+    path = config_file(tmp_path, f"redis://:{SECRET}@127.0.0.1:{closed}/0",
+                       f"http://127.0.0.1:{closed}/ingest?token={SECRET}")
+    assert main(["check-config", "--connect", str(path)]) == 3
+    out, err = capsys.readouterr()
+    failed = [line for line in out.splitlines() if ": failed: " in line]
+    assert [line.split(":")[0] for line in failed] == ["redis", "sink"]
+    assert "ConnectError" in failed[1]
+    assert "Traceback" not in out + err and SECRET not in out + err
+
+
+def sink_config(url: str = "https://ingest.example/v1") -> ReporterConfig:
+    raw = raw_settings(ReporterConfig())
+    raw["sink"].update(url=url, headers={"Authorization": "Bearer x"})
+    return build_config(raw, "test", env={}, interpolate=False, cls=ReporterConfig)
+
+
+def test_refused_credentials_are_a_failure() -> None:
+    probe = probe_sink(sink_config(), transport=httpx.MockTransport(
+        lambda request: httpx.Response(401)))
+    assert not probe.ok
+    assert "HTTP 401" in probe.detail and "refused the credentials" in probe.detail
+
+
+def test_the_probe_method_and_the_configured_headers_are_used() -> None:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(204)
+
+    probe = probe_sink(sink_config(), "OPTIONS", httpx.MockTransport(answer))
+    assert probe.ok and "answered HTTP 204" in probe.line()
+    [request] = seen
+    assert request.method == "OPTIONS" and request.headers["Authorization"] == "Bearer x"
+    assert request.content == b""
