@@ -58,3 +58,19 @@ def sentinel_group() -> Iterator[SentinelGroup]:
                           password="sentinel-test-secret").start()
     yield group
     group.cleanup()
+
+
+@pytest.fixture(scope="session")
+def replicated_cluster() -> Iterator[Cluster]:
+    """3 primaries with a replica each, shared by the session: tests must not kill nodes."""
+    c = Cluster(BINARIES.get("redis") or BINARIES["valkey"], replicas=1).start()
+    yield c
+    c.cleanup()
+
+
+@pytest.fixture
+def own_replicated_cluster() -> Iterator[Cluster]:
+    """3 primaries with a replica each, for a test that kills and restarts nodes."""
+    c = Cluster(BINARIES.get("redis") or BINARIES["valkey"], replicas=1).start()
+    yield c
+    c.cleanup()

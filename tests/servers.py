@@ -14,7 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +66,18 @@ def free_port() -> int:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])
-        if port <= HIGHEST_PORT:
+        if port <= HIGHEST_PORT and _bindable(port + 10000):
             return port
+
+
+def _bindable(port: int) -> bool:
+    """Whether ``port`` is free now (a cluster node's bus needs its port + 10000)."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 class Server:
@@ -135,12 +145,26 @@ class Server:
 
 
 class Cluster:
-    """A small Redis Cluster of ``size`` masters, slots split evenly, no replicas."""
+    """A small Redis Cluster of ``size`` primaries, slots split evenly, each with ``replicas``
+    replicas (none by default).
 
-    def __init__(self, binary: str, size: int = 3) -> None:
-        self.nodes = [Server(binary, extra=["--cluster-enabled", "yes",
-                                            "--cluster-node-timeout", "2000"])
-                      for _ in range(size)]
+    With replicas the nodes fail over on their own: ``cluster-replica-validity-factor 0``
+    lets a replica be promoted however long its link was down (on a loaded machine the
+    default often refuses), so a killed primary's replica takes over about two node
+    timeouts (4 s) later.
+    """
+
+    def __init__(self, binary: str, size: int = 3, replicas: int = 0) -> None:
+        extra = ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"]
+        if replicas:
+            # A replica's first full sync starts at once, not after the default 5 s wait for
+            # more replicas to share it.
+            extra += ["--cluster-replica-validity-factor", "0",
+                      "--repl-diskless-sync-delay", "0"]
+        self.primaries = [Server(binary, extra=extra) for _ in range(size)]
+        self.replicas = [Server(binary, extra=extra) for _ in range(size * replicas)]
+        self.nodes = self.primaries + self.replicas
+        self._promoted: list[Server] = []  # replicas that have taken over, in order
         for node in self.nodes:
             node.extra += ["--cluster-config-file", str(node.dir / "nodes.conf")]
 
@@ -151,30 +175,106 @@ class Cluster:
     def start(self) -> Cluster:
         for node in self.nodes:
             node.start()
-        per = 16384 // len(self.nodes)
-        for i, node in enumerate(self.nodes):
-            last = 16383 if i == len(self.nodes) - 1 else (i + 1) * per - 1
+        per = 16384 // len(self.primaries)
+        for i, node in enumerate(self.primaries):
+            last = 16383 if i == len(self.primaries) - 1 else (i + 1) * per - 1
             node.client().execute_command("CLUSTER", "ADDSLOTSRANGE", i * per, last)
         first = self.nodes[0].client()
         for node in self.nodes[1:]:
             first.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)
-        deadline = time.monotonic() + 20
+        self._wait_ok("cluster did not reach cluster_state:ok")
+        for i, replica in enumerate(self.replicas):
+            primary = self.primaries[i % len(self.primaries)]
+            primary_id = _text(primary.client().execute_command("CLUSTER", "MYID"))
+            # A replica can only follow a primary it already knows of.
+            wait_until_true(lambda r=replica, p=primary_id: p in _text(
+                r.client().execute_command("CLUSTER", "NODES")), "replica to meet its primary")
+            replica.client().execute_command("CLUSTER", "REPLICATE", primary_id)
+        for replica in self.replicas:
+            wait_until_true(lambda r=replica: _linked(r), "replica to sync with its primary")
+        return self
+
+    def _wait_ok(self, message: str, timeout: float = 20.0) -> None:
+        """Wait until every live node says the cluster is ok and knows every node."""
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if all(b"cluster_state:ok" in n.client().execute_command("CLUSTER", "INFO")
-                   and _knows_all(n.client(), len(self.nodes)) for n in self.nodes):
-                return self
+                   and _knows_all(n.client(), len(self.nodes))
+                   for n in self.nodes if n.proc is not None):
+                return
             time.sleep(0.1)
-        raise RuntimeError("cluster did not reach cluster_state:ok")
+        raise RuntimeError(message)
+
+    def primary_of(self, key: str) -> Server:
+        """The node serving ``key``'s slot now, as a live node sees it."""
+        live = next(n for n in self.nodes if n.proc is not None).client()
+        slot = int(live.execute_command("CLUSTER", "KEYSLOT", key))
+        for lo, hi, primary, *_ in live.execute_command("CLUSTER", "SLOTS"):
+            if int(lo) <= slot <= int(hi):
+                return next(n for n in self.nodes if n.port == int(primary[1]))
+        raise RuntimeError(f"no primary serves slot {slot}")
+
+    def kill(self, node: Server) -> None:
+        """SIGKILL ``node``: nothing it has not replicated yet survives."""
+        node.stop()
+
+    def wait_promoted(self, killed: Server, timeout: float = 30.0) -> Server:
+        """Wait until a replica of the killed primary has taken over its slots and every
+        live node agrees the cluster is ok; the new primary."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            promoted = [n for n in self.nodes if n.proc is not None and _is_primary(n)
+                        and n in self.replicas and n not in self._promoted]
+            if promoted:
+                try:
+                    self._wait_ok("", timeout=1.0)
+                except RuntimeError:
+                    continue
+                self._promoted.append(promoted[0])
+                return promoted[0]
+            time.sleep(0.1)
+        raise RuntimeError(f"no replica took over from the node on port {killed.port}")
+
+    def rejoin(self, node: Server) -> None:
+        """Restart a killed node with its cluster config: it comes back as a replica of the
+        primary that took over, and syncs."""
+        node.start()
+        wait_until_true(lambda: not _is_primary(node) and _linked(node),
+                        "the restarted node to sync as a replica")
 
     def cleanup(self) -> None:
         for node in self.nodes:
             node.cleanup()
 
 
+def wait_until_true(predicate: Callable[[], object], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _is_primary(node: Server) -> bool:
+    try:
+        return bool(node.client().info("replication")["role"] == "master")
+    except redis.exceptions.ConnectionError:
+        return False
+
+
+def _linked(node: Server) -> bool:
+    info = node.client().info("replication")
+    return bool(info["role"] == "slave" and info["master_link_status"] == "up")
+
+
 def _knows_all(client: redis.Redis, size: int) -> bool:
-    nodes = client.execute_command("CLUSTER", "NODES")
-    text = nodes.decode() if isinstance(nodes, bytes) else str(nodes)
-    return sum(1 for line in text.splitlines() if "master" in line) == size
+    """Whether the node knows of ``size`` nodes, itself included (handshakes not counted)."""
+    text = _text(client.execute_command("CLUSTER", "NODES"))
+    return sum(1 for line in text.splitlines() if "handshake" not in line) == size
 
 
 def env_without_telemetry() -> dict[str, str]:
