@@ -50,6 +50,7 @@ _KEYWORDS = {
     "url": "redis", "cluster": "redis", "key_prefix": "redis", "shards": "redis",
     "socket_timeout_seconds": "redis", "connect_timeout_seconds": "redis",
     "sentinels": "redis", "sentinel_service": "redis", "sentinel_password": "redis",
+    "wait_for_replicas": "redis", "wait_timeout_ms": "redis",
     "mode": "collector", "max_buffer_events": "collector", "flush_interval_ms": "collector",
     "close_timeout_seconds": "collector", "retry_max_delay_ms": "collector",
     "disabled": "collector",

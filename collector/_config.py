@@ -64,6 +64,9 @@ class RedisSettings(MaskedRepr):
     sentinels: tuple[str, ...] = setting(())
     sentinel_service: str = setting("")
     sentinel_password: str = setting("", secret=True)
+    # Replicas that must confirm (WAIT) the SDK's writes, claims and acks; 0: no WAIT at all.
+    wait_for_replicas: int = setting(0, lo=0, hi=16)
+    wait_timeout_ms: int = setting(500, lo=1, hi=60_000)
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,13 @@ class TelemetryConfig:
         if sentinel is not None:
             key, problem = sentinel
             raise ConfigError(f"{where('redis', key)}: [redis] {key}: {problem}")
+        wait_ms, socket_ms = self.redis.wait_timeout_ms, self.redis.socket_timeout_seconds * 1000
+        if self.redis.wait_for_replicas and wait_ms >= socket_ms:
+            raise ConfigError(
+                f"{where('redis', 'wait_timeout_ms')}: [redis] wait_timeout_ms: must be "
+                f"shorter than socket_timeout_seconds ({socket_ms:g} ms), or the socket times "
+                f"out before WAIT answers; found {wait_ms}"
+            )
         if not is_valid_prefix(self.redis.key_prefix):
             raise ConfigError(
                 f"{where('redis', 'key_prefix')}: [redis] key_prefix: expected 1 to 64 "

@@ -7,7 +7,9 @@ Every error derives from one root, so callers can catch the whole family::
     │                           argument is wrong
     ├── BackendError            Redis failed
     │   ├── BackendUnavailable  Redis did not answer: refused, reset or timed-out connection,
-    │   │                       cluster down, server loading
+    │   │   │                   cluster down, server loading
+    │   │   └── BackendUnreplicated  the write ran, but fewer replicas than
+    │   │                       [redis] wait_for_replicas confirmed it in time
     │   └── BackendRefused      Redis answered with an error: read-only replica, a script
     │       │                   error, a wrong key type
     │       └── BackendFull     Redis is at maxmemory and refuses writes (an OOM reply);
@@ -48,6 +50,15 @@ class BackendError(TelemetryError):
 
 class BackendUnavailable(BackendError):
     """Redis did not answer; trying again later may work."""
+
+
+class BackendUnreplicated(BackendUnavailable):
+    """A write ran on the primary but too few replicas confirmed it (``WAIT``) in time: a
+    failover now could undo it.  ``result`` is what the call returned on the primary."""
+
+    def __init__(self, message: str, result: object = None) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 class BackendRefused(BackendError):

@@ -144,6 +144,8 @@ class Flusher:
             if result.refused_oom:
                 self._counts.count(Counter.REFUSED_OOM, result.refused_oom)
             if result.error is not None:
+                if result.unreplicated:
+                    self._counts.count(Counter.UNREPLICATED_WRITES, result.unreplicated)
                 self._buffer.put_back(result.failed, result.failed_pending)
                 self._failed(result.error, sum(map(len, result.failed.values())))
                 return False

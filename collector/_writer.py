@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from collector._buffer import Pending, no_pending
 from collector._constants import CALL_BYTES, EVENTS_PER_CALL
-from collector._exceptions import BackendError, BackendFull
+from collector._exceptions import BackendError, BackendFull, BackendUnreplicated
 from collector.counters import Counter
 from collector.store import Collect, ShardKeys, Store, Stored
 
@@ -35,6 +35,8 @@ class WriteResult:
     failed_pending: Pending = field(default_factory=no_pending)
     error: BackendError | None = None
     refused_oom: int = 0  # events in the calls Redis refused for being at maxmemory
+    # Events that ran on the primary but too few replicas confirmed: sent again.
+    unreplicated: int = 0
     # Shards whose identity marker changed since this writer last wrote to them: their data
     # vanished in between (Redis restarted empty, flushed, failed over to an empty replica).
     reset_shards: list[int] = field(default_factory=list)
@@ -164,6 +166,8 @@ def tally(calls: list[Call], replies: Sequence[Stored | BackendError | None]) ->
         if not isinstance(reply, Stored):
             if isinstance(reply, BackendFull):
                 result.refused_oom += len(c.thinned) + len(c.entries)
+            if isinstance(reply, BackendUnreplicated):
+                result.unreplicated += len(c.entries)
             if reply is not None:  # None is held back: its shard's probe was refused
                 result.error = reply
             failed = result.failed.setdefault(c.game, [])

@@ -28,6 +28,7 @@ class Counter(StrEnum):
     # Events in writes Redis refused because it was at maxmemory (an OOM reply); not a loss:
     # they stay in the buffer and go again, so one event can be counted more than once.
     REFUSED_OOM = "refused_oom"
+    UNREPLICATED_WRITES = "unreplicated_writes"  # stored, too few replicas confirmed: resent
     DROPPED_AT_CLOSE = "dropped_at_close"
     DROPPED_CLOSED = "dropped_closed"
     DROPPED_DISABLED = "dropped_disabled"
@@ -57,6 +58,9 @@ class Counter(StrEnum):
     CONFIG_ERRORS = "config_errors"
     ACK_FAILED = "ack_failed"
     LEASE_LOST = "lease_lost"
+    # [redis] wait_for_replicas: claimed batches handed back unsent, acks a failover may undo
+    BATCHES_UNREPLICATED = "batches_unreplicated"
+    ACKS_UNREPLICATED = "acks_unreplicated"
     # -- the SDK and the reporter, each in its own process
     STORE_RESETS = "store_resets"
 
@@ -99,7 +103,7 @@ C = Counter
 SDK: tuple[Counter, ...] = (
     C.ACCEPTED, C.STORED, C.EVICTED, C.DROPPED_BUFFER_FULL, C.DROPPED_AT_CLOSE,
     C.DROPPED_TOO_LARGE, C.DROPPED_CLOSED, C.DROPPED_DISABLED, C.BACKEND_ERRORS, C.REFUSED_OOM,
-    C.FLUSHES, C.STORE_RESETS,
+    C.FLUSHES, C.STORE_RESETS, C.UNREPLICATED_WRITES,
 )
 # Written by the scripts into each shard's stats hash.
 STORE: tuple[Counter, ...] = (
@@ -113,6 +117,7 @@ REPORTER: tuple[Counter, ...] = (
     C.STALE, C.DELIVERED, C.BATCHES_DELIVERED, C.BATCHES_STALE, C.BATCHES_RETRIED,
     C.REJECTED_ITEMS, C.MALFORMED_ENTRIES, C.DEAD_EVENTS, C.DEAD_BATCHES,
     C.BATCHES_RELEASED, C.CONFIG_ERRORS, C.ACK_FAILED, C.LEASE_LOST, C.STORE_RESETS,
+    C.BATCHES_UNREPLICATED, C.ACKS_UNREPLICATED,
 )
 # telemetry-reporter status (and --json): the store's counters and these levels.
 STATUS_GAUGES: tuple[Gauge, ...] = (

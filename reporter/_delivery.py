@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -12,7 +13,15 @@ from collector.counters import Counter as C
 from collector.counters import Histogram
 from collector.logs import RateLimitedLog
 from collector.metrics import Metrics
-from collector.store import Ack, BackendError, ShardKeys
+from collector.store import (
+    Ack,
+    BackendError,
+    BackendUnreplicated,
+    Claimed,
+    RetryBatch,
+    Settled,
+    ShardKeys,
+)
 from reporter._attempt import Attempt
 from reporter._batches import Batches, new_id
 from reporter._body_limit import JSON_BODY, BodyLimit
@@ -137,7 +146,13 @@ class Deliverer:
             return False
         token = new_id()
         budget = self.body_limit.claim_budget() if self.body_limit.limit else (0, 0)
-        claimed = self._store.claim(keys, game, token, permit.granted, *budget)
+        try:
+            claimed = self._store.claim(keys, game, token, permit.granted, *budget)
+        except BackendUnreplicated as exc:
+            claimed = exc.result if isinstance(exc.result, Claimed) else Claimed(0, 0, [], 0)
+            self._hand_back(keys, token, [b.batch_id for b in claimed.batches], exc)
+            self.limiter.refund(permit.granted)
+            return False
         if len(claimed.batches) < permit.granted:
             self.limiter.refund(permit.granted - len(claimed.batches))
         if claimed.stale:
@@ -174,12 +189,45 @@ class Deliverer:
         if not permit.granted:
             return False
         token = new_id()
-        due = self._store.take_retries(keys, token, permit.granted, game)
+        try:
+            due = self._store.take_retries(keys, token, permit.granted, game)
+        except BackendUnreplicated as exc:
+            taken: list[RetryBatch] = exc.result if isinstance(exc.result, list) else []
+            self._hand_back(keys, token, [b.batch_id for b in taken], exc)
+            self.limiter.refund(permit.granted)
+            return False
         if len(due) < permit.granted:
             self.limiter.refund(permit.granted - len(due))
         self.deliver_all(keys, token, [(b.game, b.batch_id, b.entries, b.attempts) for b in due],
                          stop)
         return len(due) == RETRIES_PER_LOOP
+
+    def _hand_back(self, keys: ShardKeys, token: str, batch_ids: list[str],
+                   exc: BackendUnreplicated) -> None:
+        """Release batches whose claim too few replicas confirmed: a failover could undo the
+        claim, so they are not sent (a release charges no attempt; if it fails too, the
+        lease runs out and the reaper returns them)."""
+        released = 0
+        for batch_id in batch_ids:
+            with contextlib.suppress(BackendError):  # the reaper returns it after its lease
+                released += self._store.release(keys, batch_id, token)
+        self.counts.add({C.BATCHES_UNREPLICATED: len(batch_ids), C.BATCHES_RELEASED: released})
+        ratelog.log(logging.WARNING, "unreplicated",
+                    "claim of %d batches on shard %d handed back unsent: %s", len(batch_ids),
+                    keys.shard, exc)
+
+    def _unconfirmed(self, exc: BackendUnreplicated) -> None:
+        """An ack or settle too few replicas confirmed: it stands (a failover may undo it,
+        and the batch would be sent again); counted, and its result used."""
+        self.counts.count(C.ACKS_UNREPLICATED)
+        ratelog.log(logging.WARNING, "unreplicated-ack", "ack not confirmed by replicas: %s",
+                    exc)
+
+    def _ack_reply(self, reply: int | BackendError) -> int | BackendError:
+        if isinstance(reply, BackendUnreplicated) and isinstance(reply.result, int):
+            self._unconfirmed(reply)
+            return reply.result
+        return reply
 
     def deliver_all(self, keys: ShardKeys, token: str, batches: Sequence[Leased],
                     stop: threading.Event) -> list[str]:
@@ -222,6 +270,7 @@ class Deliverer:
             return []
         replies = self._store.ack_many([Ack(keys, batch_id, token, d.stale)
                                         for batch_id, keys, token, d in delivered])
+        replies = [self._ack_reply(reply) for reply in replies]
         for (batch_id, _, _, d), reply in zip(delivered, replies, strict=True):
             self._count_ack(batch_id, d, reply)
         return [batch_id for (batch_id, _, _, _), reply in zip(delivered, replies, strict=True)
@@ -264,7 +313,10 @@ class Deliverer:
         fresh = split_fresh(entries, int(self._clock() * 1000), self.freshness)
         stale = fresh.stale
         if not fresh.events:
-            self._store.ack(keys, batch_id, token, stale=stale)
+            try:
+                self._store.ack(keys, batch_id, token, stale=stale)
+            except BackendUnreplicated as exc:
+                self._unconfirmed(exc)
             self.counts.add({C.STALE: stale, C.BATCHES_STALE: 1})
             return "stale"
         outcome = self._attempt.send(game, batch_id, fresh.events, attempts + 1,
@@ -317,11 +369,17 @@ class Deliverer:
     def _settle(self, keys: ShardKeys, game: str, batch_id: str, token: str, fresh: Fresh,
                 outcome: Outcome) -> str:
         """Finish a batch the endpoint answered item by item, in one store call."""
-        settled = self._store.settle(
-            keys, batch_id, token, stale=fresh.stale,
-            retry=[fresh.position(i) for i in outcome.retry_items],
-            refused=[(fresh.position(i), reason) for i, reason in outcome.refused],
-            min_delay_ms=int(outcome.retry_after * 1000), reason=outcome.reason)
+        try:
+            settled = self._store.settle(
+                keys, batch_id, token, stale=fresh.stale,
+                retry=[fresh.position(i) for i in outcome.retry_items],
+                refused=[(fresh.position(i), reason) for i, reason in outcome.refused],
+                min_delay_ms=int(outcome.retry_after * 1000), reason=outcome.reason)
+        except BackendUnreplicated as exc:
+            if not isinstance(exc.result, Settled):
+                raise
+            self._unconfirmed(exc)
+            settled = exc.result
         if settled.delivered < 0:
             logger.warning("batch %s of game %r was answered after its lease ran out; "
                            "it may be sent again", batch_id, game,

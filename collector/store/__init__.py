@@ -16,10 +16,18 @@
 - views: what the sweeper, ``status``, ``dead`` and the metrics read (``ShardView``,
   ``ShardLevels``, ...), as methods of ``Store``.
 - errors: ``BackendUnavailable`` and ``BackendRefused`` (both ``collector.BackendError``);
-  ``BackendFull`` (a ``BackendRefused``) is Redis at maxmemory refusing a write.
+  ``BackendFull`` (a ``BackendRefused``) is Redis at maxmemory refusing a write;
+  ``BackendUnreplicated`` (a ``BackendUnavailable``) a write that ran but too few replicas
+  confirmed (``[redis] wait_for_replicas``), its result attached.
 """
 
-from collector._exceptions import BackendError, BackendFull, BackendRefused, BackendUnavailable
+from collector._exceptions import (
+    BackendError,
+    BackendFull,
+    BackendRefused,
+    BackendUnavailable,
+    BackendUnreplicated,
+)
 from collector.store._backends import (
     BACKENDS,
     Backend,
@@ -106,6 +114,7 @@ __all__ = [
     "BackendFull",
     "BackendRefused",
     "BackendUnavailable",
+    "BackendUnreplicated",
     "BatchDetail",
     "Claim",
     "Claimed",

@@ -4,13 +4,17 @@ A backend owns its redis-py client (every timeout and retry set explicitly from 
 settings), the bulk path that runs script calls in few socket writes, and the description
 used in logs (password masked).  Adding a mode (Sentinel, say) is one more subclass and one
 more entry in ``BACKENDS``.
+
+``[redis] wait_for_replicas`` is the backend's too: a ``run`` asked to ``confirm`` its
+writes follows them with ``WAIT`` on each node written, on the connection that wrote
+(``_bulk``); with 0 nothing is added.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
@@ -30,10 +34,19 @@ class Backend(ABC):
 
     mode: ClassVar[str]
     client: RedisClient
+    # [redis] wait_for_replicas and wait_timeout_ms: set by from_settings (0: no WAIT).
+    wait_for_replicas: int = 0
+    wait_timeout_ms: int = 0
 
     def __init__(self, client: RedisClient, url: str) -> None:
         self.client = client
         self._url = url
+
+    def waiting_for(self, settings: RedisSettings) -> Self:
+        """This backend, confirming writes as ``settings`` say."""
+        self.wait_for_replicas = settings.wait_for_replicas
+        self.wait_timeout_ms = settings.wait_timeout_ms
+        return self
 
     @classmethod
     @abstractmethod
@@ -41,8 +54,13 @@ class Backend(ABC):
         """A backend with a new client built from ``settings``."""
 
     @abstractmethod
-    def run(self, calls: Sequence[WireCall]) -> list[Any]:
-        """Run script calls in as few writes as possible; one reply or exception per call."""
+    def run(self, calls: Sequence[WireCall], confirm: bool = False) -> list[Any]:
+        """Run script calls in as few writes as possible; one reply or exception per call.
+        ``confirm``: the replies of calls whose writes too few replicas confirmed are
+        ``NotReplicated`` (nothing changes while ``wait_for_replicas`` is 0)."""
+
+    def _wait(self, confirm: bool) -> tuple[int, int]:
+        return (self.wait_for_replicas, self.wait_timeout_ms) if confirm else (0, 0)
 
     @classmethod
     def describe_settings(cls, settings: RedisSettings) -> str:
@@ -72,10 +90,10 @@ class SingleServer(Backend):
             client = redis.Redis.from_url(settings.url, **_client_options(settings))
         except ValueError as exc:
             raise _bad_url(settings, exc) from exc
-        return cls(client, settings.url)
+        return cls(client, settings.url).waiting_for(settings)
 
-    def run(self, calls: Sequence[WireCall]) -> list[Any]:
-        return run_calls(self.client, calls)
+    def run(self, calls: Sequence[WireCall], confirm: bool = False) -> list[Any]:
+        return run_calls(self.client, calls, *self._wait(confirm))
 
 
 class Cluster(Backend):
@@ -93,16 +111,18 @@ class Cluster(Backend):
             client = RedisCluster.from_url(settings.url, **_client_options(settings))
         except ValueError as exc:
             raise _bad_url(settings, exc) from exc
-        return cls(client, settings.url)
+        return cls(client, settings.url).waiting_for(settings)
 
-    def run(self, calls: Sequence[WireCall]) -> list[Any]:
+    def run(self, calls: Sequence[WireCall], confirm: bool = False) -> list[Any]:
         """One batch of writes per node, by the client's slot map.
 
         Calls the map sent astray (a moved or moving slot, no node for it) go once more
         through redis-py's own routing, which follows MOVED/ASK and refreshes the map; after
         a connection failure one call does, so the map is refreshed, and the rest are
-        answered with the error.
+        answered with the error.  Confirmed calls are rerouted by a refreshed map instead,
+        so that their WAIT goes to the node that ran them, on the same connection.
         """
+        wait = self._wait(confirm)
         client: Any = self.client  # redis-py leaves the node lookups untyped
         replies: list[Any] = [None] * len(calls)
         by_node: dict[str, tuple[Any, list[int]]] = {}
@@ -114,7 +134,8 @@ class Cluster(Backend):
                 continue
             by_node.setdefault(node.name, (node, []))[1].append(i)
         for node, numbers in by_node.values():
-            got = run_calls(client.get_redis_connection(node), [calls[i] for i in numbers])
+            got = run_calls(client.get_redis_connection(node), [calls[i] for i in numbers],
+                            *wait)
             for i, reply in zip(numbers, got, strict=True):
                 replies[i] = reply
         refreshed = False
@@ -125,8 +146,19 @@ class Cluster(Backend):
                 refreshed = True
             elif not isinstance(reply, REROUTE):
                 continue
-            replies[i] = self._routed(calls[i])
+            replies[i] = self._rerouted(calls[i], wait) if wait[0] else self._routed(calls[i])
         return replies
+
+    def _rerouted(self, call: WireCall, wait: tuple[int, int]) -> Any:
+        """One call on the node a freshly read slot map names, followed by its WAIT."""
+        client: Any = self.client
+        try:
+            client.nodes_manager.initialize()
+            node = client.get_node_from_key(call[1][0])
+            [reply] = run_calls(client.get_redis_connection(node), [call], *wait)
+        except Exception as exc:
+            return exc
+        return reply
 
     def _routed(self, call: WireCall) -> Any:
         """One call through redis-py's cluster routing, loading the script if the node

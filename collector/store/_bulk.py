@@ -7,6 +7,11 @@ to the interpreter's switch interval (5 ms).  A flush of 50 games spent most of 
 waiting for the GIL that way and fell behind the callers.  Here the calls go out in as few
 buffers as possible (one, up to a few MB) and the replies are read back in order, so a flush
 waits for the GIL a handful of times whatever its size.  A single call is a bulk of one.
+
+With ``replicas`` (``[redis] wait_for_replicas``) a ``WAIT`` follows the calls on the same
+connection, in the same last write: it covers every write that connection made, so the
+calls' replies count only if enough replicas confirmed them (else each becomes
+``NotReplicated``, holding the reply).  Without, nothing more is sent.
 """
 
 from __future__ import annotations
@@ -18,14 +23,15 @@ import redis
 from redis.exceptions import NoScriptError, ResponseError
 
 from collector._constants import WRITE_BYTES
-from collector.store._errors import LOST, UNAVAILABLE
+from collector.store._errors import LOST, UNAVAILABLE, NotReplicated
 from collector.store._scripts import LuaScript
 
 # One EVALSHA: the script, its KEYS and its ARGV.
 WireCall = tuple[LuaScript, Sequence[str], Sequence[Any]]
 
 
-def run_calls(client: redis.Redis, calls: Sequence[WireCall]) -> list[Any]:
+def run_calls(client: redis.Redis, calls: Sequence[WireCall], replicas: int = 0,
+              timeout_ms: int = 0) -> list[Any]:
     """Run every call on ``client``; one reply per call, in order.
 
     A reply is the script's result, the ``ResponseError`` the server refused the call with,
@@ -33,12 +39,13 @@ def run_calls(client: redis.Redis, calls: Sequence[WireCall]) -> list[Any]:
     tries (such a call may or may not have run).  Scripts missing from the server's cache
     (restarted or flushed) are loaded and the calls that met ``NOSCRIPT`` sent again.
     """
-    replies = _send(client, calls)
+    wait = (replicas, timeout_ms)
+    replies = _send(client, calls, wait)
     # Like redis-py's own commands: the calls a broken connection left unanswered are sent
     # again on a new one, up to the client's retry count ([redis] retries).
     retry = client.get_retry()
     for _ in range(retry.get_retries() if retry is not None else 0):
-        if not _resend(client, calls, replies, LOST):
+        if not _resend(client, calls, replies, LOST, wait):
             break
     missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
     if missing:
@@ -49,34 +56,38 @@ def run_calls(client: redis.Redis, calls: Sequence[WireCall]) -> list[Any]:
             for i in missing:
                 replies[i] = exc
         else:
-            _resend(client, calls, replies, NoScriptError)
+            _resend(client, calls, replies, NoScriptError, wait)
     return replies
 
 
 def _resend(client: redis.Redis, calls: Sequence[WireCall], replies: list[Any],
-            kind: type[Exception] | tuple[type[Exception], ...]) -> bool:
+            kind: type[Exception] | tuple[type[Exception], ...], wait: tuple[int, int]
+            ) -> bool:
     """Send again the calls whose reply is a ``kind`` error; False if there were none."""
     again = [i for i, reply in enumerate(replies) if isinstance(reply, kind)]
     if not again:  # the usual case: not even a connection from the pool
         return False
-    for i, reply in zip(again, _send(client, [calls[i] for i in again]), strict=True):
+    for i, reply in zip(again, _send(client, [calls[i] for i in again], wait), strict=True):
         replies[i] = reply
     return bool(again)
 
 
-def _send(client: redis.Redis, calls: Sequence[WireCall]) -> list[Any]:
+def _send(client: redis.Redis, calls: Sequence[WireCall], wait: tuple[int, int] = (0, 0)
+          ) -> list[Any]:
     replies: list[Any] = []
     pool = client.connection_pool
     conn: Any = None
     try:
         conn = pool.get_connection()
-        for count, chunks in _writes(conn, calls):
+        for count, chunks in _writes(conn, calls, wait):
             conn.send_packed_command([b"".join(chunks)])
             for _ in range(count):
                 try:
                     replies.append(conn.read_response())
                 except ResponseError as exc:
                     replies.append(exc)
+        if wait[0]:
+            _confirm(conn, replies, *wait)
     except UNAVAILABLE as exc:
         replies += [exc] * (len(calls) - len(replies))
         if conn is not None:
@@ -91,8 +102,27 @@ def _send(client: redis.Redis, calls: Sequence[WireCall]) -> list[Any]:
     return replies
 
 
-def _writes(conn: Any, calls: Sequence[WireCall]) -> Iterator[tuple[int, list[bytes]]]:
-    """Packed commands in groups of about WRITE_BYTES: (number of commands, chunks)."""
+def _confirm(conn: Any, replies: list[Any], replicas: int, timeout_ms: int) -> None:
+    """Read the WAIT reply that follows the calls; unless it counts ``replicas``, the
+    replies of the calls that ran become ``NotReplicated``."""
+    try:
+        acked: int | None = int(conn.read_response())
+    except UNAVAILABLE:
+        conn.disconnect()  # the calls ran; whether they were replicated is unknown
+        acked = None
+    except ResponseError:
+        acked = None
+    if acked is not None and acked >= replicas:
+        return
+    for i, reply in enumerate(replies):
+        if not isinstance(reply, Exception):
+            replies[i] = NotReplicated(reply, acked, replicas, timeout_ms)
+
+
+def _writes(conn: Any, calls: Sequence[WireCall], wait: tuple[int, int] = (0, 0)
+            ) -> Iterator[tuple[int, list[bytes]]]:
+    """Packed commands in groups of about WRITE_BYTES: (number of script calls, chunks); the
+    WAIT, if any, rides at the end of the last group (its reply is read apart)."""
     count, chunks, size = 0, [], 0
     for script, keys, args in calls:
         packed = conn.pack_command("EVALSHA", script.sha, len(keys), *keys, *args)
@@ -102,5 +132,7 @@ def _writes(conn: Any, calls: Sequence[WireCall]) -> Iterator[tuple[int, list[by
         if size >= WRITE_BYTES:
             yield count, chunks
             count, chunks, size = 0, [], 0
-    if count:
+    if wait[0]:
+        chunks += conn.pack_command("WAIT", *wait)
+    if count or chunks:
         yield count, chunks

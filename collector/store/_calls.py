@@ -37,6 +37,9 @@ class ScriptCall(Generic[R_co]):
 
     __slots__ = ()
     script: ClassVar[str]
+    # A write that a failover must not undo unnoticed: with [redis] wait_for_replicas, WAIT
+    # follows it, and too few replicas make it ``BackendUnreplicated``.
+    confirmed: ClassVar[bool] = False
 
     def keys(self) -> Sequence[str]:
         raise NotImplementedError
@@ -57,6 +60,7 @@ class Collect(ScriptCall[Stored]):
     and the shard's identity marker (``identity`` becomes it if the shard has none)."""
 
     script: ClassVar[str] = "collect"
+    confirmed: ClassVar[bool] = True
     shard: ShardKeys
     game: str
     entries: Sequence[bytes]
@@ -90,6 +94,7 @@ class Claim(ScriptCall[Claimed]):
     by one (``dead_max`` dead letters kept)."""
 
     script: ClassVar[str] = "claim"
+    confirmed: ClassVar[bool] = True
     shard: ShardKeys
     game: str
     batch_id: str
@@ -126,6 +131,7 @@ class TakeRetries(ScriptCall[list[RetryBatch]]):
     """Lease up to ``limit`` batches whose retry time has come (of ``game`` only, if set)."""
 
     script: ClassVar[str] = "take_retries"
+    confirmed: ClassVar[bool] = True
     shard: ShardKeys
     token: str
     lease_ms: int
@@ -154,6 +160,7 @@ class Ack(ScriptCall[int]):
     lease."""
 
     script: ClassVar[str] = "ack"
+    confirmed: ClassVar[bool] = True
     shard: ShardKeys
     batch_id: str
     token: str
@@ -206,6 +213,7 @@ class Settle(ScriptCall[Settled]):
     reason for each refused one; the rest are delivered."""
 
     script: ClassVar[str] = "settle"
+    confirmed: ClassVar[bool] = True
     shard: ShardKeys
     batch_id: str
     token: str

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 from redis.exceptions import (
     AskError,
@@ -11,7 +13,13 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from collector._exceptions import BackendError, BackendFull, BackendRefused, BackendUnavailable
+from collector._exceptions import (
+    BackendError,
+    BackendFull,
+    BackendRefused,
+    BackendUnavailable,
+    BackendUnreplicated,
+)
 
 # Errors that mean "Redis is not answering right now"; anything else is a refusal or a bug.
 UNAVAILABLE: tuple[type[Exception], ...] = (
@@ -31,10 +39,22 @@ REROUTE: tuple[type[Exception], ...] = (
     AskError, TryAgainError, ClusterDownError, RedisClusterException)
 
 
+class NotReplicated(Exception):
+    """The reply of a call that ran, in place of its reply, when ``WAIT`` on its connection
+    counted fewer replicas than wanted (or could not be read)."""
+
+    def __init__(self, reply: Any, acked: int | None, wanted: int, timeout_ms: int) -> None:
+        seen = "WAIT failed" if acked is None else f"{acked} replicas confirmed"
+        super().__init__(f"write not replicated: {seen}, {wanted} wanted within {timeout_ms} ms")
+        self.reply = reply
+
+
 def translate(exc: Exception, server: str) -> BackendError:
     """The store's error for a redis-py exception met talking to ``server`` (masked)."""
     if isinstance(exc, BackendError):
         return exc
+    if isinstance(exc, NotReplicated):
+        return BackendUnreplicated(f"{server}: {exc}")
     kind: type[BackendError]
     if isinstance(exc, UNAVAILABLE):
         kind = BackendUnavailable

@@ -15,12 +15,12 @@ from typing import Any, NoReturn, TypeVar
 from redis.exceptions import RedisClusterException, RedisError
 
 from collector._config import RedisSettings
-from collector._exceptions import BackendError
+from collector._exceptions import BackendError, BackendUnreplicated
 from collector.store import _views
 from collector.store._backends import Backend, describe_settings, open_backend
 from collector.store._bulk import WireCall
 from collector.store._calls import Heartbeat, ReadShard, ScriptCall
-from collector.store._errors import translate
+from collector.store._errors import NotReplicated, translate
 from collector.store._keys import KeySchema, ShardKeys
 from collector.store._results import text
 from collector.store._scripts import lua_script
@@ -64,22 +64,36 @@ class Store:
     # -- scripts -----------------------------------------------------------------------------
 
     def call(self, request: ScriptCall[R]) -> R:
-        """Run one script call; its typed result, or ``BackendError``."""
-        [reply] = self._run([(lua_script(request.script), request.keys(), request.args())])
+        """Run one script call; its typed result, or ``BackendError``
+        (``BackendUnreplicated``, with the result, for a confirmed write too few replicas
+        confirmed)."""
+        [reply] = self._run([(lua_script(request.script), request.keys(), request.args())],
+                            self._confirms((request,)))
         if isinstance(reply, Exception):
-            raise translate(reply, self._server) from reply
+            raise self._error(request, reply) from reply
         return request.parse(reply)
 
     def call_many(self, requests: Sequence[ScriptCall[R]]) -> list[R | BackendError]:
         """Run script calls in as few socket writes as the backend allows; per request, its
         typed result or the ``BackendError`` it met (a call cut off by a broken connection,
         after ``[redis] retries`` more tries, may or may not have run)."""
-        replies = self._run([(lua_script(r.script), r.keys(), r.args()) for r in requests])
+        replies = self._run([(lua_script(r.script), r.keys(), r.args()) for r in requests],
+                            self._confirms(requests))
         return [
-            translate(reply, self._server) if isinstance(reply, Exception)
+            self._error(request, reply) if isinstance(reply, Exception)
             else request.parse(reply)
             for request, reply in zip(requests, replies, strict=True)
         ]
+
+    def _confirms(self, requests: Sequence[ScriptCall[Any]]) -> bool:
+        """Whether the calls must be confirmed by ``[redis] wait_for_replicas`` replicas."""
+        return bool(self.backend.wait_for_replicas) and any(r.confirmed for r in requests)
+
+    def _error(self, request: ScriptCall[Any], reply: Exception) -> BackendError:
+        error = translate(reply, self._server)
+        if isinstance(reply, NotReplicated) and isinstance(error, BackendUnreplicated):
+            error.result = request.parse(reply.reply)
+        return error
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -192,9 +206,9 @@ class Store:
     # -- plumbing ----------------------------------------------------------------------------
 
     # The hot paths catch inline: a generator-based context manager costs a few microseconds.
-    def _run(self, calls: Sequence[WireCall]) -> list[Any]:
+    def _run(self, calls: Sequence[WireCall], confirm: bool = False) -> list[Any]:
         try:
-            return self.backend.run(calls)
+            return self.backend.run(calls, confirm)
         except Exception as exc:  # a failure of the whole bulk, not of one call
             self._reraise(exc)
 

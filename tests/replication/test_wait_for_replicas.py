@@ -1,0 +1,128 @@
+"""``[redis] wait_for_replicas``: writes, claims and acks count only once replicas confirm them.
+
+A server without a replica never confirms: the SDK keeps and resends its events, the
+reporter hands its claims back unsent.  With a replica attached the same runs store and
+deliver.  With 0 no WAIT is sent at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from collector import ConfigError
+from collector.store import BackendUnreplicated, Collect, KeySchema, open_store
+from reporter._endpoint import LocalEndpoint
+from tests.collector.conftest import MakeCollector
+from tests.collector.helpers import queue_events, wait_until
+from tests.conftest import BINARIES
+from tests.reporter.conftest import MakeService
+from tests.reporter.helpers import ids_of, make_config, numbered, store
+from tests.scriptcalls import Scripts
+from tests.servers import Server
+
+SCHEMA = KeySchema("telemetry", 4)
+
+
+@pytest.fixture
+def primary_with_replica() -> Iterator[Server]:
+    binary = BINARIES.get("redis") or BINARIES["valkey"]
+    primary = Server(binary).start()
+    replica = Server(binary, extra=["--replicaof", "127.0.0.1", str(primary.port),
+                                    "--repl-diskless-sync-delay", "0"]).start()
+    wait_until(lambda: replica.client().info("replication")["master_link_status"] == "up",
+               what="the replica to sync")
+    yield primary
+    replica.cleanup()
+    primary.cleanup()
+
+
+def waits_sent(server: Server) -> int:
+    return int(server.client().info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+
+
+def test_a_write_no_replica_confirms_is_kept_and_counted(own_server: Server,
+                                                         make_collector: MakeCollector) -> None:
+    c = make_collector(url=own_server.url, shards=4, wait_for_replicas=1, wait_timeout_ms=20,
+                       flush_interval_ms=5, retry_max_delay_ms=20)
+    for i in range(10):
+        c.collect("g", {"seq": i})
+    wait_until(lambda: c.stats()["unreplicated_writes"] >= 20, what="writes resent")
+    stats = c.stats()
+    # Never counted as stored; every event is still in the buffer, waiting to be resent.
+    assert stats["stored"] == 0 and stats["buffered"] == 10
+    assert stats["backend_errors"] >= 2
+    # The primary ran them (each attempt), so Redis may hold them more than once.
+    assert len(queue_events(own_server.client(), SCHEMA, "g")) >= 20
+
+
+def test_with_a_replica_writes_are_confirmed_and_stored(
+        primary_with_replica: Server, make_collector: MakeCollector) -> None:
+    c = make_collector(url=primary_with_replica.url, shards=4, wait_for_replicas=1,
+                       wait_timeout_ms=1000)
+    for i in range(50):
+        c.collect(f"g{i % 5}", {"seq": i})
+    assert c.flush(timeout=10)
+    stats = c.stats()
+    assert (stats["stored"], stats["unreplicated_writes"]) == (50, 0)
+    assert waits_sent(primary_with_replica) >= 1
+
+
+def test_zero_sends_no_wait(own_server: Server, make_collector: MakeCollector) -> None:
+    c = make_collector(url=own_server.url, shards=4)
+    for i in range(20):
+        c.collect("g", {"seq": i})
+    assert c.flush(timeout=10)
+    assert c.stats()["stored"] == 20
+    assert waits_sent(own_server) == 0
+
+
+def test_the_store_raises_with_the_primarys_result(own_server: Server) -> None:
+    config = make_config(own_server.url, redis={"wait_for_replicas": 2, "wait_timeout_ms": 10})
+    s = open_store(config.redis)
+    try:
+        keys = s.schema.for_game("g")
+        with pytest.raises(BackendUnreplicated, match="0 replicas confirmed, 2 wanted") as info:
+            s.call(Collect(keys, "g", numbered("g", 1), 100, 60))
+        assert info.value.result is not None and info.value.result.evicted == 0
+    finally:
+        s.close()
+
+
+def test_wait_timeout_must_be_shorter_than_the_socket_timeout(own_server: Server) -> None:
+    with pytest.raises(ConfigError, match="wait_timeout_ms: must be shorter"):
+        make_config(own_server.url, redis={"wait_for_replicas": 1, "wait_timeout_ms": 2000,
+                                           "socket_timeout_seconds": 1.0})
+
+
+def test_the_reporter_does_not_send_a_claim_no_replica_confirmed(
+        own_server: Server, endpoint: LocalEndpoint, make_service: MakeService) -> None:
+    config = make_config(own_server.url, sink_url=endpoint.url,
+                         redis={"wait_for_replicas": 1, "wait_timeout_ms": 20},
+                         reporter={"linger_ms": 0, "poll_interval_ms": 20})
+    service = make_service(config)
+    store(Scripts(own_server.client()), service.schema, "g", numbered("g", 10))
+    service.start()
+    wait_until(lambda: service.tally.snapshot().get("batches_unreplicated", 0) >= 3,
+               what="claims handed back")
+    counts = service.stop(grace=0)
+    assert endpoint.events() == []
+    assert counts["batches_released"] >= counts["batches_unreplicated"] - 1
+    assert counts.get("delivered", 0) == 0
+
+
+def test_the_reporter_delivers_with_a_replica(primary_with_replica: Server,
+                                              endpoint: LocalEndpoint,
+                                              make_service: MakeService) -> None:
+    config = make_config(primary_with_replica.url, sink_url=endpoint.url,
+                         redis={"wait_for_replicas": 1, "wait_timeout_ms": 1000},
+                         reporter={"linger_ms": 0, "poll_interval_ms": 20})
+    service = make_service(config)
+    store(Scripts(primary_with_replica.client()), service.schema, "g", numbered("g", 300))
+    service.start()
+    wait_until(lambda: len(endpoint.events()) >= 300, what="every event")
+    counts = service.stop()
+    assert sorted(ids_of(endpoint.events())) == sorted(f"g#{i}" for i in range(300))
+    assert counts.get("batches_unreplicated", 0) == counts.get("acks_unreplicated", 0) == 0
+    assert waits_sent(primary_with_replica) >= 3
