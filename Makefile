@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 DEMO_STAMP := $(VENV)/.installed-embedded
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test check bench soak clean
+.PHONY: demo test check bench soak soak-cluster clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ bench: $(DEV_STAMP)
 
 soak: $(DEV_STAMP)
 	$(PY) bench/soak.py
+
+# A primary killed and a reporter SIGKILLed under load on a local 3+3 cluster, run with
+# [redis] wait_for_replicas 0 and then 1 (about a minute); bench/soak_cluster.py --help.
+soak-cluster: $(DEV_STAMP)
+	$(PY) bench/soak_cluster.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

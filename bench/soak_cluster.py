@@ -1,0 +1,240 @@
+"""Failover soak: a primary killed and a reporter SIGKILLed under load on a 3+3 Redis Cluster.
+
+    make soak-cluster                                   # both runs, wait_for_replicas 0 and 1
+    .venv/bin/python bench/soak_cluster.py --wait-for-replicas 1     # one run
+
+The run of issue 10: a local cluster of 3 primaries with a replica each (started here, on
+loopback ports), one producer process calling ``collect()`` for 30,000 events paced over
+15 s (20 games), three reporter processes (``python -m reporter run``) delivering to a local
+endpoint in this process.  At 5 s the primary serving the first slots is SIGKILLed (its
+replica takes over about 4 s later), at 8 s reporter 0 is SIGKILLed (the other two take its
+shards over).  Once the replica has been promoted the killed node is started again, as a
+supervisor would: it rejoins as the new primary's replica (without it, a promoted primary
+has no replica and, with ``wait_for_replicas = 1``, confirms nothing).
+
+At the end everything is drained and it prints: delivered (distinct ids the endpoint took),
+duplicates (and how many arrived again in the same batch, same Idempotency-Key), lost
+(collected, not delivered and not counted anywhere) and counted (dropped or stale, with the
+counter that has them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from collector import Collector  # noqa: E402
+from collector.config import TelemetryConfig  # noqa: E402
+from collector.store import open_store  # noqa: E402
+from reporter._accounting import read_totals  # noqa: E402
+from reporter._endpoint import LocalEndpoint  # noqa: E402
+from tests.servers import Cluster, server_binaries  # noqa: E402
+
+GAMES = [f"game-{i:02d}" for i in range(20)]
+SHARDS = 16
+
+
+def produce(url: str, wait: int, events: int, seconds: float, out: str) -> None:
+    """Producer process: ``events`` collect() calls paced over ``seconds``, then its stats."""
+    collector = Collector(url=url, cluster=True, shards=SHARDS, wait_for_replicas=wait,
+                          wait_timeout_ms=500, socket_timeout_seconds=1.0,
+                          connect_timeout_seconds=0.5, retry_max_delay_ms=500,
+                          max_events_per_game=200_000)
+    sent = 0
+    started = time.monotonic()
+    pause = threading.Event()
+    while sent < events:
+        due = min(events, int((time.monotonic() - started) / seconds * events)) - sent
+        for _ in range(due):
+            collector.collect(GAMES[sent % len(GAMES)], {"id": sent})
+            sent += 1
+        pause.wait(0.005)
+    collector.flush(90)
+    collector.close(timeout=90)
+    Path(out).write_text(json.dumps(collector.stats()))
+
+
+def write_config(path: Path, redis_url: str, sink_url: str, wait: int) -> None:
+    path.write_text(f"""
+[redis]
+url = "{redis_url}"
+cluster = true
+shards = {SHARDS}
+socket_timeout_seconds = 1.0
+connect_timeout_seconds = 0.5
+wait_for_replicas = {wait}
+wait_timeout_ms = 500
+[buffer]
+max_events_per_game = 200000
+[reporter]
+linger_ms = 200
+poll_interval_ms = 50
+lease_seconds = 5.0
+shard_lease_seconds = 3.0
+grace_seconds = 5.0
+[sink]
+url = "{sink_url}"
+timeout_seconds = 2.0
+[retry]
+initial_delay_ms = 200
+max_delay_ms = 2000
+max_attempts = 1000
+""")
+
+
+def start_reporter(config: Path, log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as fh:
+        return subprocess.Popen([sys.executable, "-m", "reporter", "run", "--config",
+                                 str(config)], cwd=ROOT, stdout=fh, stderr=fh)
+
+
+def reporter_counts(log: Path) -> dict[str, int]:
+    """The counters of a reporter's "stopped:" line (none for a SIGKILLed reporter)."""
+    counts: dict[str, int] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        if "stopped: " in line:
+            for pair in line.split("stopped: ", 1)[1].split(", "):
+                name, _, value = pair.partition("=")
+                if value.strip().isdigit():
+                    counts[name.strip()] = int(value)
+    return counts
+
+
+def run(wait: int, events: int, seconds: float, kill_at: float, kill_reporter_at: float
+        ) -> dict[str, Any]:
+    binary = server_binaries().get("redis") or server_binaries()["valkey"]
+    cluster = Cluster(binary, replicas=1).start()
+    endpoint = LocalEndpoint().start()
+    tmp = Path(tempfile.mkdtemp(prefix="telemetry-soak-cluster-"))
+    config = tmp / "soak.toml"
+    write_config(config, cluster.url, endpoint.url, wait)
+    stats_file = tmp / "producer.json"
+    t0 = time.monotonic()
+
+    def say(msg: str) -> None:
+        print(f"  [{time.monotonic() - t0:5.1f}s] {msg}", flush=True)
+
+    logs = [tmp / f"reporter{i}.log" for i in range(3)]
+    reporters = [start_reporter(config, log) for log in logs]
+    producer = subprocess.Popen([sys.executable, __file__, "--produce", cluster.url, str(wait),
+                                 str(events), str(seconds), str(stats_file)], cwd=ROOT)
+    victim = cluster.primaries[0]
+    try:
+        time.sleep(max(0.0, kill_at - (time.monotonic() - t0)))
+        say(f"SIGKILL the primary on port {victim.port}")
+        cluster.kill(victim)
+        watcher = threading.Thread(target=_failover, args=(cluster, victim, say), daemon=True)
+        watcher.start()
+        time.sleep(max(0.0, kill_reporter_at - (time.monotonic() - t0)))
+        say("SIGKILL reporter 0")
+        reporters[0].send_signal(signal.SIGKILL)
+        reporters[0].wait()
+        watcher.join(60)
+        producer.wait(180)
+        say("traffic done; draining")
+        return reconcile(cluster, endpoint, reporters, logs, stats_file, say)
+    finally:
+        for proc in [*reporters, producer]:
+            if proc.poll() is None:
+                proc.kill()
+        endpoint.stop()
+        cluster.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _failover(cluster: Cluster, victim: Any, say: Any) -> None:
+    promoted = cluster.wait_promoted(victim)
+    say(f"replica on port {promoted.port} promoted")
+    cluster.rejoin(victim)
+    say(f"node on port {victim.port} back, as a replica")
+
+
+def reconcile(cluster: Cluster, endpoint: LocalEndpoint, reporters: list[Any], logs: list[Path],
+              stats_file: Path, say: Any) -> dict[str, Any]:
+    settings = TelemetryConfig.default().redis
+    settings = type(settings)(**{**settings.__dict__, "url": cluster.url, "cluster": True,
+                                 "shards": SHARDS})
+    store = open_store(settings)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        totals = read_totals(store)
+        if totals.buffered == 0 and totals.pending_events == 0:
+            break
+        time.sleep(0.5)
+    for proc in reporters[1:]:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    totals = read_totals(store)
+    store.close()
+    produced = json.loads(stats_file.read_text())
+    received = [(r.idempotency_key, e["id"]) for r in endpoint.received if r.status == 200
+                for e in r.events]
+    ids = Counter(i for _, i in received)
+    keys_of: dict[int, set[str]] = defaultdict(set)
+    for key, i in received:
+        keys_of[i].add(key)
+    same_batch = sum(n - len(keys_of[i]) for i, n in ids.items())
+    c = totals.counter
+    counted = (produced["dropped_buffer_full"] + produced["dropped_at_close"] + c("evicted")
+               + c("stale") + c("dead_events"))
+    lost = produced["accepted"] - len(ids) - counted
+    reported = [reporter_counts(log) for log in logs[1:]]
+    return {
+        "collected": produced["accepted"],
+        "delivered": len(ids),
+        "duplicates": len(received) - len(ids),
+        "duplicates in the same batch (same Idempotency-Key)": same_batch,
+        "lost": max(lost, 0),
+        "counted (dropped, evicted, stale, dead)": counted,
+        "SDK unreplicated_writes": produced.get("unreplicated_writes", 0),
+        "SDK backend_errors": produced["backend_errors"],
+        "reporters 1-2 batches_unreplicated": sum(r.get("batches_unreplicated", 0)
+                                                  for r in reported),
+        "reporters 1-2 acks_unreplicated": sum(r.get("acks_unreplicated", 0) for r in reported),
+        "still buffered or pending": totals.buffered + totals.pending_events,
+        "events older than the endpoint saw (wrong ids)": sum(
+            1 for i in ids if not 0 <= i < produced["accepted"]),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--wait-for-replicas", type=int, action="append",
+                    help="[redis] wait_for_replicas (repeat for several runs; default: 0 and 1)")
+    ap.add_argument("--events", type=int, default=30_000)
+    ap.add_argument("--seconds", type=float, default=15.0, help="traffic duration")
+    ap.add_argument("--kill-primary-at", type=float, default=5.0)
+    ap.add_argument("--kill-reporter-at", type=float, default=8.0)
+    args = ap.parse_args()
+    failed = False
+    for wait in args.wait_for_replicas or [0, 1]:
+        print(f"wait_for_replicas = {wait}: {args.events} events over {args.seconds:g} s, "
+              f"3 reporters, primary killed at {args.kill_primary_at:g} s, reporter 0 at "
+              f"{args.kill_reporter_at:g} s", flush=True)
+        rows = run(wait, args.events, args.seconds, args.kill_primary_at, args.kill_reporter_at)
+        width = max(map(len, rows))
+        for name, value in rows.items():
+            print(f"    {name:<{width}}  {value}")
+        failed |= wait > 0 and rows["lost"] > 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--produce":
+        produce(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]),
+                sys.argv[6])
+        sys.exit(0)
+    sys.exit(main())
