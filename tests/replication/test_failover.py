@@ -1,0 +1,88 @@
+"""A primary killed under load on a 3+3 cluster: the SDK and a reporter carry on, unrestarted.
+
+With ``wait_for_replicas = 1`` every collected event is delivered at least once (each POST
+with its batch's Idempotency-Key) or counted.  The clients meet a dead node (reconnects and
+a refreshed slot map), MOVED from the node that comes back as a replica, and NOSCRIPT on the
+promoted replica (a replica's script cache is its own).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from collector import Collector
+from collector.store import open_store
+from reporter._accounting import read_totals
+from reporter._endpoint import LocalEndpoint
+from tests.reporter.conftest import MakeService
+from tests.reporter.helpers import make_config, wait_until
+from tests.servers import Cluster
+
+GAMES = [f"game-{i}" for i in range(12)]
+SHARDS = 8
+
+
+def test_a_killed_primary_loses_nothing_with_wait_for_replicas(
+        own_replicated_cluster: Cluster, endpoint: LocalEndpoint,
+        make_service: MakeService) -> None:
+    cluster = own_replicated_cluster
+    redis = {"cluster": True, "wait_for_replicas": 1, "wait_timeout_ms": 500,
+             "socket_timeout_seconds": 1.0, "connect_timeout_seconds": 0.5}
+    config = make_config(cluster.url, sink_url=endpoint.url, shards=SHARDS, redis=redis,
+                         reporter={"linger_ms": 50, "poll_interval_ms": 20,
+                                   "lease_seconds": 3.0})
+    service = make_service(config)
+    service.start()
+    collector = Collector(url=cluster.url, cluster=True, shards=SHARDS, wait_for_replicas=1,
+                          wait_timeout_ms=500, socket_timeout_seconds=1.0,
+                          connect_timeout_seconds=0.5, retry_max_delay_ms=200,
+                          flush_interval_ms=10)
+    stop = threading.Event()
+    sent = [0]
+
+    def produce() -> None:  # about 2,000 events/s until stopped
+        while not stop.is_set():
+            for _ in range(20):
+                collector.collect(GAMES[sent[0] % len(GAMES)], {"id": sent[0]})
+                sent[0] += 1
+            stop.wait(0.01)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    try:
+        wait_until(lambda: len(endpoint.received) >= 5, what="the first deliveries")
+        victim = cluster.primary_of(service.schema.for_game(GAMES[0]).ring)
+        cluster.kill(victim)
+        promoted = cluster.wait_promoted(victim)
+        cluster.rejoin(victim)  # back as the new primary's replica: WAIT can succeed again
+        at_promotion = sent[0]
+        wait_until(lambda: sent[0] > at_promotion + 2000, what="more traffic after failover")
+    finally:
+        stop.set()
+        producer.join()
+    assert collector.flush(timeout=30), collector.stats()
+    store = open_store(config.redis)
+    try:
+        wait_until(lambda: (t := read_totals(store)).buffered + t.pending_events == 0,
+                   timeout=30, what="everything delivered")
+        totals = read_totals(store)
+    finally:
+        store.close()
+    counts = service.stop()
+    stats = collector.stats()
+    collector.close(timeout=5)
+
+    ids = Counter(e["id"] for r in endpoint.received if r.status == 200 for e in r.events)
+    assert stats["accepted"] == sent[0]
+    counted = (stats["dropped_buffer_full"] + stats["dropped_at_close"]
+               + totals.counter("evicted") + totals.counter("stale"))
+    missing = set(range(sent[0])) - set(ids)
+    assert len(missing) <= counted, f"{len(missing)} events lost, {counted} counted"
+    assert all(r.idempotency_key == r.batch_id for r in endpoint.received)
+    # Both carried on through the failover, without a restart.
+    assert stats["backend_errors"] >= 1  # the SDK met the dead node and went on
+    assert counts["delivered"] >= len(ids)
+    # The promoted replica had to be given the scripts (NOSCRIPT, then SCRIPT LOAD).
+    loads = promoted.client().info("commandstats").get("cmdstat_script|load", {})
+    assert int(loads.get("calls", 0)) >= 1
