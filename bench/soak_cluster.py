@@ -12,6 +12,11 @@ shards over).  Once the replica has been promoted the killed node is started aga
 supervisor would: it rejoins as the new primary's replica (without it, a promoted primary
 has no replica and, with ``wait_for_replicas = 1``, confirms nothing).
 
+On an idle loopback the replica is a fraction of a millisecond behind, so a kill rarely
+lands in the replication window; ``--replica-lag-ms N`` widens it as a loaded host or a slow
+link would: the replica is stopped (SIGSTOP) N ms before the kill and resumed after it, so
+it misses the writes the primary acknowledged in those N ms.
+
 At the end everything is drained and it prints: delivered (distinct ids the endpoint took),
 duplicates (and how many arrived again in the same batch, same Idempotency-Key), lost
 (collected, not delivered and not counted anywhere) and counted (dropped or stale, with the
@@ -113,8 +118,8 @@ def reporter_counts(log: Path) -> dict[str, int]:
     return counts
 
 
-def run(wait: int, events: int, seconds: float, kill_at: float, kill_reporter_at: float
-        ) -> dict[str, Any]:
+def run(wait: int, events: int, seconds: float, kill_at: float, kill_reporter_at: float,
+        lag: float) -> dict[str, Any]:
     binary = server_binaries().get("redis") or server_binaries()["valkey"]
     cluster = Cluster(binary, replicas=1).start()
     endpoint = LocalEndpoint().start()
@@ -132,10 +137,18 @@ def run(wait: int, events: int, seconds: float, kill_at: float, kill_reporter_at
     producer = subprocess.Popen([sys.executable, __file__, "--produce", cluster.url, str(wait),
                                  str(events), str(seconds), str(stats_file)], cwd=ROOT)
     victim = cluster.primaries[0]
+    replica = cluster.replicas[0]  # the victim's (replicas follow primaries in turn)
     try:
-        time.sleep(max(0.0, kill_at - (time.monotonic() - t0)))
+        time.sleep(max(0.0, kill_at - lag - (time.monotonic() - t0)))
+        if lag:
+            say(f"SIGSTOP the replica on port {replica.port} for {lag * 1000:g} ms")
+            assert replica.proc is not None
+            replica.proc.send_signal(signal.SIGSTOP)
+            time.sleep(lag)
         say(f"SIGKILL the primary on port {victim.port}")
         cluster.kill(victim)
+        if lag and replica.proc is not None:
+            replica.proc.send_signal(signal.SIGCONT)
         watcher = threading.Thread(target=_failover, args=(cluster, victim, say), daemon=True)
         watcher.start()
         time.sleep(max(0.0, kill_reporter_at - (time.monotonic() - t0)))
@@ -218,13 +231,17 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=15.0, help="traffic duration")
     ap.add_argument("--kill-primary-at", type=float, default=5.0)
     ap.add_argument("--kill-reporter-at", type=float, default=8.0)
+    ap.add_argument("--replica-lag-ms", type=float, default=0.0,
+                    help="SIGSTOP the killed primary's replica this long before the kill "
+                         "(a replica that lags, as on a loaded host or a slow link)")
     args = ap.parse_args()
     failed = False
     for wait in args.wait_for_replicas or [0, 1]:
         print(f"wait_for_replicas = {wait}: {args.events} events over {args.seconds:g} s, "
               f"3 reporters, primary killed at {args.kill_primary_at:g} s, reporter 0 at "
-              f"{args.kill_reporter_at:g} s", flush=True)
-        rows = run(wait, args.events, args.seconds, args.kill_primary_at, args.kill_reporter_at)
+              f"{args.kill_reporter_at:g} s, replica lag {args.replica_lag_ms:g} ms", flush=True)
+        rows = run(wait, args.events, args.seconds, args.kill_primary_at, args.kill_reporter_at,
+                   args.replica_lag_ms / 1000)
         width = max(map(len, rows))
         for name, value in rows.items():
             print(f"    {name:<{width}}  {value}")

@@ -47,8 +47,8 @@ def store_on(client: redis.Redis | RedisCluster, config: ReporterConfig) -> Stor
     """The store a service with ``config`` would open, but over the test's own client."""
     schema = KeySchema(config.redis.key_prefix, config.redis.shards)
     if isinstance(client, RedisCluster):
-        return Store(Cluster(client), schema)
-    return Store(SingleServer(client), schema)
+        return Store(Cluster(client).waiting_for(config.redis), schema)
+    return Store(SingleServer(client).waiting_for(config.redis), schema)
 
 
 class Scripts:

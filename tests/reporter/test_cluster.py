@@ -1,4 +1,7 @@
-"""The reporter on a 3-node Redis Cluster: every script call stays in one shard's slot."""
+"""The reporter on a 3-node Redis Cluster: every script call stays in one shard's slot.
+
+It runs on 3 primaries alone, and on 3 primaries with a replica each and
+``wait_for_replicas = 1`` (every claim and ack confirmed by WAIT on its node)."""
 
 from __future__ import annotations
 
@@ -18,20 +21,32 @@ from tests.scriptcalls import Scripts
 from tests.servers import Cluster
 
 
+# [redis] settings per cluster kind: with replicas, every claim and ack waits for one.
+KINDS = {"cluster": {}, "replicated_cluster": {"wait_for_replicas": 1,
+                                               "wait_timeout_ms": 1000}}
+
+
+@pytest.fixture(params=sorted(KINDS))
+def any_cluster(request: pytest.FixtureRequest) -> tuple[Cluster, dict[str, Any]]:
+    return request.getfixturevalue(request.param), KINDS[request.param]
+
+
 @pytest.fixture
-def cluster_client(cluster: Cluster) -> Iterator[Any]:
-    config = make_config(cluster.url, redis={"cluster": True})
+def cluster_client(any_cluster: tuple[Cluster, dict[str, Any]]) -> Iterator[Any]:
+    config = make_config(any_cluster[0].url, redis={"cluster": True})
     backend = ClusterBackend.from_settings(config.redis)
     yield backend.client
     backend.close()
 
 
-def test_reporter_drains_every_shard_of_a_cluster(cluster: Cluster, cluster_client: Any,
+def test_reporter_drains_every_shard_of_a_cluster(any_cluster: tuple[Cluster, dict[str, Any]],
+                                                  cluster_client: Any,
                                                   endpoint: LocalEndpoint,
                                                   make_service: MakeService) -> None:
+    cluster, waits = any_cluster
     prefix = f"rc{uuid.uuid4().hex[:8]}"  # the cluster is shared by the session
     config = make_config(cluster.url, sink_url=endpoint.url, shards=16,
-                         redis={"cluster": True, "key_prefix": prefix},
+                         redis={"cluster": True, "key_prefix": prefix, **waits},
                          reporter={"linger_ms": 100, "poll_interval_ms": 50,
                                    "hot_games": {"hot": 1}})
     service = make_service(config, client=cluster_client)
@@ -55,3 +70,7 @@ def test_reporter_drains_every_shard_of_a_cluster(cluster: Cluster, cluster_clie
     assert (totals.counter("delivered"), totals.counter("stale")) == (150 * len(games), 5)
     assert totals.unaccounted == 0
     assert counts["delivered"] == 150 * len(games)
+    assert counts.get("batches_unreplicated", 0) == counts.get("acks_unreplicated", 0) == 0
+    waits = sum(int(n.client().info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+                for n in cluster.primaries)
+    assert (waits > 0) == bool(config.redis.wait_for_replicas)
