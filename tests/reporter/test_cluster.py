@@ -20,7 +20,6 @@ from tests.reporter.helpers import ids_of, make_config, now_ms, numbered, store,
 from tests.scriptcalls import Scripts
 from tests.servers import Cluster
 
-
 # [redis] settings per cluster kind: with replicas, every claim and ack waits for one.
 KINDS = {"cluster": {}, "replicated_cluster": {"wait_for_replicas": 1,
                                                "wait_timeout_ms": 1000}}
