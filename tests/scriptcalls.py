@@ -38,9 +38,10 @@ from collector.store import (
 from reporter._config import ReporterConfig
 
 
-def store_of(client: redis.Redis, schema: KeySchema | None = None) -> Store:
+def store_of(client: redis.Redis | RedisCluster, schema: KeySchema | None = None) -> Store:
     """A store over a test's own client (the schema matters only for reads)."""
-    return Store(SingleServer(client), schema or KeySchema("telemetry", 1))
+    backend = Cluster(client) if isinstance(client, RedisCluster) else SingleServer(client)
+    return Store(backend, schema or KeySchema("telemetry", 1))
 
 
 def store_on(client: redis.Redis | RedisCluster, config: ReporterConfig) -> Store:

@@ -6,6 +6,9 @@ rejects every batch of one game (400). One reporter is SIGKILLed midway. Every c
 of the good games must arrive at least once, the status counters must reconcile with what the
 endpoint received, ``dead list`` must show the rejected batches, and ``dead replay --all`` must
 deliver them once the endpoint accepts that game.
+
+It runs on a single server, and on a cluster of 3 primaries with a replica each with
+``wait_for_replicas = 1`` (the SDK's writes, the claims and the acks confirmed by WAIT).
 """
 
 from __future__ import annotations
@@ -15,8 +18,13 @@ import random
 import subprocess
 import sys
 import threading
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
+from redis.cluster import RedisCluster
 
 from tests.delivery.conftest import MakeEndpoint
 from tests.delivery.helpers import (
@@ -30,7 +38,7 @@ from tests.delivery.helpers import (
     wait_until,
 )
 from tests.delivery.test_crashes import Spawn, spawn  # noqa: F401 - the fixture
-from tests.servers import Server, env_without_telemetry
+from tests.servers import Cluster, Server, env_without_telemetry
 
 ROOT = Path(__file__).resolve().parents[2]
 GAMES = [f"g{i}" for i in range(8)]
@@ -38,10 +46,10 @@ REJECTED_GAME = "refused"
 PER_GAME = 400
 
 PRODUCER = """
-import sys, time
+import json, sys, time
 from collector import Collector
 url, games, per_game = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
-with Collector(url=url, shards=4, key_prefix="dlv") as c:
+with Collector(url=url, shards=4, **json.loads(sys.argv[4])) as c:
     for seq in range(per_game):
         for game in games:
             c.collect(game, {"game": game, "seq": seq})
@@ -77,24 +85,41 @@ def flaky(accept_rejected_game: threading.Event) -> Script:
     return Script(decide)
 
 
+Deployment = tuple[str, dict[str, Any], Any]  # url, [redis] settings, a client of it
+
+
+@pytest.fixture(params=["server", "replicated_cluster"])
+def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
+    if request.param == "server":
+        server: Server = request.getfixturevalue("own_server")
+        yield server.url, {"key_prefix": "dlv"}, server.client()
+        return
+    cluster: Cluster = request.getfixturevalue("replicated_cluster")  # shared: own prefix
+    settings = {"key_prefix": f"dlv{uuid.uuid4().hex[:6]}", "cluster": True,
+                "wait_for_replicas": 1, "wait_timeout_ms": 500}
+    client = RedisCluster.from_url(cluster.url)
+    yield cluster.url, settings, client
+    client.close()
+
+
 def test_flaky_endpoint_reporter_killed_everything_arrives_and_reconciles(
-        own_server: Server, make_endpoint: MakeEndpoint, spawn: Spawn,  # noqa: F811
+        deployment: Deployment, make_endpoint: MakeEndpoint, spawn: Spawn,  # noqa: F811
         tmp_path: Path) -> None:
+    url, settings, client = deployment
     accept = threading.Event()
     script = flaky(accept)
     endpoint = make_endpoint(script)
-    config = make_config(own_server.url, endpoint.url,
+    config = make_config(url, endpoint.url, redis=settings,
                          retry={"initial_delay_ms": 50, "max_delay_ms": 300,
                                 "max_attempts": 1000})
     config_path = tmp_path / "reporter.toml"
     config_path.write_text(config_toml(config))
-    client = own_server.client()
     schema = schema_of(config)
 
     reporters = [spawn(config), spawn(config)]
     producer = subprocess.Popen(
-        [sys.executable, "-c", PRODUCER, own_server.url, ",".join([*GAMES, REJECTED_GAME]),
-         str(PER_GAME)], cwd=ROOT, env=env_without_telemetry())
+        [sys.executable, "-c", PRODUCER, url, ",".join([*GAMES, REJECTED_GAME]),
+         str(PER_GAME), json.dumps(settings)], cwd=ROOT, env=env_without_telemetry())
     wait_until(lambda: len(endpoint.received) >= 5, what="the first deliveries")
     reporters[0].proc.kill()  # midway: its leased batches come back after the lease
     assert producer.wait(60) == 0
