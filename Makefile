@@ -41,10 +41,12 @@ bench: $(DEV_STAMP)
 soak: $(DEV_STAMP)
 	$(PY) bench/soak.py
 
-# A primary killed and a reporter SIGKILLed under load on a local 3+3 cluster, run with
-# [redis] wait_for_replicas 0 and then 1 (about a minute); bench/soak_cluster.py --help.
+# A primary killed and a reporter SIGKILLed under load on a local 3+3 cluster, each run with
+# [redis] wait_for_replicas 0 and then 1: as is, then with the replica's link cut 300 ms
+# before the kill (a lagging replica); about 3 minutes. bench/soak_cluster.py --help.
 soak-cluster: $(DEV_STAMP)
 	$(PY) bench/soak_cluster.py
+	$(PY) bench/soak_cluster.py --replica-lag-ms 300
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

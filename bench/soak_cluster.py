@@ -13,9 +13,12 @@ supervisor would: it rejoins as the new primary's replica (without it, a promote
 has no replica and, with ``wait_for_replicas = 1``, confirms nothing).
 
 On an idle loopback the replica is a fraction of a millisecond behind, so a kill rarely
-lands in the replication window; ``--replica-lag-ms N`` widens it as a loaded host or a slow
-link would: the replica is stopped (SIGSTOP) N ms before the kill and resumed after it, so
-it misses the writes the primary acknowledged in those N ms.
+lands in the replication window; ``--replica-lag-ms N`` opens it as a slow or broken link
+would: N ms before the kill the replica is stopped (SIGSTOP, so it cannot reconnect) and the
+primary drops its link to it (CLIENT KILL TYPE replica); resumed after the kill, the replica
+has everything up to the cut and misses what the primary acknowledged in those N ms.
+(Stopping the replica alone is not enough: the kernel keeps what the primary sent in the
+socket buffers, and the replica reads it after the kill.)
 
 At the end everything is drained and it prints: delivered (distinct ids the endpoint took),
 duplicates (and how many arrived again in the same batch, same Idempotency-Key), lost
@@ -141,9 +144,11 @@ def run(wait: int, events: int, seconds: float, kill_at: float, kill_reporter_at
     try:
         time.sleep(max(0.0, kill_at - lag - (time.monotonic() - t0)))
         if lag:
-            say(f"SIGSTOP the replica on port {replica.port} for {lag * 1000:g} ms")
+            say(f"cut the link to the replica on port {replica.port} {lag * 1000:g} ms "
+                "before the kill")
             assert replica.proc is not None
-            replica.proc.send_signal(signal.SIGSTOP)
+            replica.proc.send_signal(signal.SIGSTOP)  # so that it cannot reconnect
+            victim.client().client_kill_filter(_type="replica")
             time.sleep(lag)
         say(f"SIGKILL the primary on port {victim.port}")
         cluster.kill(victim)
@@ -232,8 +237,8 @@ def main() -> int:
     ap.add_argument("--kill-primary-at", type=float, default=5.0)
     ap.add_argument("--kill-reporter-at", type=float, default=8.0)
     ap.add_argument("--replica-lag-ms", type=float, default=0.0,
-                    help="SIGSTOP the killed primary's replica this long before the kill "
-                         "(a replica that lags, as on a loaded host or a slow link)")
+                    help="cut the killed primary's link to its replica this long before the "
+                         "kill (a replica that lags, as on a slow or broken link)")
     args = ap.parse_args()
     failed = False
     for wait in args.wait_for_replicas or [0, 1]:
