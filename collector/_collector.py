@@ -16,7 +16,7 @@ from collector._buffer import EventBuffer
 from collector._config import TelemetryConfig
 from collector._config_loader import build_config, load_config, raw_settings
 from collector._constants import FLUSH_SOON_EVENTS, KNOWN_GAMES_LIMIT
-from collector._exceptions import BackendError, BackendFull
+from collector._exceptions import BackendError, BackendFull, BackendUnreplicated
 from collector._flusher import Flusher, reason
 from collector._on_error import ErrorReport, OnError, check_callback
 from collector._writer import Writer
@@ -196,6 +196,8 @@ class Collector:
             self._counts.count(Counter.BACKEND_ERRORS)
             if isinstance(exc, BackendFull):
                 self._counts.count(Counter.REFUSED_OOM)
+            if isinstance(exc, BackendUnreplicated):  # the caller decides whether to resend
+                self._counts.count(Counter.UNREPLICATED_WRITES)
             kind = type(exc) if isinstance(exc, BackendError) else BackendError
             raise kind(f"could not store event of game {game!r}: {reason(exc)}") from exc
         self._counts.add({Counter.ACCEPTED: 1, Counter.STORED: result.stored,

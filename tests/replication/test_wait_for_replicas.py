@@ -126,3 +126,13 @@ def test_the_reporter_delivers_with_a_replica(primary_with_replica: Server,
     assert sorted(ids_of(endpoint.events())) == sorted(f"g#{i}" for i in range(300))
     assert counts.get("batches_unreplicated", 0) == counts.get("acks_unreplicated", 0) == 0
     assert waits_sent(primary_with_replica) >= 3
+
+
+def test_sync_mode_raises_an_unconfirmed_write(own_server: Server,
+                                               make_collector: MakeCollector) -> None:
+    c = make_collector(url=own_server.url, shards=4, mode="sync", wait_for_replicas=1,
+                       wait_timeout_ms=20)
+    with pytest.raises(BackendUnreplicated, match="0 replicas confirmed"):
+        c.collect("g", {"seq": 1})
+    stats = c.stats()
+    assert (stats["stored"], stats["unreplicated_writes"], stats["backend_errors"]) == (0, 1, 1)
