@@ -53,12 +53,14 @@ class Stopped:
 
 
 def stopping_settings(settings: RedisSettings) -> RedisSettings:
-    """``settings`` with the short timeouts and no retries of a stopping reporter."""
+    """``settings`` with the short timeouts and no retries of a stopping reporter (a WAIT
+    after its acks given half the socket timeout, so that its answer comes first)."""
+    socket_timeout = min(settings.socket_timeout_seconds, STOP_REDIS_TIMEOUT_SECONDS)
     return dataclasses.replace(
-        settings, retries=0,
-        socket_timeout_seconds=min(settings.socket_timeout_seconds, STOP_REDIS_TIMEOUT_SECONDS),
+        settings, retries=0, socket_timeout_seconds=socket_timeout,
         connect_timeout_seconds=min(settings.connect_timeout_seconds,
-                                    STOP_REDIS_TIMEOUT_SECONDS))
+                                    STOP_REDIS_TIMEOUT_SECONDS),
+        wait_timeout_ms=max(1, min(settings.wait_timeout_ms, int(socket_timeout * 500))))
 
 
 class StopCalls:
