@@ -33,9 +33,9 @@ def recording(calls: list[tuple[str, ...]]) -> Any:
     """``run_calls`` that remembers the keys of every call it runs."""
     real = collector.store._backends.run_calls
 
-    def run(client: Any, batch: Sequence[tuple[Any, Sequence[str], Any]]) -> Any:
+    def run(client: Any, batch: Sequence[tuple[Any, Sequence[str], Any]], *wait: int) -> Any:
         calls.extend(tuple(keys) for _, keys, _ in batch)
-        return real(client, batch)
+        return real(client, batch, *wait)
 
     return run
 
@@ -236,7 +236,7 @@ def test_a_node_unreachable_on_the_fast_path_still_gets_its_events(
     c = make_collector(url=cluster.url, cluster=True, key_prefix=prefix, flush_interval_ms=5,
                        retry_max_delay_ms=10)
 
-    def unreachable(client: Any, calls: list[Any]) -> list[Any]:
+    def unreachable(client: Any, calls: list[Any], *wait: int) -> list[Any]:
         return [redis.ConnectionError("node unreachable (test)")] * len(calls)
 
     monkeypatch.setattr(collector.store._backends, "run_calls", unreachable)

@@ -69,7 +69,7 @@ def test_a_killed_primary_loses_nothing_with_wait_for_replicas(
         totals = read_totals(store)
     finally:
         store.close()
-    counts = service.stop()
+    counts = service.stop().counts
     stats = collector.stats()
     collector.close(timeout=5)
 

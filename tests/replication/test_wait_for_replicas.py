@@ -106,7 +106,7 @@ def test_the_reporter_does_not_send_a_claim_no_replica_confirmed(
     service.start()
     wait_until(lambda: service.tally.snapshot().get("batches_unreplicated", 0) >= 3,
                what="claims handed back")
-    counts = service.stop(grace=0)
+    counts = service.stop(grace=0).counts
     assert endpoint.events() == []
     assert counts["batches_released"] >= counts["batches_unreplicated"] - 1
     assert counts.get("delivered", 0) == 0
@@ -122,7 +122,7 @@ def test_the_reporter_delivers_with_a_replica(primary_with_replica: Server,
     store(Scripts(primary_with_replica.client()), service.schema, "g", numbered("g", 300))
     service.start()
     wait_until(lambda: len(endpoint.events()) >= 300, what="every event")
-    counts = service.stop()
+    counts = service.stop().counts
     assert sorted(ids_of(endpoint.events())) == sorted(f"g#{i}" for i in range(300))
     assert counts.get("batches_unreplicated", 0) == counts.get("acks_unreplicated", 0) == 0
     assert waits_sent(primary_with_replica) >= 3
