@@ -91,7 +91,7 @@ class Sentinel(SingleServer):
             sentinel_kwargs=_sentinel_options(settings, url_options, tls),
             ssl=tls, **data, **options)
         client: redis.Redis = sentinels.master_for(settings.sentinel_service)
-        return cls(client, sentinels, cls.describe_settings(settings))
+        return cls(client, sentinels, cls.describe_settings(settings)).waiting_for(settings)
 
     def describe(self) -> str:
         return self._description

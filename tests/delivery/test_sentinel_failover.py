@@ -7,7 +7,7 @@ sweeps fail until the sentinels name the new primary, then go on, loading the sc
 promoted replica never had (NOSCRIPT).  Duplicates are allowed.  Without
 ``wait_for_replicas`` Redis's asynchronous replication can lose what the old primary took in
 its last moments: only events collected before the kill may be missing, and the test prints
-how many were (``bench/sentinel_failover.py`` repeats bigger runs).  ``WAIT_FOR_REPLICAS``
+how many were (``bench/sentinel_failover.py`` repeats bigger runs).  ``RUNS``
 lists the settings run: with 1 or more, nothing may be missing.
 """
 
@@ -22,14 +22,16 @@ from tests.delivery.helpers import assert_reconciled
 from tests.delivery.sentinel import run_failover, sentinel_config
 from tests.servers import SentinelGroup
 
-# [redis] wait_for_replicas values to run with (0: off, the default).
-WAIT_FOR_REPLICAS = [0]
+# (how, [redis] wait_for_replicas) runs (0: off, the default).  With 1, a killed primary's
+# replica is promoted with no replica of its own and confirms nothing until the killed node
+# comes back as its replica, which this harness does not do; a demoted primary becomes the
+# new primary's replica at once.
+RUNS = [("kill", 0), ("demote", 0), ("demote", 1)]
 GAMES = [f"fo-game-{i}" for i in range(8)]
 RATE = 2000  # events per second, over all games
 
 
-@pytest.mark.parametrize("wait_for_replicas", WAIT_FOR_REPLICAS)
-@pytest.mark.parametrize("how", ["kill", "demote"])
+@pytest.mark.parametrize(("how", "wait_for_replicas"), RUNS)
 def test_a_failover_under_load(sentinel_group: SentinelGroup, make_endpoint: MakeEndpoint,
                                start_service: StartService, how: str,
                                wait_for_replicas: int) -> None:
