@@ -56,6 +56,7 @@ with Collector(url=url, shards=4, **json.loads(sys.argv[4])) as c:
         if seq % 50 == 0:
             time.sleep(0.05)
     assert c.flush(30), c.stats()
+    print(json.dumps(c.stats()))
 """
 
 
@@ -119,10 +120,15 @@ def test_flaky_endpoint_reporter_killed_everything_arrives_and_reconciles(
     reporters = [spawn(config), spawn(config)]
     producer = subprocess.Popen(
         [sys.executable, "-c", PRODUCER, url, ",".join([*GAMES, REJECTED_GAME]),
-         str(PER_GAME), json.dumps(settings)], cwd=ROOT, env=env_without_telemetry())
+         str(PER_GAME), json.dumps(settings)], cwd=ROOT, env=env_without_telemetry(),
+        stdout=subprocess.PIPE)
     wait_until(lambda: len(endpoint.received) >= 5, what="the first deliveries")
     reporters[0].proc.kill()  # midway: its leased batches come back after the lease
-    assert producer.wait(60) == 0
+    out, _ = producer.communicate(timeout=60)
+    assert producer.returncode == 0
+    # Writes too few replicas confirmed in time were sent again: Redis may hold (and deliver)
+    # those events twice, in different batches.  0 on a single server.
+    resent = json.loads(out)["unreplicated_writes"]
     finished = wait_until(lambda: drained(client, schema), timeout=60,
                           what="everything delivered or dead-lettered")
 
@@ -134,16 +140,17 @@ def test_flaky_endpoint_reporter_killed_everything_arrives_and_reconciles(
     assert statuses[503] and statuses[429] and statuses[400], statuses
     assert_reconciled(finished)
     # The counters agree with the endpoint: every good event delivered (duplicates only from
-    # batches whose lease was lost), every refused one dead.
-    assert finished.counter("delivered") == len(expected)
-    assert finished.dead_now == PER_GAME
+    # batches whose lease was lost, or written twice), every refused one dead.
+    delivered, dead = finished.counter("delivered"), finished.dead_now
+    assert len(expected) <= delivered <= len(expected) + resent
+    assert PER_GAME <= dead <= PER_GAME + resent - (delivered - len(expected))
     assert finished.counter("evicted") == finished.counter("stale") == 0
 
     status = cli(config_path, "status", "--json")
     assert status.returncode == 0, status.stderr
     summary = json.loads(status.stdout)
     assert summary["unaccounted"] == 0
-    assert summary["delivered"] == len(expected)
+    assert summary["delivered"] == delivered
 
     listed = cli(config_path, "dead", "list")
     assert listed.returncode == 0, listed.stderr
@@ -156,6 +163,6 @@ def test_flaky_endpoint_reporter_killed_everything_arrives_and_reconciles(
         received_keys(endpoint)), timeout=60, what="replayed batches delivered")
     after = wait_until(lambda: drained(client, schema), timeout=30, what="replay finished")
     assert_reconciled(after)
-    assert after.counter("delivered") == len(expected) + PER_GAME
+    assert after.counter("delivered") == delivered + dead
     assert after.dead_now == 0
     assert "no dead-lettered batches" in cli(config_path, "dead", "list").stdout
