@@ -376,7 +376,11 @@ class SentinelGroup:
         # the replicas (the primary's INFO).
         others, replicas = len(self.sentinels) - 1, len(self.replicas)
         while not all(_sees(s, others, replicas) for s in self.sentinels):
-            _wait_step(deadline, "sentinels that see each other and the replicas")
+            if time.monotonic() >= deadline:
+                seen = [_seen(s) for s in self.sentinels]
+                raise RuntimeError(f"timed out waiting for sentinels that see {others} other "
+                                   f"sentinels and {replicas} replicas; they see {seen}")
+            time.sleep(0.05)
         return self
 
     def node_at(self, address: tuple[str, int]) -> Server:
@@ -408,6 +412,16 @@ def _wait_step(deadline: float, what: str) -> None:
 def _replica_linked(replica: Server) -> bool:
     info = replica.client().info("replication")
     return info.get("master_link_status") == "up"
+
+
+def _seen(sentinel: SentinelNode) -> object:
+    """What a sentinel knows of its service, for an error message."""
+    try:
+        state = sentinel.master_state()
+    except redis.exceptions.RedisError as exc:
+        return repr(exc)
+    return {k: state.get(k) for k in ("ip", "port", "flags", "num-other-sentinels",
+                                      "num-slaves")}
 
 
 def _sees(sentinel: SentinelNode, others: int, replicas: int) -> bool:
