@@ -79,7 +79,7 @@ class ReporterService:
         ]
         self.hot_workers = [
             HotGameWorker(game, self.schema.for_game(game), self.batches, self.deliverer, config,
-                          self.stop_event)
+                          self.ownership, self.stop_event)
             for game, threads in r.hot_games.items() for _ in range(threads)
         ]
         self.metrics.watch(Gauge.HELD_BATCHES, lambda: len(self.held))

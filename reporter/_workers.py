@@ -85,22 +85,29 @@ class ShardSweeper:
 
 
 class HotGameWorker:
-    """One of a hot game's dedicated threads: claims and sends that game only."""
+    """One of a hot game's dedicated threads: claims and sends that game only.
+
+    Only while this process owns the game's shard: every reporter may list the game as hot,
+    but one at a time serves it, so N reporters never run N pools against one game."""
 
     def __init__(self, game: str, keys: ShardKeys, store: Batches, deliverer: Deliverer,
-                 config: ReporterConfig, stop: threading.Event) -> None:
+                 config: ReporterConfig, ownership: ShardOwnership,
+                 stop: threading.Event) -> None:
         self.game = game
         self.keys = keys
         self._store = store
         self._deliverer = deliverer
         self._r = config.reporter
+        self._ownership = ownership
         self._stop = stop
 
     def loop(self) -> bool:
-        if self._stop.is_set() or not self._deliverer.gate.is_open():
+        if (self._stop.is_set() or not self._ownership.owns(self.keys.shard)
+                or not self._deliverer.gate.is_open()):
             return False
         self._deliverer.send_retries(self.keys, self._stop, self.game)
-        if self._stop.is_set() or not self._deliverer.gate.is_open():
+        if (self._stop.is_set() or not self._ownership.owns(self.keys.shard)
+                or not self._deliverer.gate.is_open()):
             return False
         return self._deliverer.drain(self.keys, self.game, self._stop)
 
