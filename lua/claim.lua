@@ -19,7 +19,7 @@
 --
 -- KEYS[1]  q:<game>   list   the game's buffer
 -- KEYS[2]  active     set    games with buffered events
--- KEYS[3]  ring       list   round-robin order of active games
+-- KEYS[3]  ring       zset   active games, all scored 0 (ZREM: O(log n), no scan)
 -- KEYS[4]  inflight   zset   batch id -> lease deadline (ms)
 -- KEYS[5]  batches    hash   batch id -> metadata (JSON)
 -- KEYS[6]  payloads   hash   batch id -> entries joined by "\n"
@@ -72,7 +72,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local len = redis.call('LLEN', KEYS[1])
 if len == 0 then
   redis.call('SREM', KEYS[2], game)
-  redis.call('LREM', KEYS[3], 0, game)
+  redis.call('ZREM', KEYS[3], game)
   return out
 end
 if len < size and linger > 0 then
@@ -128,7 +128,7 @@ redis.call('LTRIM', KEYS[1], used, -1)
 local left = len - used
 if left == 0 then
   redis.call('SREM', KEYS[2], game)
-  redis.call('LREM', KEYS[3], 0, game)
+  redis.call('ZREM', KEYS[3], game)
 end
 if stale > 0 then redis.call('HINCRBY', KEYS[7], 'stale', stale) end
 if claimed > 0 then

@@ -6,7 +6,7 @@
 --
 -- KEYS[1]  q:<game>   list   the game's buffer
 -- KEYS[2]  active     set    games with buffered events
--- KEYS[3]  ring       list   round-robin order of active games
+-- KEYS[3]  ring       zset   active games, all scored 0 (swept in name order)
 -- KEYS[4]  stats      hash   the shard's counters
 -- KEYS[5]  marker     string the shard's identity (set here if absent)
 -- ARGV[1]  game name
@@ -46,7 +46,7 @@ end
 if len > 0 then
   redis.call('EXPIRE', KEYS[1], ttl)
   if redis.call('SADD', KEYS[2], game) == 1 then
-    redis.call('RPUSH', KEYS[3], game)
+    redis.call('ZADD', KEYS[3], 0, game)
   end
 end
 if n + tonumber(ARGV[4]) > 0 then

@@ -4,7 +4,7 @@
 -- no-writes: it only reads, so Redis runs it at maxmemory too (a MULTI is refused there:
 -- Redis refuses to queue any command in a transaction while memory is full).
 --
--- KEYS[1]  ring       list   round-robin order of active games
+-- KEYS[1]  ring       zset   active games, all scored 0 (in name order)
 -- KEYS[2]  inflight   zset   batch id -> lease deadline (ms)
 -- KEYS[3]  retry      zset   batch id -> when it is due (ms)
 -- KEYS[4]  dead       list   dead-lettered batch ids
@@ -16,7 +16,7 @@
 --           nil, batches (id, metadata, ...), then per game of KEYS[8...]: its length, its
 --           oldest entry or nil}
 local out = {
-  redis.call('LRANGE', KEYS[1], 0, -1),
+  redis.call('ZRANGE', KEYS[1], 0, -1),
   redis.call('ZRANGE', KEYS[2], 0, -1),
   redis.call('ZRANGE', KEYS[3], 0, -1),
   redis.call('LLEN', KEYS[4]),

@@ -52,8 +52,8 @@ class Batches:
         self.policy = RetryPolicy(retry.initial_delay_ms, retry.max_delay_ms,
                                   retry.max_attempts, config.dead.max_batches)
 
-    def ring(self, keys: ShardKeys, start: int, count: int) -> RingSlice:
-        return self.store.ring(keys, start, count)
+    def ring(self, keys: ShardKeys, after: str, count: int) -> RingSlice:
+        return self.store.ring(keys, after, count)
 
     def game_states(self, keys: ShardKeys, games: list[str]) -> list[GameState]:
         return self.store.game_states(keys, games)

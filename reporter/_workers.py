@@ -48,7 +48,7 @@ class ShardSweeper:
         self._ownership = ownership
         self._stop = stop
         self._clock = clock
-        self._cursor = 0
+        self._cursor = ""  # the last game name looked at; '' = start from the first
         self._patience = max(self._r.linger_ms, deliverer.freshness.max_age_ms // 2)
 
     def loop(self) -> bool:
@@ -59,9 +59,8 @@ class ShardSweeper:
         if self._watch is not None:
             self._watch.seen(self.keys, ring.marker, ring.outstanding)
         more = self._deliverer.send_retries(self.keys, self._stop) if ring.retries else False
-        self._cursor += len(ring.games)
-        if self._cursor >= ring.ring_length:
-            self._cursor = 0
+        full = len(ring.games) == self._r.games_per_sweep
+        self._cursor = ring.games[-1] if full else ""
         candidates = [g for g in ring.games if g not in self._hot]
         now_ms = int(self._clock() * 1000)
         states = self._store.game_states(self.keys, candidates)
@@ -73,7 +72,7 @@ class ShardSweeper:
             if self._is_ready(state, now_ms):
                 full = state.length >= self._r.batch_size
                 more |= self._deliverer.drain(self.keys, state.game, self._stop, wait=full)
-        return more or self._cursor != 0
+        return more or self._cursor != ""
 
     def _is_ready(self, state: GameState, now_ms: int) -> bool:
         if state.length >= self._r.batch_size or state.length == 0:

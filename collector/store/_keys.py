@@ -54,7 +54,13 @@ class ShardKeys:
 
     @property
     def ring(self) -> str:
-        """list: the active games in round-robin order."""
+        """zset: the active games, all scored 0, so in name order: the sweeper walks it with
+        a name cursor (ZRANGE BYLEX), and removing a game is O(log n), not a scan."""
+        return f"{self.tag}:games"
+
+    @property
+    def legacy_ring(self) -> str:
+        """list: the ring of versions before the sorted set; moved into ``ring`` when seen."""
         return f"{self.tag}:ring"
 
     @property

@@ -97,8 +97,24 @@ class Store:
 
     # -- reads -------------------------------------------------------------------------------
 
-    def ring(self, shard: ShardKeys, start: int, count: int) -> RingSlice:
-        return self._read(_views.ring, shard, start, count)
+    def ring(self, shard: ShardKeys, after: str, count: int) -> RingSlice:
+        """Up to ``count`` active games named after ``after`` ('' = from the first)."""
+        found = self._read(_views.ring, shard, after, count)
+        if found.legacy_ring:  # once per shard after an upgrade
+            self._move_legacy_ring(shard)
+            found = self._read(_views.ring, shard, after, count)
+        return found
+
+    def _move_legacy_ring(self, shard: ShardKeys) -> None:
+        """Move the games of an older version's ring (a list) into the sorted set."""
+        client = self.backend.client
+        with self._translated():
+            names: list[Any] = client.lrange(shard.legacy_ring, 0, -1)
+            with client.pipeline(transaction=True) as pipe:
+                if names:
+                    pipe.zadd(shard.ring, {text(name): 0 for name in names})
+                pipe.delete(shard.legacy_ring)
+                pipe.execute()
 
     def game_states(self, shard: ShardKeys, games: list[str]) -> list[GameState]:
         return self._read(_views.game_states, shard, games)

@@ -31,16 +31,18 @@ PIPELINE_GAMES = 8192
 
 @dataclass(frozen=True, slots=True)
 class RingSlice:
-    """Part of a shard's ring of active games, the ring's length, and how many batches
-    wait for a retry (so an idle shard costs one round trip); and, in the same round trip,
-    the shard's identity marker (None if absent) and its outstanding events by its counters
-    (stored and not yet evicted, stale, delivered or dead: what a reset would lose)."""
+    """Part of a shard's ring of active games (the next names after a cursor), the ring's
+    length, and how many batches wait for a retry (so an idle shard costs one round trip);
+    and, in the same round trip, the shard's identity marker (None if absent), its
+    outstanding events by its counters (stored and not yet evicted, stale, delivered or dead:
+    what a reset would lose) and whether a ring of an older version (a list) is still there."""
 
     games: list[str]
     ring_length: int
     retries: int
     marker: str | None = None
     outstanding: int = 0
+    legacy_ring: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,18 +163,21 @@ class BatchDetail:
     item_reasons: list[str]  # one per entry for refused items set aside together, else empty
 
 
-def ring(client: RedisClient, keys: ShardKeys, start: int, count: int) -> RingSlice:
+def ring(client: RedisClient, keys: ShardKeys, after: str, count: int) -> RingSlice:
+    """Up to ``count`` active games whose names sort after ``after`` ('' = from the first):
+    O(log n + count) whatever the number of games in the shard."""
     with client.pipeline(transaction=False) as pipe:
-        pipe.lrange(keys.ring, start, start + count - 1)
-        pipe.llen(keys.ring)
+        pipe.zrangebylex(keys.ring, f"({after}" if after else "-", "+", 0, count)
+        pipe.zcard(keys.ring)
         pipe.zcard(keys.retry)
         pipe.get(keys.marker)
         pipe.hmget(keys.stats, _OUTSTANDING)
-        names, length, retries, marker, counts = pipe.execute()
+        pipe.exists(keys.legacy_ring)
+        names, length, retries, marker, counts, legacy = pipe.execute()
     stored, evicted, stale, delivered, dead, replayed = (int(c or 0) for c in counts)
     return RingSlice([n.decode() for n in names], int(length), int(retries),
                      text(marker) if marker is not None else None,
-                     stored - evicted - stale - delivered - dead + replayed)
+                     stored - evicted - stale - delivered - dead + replayed, bool(legacy))
 
 
 # The counters an outstanding count is made of (see RingSlice).
@@ -204,7 +209,8 @@ def read_shard(client: RedisClient, keys: ShardKeys,
 
     The games to read come from a first look at the ring; if the ring gained a game before
     the atomic read ran, it is read again."""
-    games = [text(g) for g in client.lrange(keys.ring, 0, -1)]
+    first: list[Any] = client.zrange(keys.ring, 0, -1)
+    games = [text(g) for g in first]
     for _ in range(tries):
         ring_now, inflight, retry, dead, flat_stats, owner, flat_metas, *queues = (
             read_state(games))
@@ -343,7 +349,7 @@ def shard_levels(client: RedisClient, shards: Sequence[ShardKeys], now_ms: int
     for group in _groups(shards, PIPELINE_SHARDS):
         with client.pipeline(transaction=False) as pipe:
             for keys in group:
-                pipe.lrange(keys.ring, 0, -1)
+                pipe.zrange(keys.ring, 0, -1)
                 pipe.zcard(keys.inflight)
                 pipe.zcard(keys.retry)
                 pipe.zcount(keys.retry, "-inf", now_ms)

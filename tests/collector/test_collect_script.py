@@ -118,7 +118,7 @@ def test_registration_is_idempotent(r: redis.Redis, scripts: Scripts) -> None:
         for game in games:
             scripts.collect(keys, game, CAP, TTL, [entry(i)])
     assert sorted(r.smembers(keys.active)) == [g.encode() for g in games]
-    assert r.lrange(keys.ring, 0, -1) == [g.encode() for g in games]
+    assert r.zrange(keys.ring, 0, -1) == [g.encode() for g in games]
 
 
 def test_reported_drop_counts_land_in_stats(r: redis.Redis, scripts: Scripts) -> None:
@@ -140,7 +140,7 @@ def test_counts_alone_do_not_register_an_empty_game(r: redis.Redis, scripts: Scr
     assert push(scripts, [], dropped_full=7) == 0
     assert not r.exists(keys.queue(GAME))
     assert r.sismember(keys.active, GAME) == 0
-    assert r.llen(keys.ring) == 0
+    assert r.zcard(keys.ring) == 0
     assert stats_of(r, SCHEMA, GAME) == {"dropped_buffer_full": 7}
 
 

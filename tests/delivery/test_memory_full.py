@@ -147,7 +147,7 @@ def test_every_script_the_drain_needs_runs_at_maxmemory(r: redis.Redis) -> None:
         r.script_flush()  # a restart with the data (AOF) but no scripts: SCRIPT LOAD works
 
         # the sweep's reads and the status read
-        assert store.ring(keys, 0, 10).games == ["g"]
+        assert store.ring(keys, "", 10).games == ["g"]
         assert store.game_states(keys, ["g"])[0].length == 90
         assert store.read_shard(keys).buffered == 90
         # the shard lease: taken, renewed, given up; the registry heartbeat, new and renewed
@@ -181,7 +181,7 @@ def test_every_script_the_drain_needs_runs_at_maxmemory(r: redis.Redis) -> None:
         for k in range(5):  # the rest (40 events), then a claim of nothing unregisters "g"
             for batch in claim(scripts, keys, "g", f"rest{k}", most=2).batches:
                 assert scripts.ack(keys, batch.batch_id, "tok") == 10
-        assert r.llen(keys.queue("g")) == 0 and store.ring(keys, 0, 10).games == []
+        assert r.llen(keys.queue("g")) == 0 and store.ring(keys, "", 10).games == []
         assert scripts.shard_lease(keys, "me", 0) is False  # given up
     assert not refuses_writes(r)
     assert store.read_shard(keys).counters["delivered"] == 100 - 10 - 1  # 10 dead, 1 refused

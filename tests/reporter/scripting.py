@@ -26,7 +26,7 @@ def claim(scripts: Scripts, batch_id: str = "b1", *, size: int = 128, most: int 
 
 
 def registered(client: redis.Redis) -> tuple[bool, list[bytes]]:
-    return bool(client.sismember(KEYS.active, GAME)), client.lrange(KEYS.ring, 0, -1)
+    return bool(client.sismember(KEYS.active, GAME)), client.zrange(KEYS.ring, 0, -1)
 
 
 def meta(client: redis.Redis, batch_id: str) -> dict[str, Any]:

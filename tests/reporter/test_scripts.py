@@ -41,7 +41,7 @@ def test_claim_takes_exact_batches(client: redis.Redis, scripts: Scripts, length
         store(scripts, SCHEMA, GAME, entries)
     else:  # registered but empty is normal: the last claim or the TTL emptied it
         client.sadd(KEYS.active, GAME)
-        client.rpush(KEYS.ring, GAME)
+        client.zadd(KEYS.ring, {GAME: 0})
 
     claimed = claim(scripts, most=most)
 
@@ -239,7 +239,7 @@ def test_batch_store_uses_the_configured_batch_size_and_linger(client: redis.Red
     store(Scripts(store_.store), schema, GAME, numbered(GAME, 49))
     assert store_.claim(keys, GAME, TOKEN, 8).batches == []  # lingering
     assert store_.game_states(keys, [GAME])[0].length == 49
-    ring = store_.ring(keys, 0, 10)
+    ring = store_.ring(keys, "", 10)
     assert (ring.games, ring.ring_length, ring.retries) == ([GAME], 1, 0)
     for batch_id, _ in claimed.batches:
         assert store_.ack(keys, batch_id, TOKEN, 0) > 0

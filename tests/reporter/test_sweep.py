@@ -151,9 +151,9 @@ def test_an_emptied_game_is_unregistered_by_the_next_sweep(build: Build,
     service, _, _ = build()
     keys = service.schema.for_game(GAME)
     client.sadd(keys.active, GAME)
-    client.rpush(keys.ring, GAME)  # registered, but the buffer expired
+    client.zadd(keys.ring, {GAME: 0})  # registered, but the buffer expired
     sweep(service, GAME)
-    assert client.lrange(keys.ring, 0, -1) == []
+    assert client.zrange(keys.ring, 0, -1) == []
     assert client.smembers(keys.active) == set()
 
 
@@ -171,7 +171,7 @@ def test_sweepers_never_claim_a_hot_game(build: Build, client: redis.Redis) -> N
     assert {p.game for p in recorder.posts} == {"cold"}
     assert len(recorder.events("cold")) == 300
     assert client.llen(hot_keys.queue("hot")) == 300
-    assert client.lrange(hot_keys.ring, 0, -1).count(b"hot") == 1
+    assert client.zscore(hot_keys.ring, "hot") == 0
 
     assert [w.game for w in service.hot_workers] == ["hot", "hot"]
     while service.hot_workers[0].loop():
@@ -243,8 +243,9 @@ def test_a_sweep_pages_through_the_ring(build: Build) -> None:
     """Games behind a page of games that are not ready yet are still reached."""
     service, recorder, clock = build(games_per_sweep=2)
     keys = service.schema.for_game(GAME)
-    games = [g for g in (f"g-{i}" for i in range(300)) if service.schema.for_game(g) == keys][:5]
-    lingering, ready = games[:2], games[2:]
+    games = sorted(g for g in (f"g-{i}" for i in range(300))
+                   if service.schema.for_game(g) == keys)[:5]
+    lingering, ready = games[:2], games[2:]  # the ring is in name order: these come first
     now = now_ms()
     for game in games:
         born = now if game in lingering else now - 5_000
@@ -260,4 +261,19 @@ def test_a_sweep_pages_through_the_ring(build: Build) -> None:
             break
     assert sorted(p.game for p in recorder.posts) == sorted(ready)
     assert max(per_sweep) <= 2  # games_per_sweep bounds one sweep
-    assert [g.decode() for g in service.store.backend.client.lrange(keys.ring, 0, -1)] == lingering
+    assert [g.decode() for g in service.store.backend.client.zrange(keys.ring, 0, -1)] == lingering
+
+
+def test_a_ring_of_an_older_version_is_moved_into_the_sorted_set(build: Build,
+                                                                  client: redis.Redis) -> None:
+    """Before the sorted set the ring was a list (``{p:n}:ring``): its games are still swept."""
+    service, recorder, _ = build()
+    keys = service.schema.for_game(GAME)
+    store(Scripts(service.store), service.schema, GAME, numbered(GAME, 5, now_ms() - 5_000))
+    client.delete(keys.ring)  # as an older version left it: the game only in the list
+    client.rpush(keys.legacy_ring, GAME)
+
+    sweep(service, GAME)
+
+    assert ids_of(recorder.events(GAME)) == [f"{GAME}#{i}" for i in range(5)]
+    assert not client.exists(keys.legacy_ring)
