@@ -128,8 +128,25 @@ async def _serve_connection(tally: EndpointTally, reader: asyncio.StreamReader,
         writer.close()
 
 
-async def _endpoint(conn: Connection) -> None:
-    tally = EndpointTally()
+class GameTally(EndpointTally):
+    """``EndpointTally`` that also counts the unique events of each game (bench/scale.py)."""
+
+    def reset(self) -> None:
+        super().reset()
+        self.per_game: Counter[str] = Counter()
+
+    def ingest(self, body: bytes) -> None:
+        before = self.events
+        super().ingest(body)
+        if self.events != before:
+            self.per_game[orjson.loads(body)["game"]] += self.events - before
+
+    def stats(self) -> dict[str, Any]:
+        return {**super().stats(), "per_game": dict(self.per_game)}
+
+
+async def _endpoint(conn: Connection, tally: EndpointTally | None = None) -> None:
+    tally = tally or EndpointTally()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _serve_connection(tally, reader, writer)
@@ -142,6 +159,10 @@ async def _endpoint(conn: Connection) -> None:
 
 def fast_endpoint_main(conn: Connection) -> None:
     asyncio.run(_endpoint(conn))
+
+
+def game_endpoint_main(conn: Connection) -> None:
+    asyncio.run(_endpoint(conn, GameTally()))
 
 
 def local_endpoint_main(conn: Connection) -> None:
@@ -157,9 +178,10 @@ def local_endpoint_main(conn: Connection) -> None:
 class FastEndpoint:
     """Controls the endpoint child: start, reset, read counters, stop."""
 
-    def __init__(self) -> None:
+    def __init__(self, per_game: bool = False) -> None:
         parent, child = MP.Pipe()
-        self.proc = MP.Process(target=fast_endpoint_main, args=(child,), daemon=True,
+        target = game_endpoint_main if per_game else fast_endpoint_main
+        self.proc = MP.Process(target=target, args=(child,), daemon=True,
                                name="bench-endpoint")
         self.proc.start()
         if not parent.poll(30):

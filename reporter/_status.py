@@ -1,9 +1,11 @@
 """``telemetry-reporter status``: shards, games, counters and live reporters, once or watched.
 
 The full form reads every shard (ring, batch sets, each game's length and head), so its cost
-grows with shards, games and batches.  ``--no-shards`` reads only each shard's counters (one
-HGETALL per shard, pipelined), the alerts and the reporter registry: cheap at any size, but
-without the levels that need the per-shard reads (buffered, pending, unaccounted...).
+grows with shards, games and batches.  ``--no-shards`` reads only each shard's counters and
+lease holder (one HGETALL and one GET per shard, pipelined), the alerts and the reporter
+registry: cheap at any size, but without the levels that need the per-shard reads (buffered,
+pending, unaccounted...).  Both show each reporter's heartbeat age and shards held, and which
+reporter serves each hot game of this config (the holder of the game's shard).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collector.store import (
     Alert,
     BackendError,
     BackendUnavailable,
+    KeySchema,
     MemoryUse,
     Reporter,
     Store,
@@ -110,6 +113,21 @@ def reporter_entries(reporters: Sequence[Reporter], now: float, lease_seconds: f
     return out
 
 
+def hot_game_entries(config: ReporterConfig, schema: KeySchema, owners: Sequence[str]
+                     ) -> list[dict[str, Any]]:
+    """This config's hot games: threads, shard, and the reporter serving it (the holder of
+    the shard's lease, '' for none; ``owners`` is by shard number)."""
+    return [{"game": game, "threads": threads, "shard": schema.shard_of(game),
+             "served_by": owners[schema.shard_of(game)]}
+            for game, threads in config.reporter.hot_games.items()]
+
+
+def render_hot_games(entries: Sequence[dict[str, Any]]) -> str:
+    return "hot games: " + (", ".join(
+        f"{e['game']} ({e['threads']} threads, shard {e['shard']}, served by "
+        f"{e['served_by'] or 'no reporter'})" for e in entries) or "none")
+
+
 def render_reporters(entries: Sequence[dict[str, Any]]) -> str:
     live = sum(1 for e in entries if e["live"])
     if not entries:
@@ -126,7 +144,8 @@ def render_reporters(entries: Sequence[dict[str, Any]]) -> str:
 def render_status(totals: Totals, config: ReporterConfig, now: float | None = None,
                   max_games: int = 50, alerts: Sequence[Alert] = (),
                   reporters: Sequence[dict[str, Any]] | None = None,
-                  memory: Sequence[MemoryUse] = ()) -> str:
+                  memory: Sequence[MemoryUse] = (),
+                  hot_games: Sequence[dict[str, Any]] | None = None) -> str:
     now = time.time() if now is None else now
     hot = config.reporter.hot_games
     shard_rows = [
@@ -158,6 +177,7 @@ def render_status(totals: Totals, config: ReporterConfig, now: float | None = No
         + (f", showing {max_games}" if len(games) > max_games else "") + ")",
         table(("game", "shard", "buffered", "oldest", ""), game_rows) if game_rows else "(none)",
         "",
+        render_hot_games(hot_games) if hot_games is not None else
         "hot games: " + (", ".join(f"{g} ({n} threads)" for g, n in hot.items()) or "none"),
         "",
         "counters (events unless named batches)",
@@ -179,13 +199,17 @@ def _full(store: Store, config: ReporterConfig, as_json: bool, indent: int | Non
     owners = Tally(s.owner for s in totals.shards if s.owner)
     reporters = reporter_entries(store.reporters(), now, config.reporter.shard_lease_seconds,
                                  owners)
+    by_shard = [""] * store.schema.shards
+    for s in totals.shards:
+        by_shard[s.shard] = s.owner
+    hot = hot_game_entries(config, store.schema, by_shard)
     if as_json:
         return json.dumps({**totals.summary(), "alerts": _alerts_json(alerts),
-                           "reporters": reporters, "redis_memory": memory_json(memory)},
-                          indent=indent)
+                           "reporters": reporters, "redis_memory": memory_json(memory),
+                           "hot_games": hot}, indent=indent)
     return (f"redis: {store.describe()}\n"
             + render_status(totals, config, now, alerts=alerts, reporters=reporters,
-                            memory=memory))
+                            memory=memory, hot_games=hot))
 
 
 # -- the cheap form (--no-shards) --------------------------------------------------------------
@@ -195,12 +219,16 @@ def _cheap(store: Store, config: ReporterConfig, as_json: bool, indent: int | No
     counters = {str(name): found.get(name, 0) for name in STORE}
     alerts = store.alerts()
     memory = read_memory(store)
+    owners = store.shard_owners()
     reporters = reporter_entries(store.reporters(), time.time(),
-                                 config.reporter.shard_lease_seconds)
+                                 config.reporter.shard_lease_seconds,
+                                 Tally(o for o in owners if o))
+    hot = hot_game_entries(config, store.schema, owners)
+    unowned = sum(1 for o in owners if not o)
     if as_json:
         return json.dumps({**counters, "alerts": _alerts_json(alerts),
-                           "reporters": reporters, "redis_memory": memory_json(memory)},
-                          indent=indent)
+                           "reporters": reporters, "redis_memory": memory_json(memory),
+                           "hot_games": hot, "shards_without_owner": unowned}, indent=indent)
     return "\n".join([
         f"redis: {store.describe()}",
         f"config: {config.source}",
@@ -208,6 +236,8 @@ def _cheap(store: Store, config: ReporterConfig, as_json: bool, indent: int | No
         *render_alerts(alerts),
         "",
         render_reporters(reporters),
+        f"shards without an owner: {unowned} of {store.schema.shards}",
+        render_hot_games(hot),
         "",
         f"counters over {store.schema.shards} shards (events unless named batches)",
         table(("counter", "value"), list(counters.items())),

@@ -211,6 +211,10 @@ class Store:
         """What endpoints refused that only the operator can fix, newest first."""
         return self._read(_views.alerts, self.schema.alerts)
 
+    def shard_owners(self) -> list[str]:
+        """The reporter holding each shard's lease, by shard number ('' for none)."""
+        return self._read(_views.shard_owners, self.schema.all_shards())
+
     def reporters(self) -> list[Reporter]:
         """The reporter registry as it is, expired heartbeats included."""
         return self._read(_views.reporters, self.schema.reporters)

@@ -409,6 +409,17 @@ def _server_name(client: Any) -> str:
     return f"{host}:{port}"
 
 
+def shard_owners(client: RedisClient, shards: Sequence[ShardKeys]) -> list[str]:
+    """The lease holder of each shard ('' for none): one GET per shard, pipelined."""
+    owners: list[str] = []
+    for group in _groups(shards, PIPELINE_SHARDS):
+        with client.pipeline(transaction=False) as pipe:
+            for keys in group:
+                pipe.get(keys.owner)
+            owners.extend(text(o) if o is not None else "" for o in pipe.execute())
+    return owners
+
+
 def live_reporters(client: RedisClient, key: str, now_ms: int) -> int:
     """Reporter processes whose heartbeat deadline is after ``now_ms``."""
     return int(client.zcount(key, f"({now_ms}", "+inf"))

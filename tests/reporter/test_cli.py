@@ -156,7 +156,7 @@ def test_end_to_end_across_processes(tmp_path: Path, own_server: Server,
                                   - counters["replayed"]
                                   + counters["buffered"] + counters["pending_events"])
     assert table.returncode == 0, table.stderr
-    for heading in ("shards", "counters", "hot games: game-0 (1 threads)", "unaccounted"):
+    for heading in ("shards", "counters", "hot games: game-0 (1 threads, shard", "unaccounted"):
         assert heading in table.stdout
     assert "not-for-printing" not in table.stdout
 

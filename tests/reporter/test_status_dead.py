@@ -82,7 +82,8 @@ def dead_letter(scripts: Scripts, schema: KeySchema, game: str, events: int, tag
 def test_no_shards_reads_only_the_counters_and_the_registry(
         tmp_path: Path, redis_url: str, client: redis.Redis,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """16,384 shards and 10,000 games: one HGETALL per shard, no ring, list or batch read."""
+    """16,384 shards and 10,000 games: one HGETALL and one GET (the lease holder) per shard,
+    no ring, list or batch read."""
     shards = 16_384
     schema = KeySchema(PREFIX, shards)
     s = store_of(client, schema)
@@ -99,10 +100,13 @@ def test_no_shards_reads_only_the_counters_and_the_registry(
              for name, stat in client.info("commandstats").items()}
     printed = json.loads(out)
     assert printed["stored"] == 20_000
-    assert set(printed) == {*map(str, STORE), "alerts", "reporters", "redis_memory"}  # no levels
+    assert set(printed) == {*map(str, STORE), "alerts", "reporters", "redis_memory",
+                            "hot_games", "shards_without_owner"}  # no levels
     assert [r["id"] for r in printed["reporters"]] == ["host-a:1:aaaa"]
+    assert printed["shards_without_owner"] == shards
     assert calls["hgetall"] == shards + 1  # every shard's stats, and the alerts
-    read_more = {"llen", "lindex", "lrange", "hmget", "zcard", "get", "hget", "scan", "keys"}
+    assert calls["get"] == shards  # every shard's lease holder
+    read_more = {"llen", "lindex", "lrange", "zrange", "hmget", "zcard", "hget", "scan", "keys"}
     assert not read_more & set(calls), calls
 
 
@@ -145,8 +149,33 @@ def test_status_lists_the_reporters_with_their_heartbeat_age(
     assert code == 0 and "reporters (1 live)" in text
     assert "host-b:2:bbbb  expired" in text
     cheap = json.loads(run(capsys, "status", "--json", "--no-shards", "--config", path)[1])
-    assert [r["id"] for r in cheap["reporters"]] == ["host-a:1:aaaa", "host-b:2:bbbb"]
-    assert "shards" not in cheap["reporters"][0]  # not read in the cheap form
+    assert [(r["id"], r["shards"]) for r in cheap["reporters"]] == [("host-a:1:aaaa", 1),
+                                                                      ("host-b:2:bbbb", 0)]
+    assert cheap["shards_without_owner"] == SHARDS - 1
+
+
+@pytest.mark.parametrize("form", [[], ["--no-shards"]])
+def test_status_names_the_reporter_serving_each_hot_game(
+        form: list[str], tmp_path: Path, redis_url: str, client: redis.Redis,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    schema = KeySchema(PREFIX, SHARDS)
+    s = store_of(client, schema)
+    served, idle = "big", next(g for g in (f"g{i}" for i in range(100))
+                               if schema.shard_of(g) != schema.shard_of("big"))
+    s.heartbeat("host-a:1:aaaa", int(time.time() * 1000), 10_000)
+    assert s.call(ShardLease(schema.for_game(served), "host-a:1:aaaa", 10_000))
+    path = Path(config_file(tmp_path, redis_url))
+    path.write_text(path.read_text() + f'\n[reporter.hot_games]\n{served} = 3\n{idle} = 1\n')
+    printed = json.loads(run(capsys, "status", "--json", *form, "--config", str(path))[1])
+    assert printed["hot_games"] == [
+        {"game": served, "threads": 3, "shard": schema.shard_of(served),
+         "served_by": "host-a:1:aaaa"},
+        {"game": idle, "threads": 1, "shard": schema.shard_of(idle), "served_by": ""}]
+    code, text, _ = run(capsys, "status", *form, "--config", str(path))
+    assert code == 0
+    assert (f"hot games: {served} (3 threads, shard {schema.shard_of(served)}, served by "
+            f"host-a:1:aaaa), {idle} (1 threads, shard {schema.shard_of(idle)}, served by "
+            "no reporter)") in text
 
 
 def test_watch_prints_every_refresh_and_keeps_going_after_a_failure(

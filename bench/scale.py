@@ -1,0 +1,213 @@
+"""Scale figures: many active games, many registered games, a million buffered events, and
+``status`` on 16,384 shards.
+
+Parts (``--only`` runs one; each starts its own private server(s) on free loopback ports,
+never the machine's Redis on 6379):
+
+* ``trickle``: one collector process offers ``--rate`` events/s (10,000) over ``--games``
+  (10,000) cold games, each a steady trickle, plus one hot game with ``--hot-share`` (20 %) of
+  the traffic and its own pool, for ``--seconds`` (600); ``--reporters`` reporter processes
+  (1) deliver to the bench endpoint (``bench/_fast_endpoint.py``, counting unique events per
+  game).  Checks: every game's events delivered, collect-to-delivery p99 within
+  ``linger_ms + 2 s``, reporter RSS at 20 % of the run (minute 2 of 10) and at the end within
+  10 %.
+* ``sweep``: ``--sweep-games`` (1,000 / 10,000 / 100,000) games registered; the sweep's reads
+  (ring pages, then each listed game's length and head, every shard) timed with all of them
+  holding events and with only ``--sweep-active`` (1,000) holding events; and the server time
+  of un-registering a game (claim.lua on an empty buffer: SREM + ZREM) against the previous
+  design's LREM over a ring list as long as a shard's.
+* ``memory``: ``--memory-events`` (1,000,000) events over ``--memory-games`` games through
+  collect.lua on one server and RPUSHed as plain lists on a second one started with it:
+  ``used_memory`` growth per event on each.
+* ``status``: ``telemetry-reporter status --no-shards`` (a real process) with
+  ``--status-shards`` (16,384) shards and ``--status-games`` (10,000) games buffered.
+
+    .venv/bin/python bench/scale.py [--only PART] [--seconds 600] [--rate 10000] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench._fast_endpoint import FastEndpoint  # noqa: E402
+from bench._pipeline_workload import our_raw  # noqa: E402
+from bench._scale_checks import (  # noqa: E402
+    memory_side_by_side,
+    status_no_shards,
+    sweep_row,
+)
+from bench._scale_trickle import HOT, rss_at, run_trickle  # noqa: E402
+from tests.servers import Server, server_binaries  # noqa: E402
+
+FORBIDDEN_PORT = 6379  # the machine's own Redis; never touched
+PARTS = ("trickle", "sweep", "memory", "status")
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def start_server() -> Server:
+    server = Server(server_binaries()["redis"])
+    if server.port == FORBIDDEN_PORT:
+        raise RuntimeError("refusing to use port 6379")
+    return server.start()
+
+
+def trickle(args: argparse.Namespace) -> bool:
+    server = start_server()
+    endpoint = FastEndpoint(per_game=True)
+    try:
+        reporter = {"poll_interval_ms": args.poll_ms, "workers": args.workers}
+        raw = our_raw(server.url, endpoint.url, cap=args.cap, linger_ms=args.linger_ms,
+                      hot_games={HOT: args.hot_threads}, reporter=reporter)
+        print(f"trickle: {args.rate:,.0f} events/s offered over {args.games:,} games + {HOT} "
+              f"at {args.hot_share:.0%} ({args.hot_threads} threads), {args.seconds:g} s, "
+              f"{args.reporters} reporter process(es); reporter: shards "
+              f"{raw['redis']['shards']}, workers {args.workers}, linger_ms {args.linger_ms}, "
+              f"poll_interval_ms {args.poll_ms}, other settings default", flush=True)
+        result = run_trickle(raw, endpoint, games=args.games, hot_share=args.hot_share,
+                             rate=args.rate, seconds=args.seconds, reporters=args.reporters,
+                             settle=args.linger_ms / 1000 + 120)
+    finally:
+        endpoint.stop()
+        server.cleanup()
+    loads = [v for _, v in result.load]
+    print(f"  collected {result.sent:,} in {result.seconds:.1f} s "
+          f"({result.sent / result.seconds:,.0f}/s); SDK counters {result.collector_stats}")
+    print(f"  delivered {result.delivered:,} unique events ({result.duplicates:,} duplicates), "
+          f"{result.games_expected - len(result.games_short):,} of {result.games_expected:,} "
+          f"games complete; backlog gone {result.drain_after_s:.1f} s after the last collect")
+    for game, want, got in result.games_short[:5]:
+        print(f"    short: {game} expected {want}, delivered {got}")
+    print(f"  collect-to-delivery ms: p50 {result.p50_ms:,}, p99 {result.p99_ms:,}, max "
+          f"{result.max_ms:,}")
+    early_at = result.seconds * 0.2
+    early, late = rss_at(result, early_at), result.rss[-1][1]
+    print(f"  reporter RSS MiB at {early_at:.0f} s: {[k / 1024 for k in early]}, at the end: "
+          f"{[round(k / 1024, 1) for k in late]}; reporter CPU s: "
+          f"{[round(c, 1) for c in result.reporter_cpu]}")
+    print(f"  load average (1 min) during the run: min {min(loads):.1f}, median "
+          f"{sorted(loads)[len(loads) // 2]:.1f}, max {max(loads):.1f}")
+    checks = [
+        ("every game's events delivered", not result.games_short
+         and result.delivered == result.collector_stats.get("stored", result.sent)),
+        (f"p99 <= linger + 2 s ({args.linger_ms + 2000:,} ms)",
+         result.p99_ms <= args.linger_ms + 2000),
+        ("reporter RSS at the end within 10 % of 20 % in",
+         all(b <= a * 1.1 for a, b in zip(early, late, strict=True))),
+    ]
+    for name, ok in checks:
+        print(f"  {name:58} {verdict(ok)}")
+    return all(ok for _, ok in checks)
+
+
+def sweep(args: argparse.Namespace) -> bool:
+    server = start_server()
+    try:
+        client = server.client()
+        print(f"sweep: shards {args.sweep_shards}; {args.sweep_active:,} games with events in "
+              "the 'few' column; times are the median of 5 rounds over every shard", flush=True)
+        print(f"  {'registered':>10} {'all active: s':>14} {'listed':>8} {'few active: s':>14} "
+              f"{'listed':>8} {'un-register us':>15} {'old LREM us':>12}")
+        rows = []
+        for n in args.sweep_games:
+            row = sweep_row(client, server.url, n, args.sweep_active, args.sweep_shards)
+            rows.append(row)
+            print(f"  {n:>10,} {row.all_active_s:>14.4f} {row.all_active_listed:>8,} "
+                  f"{row.few_active_s:>14.4f} {row.few_active_listed:>8,} "
+                  f"{row.unregister_us:>15.1f} {row.lrem_us:>12.1f}", flush=True)
+    finally:
+        server.cleanup()
+    few = [r.few_active_s for r in rows]
+    flat = max(few) <= 2 * min(few)
+    print(f"  {'sweep with few active flat (max <= 2x min) across registered':58} "
+          f"{verdict(flat)}")
+    return flat
+
+
+def memory(args: argparse.Namespace) -> bool:
+    project, plain = start_server(), start_server()
+    try:
+        result = memory_side_by_side(project.client(), project.url, plain.client(),
+                                     args.memory_events, args.memory_games, args.sweep_shards)
+    finally:
+        project.cleanup()
+        plain.cleanup()
+    ratio = result.project_bytes_per_event / result.plain_bytes_per_event
+    print(f"memory: {result.events:,} events over {result.games:,} games, entries of "
+          f"{result.entry_bytes:.0f} bytes on average; used_memory growth per event: project "
+          f"{result.project_bytes_per_event:.1f} bytes, plain lists "
+          f"{result.plain_bytes_per_event:.1f} bytes, ratio {ratio:.3f}")
+    print(f"  {'project within 1.1x of plain lists':58} {verdict(ratio <= 1.1)}")
+    return ratio <= 1.1
+
+
+def status(args: argparse.Namespace) -> bool:
+    server = start_server()
+    try:
+        result = status_no_shards(server.client(), server.url, args.status_shards,
+                                  args.status_games)
+    finally:
+        server.cleanup()
+    print(f"status --no-shards: {result.shards:,} shards, {result.games:,} games: "
+          f"{', '.join(f'{s:.2f}' for s in result.seconds)} s ({result.lines} lines printed)")
+    ok = max(result.seconds) < 2
+    print(f"  {'under 2 s':58} {verdict(ok)}")
+    return ok
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", choices=PARTS, action="append",
+                   help="run only this part (repeatable)")
+    p.add_argument("--seconds", type=float, default=600.0, help="trickle duration (600)")
+    p.add_argument("--rate", type=float, default=10_000, help="offered events/s (10000)")
+    p.add_argument("--games", type=int, default=10_000, help="cold games (10000)")
+    p.add_argument("--hot-share", type=float, default=0.2, help="hot game's share (0.2)")
+    p.add_argument("--hot-threads", type=int, default=2, help="hot game's pool (2)")
+    p.add_argument("--linger-ms", type=int, default=10_000, help="[reporter] linger_ms (10000)")
+    p.add_argument("--poll-ms", type=int, default=1000,
+                   help="[reporter] poll_interval_ms (1000)")
+    p.add_argument("--workers", type=int, default=4, help="[reporter] workers (4)")
+    p.add_argument("--reporters", type=int, default=1, help="reporter processes (1)")
+    p.add_argument("--cap", type=int, default=20_000, help="max_events_per_game (20000)")
+    p.add_argument("--sweep-games", type=lambda s: [int(x) for x in s.split(",")],
+                   default=[1_000, 10_000, 100_000], help="registered games (1000,10000,100000)")
+    p.add_argument("--sweep-active", type=int, default=1_000)
+    p.add_argument("--sweep-shards", type=int, default=16, help="shards of sweep and memory (16)")
+    p.add_argument("--memory-events", type=int, default=1_000_000)
+    p.add_argument("--memory-games", type=int, default=1_000)
+    p.add_argument("--status-shards", type=int, default=16_384)
+    p.add_argument("--status-games", type=int, default=10_000)
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    parts = args.only or list(PARTS)
+    print(f"bench/scale.py  {datetime.now(UTC):%Y-%m-%d %H:%M} UTC  "
+          f"{platform.python_implementation()} {platform.python_version()}, "
+          f"{os.cpu_count()} CPUs; load average at the start: {load()}", flush=True)
+    run = {"trickle": trickle, "sweep": sweep, "memory": memory, "status": status}
+    results = [run[part](args) for part in parts]
+    print(f"load average at the end: {load()}")
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
