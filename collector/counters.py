@@ -76,6 +76,7 @@ class Gauge(StrEnum):
     BATCHES_DEAD_LISTED = "batches_dead_listed"
     HELD_BATCHES = "held_batches"  # batches this reporter process holds a lease on
     OWNED_SHARDS = "owned_shards"  # shards this reporter process sweeps
+    HOT_GAMES_SERVED = "hot_games_served"  # hot games whose shard this reporter process holds
     SINK_GATE_OPEN = "sink_gate_open"  # 1 while claims may go out, 0 while paused
     # -- the reporter's metrics endpoint ([metrics] listen)
     BATCHES_RETRY_DUE = "batches_retry_due"  # batches whose retry time has come
@@ -127,9 +128,10 @@ STATUS_GAUGES: tuple[Gauge, ...] = (
 # The reporter's metrics endpoint ([metrics] listen): these levels, besides its counters and
 # the histograms; each served as telemetry_<name>.
 METRICS_GAUGES: tuple[Gauge, ...] = (
-    Gauge.OWNED_SHARDS, Gauge.HELD_BATCHES, Gauge.SINK_GATE_OPEN, Gauge.LIMITER_WAIT_SECONDS,
-    Gauge.SHARDS, Gauge.REDIS_UP, Gauge.REDIS_MEMORY_USED_BYTES, Gauge.REDIS_MEMORY_MAX_BYTES,
-    Gauge.REDIS_REFUSING_WRITES, Gauge.LIVE_REPORTERS, Gauge.BUFFERED, Gauge.GAME_BUFFERED,
+    Gauge.OWNED_SHARDS, Gauge.HOT_GAMES_SERVED, Gauge.HELD_BATCHES, Gauge.SINK_GATE_OPEN,
+    Gauge.LIMITER_WAIT_SECONDS, Gauge.SHARDS, Gauge.REDIS_UP, Gauge.REDIS_MEMORY_USED_BYTES,
+    Gauge.REDIS_MEMORY_MAX_BYTES, Gauge.REDIS_REFUSING_WRITES, Gauge.LIVE_REPORTERS,
+    Gauge.BUFFERED, Gauge.GAME_BUFFERED,
     Gauge.OLDEST_EVENT_AGE_SECONDS, Gauge.BATCHES_IN_FLIGHT, Gauge.BATCHES_RETRY,
     Gauge.BATCHES_RETRY_DUE, Gauge.BATCHES_DEAD_LISTED,
 )

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 G = Gauge
 HELP = {
     G.OWNED_SHARDS: "Shards this reporter process holds the lease of, and sweeps",
+    G.HOT_GAMES_SERVED: "Hot games ([reporter.hot_games]) whose shard this process holds, so "
+                        "whose pools here claim; over all reporters it adds up to the hot games",
     G.HELD_BATCHES: "Batches this reporter process holds a lease on now (its POSTs in flight "
                     "and those waiting their turn)",
     G.SINK_GATE_OPEN: "1 while this process may claim, 0 while the endpoint fails and claims "

@@ -84,6 +84,9 @@ class ReporterService:
         ]
         self.metrics.watch(Gauge.HELD_BATCHES, lambda: len(self.held))
         self.metrics.watch(Gauge.OWNED_SHARDS, lambda: len(self.ownership.owned()))
+        hot_shards = [self.schema.shard_of(game) for game in r.hot_games]
+        self.metrics.watch(Gauge.HOT_GAMES_SERVED,
+                           lambda: sum(map(self.ownership.owns, hot_shards)))
         self.metrics.watch(Gauge.SINK_GATE_OPEN, lambda: int(self.gate.is_open()))
         self.reaper = Reaper(self.schema, self.batches, self.ownership, self.stop_event)
         self.lease_keeper = LeaseKeeper(self.deliverer, self.batches)

@@ -95,7 +95,7 @@ def test_a_reporter_reports_its_counts_and_levels(redis_url: str, r: redis.Redis
             c.close(timeout=1)
             service.store.close()
     assert set(metrics.watched) == {Gauge.HELD_BATCHES, Gauge.OWNED_SHARDS,
-                                    Gauge.SINK_GATE_OPEN}
+                                    Gauge.HOT_GAMES_SERVED, Gauge.SINK_GATE_OPEN}
     assert levels[Gauge.OWNED_SHARDS] == 2 and levels[Gauge.SINK_GATE_OPEN] == 1
     assert set(metrics.counted) <= set(REPORTER)
     assert counts["delivered"] == metrics.counted[Counter.DELIVERED] == 300

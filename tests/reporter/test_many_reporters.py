@@ -64,6 +64,8 @@ def test_only_the_shard_owner_serves_a_hot_game(redis_url: str, client: redis.Re
     hot_shard = services[0].schema.shard_of("hot")
     [owner] = [i for i, s in enumerate(services) if s.ownership.owns(hot_shard)]
     before = [s.ownership.owned() for s in services]
+    served = [s.tally.snapshot()["hot_games_served"] for s in services]
+    assert served == [int(i == owner) for i in range(3)]  # the metric says who serves it
 
     games = {"hot": numbered("hot", 3000), **{f"cold-{i}": numbered(f"cold-{i}", 200)
                                              for i in range(12)}}
