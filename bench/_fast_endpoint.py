@@ -129,20 +129,29 @@ async def _serve_connection(tally: EndpointTally, reader: asyncio.StreamReader,
 
 
 class GameTally(EndpointTally):
-    """``EndpointTally`` that also counts the unique events of each game (bench/scale.py)."""
+    """``EndpointTally`` that also counts the unique events of each game, and keeps a latency
+    histogram (100 ms buckets) per minute since the first event (bench/scale.py)."""
 
     def reset(self) -> None:
         super().reset()
         self.per_game: Counter[str] = Counter()
+        self.by_minute: dict[int, Counter[int]] = {}
 
     def ingest(self, body: bytes) -> None:
         before = self.events
         super().ingest(body)
-        if self.events != before:
-            self.per_game[orjson.loads(body)["game"]] += self.events - before
+        if self.events == before:
+            return
+        data = orjson.loads(body)
+        self.per_game[data["game"]] += self.events - before
+        now_ms = int(self.last * 1000)
+        minute = self.by_minute.setdefault(int(self.last - self.first) // 60, Counter())
+        for event in data["events"]:
+            minute[(now_ms - event["t"]) // 100 * 100] += 1
 
     def stats(self) -> dict[str, Any]:
-        return {**super().stats(), "per_game": dict(self.per_game)}
+        return {**super().stats(), "per_game": dict(self.per_game),
+                "by_minute": {m: dict(h) for m, h in self.by_minute.items()}}
 
 
 async def _endpoint(conn: Connection, tally: EndpointTally | None = None) -> None:

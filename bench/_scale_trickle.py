@@ -75,6 +75,7 @@ class TrickleResult:
     p99_ms: int
     max_ms: int
     drain_after_s: float
+    p99_by_minute: list[int] = field(default_factory=list)  # ms, 100 ms resolution
     rss: list[tuple[float, list[int]]] = field(default_factory=list)  # (t, KiB per reporter)
     reporter_cpu: list[float] = field(default_factory=list)
     load: list[tuple[float, float]] = field(default_factory=list)  # (t, 1-min load average)
@@ -134,6 +135,8 @@ def run_trickle(raw: Raw, endpoint: FastEndpoint, *, games: int, hot_share: floa
         games_expected=len(want), games_short=short,
         p50_ms=percentile(latency, 0.50), p99_ms=percentile(latency, 0.99),
         max_ms=max(latency, default=0), drain_after_s=drain_after,
+        p99_by_minute=[percentile({int(k): int(v) for k, v in got["by_minute"][m].items()},
+                                  0.99) for m in sorted(got["by_minute"], key=int)],
         rss=rss, reporter_cpu=cpu, load=load)
 
 

@@ -95,7 +95,8 @@ def trickle(args: argparse.Namespace) -> bool:
     for game, want, got in result.games_short[:5]:
         print(f"    short: {game} expected {want}, delivered {got}")
     print(f"  collect-to-delivery ms: p50 {result.p50_ms:,}, p99 {result.p99_ms:,}, max "
-          f"{result.max_ms:,}")
+          f"{result.max_ms:,}; p99 by minute of delivery: "
+          f"{', '.join(f'{p:,}' for p in result.p99_by_minute)}")
     early_at = result.seconds * 0.2
     early, late = rss_at(result, early_at), result.rss[-1][1]
     print(f"  reporter RSS MiB at {early_at:.0f} s: {[k / 1024 for k in early]}, at the end: "
