@@ -182,8 +182,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--hot-share", type=float, default=0.2, help="hot game's share (0.2)")
     p.add_argument("--hot-threads", type=int, default=2, help="hot game's pool (2)")
     p.add_argument("--linger-ms", type=int, default=10_000, help="[reporter] linger_ms (10000)")
-    p.add_argument("--poll-ms", type=int, default=1000,
-                   help="[reporter] poll_interval_ms (1000)")
+    p.add_argument("--poll-ms", type=int, default=500,
+                   help="[reporter] poll_interval_ms (500)")
     p.add_argument("--workers", type=int, default=4, help="[reporter] workers (4)")
     p.add_argument("--reporters", type=int, default=1, help="reporter processes (1)")
     p.add_argument("--cap", type=int, default=20_000, help="max_events_per_game (20000)")
