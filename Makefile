@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 DEMO_STAMP := $(VENV)/.installed-embedded
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test check bench soak soak-cluster clean
+.PHONY: demo test check bench soak soak-cluster scale clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,9 @@ soak: $(DEV_STAMP)
 soak-cluster: $(DEV_STAMP)
 	$(PY) bench/soak_cluster.py
 	$(PY) bench/soak_cluster.py --replica-lag-ms 300
+
+scale: $(DEV_STAMP)
+	$(PY) bench/scale.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -76,20 +76,26 @@ class TrickleResult:
     max_ms: int
     drain_after_s: float
     p99_by_minute: list[int] = field(default_factory=list)  # ms, 100 ms resolution
+    p99_after_warmup_ms: int = 0  # over the minutes of delivery after the warm-up (100 ms)
     rss: list[tuple[float, list[int]]] = field(default_factory=list)  # (t, KiB per reporter)
     reporter_cpu: list[float] = field(default_factory=list)
     load: list[tuple[float, float]] = field(default_factory=list)  # (t, 1-min load average)
 
 
 def run_trickle(raw: Raw, endpoint: FastEndpoint, *, games: int, hot_share: float,
-                rate: float, seconds: float, reporters: int, settle: float) -> TrickleResult:
+                rate: float, seconds: float, reporters: int, settle: float,
+                warmup: float = 0.0) -> TrickleResult:
+    """``warmup + seconds`` of traffic; the latency after the warm-up's whole minutes is also
+    given on its own (every game starts at the same instant, so the first ``linger_ms``
+    ends with all of them ready at once: a burst a running system does not see)."""
     import os
 
     cycle = schedule(games, hot_share)
     endpoint.reset()
     children = [Child(our_reporter_main, raw, name=f"scale-reporter-{i}")
                 for i in range(reporters)]
-    collector = Child(collector_main, "ours", raw, cycle, rate, seconds, name="scale-collector")
+    collector = Child(collector_main, "ours", raw, cycle, rate, warmup + seconds,
+                      name="scale-collector")
     rss: list[tuple[float, list[int]]] = []
     load: list[tuple[float, float]] = []
     for child in children:
@@ -129,14 +135,20 @@ def run_trickle(raw: Raw, endpoint: FastEndpoint, *, games: int, hot_share: floa
     short = [(g, n, per_game.get(g, 0)) for g, n in sorted(want.items())
              if per_game.get(g, 0) != n]
     latency = {int(k): int(v) for k, v in got["latency"].items()}
+    minutes = {int(m): Counter({int(k): int(v) for k, v in h.items()})
+               for m, h in got["by_minute"].items()}
+    steady: Counter[int] = Counter()
+    for minute, histogram in minutes.items():
+        if minute >= int(warmup // 60):
+            steady.update(histogram)
     return TrickleResult(
         seconds=float(generated["elapsed"]), offered=rate, sent=sent, collector_stats=stats,
         delivered=int(got["events"]), duplicates=int(got["dup_events"]),
         games_expected=len(want), games_short=short,
         p50_ms=percentile(latency, 0.50), p99_ms=percentile(latency, 0.99),
         max_ms=max(latency, default=0), drain_after_s=drain_after,
-        p99_by_minute=[percentile({int(k): int(v) for k, v in got["by_minute"][m].items()},
-                                  0.99) for m in sorted(got["by_minute"], key=int)],
+        p99_by_minute=[percentile(minutes[m], 0.99) for m in sorted(minutes)],
+        p99_after_warmup_ms=percentile(steady, 0.99),
         rss=rss, reporter_cpu=cpu, load=load)
 
 
