@@ -126,16 +126,19 @@ def sweep(args: argparse.Namespace) -> bool:
     try:
         client = server.client()
         print(f"sweep: shards {args.sweep_shards}; {args.sweep_active:,} games with events in "
-              "the 'few' column; times are the median of 5 rounds over every shard", flush=True)
+              "the 'few' column; times are the median of 5 rounds over every shard; "
+              "un-register: server time of claim.lua on an empty game (SREM + ZREM), old LREM: "
+              "LREM over a list as long as a shard's ring", flush=True)
         print(f"  {'registered':>10} {'all active: s':>14} {'listed':>8} {'few active: s':>14} "
               f"{'listed':>8} {'un-register us':>15} {'old LREM us':>12}")
         rows = []
         for n in args.sweep_games:
             row = sweep_row(client, server.url, n, args.sweep_active, args.sweep_shards)
             rows.append(row)
+            unregister = f"{row.unregister_us:.1f}" if n > args.sweep_active else "-"
             print(f"  {n:>10,} {row.all_active_s:>14.4f} {row.all_active_listed:>8,} "
                   f"{row.few_active_s:>14.4f} {row.few_active_listed:>8,} "
-                  f"{row.unregister_us:>15.1f} {row.lrem_us:>12.1f}", flush=True)
+                  f"{unregister:>15} {row.lrem_us:>12.1f}", flush=True)
     finally:
         server.cleanup()
     few = [r.few_active_s for r in rows]
