@@ -12,6 +12,8 @@ from typing import Any
 import redis
 
 from collector.store import KeySchema
+from reporter._config import ReporterConfig
+from reporter._endpoint import LocalEndpoint
 from tests.delivery.conftest import MakeEndpoint
 from tests.delivery.helpers import (
     Script,
@@ -57,6 +59,14 @@ def test_a_killed_reporters_shards_are_taken_over_and_only_reaped_batches_come_t
                          reporter={"shard_lease_seconds": LEASE, "lease_seconds": LEASE,
                                    "max_batches_per_claim": 2})
     schema, client = schema_of(config), own_server.client()
+    try:
+        run_and_kill_one(config, schema, client, endpoint, spawn)
+    finally:
+        client.close()
+
+
+def run_and_kill_one(config: ReporterConfig, schema: KeySchema, client: redis.Redis,
+                     endpoint: LocalEndpoint, spawn: Spawn) -> None:  # noqa: F811
     processes = [spawn(config) for _ in range(3)]
     wait_until(lambda: len(live(client, schema)) == 3
                and len(set(owners(client, schema)) - {""}) == 3
