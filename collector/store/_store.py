@@ -106,15 +106,16 @@ class Store:
         return found
 
     def _move_legacy_ring(self, shard: ShardKeys) -> None:
-        """Move the games of an older version's ring (a list) into the sorted set."""
+        """Move the games of an older version's ring (a list) into the sorted set.  Plain
+        commands (no MULTI: refused at maxmemory, and not on every backend): the names read
+        are added, then trimmed off the list's head; a name an old SDK appended meanwhile
+        stays for the next sweep, and Redis deletes the list once it is empty."""
         client = self.backend.client
         with self._translated():
             names: list[Any] = client.lrange(shard.legacy_ring, 0, -1)
-            with client.pipeline(transaction=True) as pipe:
-                if names:
-                    pipe.zadd(shard.ring, {text(name): 0 for name in names})
-                pipe.delete(shard.legacy_ring)
-                pipe.execute()
+            if names:
+                client.zadd(shard.ring, {text(name): 0 for name in names})
+            client.ltrim(shard.legacy_ring, len(names), -1)
 
     def game_states(self, shard: ShardKeys, games: list[str]) -> list[GameState]:
         return self._read(_views.game_states, shard, games)
