@@ -226,6 +226,7 @@ def test_the_unit_runs_the_reporter_unprivileged_with_the_config() -> None:
 
 GAUGES = {"telemetry_oldest_event_age_seconds", "telemetry_sink_gate_open",
           "telemetry_owned_shards", "telemetry_live_reporters", "telemetry_dead_batches",
+          "telemetry_hot_games_served",
           "telemetry_redis_refusing_writes", "telemetry_redis_memory_used_bytes",
           "telemetry_redis_memory_max_bytes"}
 # The conditions docs/operations.md says to watch, and the metric each is read from.
