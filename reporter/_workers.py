@@ -59,8 +59,8 @@ class ShardSweeper:
         if self._watch is not None:
             self._watch.seen(self.keys, ring.marker, ring.outstanding)
         more = self._deliverer.send_retries(self.keys, self._stop) if ring.retries else False
-        full = len(ring.games) == self._r.games_per_sweep
-        self._cursor = ring.games[-1] if full else ""
+        page_full = len(ring.games) == self._r.games_per_sweep  # else the round is over
+        self._cursor = ring.games[-1] if page_full else ""
         candidates = [g for g in ring.games if g not in self._hot]
         now_ms = int(self._clock() * 1000)
         states = self._store.game_states(self.keys, candidates)
