@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 
 from collector._buffer import EventBuffer
-from collector._config import TelemetryConfig
-from collector._config_loader import build_config, load_config, raw_settings
+from collector._config import TelemetryConfig, build_config, load_config
+from collector._config_loader import raw_settings
 from collector._constants import FLUSH_SOON_EVENTS, KNOWN_GAMES_LIMIT
 from collector._exceptions import BackendError, BackendFull, BackendUnreplicated
 from collector._flusher import Flusher, reason

@@ -3,8 +3,10 @@
 All validation happens here, once, for the SDK's ``TelemetryConfig`` and for any subclass
 that adds sections (the reporter's).  A config class's sections are its dataclass-typed
 fields; the sections it names in ``OTHER_SECTIONS`` belong to another reader of the same file
-and are skipped.  Every error names where the value came from (file or environment
-variable), the key, what was expected and what was found.
+and are skipped.  The loader knows config classes by their shape only (``ConfigClass``), so
+it imports no config module: ``collector._config`` builds on it.  Every error names where
+the value came from (file or environment variable), the key, what was expected and what was
+found.
 """
 
 from __future__ import annotations
@@ -18,19 +20,39 @@ import typing
 from collections.abc import Mapping
 from importlib.resources import files
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
-from collector._config import GameSettings, TelemetryConfig
 from collector._exceptions import ConfigError
+from collector._sections import Where
 from collector.logs import mask
-from collector.store._keys import validate_game
+from collector.store import validate_game
 
 CONFIG_ENV = "TELEMETRY_CONFIG"
 ENV_PREFIX = "TELEMETRY_"
 DEFAULT_CONFIG_NAME = "telemetry.toml"
 GAMES = "games"
 
-C = TypeVar("C", bound=TelemetryConfig)
+
+
+class ConfigClass(Protocol):
+    """What the loader needs of a config class: dataclass fields, each section a dataclass,
+    ``games`` a mapping of game name to a dataclass of per-game keys, plus ``source`` and
+    ``notices``; the rules that tie keys together in ``check`` and ``advise``."""
+
+    OTHER_SECTIONS: ClassVar[tuple[str, ...]]
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+    @property
+    def games(self) -> Mapping[str, Any]: ...
+
+    def __init__(self, *, source: str, notices: tuple[str, ...], **sections: Any) -> None: ...
+
+    def check(self, where: Where) -> None: ...
+
+    def advise(self, where: Where) -> list[str]: ...
+
+
+C = TypeVar("C", bound=ConfigClass)
 _INTERPOLATION = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -39,22 +61,21 @@ def default_config_text() -> str:
     return (files("collector._defaults") / DEFAULT_CONFIG_NAME).read_text(encoding="utf-8")
 
 
-def sections_of(cls: type[TelemetryConfig]) -> dict[str, type]:
+def sections_of(cls: type[ConfigClass]) -> dict[str, type]:
     """A config class's sections: its dataclass-typed fields, by name."""
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)
             if dataclasses.is_dataclass(hints[f.name])}
 
 
-def games_settings_of(cls: type[TelemetryConfig]) -> type[GameSettings]:
+def games_settings_of(cls: type[ConfigClass]) -> type:
     """The class of one ``[games."<name>"]`` table in a config class."""
-    game_cls: type[GameSettings] = typing.get_args(typing.get_type_hints(cls)[GAMES])[1]
+    game_cls: type = typing.get_args(typing.get_type_hints(cls)[GAMES])[1]
     return game_cls
 
 
-def load_config(path: str | os.PathLike[str] | None = None,
-                env: Mapping[str, str] | None = None,
-                cls: type[C] = TelemetryConfig) -> C:  # type: ignore[assignment]
+def load_config(path: str | os.PathLike[str] | None, env: Mapping[str, str] | None,
+                cls: type[C]) -> C:
     env = os.environ if env is None else env
     path = path or env.get(CONFIG_ENV) or None
     if path is None:
@@ -86,7 +107,7 @@ def _read_text(source: str) -> str:
 
 def build_config(raw: Mapping[str, Any], source: str, env: Mapping[str, str] | None = None,
                  *, interpolate: bool = True,
-                 cls: type[C] = TelemetryConfig) -> C:  # type: ignore[assignment]
+                 cls: type[C]) -> C:
     """Validate already-parsed data (from TOML or keyword arguments) into a ``cls``."""
     env = os.environ if env is None else env
     if interpolate:
@@ -118,7 +139,7 @@ def build_config(raw: Mapping[str, Any], source: str, env: Mapping[str, str] | N
     return dataclasses.replace(config, notices=(*notices, *advice)) if advice else config
 
 
-def raw_settings(config: TelemetryConfig) -> dict[str, dict[str, Any]]:
+def raw_settings(config: ConfigClass) -> dict[str, dict[str, Any]]:
     """A config as plain nested dicts, secrets included, ready for ``build_config``."""
     raw: dict[str, dict[str, Any]] = {}
     for name in sections_of(type(config)):
@@ -203,10 +224,10 @@ def _build_section(cls: type, name: str, table: Mapping[str, Any], source: str,
     return cls(**values)
 
 
-def _build_games(table: Any, source: str, cls: type[GameSettings]) -> Mapping[str, GameSettings]:
+def _build_games(table: Any, source: str, cls: type) -> Mapping[str, Any]:
     if not isinstance(table, Mapping):
         raise ConfigError(f"{source}: [games] must be a table of tables, found {_echo(table)}")
-    games: dict[str, GameSettings] = {}
+    games: dict[str, Any] = {}
     for game, section in table.items():
         try:
             validate_game(game)

@@ -9,21 +9,14 @@ from collector._config import (
     BufferSettings,
     CollectorSettings,
     GameSettings,
-    MaskedRepr,
-    RedisSettings,
     TelemetryConfig,
-    Where,
-    mask_url,
-    setting,
-)
-from collector._config_loader import (
-    CONFIG_ENV,
     build_config,
-    default_config_text,
     load_config,
-    raw_settings,
-    sections_of,
 )
+from collector._config_loader import CONFIG_ENV, default_config_text, raw_settings, sections_of
+from collector._sections import MaskedRepr, Where, setting
+from collector.logs import mask_url
+from collector.store import RedisSettings
 
 __all__ = [
     "CONFIG_ENV",

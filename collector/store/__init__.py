@@ -11,6 +11,8 @@
 - entries: a stored entry is 13 digits of collect time (ms), then the event's JSON.
 - scripts: one typed request per Lua script (``Collect``, ``Claim``, ``Ack``, ...), each with
   its typed result; scripts load by SHA and reload on NOSCRIPT in one place.
+- settings: ``RedisSettings`` (``[redis]``), which the store is built from; they live here
+  so the store depends on nothing above it.
 - backends: ``SingleServer``, ``Cluster`` and ``Sentinel``, one per deployment mode
   (``open_backend``).
 - views: what the sweeper, ``status``, ``dead`` and the metrics read (``ShardView``,
@@ -28,14 +30,7 @@ from collector._exceptions import (
     BackendUnavailable,
     BackendUnreplicated,
 )
-from collector.store._backends import (
-    BACKENDS,
-    Backend,
-    Cluster,
-    SingleServer,
-    describe_settings,
-    open_backend,
-)
+from collector.store._backends import Backend, Cluster, SingleServer
 from collector.store._calls import (
     Ack,
     Claim,
@@ -72,6 +67,7 @@ from collector.store._keys import (
     is_valid_prefix,
     validate_game,
 )
+from collector.store._modes import BACKENDS, backend_class, describe_settings, open_backend
 from collector.store._results import (
     Claimed,
     ClaimedBatch,
@@ -87,6 +83,7 @@ from collector.store._results import (
 )
 from collector.store._scripts import SCRIPT_NAMES, LuaScript, lua_script, script_text
 from collector.store._sentinel import Sentinel
+from collector.store._settings import RedisSettings, redis_problems, tls_notices
 from collector.store._store import Store, open_store
 from collector.store._views import (
     Alert,
@@ -137,6 +134,7 @@ __all__ = [
     "ReadShard",
     "Reap",
     "Reaped",
+    "RedisSettings",
     "Release",
     "Replay",
     "Replayed",
@@ -158,6 +156,7 @@ __all__ = [
     "TakeRetries",
     "TakeTokens",
     "Tokens",
+    "backend_class",
     "describe_settings",
     "encode_entry",
     "entry_event",
@@ -167,8 +166,10 @@ __all__ = [
     "lua_script",
     "open_backend",
     "open_store",
+    "redis_problems",
     "script_text",
     "split_entries",
     "time_prefix",
+    "tls_notices",
     "validate_game",
 ]

@@ -2,8 +2,8 @@
 
 A backend owns its redis-py client (every timeout and retry set explicitly from the
 settings), the bulk path that runs script calls in few socket writes, and the description
-used in logs (password masked).  Adding a mode (Sentinel, say) is one more subclass and one
-more entry in ``BACKENDS``.
+used in logs (password masked).  Adding a mode is one more subclass (as ``_sentinel`` does)
+and one more entry in ``_modes.BACKENDS``.
 
 ``[redis] wait_for_replicas`` is the backend's too: a ``run`` asked to ``confirm`` its
 writes follows them with ``WAIT`` on each node written, on the connection that wrote
@@ -21,10 +21,11 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
 
-from collector._config import RedisSettings, mask_url
 from collector._exceptions import ConfigError
+from collector.logs import mask_url
 from collector.store._bulk import WireCall, run_calls
 from collector.store._errors import REROUTE, UNAVAILABLE
+from collector.store._settings import RedisSettings
 
 RedisClient = redis.Redis | RedisCluster
 
@@ -87,9 +88,9 @@ class SingleServer(Backend):
     @classmethod
     def from_settings(cls, settings: RedisSettings) -> SingleServer:
         try:
-            client = redis.Redis.from_url(settings.url, **_client_options(settings))
+            client = redis.Redis.from_url(settings.url, **client_options(settings))
         except ValueError as exc:
-            raise _bad_url(settings, exc) from exc
+            raise bad_url(settings, exc) from exc
         return cls(client, settings.url).waiting_for(settings)
 
     def run(self, calls: Sequence[WireCall], confirm: bool = False) -> list[Any]:
@@ -108,9 +109,9 @@ class Cluster(Backend):
     @classmethod
     def from_settings(cls, settings: RedisSettings) -> Cluster:
         try:
-            client = RedisCluster.from_url(settings.url, **_client_options(settings))
+            client = RedisCluster.from_url(settings.url, **client_options(settings))
         except ValueError as exc:
-            raise _bad_url(settings, exc) from exc
+            raise bad_url(settings, exc) from exc
         return cls(client, settings.url).waiting_for(settings)
 
     def run(self, calls: Sequence[WireCall], confirm: bool = False) -> list[Any]:
@@ -174,30 +175,7 @@ class Cluster(Backend):
             return exc
 
 
-# Backends by mode; ``open_backend`` picks one from the settings.  "sentinel" is added at the
-# end of this module.
-BACKENDS: dict[str, type[Backend]] = {"redis": SingleServer, "cluster": Cluster}
-
-
-def backend_class(settings: RedisSettings) -> type[Backend]:
-    """The backend class of ``settings``' deployment mode (the config refuses both
-    ``cluster`` and ``sentinels``)."""
-    if settings.sentinels:
-        return BACKENDS["sentinel"]
-    return BACKENDS["cluster" if settings.cluster else "redis"]
-
-
-def open_backend(settings: RedisSettings) -> Backend:
-    """The backend for ``settings``' deployment mode, with a new client."""
-    return backend_class(settings).from_settings(settings)
-
-
-def describe_settings(settings: RedisSettings) -> str:
-    """What ``open_backend(settings).describe()`` will say, without connecting."""
-    return backend_class(settings).describe_settings(settings)
-
-
-def _client_options(settings: RedisSettings) -> dict[str, Any]:
+def client_options(settings: RedisSettings) -> dict[str, Any]:
     return {
         "socket_timeout": settings.socket_timeout_seconds,
         "socket_connect_timeout": settings.connect_timeout_seconds,
@@ -206,7 +184,7 @@ def _client_options(settings: RedisSettings) -> dict[str, Any]:
     }
 
 
-def _bad_url(settings: RedisSettings, exc: ValueError) -> ConfigError:
+def bad_url(settings: RedisSettings, exc: ValueError) -> ConfigError:
     return ConfigError(f"[redis] url: {exc} (url: {mask_url(settings.url)})")
 
 
@@ -215,10 +193,3 @@ def _client_url(client: redis.Redis) -> str:
     if "path" in kwargs:
         return f"unix://{kwargs['path']}"
     return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
-
-
-# Sentinel is a SingleServer whose client asks the sentinels where the primary is; its module
-# imports this one, so it comes in once everything it builds on is defined.
-from collector.store._sentinel import Sentinel  # noqa: E402
-
-BACKENDS["sentinel"] = Sentinel

@@ -24,9 +24,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError
 
-from collector._config import RedisSettings, sentinel_address
 from collector.logs import mask
-from collector.store._backends import SingleServer, _bad_url, _client_options
+from collector.store._backends import SingleServer, bad_url, client_options
+from collector.store._settings import RedisSettings, sentinel_address
 
 # redis-py leaves these untyped.
 _parse_url: Any = _connection.parse_url
@@ -82,10 +82,10 @@ class Sentinel(SingleServer):
         try:
             url_options = _parse_url(settings.url)
         except ValueError as exc:
-            raise _bad_url(settings, exc) from exc
+            raise bad_url(settings, exc) from exc
         tls = url_options.get("connection_class") is SSLConnection
         data = {k: v for k, v in url_options.items() if k not in _ADDRESS_OPTIONS}
-        options = _client_options(settings)
+        options = client_options(settings)
         sentinels = SentinelClient(
             [sentinel_address(a) for a in settings.sentinels],
             sentinel_kwargs=_sentinel_options(settings, url_options, tls),

@@ -14,16 +14,17 @@ from typing import Any, NoReturn, TypeVar
 
 from redis.exceptions import RedisClusterException, RedisError
 
-from collector._config import RedisSettings
 from collector._exceptions import BackendError, BackendUnreplicated
 from collector.store import _views
-from collector.store._backends import Backend, describe_settings, open_backend
+from collector.store._backends import Backend
 from collector.store._bulk import WireCall
 from collector.store._calls import Heartbeat, ReadShard, ScriptCall
 from collector.store._errors import NotReplicated, translate
 from collector.store._keys import KeySchema, ShardKeys
+from collector.store._modes import describe_settings, open_backend
 from collector.store._results import text
 from collector.store._scripts import lua_script
+from collector.store._settings import RedisSettings
 from collector.store._views import (
     Alert,
     BatchDetail,

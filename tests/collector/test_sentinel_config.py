@@ -11,7 +11,7 @@ import pytest
 
 from collector import Collector, TelemetryConfig
 from collector.store import Sentinel, describe_settings, open_backend
-from collector.store._backends import backend_class
+from collector.store._modes import backend_class
 from tests import config_files
 from tests.config_files import write
 

@@ -13,8 +13,7 @@ import collector._buffer
 import collector._writer
 import collector.store._bulk
 from collector import Collector
-from collector._config import TelemetryConfig
-from collector._config_loader import build_config, raw_settings
+from collector.config import TelemetryConfig, build_config, raw_settings
 from collector.store import KeySchema
 from tests.collector.conftest import MakeCollector
 from tests.collector.helpers import balanced, queue_events
