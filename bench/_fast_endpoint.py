@@ -4,7 +4,7 @@ It parses Content-Length, decodes each body with orjson, counts events, drops du
 ids (counted) and keeps a histogram of ``receive time - event["t"]`` in ms; ``/count``,
 ``/stats`` and ``/reset`` let the bench read and clear that tally.  ``endpoint_capacity``
 measures what one client thread gets through an endpoint, this one or the project's
-``reporter._endpoint.LocalEndpoint`` (ThreadingHTTPServer, too slow to measure 100k events/s).
+``reporter._demo.endpoint.LocalEndpoint`` (ThreadingHTTPServer, too slow to measure 100k events/s).
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def game_endpoint_main(conn: Connection) -> None:
 
 def local_endpoint_main(conn: Connection) -> None:
     """The project's ThreadingHTTPServer endpoint, only for the capacity comparison."""
-    from reporter._endpoint import LocalEndpoint
+    from reporter._demo.endpoint import LocalEndpoint
 
     endpoint = LocalEndpoint().start()
     conn.send(endpoint.url)

@@ -29,7 +29,7 @@ def our_reporter_main(raw: Raw, conn: Connection) -> None:
     """One reporter process: ReporterService with the bench's config."""
     import logging
 
-    from reporter._service import ReporterService
+    from reporter._service.service import ReporterService
 
     logging.basicConfig(level=logging.WARNING, format="reporter child: %(levelname)s %(message)s")
     service = ReporterService(make_config(raw))

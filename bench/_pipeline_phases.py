@@ -4,7 +4,7 @@
   endpoint has every event.
 * ``run_e2e`` (phases 2 and 3, end-to-end and latency): the collector and the reporter in
   separate processes at the offered rate, then wait for the backlog to drain and read the
-  counters (``reporter._accounting``) and the endpoint's latency histogram.
+  counters (``reporter._monitoring.accounting``) and the endpoint's latency histogram.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from bench._pipeline_workload import (
 )
 from collector import Collector
 from collector.store import KeySchema, SingleServer, Store
-from reporter._accounting import Totals, read_totals
 from reporter._config import ReporterConfig
+from reporter._monitoring.accounting import Totals, read_totals
 from tests.servers import Server
 
 DRAIN_TIMEOUT_S = 180.0

@@ -35,10 +35,10 @@ import orjson  # noqa: E402
 from collector import Collector  # noqa: E402
 from collector.config import build_config, raw_settings  # noqa: E402
 from collector.store import Ack, Claim, Collect, KeySchema, encode_entry, open_store  # noqa: E402
-from reporter._accounting import read_totals  # noqa: E402
 from reporter._config import ReporterConfig  # noqa: E402
-from reporter._endpoint import LocalEndpoint  # noqa: E402
-from reporter._service import ReporterService  # noqa: E402
+from reporter._demo.endpoint import LocalEndpoint  # noqa: E402
+from reporter._monitoring.accounting import read_totals  # noqa: E402
+from reporter._service.service import ReporterService  # noqa: E402
 from tests.servers import Server, server_binaries  # noqa: E402
 
 GAMES = [f"game-{i:02d}" for i in range(20)]

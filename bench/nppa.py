@@ -2,7 +2,7 @@
 
 A backlog of logins and logouts is stored in a private Redis (started on a free loopback
 port), then one or three reporter processes (``python -m reporter run``) drain it to a local
-mock of the interface (``reporter._nppa_mock``: it decrypts, checks the signature and every
+mock of the interface (``reporter._demo.nppa_mock``: it decrypts, checks the signature and every
 rule, and enforces 10 requests/s with a throttle, answering 1006 to any excess).  For each
 run it prints items/s accepted, requests/s, mean items per request, the largest number of
 requests in any one second, and how many requests met a 1006.  The target: at least 1,200
@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:
 from collector import Collector, nppa  # noqa: E402
 from collector.config import build_config, raw_settings  # noqa: E402
 from reporter._config import ReporterConfig  # noqa: E402
-from reporter._nppa_mock import NppaEndpoint  # noqa: E402
+from reporter._demo.nppa_mock import NppaEndpoint  # noqa: E402
 from tests.servers import Server, server_binaries  # noqa: E402
 
 APP_ID = "bench-app"

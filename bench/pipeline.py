@@ -7,7 +7,7 @@ a GIL:
 * endpoint: an asyncio HTTP/1.1 keep-alive server (``bench/_fast_endpoint.py``).  It parses
   Content-Length, decodes each body with orjson, counts events, drops duplicate batch ids
   (counted) and keeps a histogram of ``receive time - event["t"]`` in ms.  The project's
-  ``reporter._endpoint.LocalEndpoint`` (ThreadingHTTPServer) is measured once for comparison
+  ``reporter._demo.endpoint.LocalEndpoint`` (ThreadingHTTPServer) is measured once for comparison
   ("endpoint capacity"); it is too slow to measure 100k events/s.
 * reporter: ``ReporterService`` built with ``build_config(raw_settings(ReporterConfig()), ...)``
   in a child process; the reference design's drain loop in a child process for the baseline.
@@ -22,7 +22,7 @@ Phases (each for ours, then the baseline):
 2. end-to-end: the collector process offers ``--rate`` events/s across ``--e2e-games`` games
    (one hot game with ``--hot-share`` of the traffic and its own pool) for ``--seconds``; the
    reporter runs in another process.  Afterwards it waits for the backlog to drain and checks
-   collected = delivered + counted drops + still buffered (``reporter._accounting``).
+   collected = delivered + counted drops + still buffered (``reporter._monitoring.accounting``).
 3. latency: p50/p99/max of receive time - collect time over every delivered event of phase 2.
 
 The baseline (the reference design, in ``bench/_baseline.py``; it is not project code): a
@@ -98,7 +98,7 @@ def print_setup(ctx: Context) -> None:
     print(f"endpoint, one client thread, 128 events/POST: bench asyncio endpoint "
           f"{hx.events_per_s:,.0f} events/s with httpx ({hx.client_cpu_us_per_post:,.0f} us "
           f"client CPU/POST), {std.events_per_s:,.0f} with http.client "
-          f"({std.client_cpu_us_per_post:,.0f} us); reporter._endpoint.LocalEndpoint "
+          f"({std.client_cpu_us_per_post:,.0f} us); reporter._demo.endpoint.LocalEndpoint "
           f"{local_endpoint_capacity():,.0f} events/s with httpx")
     ctx.endpoint.reset()
     r = our_raw("", "", cap=0, linger_ms=args.linger_ms, hot_games={},

@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from reporter._endpoint import LocalEndpoint  # noqa: E402
-from reporter._service import ReporterService  # noqa: E402
+from reporter._demo.endpoint import LocalEndpoint  # noqa: E402
+from reporter._service.service import ReporterService  # noqa: E402
 from tests.delivery.sentinel import FailoverRun, run_failover, sentinel_config  # noqa: E402
 from tests.servers import SentinelGroup, server_binaries  # noqa: E402
 

@@ -47,8 +47,8 @@ sys.path.insert(0, str(ROOT))
 from collector import Collector  # noqa: E402
 from collector.config import TelemetryConfig  # noqa: E402
 from collector.store import open_store  # noqa: E402
-from reporter._accounting import read_totals  # noqa: E402
-from reporter._endpoint import LocalEndpoint  # noqa: E402
+from reporter._demo.endpoint import LocalEndpoint  # noqa: E402
+from reporter._monitoring.accounting import read_totals  # noqa: E402
 from tests.servers import Cluster, server_binaries  # noqa: E402
 
 GAMES = [f"game-{i:02d}" for i in range(20)]

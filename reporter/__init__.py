@@ -5,7 +5,7 @@ Run it as ``telemetry-reporter run`` (or ``python -m reporter run``); embed it w
 """
 
 from reporter._exceptions import ReporterError, SinkConfigError
-from reporter._outcomes import Outcome
-from reporter._service import ReporterService
+from reporter._senders.outcome import Outcome
+from reporter._service.service import ReporterService
 
 __all__ = ["Outcome", "ReporterError", "ReporterService", "SinkConfigError"]

@@ -2,7 +2,7 @@
 
 import sys
 
-from reporter._cli import main as _main
+from reporter._commands.cli import main as _main
 
 
 def main() -> None:

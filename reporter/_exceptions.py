@@ -5,7 +5,7 @@
 
 Configuration errors are ``collector.ConfigError`` (the config model is shared).  Delivery
 failures are not exceptions: a sender turns every response and transport error into an
-``Outcome`` (see ``reporter._outcomes``).
+``Outcome`` (see ``reporter._senders.outcome``).
 """
 
 from __future__ import annotations

@@ -64,8 +64,8 @@ def test_the_scan_sees_private_imports(tmp_path: Path) -> None:
     """The checks above would notice the imports they forbid."""
     sample = tmp_path / "sample.py"
     sample.write_text("from collector._config import X\nimport collector.store._keys\n"
-                      "from collector.store import Claim\nimport reporter._cli\n")
+                      "from collector.store import Claim\nimport reporter._commands.cli\n")
     found = imports(sample)
     assert [m for m, _ in found if private(m)] == [
-        "collector._config", "collector.store._keys", "reporter._cli"]
+        "collector._config", "collector.store._keys", "reporter._commands.cli"]
     assert ("collector.store", ["Claim"]) in found

@@ -21,9 +21,9 @@ from collector.counters import (
 )
 from collector.metrics import Tally
 from collector.store import SCRIPT_NAMES, script_text
-from reporter._accounting import Totals
-from reporter._demo_sinks import Figures
-from reporter._demo_summary import summary_rows
+from reporter._demo.sinks import Figures
+from reporter._demo.summary import summary_rows
+from reporter._monitoring.accounting import Totals
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCABULARY = {str(c) for c in Counter} | {str(g) for g in Gauge} | {str(h) for h in Histogram}

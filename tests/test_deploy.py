@@ -20,7 +20,7 @@ from packaging.specifiers import SpecifierSet
 
 from collector.config import TelemetryConfig
 from collector.counters import Counter
-from reporter._cli import EXIT_CONFIG
+from reporter._commands.cli import EXIT_CONFIG
 from reporter._config import ReporterConfig
 from tests.sources import SOURCES
 

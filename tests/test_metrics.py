@@ -10,8 +10,8 @@ import redis
 from collector import Collector
 from collector.counters import REPORTER, SDK, Counter, Gauge
 from collector.metrics import NO_METRICS, FanOut, Tally, fan_out
-from reporter._endpoint import LocalEndpoint
-from reporter._service import ReporterService
+from reporter._demo.endpoint import LocalEndpoint
+from reporter._service.service import ReporterService
 from tests.polling import wait_until
 from tests.reporter.helpers import make_config
 

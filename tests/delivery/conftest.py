@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from reporter._config import ReporterConfig
-from reporter._endpoint import LocalEndpoint, Responder
-from reporter._service import ReporterService
+from reporter._demo.endpoint import LocalEndpoint, Responder
+from reporter._service.service import ReporterService
 from tests.delivery.helpers import Script
 from tests.servers import Server, server_binaries
 

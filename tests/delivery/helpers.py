@@ -13,9 +13,9 @@ import redis
 
 from collector.config import build_config, raw_settings
 from collector.store import KeySchema, encode_entry
-from reporter._accounting import Totals, read_totals
 from reporter._config import ReporterConfig
-from reporter._endpoint import LocalEndpoint
+from reporter._demo.endpoint import LocalEndpoint
+from reporter._monitoring.accounting import Totals, read_totals
 from tests.polling import wait_until  # noqa: F401 - re-exported for the tests
 from tests.scriptcalls import Scripts, store_of
 

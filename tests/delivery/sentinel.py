@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 from collector import Collector
 from collector.store import lua_script
-from reporter._accounting import Totals
 from reporter._config import ReporterConfig
-from reporter._endpoint import LocalEndpoint
+from reporter._demo.endpoint import LocalEndpoint
+from reporter._monitoring.accounting import Totals
 from tests.delivery.helpers import drained, event, make_config, received_keys, schema_of
 from tests.polling import wait_until
 from tests.servers import SentinelGroup

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from reporter._config import ReporterConfig
-from reporter._endpoint import LocalEndpoint
+from reporter._demo.endpoint import LocalEndpoint
 from tests.delivery.conftest import MakeEndpoint
 from tests.delivery.helpers import (
     Script,

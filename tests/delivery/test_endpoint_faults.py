@@ -16,9 +16,9 @@ from typing import Any
 import redis
 
 from collector.store import KeySchema
-from reporter._accounting import Totals
-from reporter._endpoint import LocalEndpoint
-from reporter._service import ReporterService
+from reporter._demo.endpoint import LocalEndpoint
+from reporter._monitoring.accounting import Totals
+from reporter._service.service import ReporterService
 from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
     Script,

@@ -14,11 +14,11 @@ import redis
 
 from collector.metrics import Tally
 from collector.store import KeySchema
-from reporter._accounting import read_totals
-from reporter._batches import Batches, new_id
-from reporter._delivery import Deliverer, Held
-from reporter._outcomes import SinkGate
-from reporter._sinks import make_sender
+from reporter._delivery.batches import Batches, new_id
+from reporter._delivery.deliverer import Deliverer, Held
+from reporter._delivery.gate import SinkGate
+from reporter._monitoring.accounting import read_totals
+from reporter._senders.sender import make_sender
 from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
     Script,

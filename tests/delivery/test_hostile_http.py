@@ -19,8 +19,8 @@ import pytest
 import redis
 
 from collector.store import KeySchema
-from reporter._accounting import Totals
-from reporter._service import ReporterService
+from reporter._monitoring.accounting import Totals
+from reporter._service.service import ReporterService
 from tests.delivery.conftest import StartService
 from tests.delivery.helpers import drained, make_config, schema_of, wait_until
 from tests.delivery.test_endpoint_faults import drain, fill, games_in_distinct_shards

@@ -10,7 +10,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reporter._accounting import read_totals
+from reporter._monitoring.accounting import read_totals
 from tests.delivery.lifecycle import LEASE_MS, Shard, new_token, server_ms
 from tests.scriptcalls import store_of
 

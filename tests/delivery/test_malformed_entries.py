@@ -12,7 +12,7 @@ import redis
 
 from collector import Collector
 from collector.store import encode_entry
-from reporter._attempt import MALFORMED
+from reporter._delivery.attempt import MALFORMED
 from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
     assert_reconciled,

@@ -24,9 +24,9 @@ from collector._buffer import no_pending
 from collector._writer import Writer
 from collector.metrics import Tally
 from collector.store import SCRIPT_NAMES, KeySchema, ShardKeys, encode_entry, script_text
-from reporter._levels import RedisReadings
-from reporter._status import status_text
-from reporter._store_watch import StoreWatch
+from reporter._commands.status import status_text
+from reporter._monitoring.levels import RedisReadings
+from reporter._service.store_watch import StoreWatch
 from tests.conftest import BINARIES
 from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (

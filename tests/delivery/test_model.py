@@ -29,7 +29,7 @@ from hypothesis.stateful import (
 )
 
 from collector.store import encode_entry
-from reporter._accounting import read_totals
+from reporter._monitoring.accounting import read_totals
 from tests.delivery.lifecycle import Shard
 from tests.scriptcalls import store_of
 

@@ -1,5 +1,5 @@
 """The anti-addiction profile end to end: events made with collector.nppa, collected, drained
-by reporters and sent over real HTTP to a mock of the interface (reporter._nppa_mock,
+by reporters and sent over real HTTP to a mock of the interface (reporter._demo.nppa_mock,
 written from the interface's description, not from the sender)."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import pytest
 import redis
 
 from collector import Collector, nppa
-from reporter._accounting import read_totals
+from reporter._commands.status import render_status
 from reporter._config import ReporterConfig
-from reporter._nppa_mock import NppaEndpoint
-from reporter._service import ReporterService
-from reporter._status import render_status
+from reporter._demo.nppa_mock import NppaEndpoint
+from reporter._monitoring.accounting import read_totals
+from reporter._service.service import ReporterService
 from tests.polling import wait_until
 from tests.reporter.helpers import make_config
 

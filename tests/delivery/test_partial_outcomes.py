@@ -13,10 +13,11 @@ import redis
 
 from collector.metrics import Tally
 from collector.store import KeySchema, encode_entry, entry_event
-from reporter._accounting import read_totals
-from reporter._batches import Batches
-from reporter._delivery import Deliverer, Held
-from reporter._outcomes import DELIVERED, Outcome, SinkGate
+from reporter._delivery.batches import Batches
+from reporter._delivery.deliverer import Deliverer, Held
+from reporter._delivery.gate import SinkGate
+from reporter._monitoring.accounting import read_totals
+from reporter._senders.outcome import DELIVERED, Outcome
 from tests.delivery.helpers import make_config, schema_of
 from tests.scriptcalls import Scripts, store_of, store_on
 

@@ -13,7 +13,7 @@ import redis
 
 from collector.store import KeySchema
 from reporter._config import ReporterConfig
-from reporter._endpoint import LocalEndpoint
+from reporter._demo.endpoint import LocalEndpoint
 from tests.delivery.conftest import MakeEndpoint
 from tests.delivery.helpers import (
     Script,

@@ -16,7 +16,7 @@ import pytest
 
 from collector import Collector
 from collector.store import BackendUnavailable, Collect, open_store
-from reporter._cli import main, startup_line
+from reporter._commands.cli import main, startup_line
 from reporter._config import ReporterConfig
 from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from collector.store import BackendRefused, entry_event
-from reporter._accounting import read_totals
+from reporter._monitoring.accounting import read_totals
 from tests.delivery.lifecycle import LEASE_MS, Shard, new_token
 from tests.scriptcalls import store_of
 

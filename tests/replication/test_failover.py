@@ -13,8 +13,8 @@ from collections import Counter
 
 from collector import Collector
 from collector.store import open_store
-from reporter._accounting import read_totals
-from reporter._endpoint import LocalEndpoint
+from reporter._demo.endpoint import LocalEndpoint
+from reporter._monitoring.accounting import read_totals
 from tests.reporter.conftest import MakeService
 from tests.reporter.helpers import make_config, wait_until
 from tests.servers import Cluster

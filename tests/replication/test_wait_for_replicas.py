@@ -13,7 +13,7 @@ import pytest
 
 from collector import ConfigError
 from collector.store import BackendUnreplicated, Collect, KeySchema, open_store
-from reporter._endpoint import LocalEndpoint
+from reporter._demo.endpoint import LocalEndpoint
 from tests.collector.conftest import MakeCollector
 from tests.collector.helpers import queue_events, wait_until
 from tests.conftest import BINARIES

@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from reporter._config import ReporterConfig
-from reporter._endpoint import LocalEndpoint
-from reporter._service import ReporterService
+from reporter._demo.endpoint import LocalEndpoint
+from reporter._service.service import ReporterService
 from tests.reporter.helpers import wait_until
 from tests.scriptcalls import Scripts, store_on
 from tests.servers import Server

@@ -18,9 +18,9 @@ import pytest
 import redis
 
 from collector.store import KeySchema
-from reporter._accounting import read_totals
-from reporter._cli import main
-from reporter._endpoint import LocalEndpoint
+from reporter._commands.cli import main
+from reporter._demo.endpoint import LocalEndpoint
+from reporter._monitoring.accounting import read_totals
 from tests.reporter.helpers import ids_of, now_ms, numbered, store, wait_until
 from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse
 from tests.scriptcalls import Scripts, store_of
@@ -344,7 +344,7 @@ def test_check_config_names_the_nppa_games_without_a_biz_id(
 def test_the_nppa_demo_reports_to_a_mock_of_the_interface() -> None:
     import io
 
-    from reporter._demo import run_demo
+    from reporter._demo.run import run_demo
 
     out = io.StringIO()
     assert run_demo(2.0, out, "nppa") == 0

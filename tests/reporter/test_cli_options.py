@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-import reporter._cli as cli
-from reporter._cli import _parser, main, package_version
-from reporter._endpoint import LocalEndpoint
+from reporter._commands import cli
+from reporter._commands.cli import _parser, main, package_version
+from reporter._demo.endpoint import LocalEndpoint
 from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse
 from tests.reporter.test_cli import REPO, child_env
 from tests.servers import Server, free_port, server_binaries

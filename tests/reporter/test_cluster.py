@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from collector.store import Cluster as ClusterBackend
-from reporter._accounting import read_totals
-from reporter._endpoint import LocalEndpoint
+from reporter._demo.endpoint import LocalEndpoint
+from reporter._monitoring.accounting import read_totals
 from tests.reporter.conftest import MakeService
 from tests.reporter.helpers import ids_of, make_config, now_ms, numbered, store, wait_until
 from tests.scriptcalls import Scripts

@@ -13,12 +13,12 @@ import pytest
 
 from collector.counters import SDK, Counter, Gauge
 from collector.store import ShardView
-from reporter import _embedded
-from reporter._accounting import Totals
-from reporter._demo import EXIT_NO_SERVER, run_demo
-from reporter._demo_summary import verdict
-from reporter._embedded import INSTALL_HINT, find_server
+from reporter._demo import embedded as _embedded
+from reporter._demo.embedded import INSTALL_HINT, find_server
+from reporter._demo.run import EXIT_NO_SERVER, run_demo
+from reporter._demo.summary import verdict
 from reporter._exceptions import ReporterError
+from reporter._monitoring.accounting import Totals
 from tests.servers import server_binaries
 
 

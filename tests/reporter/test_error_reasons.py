@@ -7,7 +7,13 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from reporter._outcomes import ERROR_SUMMARY_CHARS, REJECTED, RETRY, classify_http, error_summary
+from reporter._senders.outcome import (
+    ERROR_SUMMARY_CHARS,
+    REJECTED,
+    RETRY,
+    classify_http,
+    error_summary,
+)
 
 PAYLOAD = '{"player":"p-7731","ip":"10.1.2.3"}'
 

@@ -9,9 +9,9 @@ import orjson
 import pytest
 import redis
 
-from reporter._accounting import read_totals
-from reporter._freshness import Freshness, split_fresh
-from reporter._service import ReporterService
+from reporter._delivery.freshness import Freshness, split_fresh
+from reporter._monitoring.accounting import read_totals
+from reporter._service.service import ReporterService
 from tests.reporter.conftest import MakeService
 from tests.reporter.helpers import (
     entry,

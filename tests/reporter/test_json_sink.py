@@ -16,9 +16,9 @@ from collector.config import build_config, raw_settings
 from reporter._config import ReporterConfig, SinkSettings
 from reporter._constants import MAX_RETRY_AFTER_SECONDS
 from reporter._exceptions import SinkConfigError
-from reporter._json_sink import JsonSender, json_body, ratelog
-from reporter._outcomes import DELIVERED, REJECTED, RETRY
-from reporter._sinks import make_sender
+from reporter._senders.json_sink import JsonSender, json_body, ratelog
+from reporter._senders.outcome import DELIVERED, REJECTED, RETRY
+from reporter._senders.sender import make_sender
 from tests.rawhttp import always, raw_server, then_hold
 
 URL = "http://ingest.invalid/v1/events"

@@ -14,15 +14,16 @@ import redis
 
 from collector.metrics import Tally
 from collector.store import KeySchema, TakeTokens
-from reporter._batches import Batches
-from reporter._delivery import Deliverer, Held
-from reporter._limiter import (
+from reporter._delivery.batches import Batches
+from reporter._delivery.deliverer import Deliverer, Held
+from reporter._delivery.gate import SinkGate
+from reporter._delivery.limiter import (
     LocalTokenBucket,
     SharedTokenBucket,
     Unlimited,
     make_limiter,
 )
-from reporter._outcomes import Outcome, SinkGate
+from reporter._senders.outcome import Outcome
 from tests.reporter.helpers import make_config, numbered, store
 from tests.scriptcalls import Scripts, store_of, store_on
 
@@ -234,7 +235,7 @@ def test_a_limited_sweeper_spends_its_requests_on_the_fullest_batch(
         redis_url: str, client: redis.Redis) -> None:
     """One request allowed at a time: the game with a full batch goes first, and a game
     short of a batch only takes a token nobody waits for."""
-    from reporter._service import ReporterService
+    from reporter._service.service import ReporterService
 
     config = make_config(redis_url, shards=1, reporter={"linger_ms": 0})
     clock = FakeClock()
@@ -263,7 +264,7 @@ def test_a_limited_sweeper_spends_its_requests_on_the_fullest_batch(
 
 def test_while_requests_are_scarce_a_short_game_waits_longer(
         redis_url: str, client: redis.Redis) -> None:
-    from reporter._service import ReporterService
+    from reporter._service.service import ReporterService
 
     config = make_config(redis_url, shards=1, reporter={"linger_ms": 0})
     sent = Sent()

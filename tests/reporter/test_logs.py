@@ -23,9 +23,10 @@ import redis
 from collector import Collector, nppa
 from collector.counters import REPORTER
 from collector.store import KeySchema
-from reporter._cli import startup_line, stopped_line
+from reporter._commands.cli import startup_line, stopped_line
 from reporter._config import ReporterConfig
-from reporter._endpoint import LocalEndpoint
+from reporter._demo.endpoint import LocalEndpoint
+from reporter._demo.nppa_mock import NppaEndpoint
 from reporter._logging import (
     JsonFormatter,
     batch_fields,
@@ -35,8 +36,7 @@ from reporter._logging import (
     masked_url,
     note_secrets,
 )
-from reporter._nppa_mock import NppaEndpoint
-from reporter._stopping import Stopped
+from reporter._service.stopping import Stopped
 from tests.polling import wait_until
 from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse
 from tests.reporter.test_cli import REPO, child_env

@@ -9,7 +9,7 @@ from collections import Counter
 import httpx
 import redis
 
-from reporter._service import ReporterService
+from reporter._service.service import ReporterService
 from tests.reporter.conftest import MakeService
 from tests.reporter.helpers import make_config, numbered, wait_until
 from tests.reporter.recorder import Recorder

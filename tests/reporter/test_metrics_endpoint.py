@@ -20,9 +20,9 @@ from collector import Collector, ConfigError
 from collector.counters import METRICS_GAUGES, REPORTER, STORE, Histogram
 from collector.prometheus import exposed_name
 from reporter._config import ReporterConfig, listen_address
-from reporter._endpoint import LocalEndpoint
+from reporter._demo.endpoint import LocalEndpoint
 from reporter._exceptions import ReporterError
-from reporter._service import ReporterService
+from reporter._service.service import ReporterService
 from tests.config_files import write
 from tests.reporter.conftest import MakeService
 from tests.reporter.helpers import make_config, now_ms, numbered, store, wait_until
@@ -315,7 +315,7 @@ def test_without_prometheus_client_only_the_endpoint_needs_it(redis_url: str) ->
     code = f"""
 import sys
 sys.modules["prometheus_client"] = None  # as if it were not installed
-from reporter._service import ReporterService
+from reporter._service.service import ReporterService
 from tests.reporter.helpers import make_config
 print(ReporterService(make_config({redis_url!r})).endpoint)
 try:

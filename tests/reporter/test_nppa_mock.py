@@ -20,7 +20,7 @@ import orjson
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from reporter._nppa_mock import PATH, Accepted, NppaEndpoint, RequestLog, decrypt, signature
+from reporter._demo.nppa_mock import PATH, Accepted, NppaEndpoint, RequestLog, decrypt, signature
 
 APP = "mock-app-id"
 BIZ = "1101999999"

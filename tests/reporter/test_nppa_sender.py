@@ -17,9 +17,9 @@ import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from reporter._config import ReporterConfig
-from reporter._nppa import NppaSender, classify, endpoint_url
-from reporter._nppa_wire import seal, signature, unseal
-from reporter._outcomes import DELIVERED, REJECTED, RETRY
+from reporter._senders.nppa import NppaSender, classify, endpoint_url
+from reporter._senders.nppa_wire import seal, signature, unseal
+from reporter._senders.outcome import DELIVERED, REJECTED, RETRY
 from tests.reporter.helpers import make_config
 
 # The worked example of the interface description (shared/nppa.md).

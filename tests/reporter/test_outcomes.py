@@ -9,12 +9,12 @@ import httpx
 import pytest
 
 from reporter._constants import MAX_RETRY_AFTER_SECONDS
-from reporter._outcomes import (
+from reporter._delivery.gate import SinkGate
+from reporter._senders.outcome import (
     DELIVERED,
     REJECTED,
     RETRY,
     Outcome,
-    SinkGate,
     classify_http,
     classify_transport_error,
     parse_retry_after,

@@ -9,10 +9,10 @@ import httpx
 import pytest
 
 from collector.config import build_config, raw_settings
-from reporter._cli import main
+from reporter._commands.cli import main
+from reporter._commands.probe import probe_sink
 from reporter._config import ReporterConfig
-from reporter._endpoint import LocalEndpoint
-from reporter._probe import probe_sink
+from reporter._demo.endpoint import LocalEndpoint
 from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse
 from tests.servers import Server, free_port
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import reporter
 from reporter._exceptions import ReporterError, SinkConfigError
-from reporter._outcomes import Outcome
-from reporter._service import ReporterService
+from reporter._senders.outcome import Outcome
+from reporter._service.service import ReporterService
 
 
 def test_exported_names_are_pinned() -> None:

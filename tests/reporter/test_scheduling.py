@@ -18,7 +18,7 @@ import pytest
 from apscheduler.events import EVENT_JOB_EXECUTED, JobExecutionEvent
 
 from reporter._constants import FAILING_PAUSE_SECONDS
-from reporter._scheduling import Runner
+from reporter._service.scheduling import Runner
 from tests.polling import wait_until
 from tests.reporter.helpers import make_config
 from tests.servers import env_without_telemetry
@@ -138,7 +138,7 @@ def test_the_run_command_exits_normally(redis_url: str, tmp_path: Path) -> None:
                     '[reporter]\ngrace_seconds = 1.0\n'
                     '[sink]\nurl = "http://127.0.0.1:9/ingest"\n', encoding="utf-8")
     code = ("import atexit, sys; atexit.register(lambda: print('exited normally', flush=True))\n"
-            "from reporter._cli import main\n"
+            "from reporter._commands.cli import main\n"
             f"sys.exit(main(['run', '--config', {str(path)!r}]))\n")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env_without_telemetry(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

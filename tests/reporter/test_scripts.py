@@ -6,7 +6,7 @@ import pytest
 import redis
 
 from collector.store import BackendRefused, KeySchema
-from reporter._batches import Batches
+from reporter._delivery.batches import Batches
 from tests.reporter.helpers import make_config, now_ms, numbered, stats, store
 from tests.reporter.scripting import (
     GAME,

@@ -26,11 +26,11 @@ from collector.store import (
     ShardLease,
     Store,
 )
-from reporter._accounting import read_totals
-from reporter._cli import main
+from reporter._commands.cli import main
+from reporter._commands.dead import duration, run_dead
+from reporter._commands.status import run_status, watch
 from reporter._config import ReporterConfig
-from reporter._dead import duration, run_dead
-from reporter._status import run_status, watch
+from reporter._monitoring.accounting import read_totals
 from tests.reporter.helpers import numbered, store
 from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse
 from tests.scriptcalls import Scripts, store_of

@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from collector.store import KeySchema
-from reporter._accounting import read_totals
-from reporter._service import ReporterService
+from reporter._monitoring.accounting import read_totals
+from reporter._service.service import ReporterService
 from tests.reporter.conftest import MakeService
 from tests.reporter.helpers import (
     ids_of,

@@ -16,7 +16,7 @@ import pytest
 from collector import ConfigError
 from collector.config import build_config, raw_settings
 from reporter._config import ReporterConfig, SinkSettings
-from reporter._http import http_client
+from reporter._senders.client import http_client
 from tests.rawhttp import OK, RawServer, always
 from tests.tlscerts import Pki, make_pki
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from reporter._transport import NEED_BODY, Proxy, SocketTransport
+from reporter._senders.transport import NEED_BODY, Proxy, SocketTransport
 from tests.polling import wait_until
 from tests.rawhttp import (
     OK,

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from reporter._body_limit import BodyLimit
-from reporter._outcomes import DELIVERED, REJECTED, Outcome
-from reporter._sinks import Sender
+from reporter._delivery.body_limit import BodyLimit
+from reporter._senders.outcome import DELIVERED, REJECTED, Outcome
+from reporter._senders.sender import Sender
 
 TOO_LARGE = "too large for the endpoint (HTTP 413)"
 MALFORMED = "malformed entry"

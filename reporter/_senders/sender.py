@@ -13,9 +13,9 @@ import httpx
 
 from reporter._config import ReporterConfig
 from reporter._exceptions import SinkConfigError
-from reporter._json_sink import JsonSender
-from reporter._nppa import NppaSender
-from reporter._outcomes import Outcome
+from reporter._senders.json_sink import JsonSender
+from reporter._senders.nppa import NppaSender
+from reporter._senders.outcome import Outcome
 
 
 class Sender(Protocol):

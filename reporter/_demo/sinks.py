@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from collector import nppa
-from reporter._endpoint import LocalEndpoint
-from reporter._nppa_mock import NppaEndpoint
+from reporter._demo.endpoint import LocalEndpoint
+from reporter._demo.nppa_mock import NppaEndpoint
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ import httpx
 
 from collector import ConfigError
 from reporter._config import SinkSettings
-from reporter._transport import NEED_BODY, Proxy, SocketTransport
+from reporter._senders.transport import NEED_BODY, Proxy, SocketTransport
 
 __all__ = ["NEED_BODY", "USER_AGENT", "http_client", "request_timeout", "ssl_context"]
 

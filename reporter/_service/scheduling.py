@@ -36,7 +36,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.base import BaseTrigger
 
 from reporter._constants import BUSY_SLICE_SECONDS, FAILING_PAUSE_SECONDS
-from reporter._workers import guarded
+from reporter._service.workers import guarded
 
 logger = logging.getLogger("reporter")
 

@@ -3,7 +3,7 @@
 One batch (one game's events, at most 128) is one request: POST
 ``<base_url>/behavior/collection/loginout`` with headers appId, bizId (the game's filing
 id), timestamps (milliseconds, read once per attempt), sign, and the sealed body
-(``_nppa_wire``).  Every item is checked again (``collector.nppa.check_item``) and numbered
+(``nppa_wire``).  Every item is checked again (``collector.nppa.check_item``) and numbered
 ``no`` = 1..n; an item whose ``ot`` is still in the future (this host's clock is behind the
 game server's) waits for a later attempt.  The answer, always HTTP 200 with an ``errcode``,
 becomes an ``Outcome`` (see ``classify``); per-item failures make a partial outcome.
@@ -24,9 +24,9 @@ from collector.config import mask_url
 from collector.logs import RateLimitedLog
 from collector.nppa import check_item
 from reporter._config import NppaSettings, SinkSettings
-from reporter._http import NEED_BODY, http_client
-from reporter._nppa_wire import seal, signature
-from reporter._outcomes import DELIVERED, REJECTED, RETRY, Outcome, parse_retry_after
+from reporter._senders.client import NEED_BODY, http_client
+from reporter._senders.nppa_wire import seal, signature
+from reporter._senders.outcome import DELIVERED, REJECTED, RETRY, Outcome, parse_retry_after
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=60.0)

@@ -25,9 +25,9 @@ from collector.store import (
     entry_event,
     validate_game,
 )
-from reporter._body_limit import BodyLimit, body_model
 from reporter._config import ReporterConfig
 from reporter._constants import DEAD_LIST_LIMIT, REPLAY_STEP
+from reporter._delivery.body_limit import BodyLimit, body_model
 from reporter._tables import table
 
 EXIT_NOT_FOUND = 1

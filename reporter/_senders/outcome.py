@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import math
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -132,40 +130,3 @@ def error_summary(body: bytes) -> str:
 def classify_transport_error(exc: Exception) -> Outcome:
     """Timeouts, refused or reset connections: the endpoint may be back later."""
     return Outcome(RETRY, f"{type(exc).__name__}: {exc}")
-
-
-class SinkGate:
-    """Stops all claiming while the endpoint is failing, so an outage costs one probe per
-    backoff period instead of one request per batch.
-
-    Each retryable failure in a row doubles the pause (from ``initial`` to ``longest``
-    seconds); a Retry-After longer than that is honoured; any answer that is not a
-    retryable failure opens the gate again.
-    """
-
-    def __init__(self, initial: float, longest: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._initial = initial
-        self._longest = longest
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._failures = 0
-        self._closed_until = 0.0
-
-    def is_open(self) -> bool:
-        return self._clock() >= self._closed_until
-
-    def record(self, outcome: Outcome) -> None:
-        with self._lock:
-            if outcome.kind != RETRY:
-                self._failures = 0
-                self._closed_until = 0.0
-                return
-            self._failures += 1
-            pause = min(self._longest, self._initial * 2 ** (self._failures - 1))
-            self._closed_until = self._clock() + max(pause, outcome.retry_after)
-
-    @property
-    def failures(self) -> int:
-        """Retryable failures in a row (0 once any other answer came)."""
-        return self._failures

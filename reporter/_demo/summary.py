@@ -8,8 +8,8 @@ from collections.abc import Mapping
 
 from collector.counters import Counter as C
 from collector.counters import Gauge
-from reporter._accounting import Totals
-from reporter._demo_sinks import Figures
+from reporter._demo.sinks import Figures
+from reporter._monitoring.accounting import Totals
 
 # A row: a name of the shared vocabulary (or "endpoint: ..." / "latency ..."), its value,
 # what it means.

@@ -17,10 +17,10 @@ from typing import TypeVar
 
 from collector.config import RedisSettings
 from collector.store import Backend, ShardKeys, Store, open_backend
-from reporter._batches import Batches
 from reporter._constants import STOP_REDIS_TIMEOUT_SECONDS
-from reporter._delivery import Deliverer, ToAck
-from reporter._ownership import ShardOwnership
+from reporter._delivery.batches import Batches
+from reporter._delivery.deliverer import Deliverer, ToAck
+from reporter._service.ownership import ShardOwnership
 
 logger = logging.getLogger("reporter")
 T = TypeVar("T")

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from collector.counters import Counter
 from collector.metrics import Metrics
 from collector.store import BackendFull, ShardKeys, Store
-from reporter._batches import new_id
+from reporter._delivery.batches import new_id
 
 logger = logging.getLogger("reporter")
 

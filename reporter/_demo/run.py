@@ -18,13 +18,13 @@ from typing import TextIO
 
 from collector import Collector
 from collector.config import build_config, raw_settings
-from reporter._accounting import read_totals
 from reporter._config import ReporterConfig
-from reporter._demo_sinks import DemoSink, JsonDemo, NppaDemo
-from reporter._demo_summary import next_steps, summary_rows, verdict
-from reporter._embedded import EmbeddedServer
+from reporter._demo.embedded import EmbeddedServer
+from reporter._demo.sinks import DemoSink, JsonDemo, NppaDemo
+from reporter._demo.summary import next_steps, summary_rows, verdict
 from reporter._exceptions import ReporterError
-from reporter._service import ReporterService
+from reporter._monitoring.accounting import read_totals
+from reporter._service.service import ReporterService
 from reporter._tables import table
 
 SINKS: dict[str, Callable[[], DemoSink]] = {"json": JsonDemo, "nppa": NppaDemo}

@@ -29,8 +29,8 @@ from collector.store import (
     Reporter,
     Store,
 )
-from reporter._accounting import Totals, read_totals
 from reporter._config import ReporterConfig
+from reporter._monitoring.accounting import Totals, read_totals
 from reporter._tables import table
 
 # Levels only the full form can give (they need every shard's batches and games).

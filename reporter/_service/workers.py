@@ -12,12 +12,12 @@ from collections.abc import Callable
 
 from collector.logs import RateLimitedLog
 from collector.store import BackendUnavailable, GameState, KeySchema, ShardKeys
-from reporter._batches import Batches
 from reporter._config import ReporterConfig
 from reporter._constants import REAP_PER_CALL
-from reporter._delivery import Clock, Deliverer
-from reporter._ownership import ShardOwnership
-from reporter._store_watch import StoreWatch
+from reporter._delivery.batches import Batches
+from reporter._delivery.deliverer import Clock, Deliverer
+from reporter._service.ownership import ShardOwnership
+from reporter._service.store_watch import StoreWatch
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=30.0)

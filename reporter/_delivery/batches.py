@@ -33,7 +33,7 @@ from collector.store import (
     TakeRetries,
 )
 from reporter._config import ReporterConfig
-from reporter._freshness import Freshness
+from reporter._delivery.freshness import Freshness
 
 
 def new_id() -> str:

@@ -22,16 +22,17 @@ from collector.store import (
     Settled,
     ShardKeys,
 )
-from reporter._attempt import Attempt
-from reporter._batches import Batches, new_id
-from reporter._body_limit import JSON_BODY, BodyLimit
 from reporter._config import ReporterSettings
 from reporter._constants import CONTENDED_SECONDS, LIMITER_WAIT_SECONDS, RETRIES_PER_LOOP
-from reporter._freshness import Fresh, Freshness, split_fresh
-from reporter._limiter import ClaimLimiter, Permit, Unlimited
+from reporter._delivery.attempt import Attempt
+from reporter._delivery.batches import Batches, new_id
+from reporter._delivery.body_limit import JSON_BODY, BodyLimit
+from reporter._delivery.freshness import Fresh, Freshness, split_fresh
+from reporter._delivery.gate import SinkGate
+from reporter._delivery.limiter import ClaimLimiter, Permit, Unlimited
 from reporter._logging import batch_fields
-from reporter._outcomes import DELIVERED, REJECTED, Outcome, SinkGate
-from reporter._sinks import Sender
+from reporter._senders.outcome import DELIVERED, REJECTED, Outcome
+from reporter._senders.sender import Sender
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=30.0)

@@ -12,8 +12,8 @@ import orjson
 from collector.config import mask_url
 from collector.logs import RateLimitedLog
 from reporter._config import SinkSettings
-from reporter._http import http_client, request_timeout
-from reporter._outcomes import (
+from reporter._senders.client import http_client, request_timeout
+from reporter._senders.outcome import (
     DELIVERED,
     RETRY,
     Outcome,
@@ -21,7 +21,7 @@ from reporter._outcomes import (
     classify_transport_error,
     read_retry_after,
 )
-from reporter._transport import endpoint_text
+from reporter._senders.transport import endpoint_text
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=60.0)

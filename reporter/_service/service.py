@@ -2,9 +2,9 @@
 
 Pools: ``default`` (``[reporter] workers`` threads) sweeps the shards, one ``hot:<game>`` pool
 per hot game, and ``control`` (2 threads) keeps the shard leases, reaps expired batch leases
-and extends the leases of slow POSTs.  How jobs are run is in ``reporter._scheduling``.
+and extends the leases of slow POSTs.  How jobs are run is in ``reporter._service.scheduling``.
 With ``[metrics] listen`` set, ``start`` also serves ``/metrics``, ``/healthz`` and
-``/readyz`` there (``reporter._prometheus``), and ``stop`` ends that last.
+``/readyz`` there (``reporter._monitoring.prometheus``), and ``stop`` ends that last.
 """
 
 from __future__ import annotations
@@ -18,22 +18,22 @@ import httpx
 from collector.counters import Counter, Gauge
 from collector.metrics import NO_METRICS, Metrics, Tally, fan_out
 from collector.store import Store, open_store
-from reporter._batches import Batches
-from reporter._body_limit import BodyLimit, body_model
 from reporter._config import ReporterConfig
 from reporter._constants import REAP_INTERVAL_SECONDS, STOP_MARGIN_SECONDS
-from reporter._delivery import Clock, Deliverer, Held
-from reporter._health import Health
-from reporter._levels import WatchedLimiter
-from reporter._limiter import make_limiter
-from reporter._outcomes import SinkGate
-from reporter._ownership import ShardOwnership
-from reporter._prometheus import MetricsEndpoint
-from reporter._scheduling import Runner
-from reporter._sinks import Sender, make_sender
-from reporter._stopping import StopCalls, Stopped
-from reporter._store_watch import RESET_GATHER_SECONDS, StoreWatch
-from reporter._workers import HotGameWorker, LeaseKeeper, Reaper, ShardSweeper, guarded
+from reporter._delivery.batches import Batches
+from reporter._delivery.body_limit import BodyLimit, body_model
+from reporter._delivery.deliverer import Clock, Deliverer, Held
+from reporter._delivery.gate import SinkGate
+from reporter._delivery.limiter import make_limiter
+from reporter._monitoring.health import Health
+from reporter._monitoring.levels import WatchedLimiter
+from reporter._monitoring.prometheus import MetricsEndpoint
+from reporter._senders.sender import Sender, make_sender
+from reporter._service.ownership import ShardOwnership
+from reporter._service.scheduling import Runner
+from reporter._service.stopping import StopCalls, Stopped
+from reporter._service.store_watch import RESET_GATHER_SECONDS, StoreWatch
+from reporter._service.workers import HotGameWorker, LeaseKeeper, Reaper, ShardSweeper, guarded
 
 logger = logging.getLogger("reporter")
 

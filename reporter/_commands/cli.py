@@ -31,8 +31,9 @@ from collector import BackendError, ConfigError
 from collector.config import CONFIG_ENV
 from collector.counters import REPORTER
 from collector.store import BackendUnavailable, describe_settings, open_store
+from reporter._commands.dead import add_dead_parser, replay_budget, run_dead
+from reporter._commands.status import run_status
 from reporter._config import ReporterConfig, sink_problems
-from reporter._dead import add_dead_parser, replay_budget, run_dead
 from reporter._exceptions import ReporterError, SinkConfigError
 from reporter._logging import (
     FORMAT_ENV,
@@ -45,10 +46,9 @@ from reporter._logging import (
     masked_url,
     note_secrets,
 )
-from reporter._status import run_status
 
 if TYPE_CHECKING:
-    from reporter._stopping import Stopped
+    from reporter._service.stopping import Stopped
 
 PROG = "telemetry-reporter"
 EXIT_OK = 0
@@ -236,7 +236,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "check-config":
         return _check_config(args.file or args.config, args.connect, args.probe_method)
     if args.command == "demo":
-        from reporter._demo import run_demo
+        from reporter._demo.run import run_demo
 
         return run_demo(args.seconds, sys.stdout, args.sink)
     config = ReporterConfig.load(args.config)
@@ -269,7 +269,7 @@ def _refuse_sink_problems(config: ReporterConfig) -> None:
 def _check_sender(config: ReporterConfig) -> None:
     """Build the sender as ``run`` would (TLS files, client certificate, proxy), without
     connecting: its config errors show in ``check-config`` too."""
-    from reporter._sinks import make_sender
+    from reporter._senders.sender import make_sender
 
     make_sender(config).close()
 
@@ -285,7 +285,7 @@ def _check_config(path: str | None, connect: bool = False, probe_method: str = "
     print(json.dumps(config.masked(), indent=2))
     if not connect:
         return EXIT_OK
-    from reporter._probe import probe_redis, probe_sink
+    from reporter._commands.probe import probe_redis, probe_sink
 
     probes = [probe_redis(config), probe_sink(config, probe_method)]
     for probe in probes:
@@ -310,7 +310,7 @@ def _sink_notices(config: ReporterConfig) -> list[str]:
 def sink_description(config: ReporterConfig) -> str:
     """The sink's kind and URL, password and query values masked."""
     if config.sink.kind == "nppa":
-        from reporter._nppa import endpoint_url
+        from reporter._senders.nppa import endpoint_url
 
         return (f"nppa {masked_url(endpoint_url(config.nppa.base_url))} "
                 f"app {config.nppa.app_id}")
@@ -357,7 +357,7 @@ def stopped_line(stopped: Stopped) -> tuple[str, dict[str, object]]:
 
 
 def _run(config: ReporterConfig) -> int:
-    from reporter._service import ReporterService
+    from reporter._service.service import ReporterService
 
     _refuse_sink_problems(config)
     service = ReporterService(config)

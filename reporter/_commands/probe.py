@@ -17,8 +17,8 @@ import httpx
 from collector import BackendError
 from collector.store import describe_settings, open_store
 from reporter._config import ReporterConfig
-from reporter._http import http_client
 from reporter._logging import masked_url
+from reporter._senders.client import http_client
 
 # Answers that reach the endpoint but say its credentials are wrong.
 REFUSED_CREDENTIALS = (401, 403, 407)
@@ -51,7 +51,7 @@ def probe_redis(config: ReporterConfig) -> Probe:
 def probe_sink(config: ReporterConfig, method: str = "HEAD",
                transport: httpx.BaseTransport | None = None) -> Probe:
     if config.sink.kind == "nppa":
-        from reporter._nppa import endpoint_url
+        from reporter._senders.nppa import endpoint_url
 
         url, headers = endpoint_url(config.nppa.base_url), {}
     else:

@@ -18,9 +18,9 @@ from collector.counters import REPORTER, STORE, Gauge
 from collector.prometheus import CLUSTER, Exposition, PrometheusMetrics
 from collector.store import Store
 from reporter._config import ReporterConfig, listen_address
-from reporter._health import Health
-from reporter._levels import Reading, RedisReadings, WatchedLimiter
-from reporter._metrics_server import MetricsServer
+from reporter._monitoring.health import Health
+from reporter._monitoring.levels import Reading, RedisReadings, WatchedLimiter
+from reporter._monitoring.server import MetricsServer
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from collector.logs import RateLimitedLog
 from reporter._exceptions import ReporterError
-from reporter._health import Health
+from reporter._monitoring.health import Health
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=30.0)

@@ -1,0 +1,10 @@
+"""The operator's commands: the ``telemetry-reporter`` command line and what it runs besides
+the service and the demo.
+
+- ``cli``: the parser, the global options, exit codes, and ``run`` / ``check-config``.
+- ``status``: shards, games, counters and live reporters, once or watched.
+- ``dead``: list, show, replay and purge dead letters.
+- ``probe``: ``check-config --connect`` (does Redis answer, does the sink?).
+
+The top of the reporter: it may import every other package here; none imports it.
+"""

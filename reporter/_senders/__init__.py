@@ -1,0 +1,12 @@
+"""The sink kinds: how a batch becomes a request, and an answer an ``Outcome``.
+
+- ``sender``: the ``Sender`` interface and ``make_sender`` (from ``[sink] kind``).
+- ``outcome``: ``Outcome`` and the pure functions that classify answers.
+- ``json_sink``: the ``json`` sender; ``nppa`` and ``nppa_wire``: the anti-addiction
+  interface's sender, its sealed body and its signature.
+- ``client``, ``transport``, ``wire``: the keep-alive ``httpx.Client`` and the lean HTTP/1.1
+  transport under it.
+
+Knows nothing of Redis or of a batch's life cycle: imports only the ground floor and
+``collector``'s public modules.
+"""

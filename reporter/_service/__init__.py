@@ -1,0 +1,14 @@
+"""The running service: one process's workers, their threads, and how it stops.
+
+- ``service``: ``ReporterService`` builds the workers and the collaborators they share.
+- ``scheduling``: the APScheduler pools and the "run again after each run" rule.
+- ``workers``: ``ShardSweeper``, ``HotGameWorker``, ``Reaper``, ``LeaseKeeper``, each one
+  bounded ``loop()``.
+- ``ownership``: shard leases (which process sweeps which shard).
+- ``store_watch``: notices a shard whose Redis data was lost.
+- ``stopping``: the bounded stop's Redis calls.
+
+May import monitoring, delivery, senders and the ground floor (``reporter._config``,
+``_constants``, ``_exceptions``, ``_logging``, ``_tables``); the demo and the commands
+import it.
+"""
