@@ -10,9 +10,10 @@ a few events do to it, find those events and send the rest.
 
 Each part is a request of its own, with an Idempotency-Key derived from the batch id
 (``<id>.a``/``<id>.b`` for halves, ``<id>.v`` for the well-formed rest) and a permit of the
-rate limiter.  What became of every event is one partial ``Outcome``, which the deliverer
+rate limiter.  What became of every event is one partial ``Outcome``, which the settler
 settles in one store call.  Without a 413 or a malformed event the endpoint's answer is
-returned as it is.
+returned as it is.  Every answer heard on the way comes back too (``Sent.answers``), with
+its seconds and events, for the caller's histograms, gate and limiter.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import orjson
 
@@ -29,6 +31,21 @@ from reporter._senders.sender import Sender
 
 TOO_LARGE = "too large for the endpoint (HTTP 413)"
 MALFORMED = "malformed entry"
+
+
+class Answer(NamedTuple):
+    """One answer of the endpoint: to a POST of ``events`` that took ``seconds``."""
+
+    outcome: Outcome
+    seconds: float
+    events: int
+
+
+class Sent(NamedTuple):
+    """What an attempt came to, and every answer heard on the way."""
+
+    outcome: Outcome
+    answers: list[Answer]
 
 
 @dataclass
@@ -51,55 +68,55 @@ class _Parts:
 
 
 class Attempt:
-    """Sends batches through ``sender``; ``answered`` sees every answer with the POST's
-    seconds and events (metrics, the sink gate, the limiter's pause).  Shared by the workers:
-    the state of one batch stays in its call."""
+    """Sends batches through ``sender``.  Shared by the workers: the state of one batch stays
+    in its call."""
 
-    def __init__(self, sender: Sender, limit: BodyLimit,
-                 answered: Callable[[Outcome, float, int], None]) -> None:
+    def __init__(self, sender: Sender, limit: BodyLimit) -> None:
         self._sender = sender
         self._limit = limit
-        self._answered = answered
 
     def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int,
-             permit: Callable[[], bool]) -> Outcome:
+             permit: Callable[[], bool]) -> Sent:
         """The outcome for the batch; ``permit`` is asked before every request beyond the
         first (False: the rest waits for the batch's next attempt)."""
-        outcome = self._post(game, batch_id, events, attempt)
+        answers: list[Answer] = []
+        outcome = self._post(answers, game, batch_id, events, attempt)
         if outcome.kind != REJECTED or outcome.alert:
-            return outcome
+            return Sent(outcome, answers)
         if outcome.too_large:
             if len(events) > 1:
-                return self._halves(game, batch_id, events, attempt, permit)
+                return Sent(self._halves(answers, game, batch_id, events, attempt, permit),
+                            answers)
             self._limit.learn(self._limit.model.body_bytes(events), 0)
-            return Outcome(REJECTED, TOO_LARGE)
+            return Sent(Outcome(REJECTED, TOO_LARGE), answers)
         malformed = [i for i, event in enumerate(events) if not _is_json(event)]
         if len(malformed) == len(events):
-            return Outcome(REJECTED, MALFORMED)
+            return Sent(Outcome(REJECTED, MALFORMED), answers)
         if not malformed:
-            return outcome
+            return Sent(outcome, answers)
         parts = _Parts(refused=dict.fromkeys(malformed, MALFORMED))
         rest = [i for i in range(len(events)) if i not in parts.refused]
-        self._run(game, attempt, events, parts, [(f"{batch_id}.v", rest)], permit)
-        return parts.outcome()
+        self._run(answers, game, attempt, events, parts, [(f"{batch_id}.v", rest)], permit)
+        return Sent(parts.outcome(), answers)
 
-    def _post(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int
-              ) -> Outcome:
+    def _post(self, answers: list[Answer], game: str, batch_id: str, events: Sequence[bytes],
+              attempt: int) -> Outcome:
         started = time.perf_counter()
         outcome = self._sender.send(game, batch_id, events, attempt)
-        self._answered(outcome, time.perf_counter() - started, len(events))
+        answers.append(Answer(outcome, time.perf_counter() - started, len(events)))
         return outcome
 
-    def _halves(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int,
-                permit: Callable[[], bool]) -> Outcome:
+    def _halves(self, answers: list[Answer], game: str, batch_id: str, events: Sequence[bytes],
+                attempt: int, permit: Callable[[], bool]) -> Outcome:
         parts = _Parts(refused_bytes=self._limit.model.body_bytes(events))
-        self._run(game, attempt, events, parts, _split(batch_id, list(range(len(events)))),
-                  permit)
+        self._run(answers, game, attempt, events, parts,
+                  _split(batch_id, list(range(len(events)))), permit)
         self._limit.learn(parts.refused_bytes, parts.accepted_bytes)
         return parts.outcome()
 
-    def _run(self, game: str, attempt: int, events: Sequence[bytes], parts: _Parts,
-             todo: list[tuple[str, list[int]]], permit: Callable[[], bool]) -> None:
+    def _run(self, answers: list[Answer], game: str, attempt: int, events: Sequence[bytes],
+             parts: _Parts, todo: list[tuple[str, list[int]]], permit: Callable[[], bool]
+             ) -> None:
         """Send the parts in order (a refused half puts its own halves first); once a part
         fails for a reason that would fail the rest too, they are not sent."""
         while todo:
@@ -109,7 +126,7 @@ class Attempt:
                 parts.reason = parts.reason or "not sent yet: no request left under the limit"
                 return
             sent = [events[i] for i in indices]
-            outcome = self._post(game, part_id, sent, attempt)
+            outcome = self._post(answers, game, part_id, sent, attempt)
             size = self._limit.model.body_bytes(sent)
             if outcome.kind == DELIVERED:
                 parts.accepted_bytes = max(parts.accepted_bytes, size)

@@ -1,8 +1,9 @@
 """Claim limiters: a request rate the reporter keeps before it claims.
 
-Before a claim (or a take of due retries) the ``Deliverer`` asks its limiter for permission
-to make N requests and claims at most what it was granted, so no batch is leased before its
-request may go out; what a claim leaves unused goes back.  Three limiters:
+Before a claim (or a take of due retries) the ``Claimer`` asks for permission to make N
+requests (``Permits``, over the limiter) and claims at most what it was granted, so no batch
+is leased before its request may go out; what a claim leaves unused goes back.  Three
+limiters:
 
 - ``Unlimited`` (the default): every request is allowed, at no cost.
 - ``LocalTokenBucket``: one process's rate, on its own clock.
@@ -27,7 +28,7 @@ from typing import Protocol
 
 from collector.store import Store, TakeTokens
 from reporter._config import ReporterConfig
-from reporter._constants import NPPA_RATE_HEADROOM
+from reporter._constants import CONTENDED_SECONDS, LIMITER_WAIT_SECONDS, NPPA_RATE_HEADROOM
 
 Clock = Callable[[], float]  # seconds, monotonic
 # Requests stay scarce this long after a caller who would have waited was refused (as in
@@ -177,6 +178,50 @@ class SharedTokenBucket:
 
     def describe(self) -> str:
         return f"{self.rate:g} requests/s (burst {self.burst}) shared through Redis"
+
+
+class Permits:
+    """The limiter as the workers use it: a full batch waits for a token that is near, a
+    lingering game takes only one that is there, and a refusal of a full batch marks
+    requests as scarce (in any process) for a while."""
+
+    def __init__(self, limiter: ClaimLimiter) -> None:
+        self.limiter = limiter
+        self._scarce_at = float("-inf")
+
+    @property
+    def limited(self) -> bool:
+        """Whether requests may be refused at all (workers then serve the fullest first)."""
+        return self.limiter.limited
+
+    @property
+    def contended(self) -> bool:
+        """Whether the limiter said lately that requests are scarce."""
+        return time.monotonic() - self._scarce_at < CONTENDED_SECONDS
+
+    def take(self, requests: int, stop: threading.Event, wait: bool = True) -> Permit:
+        """Permission for up to ``requests`` requests.  With ``wait`` (a full batch), a token
+        that is near is waited for (a sweep's poll interval would leave the limit unused that
+        long); without, only a token that is there is taken."""
+        permit = self.limiter.acquire(requests, spare=not wait)
+        if permit.scarce:
+            self._scarce_at = time.monotonic()
+        if permit.granted or not wait:
+            return permit
+        if permit.wait <= LIMITER_WAIT_SECONDS and not stop.wait(permit.wait):
+            permit = self.limiter.acquire(requests)
+        return permit
+
+    def one(self, stop: threading.Event) -> bool:
+        """One more request for the batch being sent (a half after a 413, say)."""
+        return self.take(1, stop).granted > 0
+
+    def refund(self, requests: int) -> None:
+        if requests > 0:
+            self.limiter.refund(requests)
+
+    def pause(self, seconds: float) -> None:
+        self.limiter.pause(seconds)
 
 
 def make_limiter(config: ReporterConfig, store: Store) -> ClaimLimiter:

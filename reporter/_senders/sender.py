@@ -1,7 +1,8 @@
 """The sender interface and the factory that builds one from ``[sink] kind``.
 
 A sender only builds requests and reads responses: every answer or transport error becomes
-an ``Outcome``, and the ``Deliverer`` does the rest (ack, settle, nack, counting).
+an ``Outcome``; the delivery core (``reporter._delivery``) does the rest (ack, settle,
+nack, counting).
 """
 
 from __future__ import annotations

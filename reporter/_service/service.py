@@ -20,11 +20,15 @@ from collector.metrics import NO_METRICS, Metrics, Tally, fan_out
 from collector.store import Store, open_store
 from reporter._config import ReporterConfig
 from reporter._constants import REAP_INTERVAL_SECONDS, STOP_MARGIN_SECONDS
+from reporter._delivery.attempt import Attempt
 from reporter._delivery.batches import Batches
 from reporter._delivery.body_limit import BodyLimit, body_model
-from reporter._delivery.deliverer import Clock, Deliverer, Held
+from reporter._delivery.claims import Claimer
+from reporter._delivery.deliverer import Clock, Deliverer
 from reporter._delivery.gate import SinkGate
-from reporter._delivery.limiter import make_limiter
+from reporter._delivery.held import Held
+from reporter._delivery.limiter import Permits, make_limiter
+from reporter._delivery.settling import Settler
 from reporter._monitoring.health import Health
 from reporter._monitoring.levels import WatchedLimiter
 from reporter._monitoring.prometheus import MetricsEndpoint
@@ -68,18 +72,23 @@ class ReporterService:
         self.body_limit = BodyLimit(config.sink.max_batch_bytes, body_model(config.sink.kind),
                                     config.nppa.base_url if config.sink.kind == "nppa"
                                     else config.sink.url)
-        self.deliverer = Deliverer(self.batches, self.sender, config.reporter, clock, self.held,
-                                   self.metrics, self.gate, self.limiter,
-                                   self.batches.freshness, self.body_limit)
+        self.permits = Permits(self.limiter)
+        self.claimer = Claimer(self.batches, self.permits, self.body_limit, self.metrics,
+                               r.batch_size, r.max_batches_per_claim)
+        self.settler = Settler(self.batches, self.held, self.metrics)
+        self.deliverer = Deliverer(Attempt(self.sender, self.body_limit), self.settler,
+                                   self.permits, self.gate, self.held, self.batches.freshness,
+                                   self.metrics, clock)
         self.store_watch = StoreWatch(self.store, self.metrics, clock)
         self.sweepers = [
-            ShardSweeper(keys, self.batches, self.deliverer, config, self.ownership,
-                         self.stop_event, clock, self.store_watch)
+            ShardSweeper(keys, self.batches, self.claimer, self.deliverer, self.gate,
+                         self.permits, config, self.ownership, self.stop_event, clock,
+                         self.store_watch)
             for keys in self.schema.all_shards()
         ]
         self.hot_workers = [
-            HotGameWorker(game, self.schema.for_game(game), self.batches, self.deliverer, config,
-                          self.ownership, self.stop_event)
+            HotGameWorker(game, self.schema.for_game(game), self.claimer, self.deliverer,
+                          self.gate, self.ownership, self.stop_event)
             for game, threads in r.hot_games.items() for _ in range(threads)
         ]
         self.metrics.watch(Gauge.HELD_BATCHES, lambda: len(self.held))
@@ -89,7 +98,7 @@ class ReporterService:
                            lambda: sum(map(self.ownership.owns, hot_shards)))
         self.metrics.watch(Gauge.SINK_GATE_OPEN, lambda: int(self.gate.is_open()))
         self.reaper = Reaper(self.schema, self.batches, self.ownership, self.stop_event)
-        self.lease_keeper = LeaseKeeper(self.deliverer, self.batches)
+        self.lease_keeper = LeaseKeeper(self.held, self.batches)
         pools = {"default": r.workers, "control": 2}
         pools.update({f"hot:{game}": threads for game, threads in r.hot_games.items()})
         self.runner = Runner(pools, self.stop_event)
@@ -146,7 +155,7 @@ class ReporterService:
                 break
         to_release, to_ack = self.held.take_all()
         calls = StopCalls(self.store, self.config.redis)
-        calls.acknowledge(self.deliverer, to_ack)  # delivered while a later POST was slow
+        calls.acknowledge(self.settler, to_ack)  # delivered while a later POST was slow
         calls.release(self.batches, to_release)  # first, so a POST cut off cannot retry it
         self.sender.close()  # cuts off POSTs still running, so their jobs return
         blocked = self.runner.shutdown(deadline)

@@ -19,7 +19,8 @@ from collector.config import RedisSettings
 from collector.store import Backend, ShardKeys, Store, open_backend
 from reporter._constants import STOP_REDIS_TIMEOUT_SECONDS
 from reporter._delivery.batches import Batches
-from reporter._delivery.deliverer import Deliverer, ToAck
+from reporter._delivery.held import ToAck
+from reporter._delivery.settling import Settler
 from reporter._service.ownership import ShardOwnership
 
 logger = logging.getLogger("reporter")
@@ -77,10 +78,10 @@ class StopCalls:
         except Exception as exc:
             self._fail("open a connection", exc)
 
-    def acknowledge(self, deliverer: Deliverer, to_ack: Sequence[ToAck]) -> None:
+    def acknowledge(self, settler: Settler, to_ack: Sequence[ToAck]) -> None:
         ids = [batch_id for batch_id, _, _, _ in to_ack]
         not_acked = self._attempt("acknowledge delivered batches", ids,
-                                  lambda: deliverer.acknowledge(to_ack))
+                                  lambda: settler.acknowledge(to_ack))
         if not_acked:
             self.left += not_acked
             self.failed = True

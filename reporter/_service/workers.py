@@ -15,7 +15,11 @@ from collector.store import BackendUnavailable, GameState, KeySchema, ShardKeys
 from reporter._config import ReporterConfig
 from reporter._constants import REAP_PER_CALL
 from reporter._delivery.batches import Batches
-from reporter._delivery.deliverer import Clock, Deliverer
+from reporter._delivery.claims import Claimer
+from reporter._delivery.deliverer import Clock, Deliverer, send
+from reporter._delivery.gate import SinkGate
+from reporter._delivery.held import Held
+from reporter._delivery.limiter import Permits
 from reporter._service.ownership import ShardOwnership
 from reporter._service.store_watch import StoreWatch
 
@@ -36,42 +40,50 @@ class ShardSweeper:
     Each game gets at most one claim per sweep, so a flooding game cannot starve the rest.
     """
 
-    def __init__(self, keys: ShardKeys, store: Batches, deliverer: Deliverer,
-                 config: ReporterConfig, ownership: ShardOwnership, stop: threading.Event,
-                 clock: Clock, watch: StoreWatch | None = None) -> None:
+    def __init__(self, keys: ShardKeys, store: Batches, claimer: Claimer, deliverer: Deliverer,
+                 gate: SinkGate, permits: Permits, config: ReporterConfig,
+                 ownership: ShardOwnership, stop: threading.Event, clock: Clock,
+                 watch: StoreWatch | None = None) -> None:
         self.keys = keys
         self._watch = watch
         self._store = store
+        self._claimer = claimer
         self._deliverer = deliverer
+        self._gate = gate
+        self._permits = permits
         self._r = config.reporter
         self._hot = frozenset(config.reporter.hot_games)
         self._ownership = ownership
         self._stop = stop
         self._clock = clock
         self._cursor = ""  # the last game name looked at; '' = start from the first
-        self._patience = max(self._r.linger_ms, deliverer.freshness.max_age_ms // 2)
+        self._patience = max(self._r.linger_ms, store.freshness.max_age_ms // 2)
 
     def loop(self) -> bool:
         if (self._stop.is_set() or not self._ownership.owns(self.keys.shard)
-                or not self._deliverer.gate.is_open()):
+                or not self._gate.is_open()):
             return False
         ring = self._store.ring(self.keys, self._cursor, self._r.games_per_sweep)
         if self._watch is not None:
             self._watch.seen(self.keys, ring.marker, ring.outstanding)
-        more = self._deliverer.send_retries(self.keys, self._stop) if ring.retries else False
+        more = False
+        if ring.retries:
+            more = send(self._deliverer, self._claimer.take_retries(self.keys, self._stop),
+                        self._stop)
         page_full = len(ring.games) == self._r.games_per_sweep  # else the round is over
         self._cursor = ring.games[-1] if page_full else ""
         candidates = [g for g in ring.games if g not in self._hot]
         now_ms = int(self._clock() * 1000)
         states = self._store.game_states(self.keys, candidates)
-        if self._deliverer.limiter.limited:  # few requests: the fullest batches first
+        if self._permits.limited:  # few requests: the fullest batches first
             states.sort(key=lambda s: -s.length)
         for state in states:
-            if self._stop.is_set() or not self._deliverer.gate.is_open():
+            if self._stop.is_set() or not self._gate.is_open():
                 return False
             if self._is_ready(state, now_ms):
                 full = state.length >= self._r.batch_size
-                more |= self._deliverer.drain(self.keys, state.game, self._stop, wait=full)
+                lease = self._claimer.claim(self.keys, state.game, self._stop, wait=full)
+                more |= send(self._deliverer, lease, self._stop)
         return more or self._cursor != ""
 
     def _is_ready(self, state: GameState, now_ms: int) -> bool:
@@ -79,7 +91,7 @@ class ShardSweeper:
             return True  # an empty buffer is claimed to unregister the game
         # While requests are scarce, a game short of a full batch waits longer (up to half
         # its freshness window), so the requests carry full batches first.
-        linger = self._patience if self._deliverer.contended else self._r.linger_ms
+        linger = self._patience if self._permits.contended else self._r.linger_ms
         return state.oldest_ms is not None and now_ms - state.oldest_ms >= linger
 
 
@@ -89,26 +101,29 @@ class HotGameWorker:
     Only while this process owns the game's shard: every reporter may list the game as hot,
     but one at a time serves it, so N reporters never run N pools against one game."""
 
-    def __init__(self, game: str, keys: ShardKeys, store: Batches, deliverer: Deliverer,
-                 config: ReporterConfig, ownership: ShardOwnership,
-                 stop: threading.Event) -> None:
+    def __init__(self, game: str, keys: ShardKeys, claimer: Claimer, deliverer: Deliverer,
+                 gate: SinkGate, ownership: ShardOwnership, stop: threading.Event) -> None:
         self.game = game
         self.keys = keys
-        self._store = store
+        self._claimer = claimer
         self._deliverer = deliverer
-        self._r = config.reporter
+        self._gate = gate
         self._ownership = ownership
         self._stop = stop
 
     def loop(self) -> bool:
-        if (self._stop.is_set() or not self._ownership.owns(self.keys.shard)
-                or not self._deliverer.gate.is_open()):
+        if not self._serving():
             return False
-        self._deliverer.send_retries(self.keys, self._stop, self.game)
-        if (self._stop.is_set() or not self._ownership.owns(self.keys.shard)
-                or not self._deliverer.gate.is_open()):
+        send(self._deliverer, self._claimer.take_retries(self.keys, self._stop, self.game),
+             self._stop)
+        if not self._serving():
             return False
-        return self._deliverer.drain(self.keys, self.game, self._stop)
+        return send(self._deliverer, self._claimer.claim(self.keys, self.game, self._stop),
+                    self._stop)
+
+    def _serving(self) -> bool:
+        return (not self._stop.is_set() and self._ownership.owns(self.keys.shard)
+                and self._gate.is_open())
 
 
 class Reaper:
@@ -140,12 +155,12 @@ class Reaper:
 class LeaseKeeper:
     """Extends the leases of batches this process is still sending (slow endpoints)."""
 
-    def __init__(self, deliverer: Deliverer, store: Batches) -> None:
-        self._deliverer = deliverer
+    def __init__(self, held: Held, store: Batches) -> None:
+        self._held = held
         self._store = store
 
     def loop(self) -> bool:
-        for batch_id, keys, token in self._deliverer.held.snapshot():
+        for batch_id, keys, token in self._held.snapshot():
             self._store.extend(keys, batch_id, token)
         return False
 

@@ -12,11 +12,8 @@ import httpx
 import orjson
 import redis
 
-from collector.metrics import Tally
 from collector.store import KeySchema
 from reporter._delivery.batches import Batches, new_id
-from reporter._delivery.deliverer import Deliverer, Held
-from reporter._delivery.gate import SinkGate
 from reporter._monitoring.accounting import read_totals
 from reporter._senders.sender import make_sender
 from tests.delivery.conftest import MakeEndpoint, StartService
@@ -30,6 +27,7 @@ from tests.delivery.helpers import (
     schema_of,
     wait_until,
 )
+from tests.delivery.wiring import Delivery, delivery_for
 from tests.scriptcalls import store_of, store_on
 from tests.servers import Server
 
@@ -59,17 +57,16 @@ class Ingest:
 
 
 def deliverer_for(r: redis.Redis, ingest: Ingest, clock: Callable[[], float]
-                  ) -> tuple[Batches, Deliverer, KeySchema]:
+                  ) -> tuple[Batches, Delivery, KeySchema]:
     config = make_config("redis://unused", "http://ingest.test/ingest",
                          reporter={"max_age_seconds": MAX_AGE, "linger_ms": 0})
     store = Batches(store_on(r, config), config)
     sender = make_sender(config, httpx.MockTransport(ingest))
-    deliverer = Deliverer(store, sender, config.reporter, clock, Held(), Tally(),
-                          SinkGate(0.01, 0.01))
+    deliverer = delivery_for(store, sender, config, clock)
     return store, deliverer, schema_of(config)
 
 
-def fail_once_then_retry(r: redis.Redis, store: Batches, deliverer: Deliverer,
+def fail_once_then_retry(r: redis.Redis, store: Batches, deliverer: Delivery,
                          schema: KeySchema, clock: Clock, wait: float
                          ) -> tuple[str, str]:
     """Claim the game's events, fail the first POST, let ``wait`` seconds pass (on the
@@ -104,7 +101,7 @@ def test_batch_gone_stale_while_waiting_for_retry_is_never_sent(r: redis.Redis) 
     assert (totals.counter("stale"), totals.counter("delivered")) == (10, 0)
     assert totals.pending_events == 0
     assert totals.unaccounted == 0
-    assert deliverer.counts.snapshot()  # type: ignore[attr-defined]["stale"] == 10
+    assert deliverer.counts.snapshot()["stale"] == 10
 
 
 def test_partly_stale_batch_sends_only_the_fresh_events(r: redis.Redis) -> None:

@@ -11,14 +11,12 @@ from collections.abc import Sequence
 import orjson
 import redis
 
-from collector.metrics import Tally
 from collector.store import KeySchema, encode_entry, entry_event
 from reporter._delivery.batches import Batches
-from reporter._delivery.deliverer import Deliverer, Held
-from reporter._delivery.gate import SinkGate
 from reporter._monitoring.accounting import read_totals
 from reporter._senders.outcome import DELIVERED, Outcome
 from tests.delivery.helpers import make_config, schema_of
+from tests.delivery.wiring import Delivery, delivery_for
 from tests.scriptcalls import Scripts, store_of, store_on
 
 GAME = "partial"
@@ -43,14 +41,13 @@ class ItemSender:
         pass
 
 
-def setup(r: redis.Redis, outcome: Outcome) -> tuple[Batches, Deliverer, KeySchema,
+def setup(r: redis.Redis, outcome: Outcome) -> tuple[Batches, Delivery, KeySchema,
                                                       ItemSender]:
     config = make_config("redis://unused", reporter={
         "event_time_field": "ot", "event_time_unit": "s", "linger_ms": 0})
     batches = Batches(store_on(r, config), config)
     sender = ItemSender(outcome)
-    deliverer = Deliverer(batches, sender, config.reporter, time.time, Held(), Tally(),
-                          SinkGate(0.01, 0.01))
+    deliverer = delivery_for(batches, sender, config, time.time)
     return batches, deliverer, schema_of(config), sender
 
 
@@ -93,7 +90,7 @@ def test_items_refused_and_retried_past_stale_events(r: redis.Redis) -> None:
     c = totals.counter
     assert (c("delivered"), c("stale"), c("rejected_items"), c("dead_events")) == (5, 2, 2, 2)
     assert (totals.pending_events, totals.unaccounted) == (1, 0)
-    tally = deliverer.counts.snapshot()  # type: ignore[attr-defined]
+    tally = deliverer.counts.snapshot()
     assert {k: tally.get(k) for k in ("delivered", "stale", "rejected_items", "dead_events",
                                       "dead_batches", "batches_retried")} == {
         "delivered": 5, "stale": 2, "rejected_items": 2, "dead_events": 2, "dead_batches": 1,

@@ -12,11 +12,8 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from collector.metrics import Tally
 from collector.store import KeySchema, TakeTokens
 from reporter._delivery.batches import Batches
-from reporter._delivery.deliverer import Deliverer, Held
-from reporter._delivery.gate import SinkGate
 from reporter._delivery.limiter import (
     LocalTokenBucket,
     SharedTokenBucket,
@@ -24,6 +21,7 @@ from reporter._delivery.limiter import (
     make_limiter,
 )
 from reporter._senders.outcome import Outcome
+from tests.delivery.wiring import delivery_for
 from tests.reporter.helpers import make_config, numbered, store
 from tests.scriptcalls import Scripts, store_of, store_on
 
@@ -178,8 +176,7 @@ def test_nothing_is_claimed_before_the_limiter_allows_it(redis_url: str,
     clock = FakeClock()
     limiter = LocalTokenBucket(1.0, 3, clock)
     sent = Sent()
-    deliverer = Deliverer(batches, sent, config.reporter, clock, Held(), Tally(),
-                          SinkGate(0.01, 0.01), limiter)
+    deliverer = delivery_for(batches, sent, config, clock, limiter)
     schema = batches.store.schema
     keys = store(Scripts(client), schema, "g", numbered("g", 10 * 128))
     stop = threading.Event()
@@ -243,7 +240,7 @@ def test_a_limited_sweeper_spends_its_requests_on_the_fullest_batch(
     service = ReporterService(config, sender=sent)
     try:
         limiter = LocalTokenBucket(1.0, 1, clock)
-        service.deliverer.limiter = limiter
+        service.permits.limiter = limiter
         schema = service.store.schema
         store(Scripts(client), schema, "small", numbered("small", 10))
         store(Scripts(client), schema, "big", numbered("big", 300))
@@ -270,14 +267,14 @@ def test_while_requests_are_scarce_a_short_game_waits_longer(
     sent = Sent()
     service = ReporterService(config, sender=sent)
     try:
-        service.deliverer.limiter = LocalTokenBucket(1.0, 5, FakeClock())
+        service.permits.limiter = LocalTokenBucket(1.0, 5, FakeClock())
         store(Scripts(client), service.store.schema, "small", numbered("small", 10))
         service.ownership.loop()
         [sweeper] = service.sweepers
-        service.deliverer._scarce_at = time.monotonic()  # a full batch just found no token
+        service.permits._scarce_at = time.monotonic()  # a full batch just found no token
         sweeper.loop()
         assert sent.batches == []  # younger than half the freshness window: it waits
-        service.deliverer._scarce_at = float("-inf")
+        service.permits._scarce_at = float("-inf")
         sweeper.loop()
         assert len(sent.batches) == 1
     finally:

@@ -13,7 +13,7 @@ import orjson
 import pytest
 import redis
 
-import reporter._delivery.deliverer
+import reporter._delivery.settling
 from collector.counters import REPORTER
 from collector.store import BackendError, BackendUnavailable, Collect, entry_event
 from reporter._config import ReporterConfig
@@ -267,7 +267,7 @@ def test_a_failed_ack_leaves_the_batch_in_flight_and_counts_it(
         return [BackendUnavailable("Redis went away (test)")] * len(acks)
 
     service.batches.ack_many = refused  # type: ignore[method-assign]
-    reporter._delivery.deliverer.ratelog.reset("ack")  # logged at most every 30 s
+    reporter._delivery.settling.ratelog.reset("ack")  # logged at most every 30 s
     service.start()
     wait_until(lambda: service.tally.snapshot().get("ack_failed") == 2, what="two failed acks")
     counts = service.stop().counts

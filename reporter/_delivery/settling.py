@@ -1,0 +1,196 @@
+"""Settling: what became of a batch, in one store call, counted and logged once.
+
+An outcome comes in (from an attempt, or "every event was stale"); out go one store call
+(ack, settle item by item, nack into the retry set or the dead letters, release unsent), the
+counters, and at most one log line.  A delivered batch is not acked at once: it waits in
+``Held`` for the rest of its lease, and ``acknowledge`` acks them together in one round trip.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from collector.counters import Counter as C
+from collector.logs import RateLimitedLog
+from collector.metrics import Metrics
+from collector.store import Ack, BackendError, BackendUnreplicated, Settled, ShardKeys
+from reporter._delivery.batches import Batches
+from reporter._delivery.freshness import Fresh
+from reporter._delivery.held import Delivered, Held, ToAck
+from reporter._delivery.lease import Leased, Result
+from reporter._logging import batch_fields
+from reporter._senders.outcome import DELIVERED, REJECTED, Outcome
+
+logger = logging.getLogger("reporter")
+ratelog = RateLimitedLog(logger, interval=30.0)
+
+
+class Settler:
+    def __init__(self, batches: Batches, held: Held, counts: Metrics) -> None:
+        self._batches = batches
+        self._held = held
+        self._counts = counts
+
+    def settle(self, keys: ShardKeys, token: str, batch: Leased, fresh: Fresh,
+               outcome: Outcome) -> Result:
+        """Finish a batch the endpoint answered (``fresh``: what was sent of it)."""
+        if outcome.alert:
+            self._alert(batch, outcome)
+        if outcome.partial:
+            return self._partial(keys, token, batch, fresh, outcome)
+        if outcome.kind == DELIVERED:
+            # Acked with the rest of its lease (one round trip); stop() acks it if it must.
+            done = Delivered(batch.game, fresh.stale)
+            if not self._held.mark_delivered(batch.batch_id, done):  # stop() gave it back
+                self.acknowledge([(batch.batch_id, keys, token, done)])
+            return Result.DELIVERED
+        return self._nack(keys, token, batch, outcome)
+
+    def all_stale(self, keys: ShardKeys, token: str, batch_id: str, stale: int) -> Result:
+        """A batch none of whose events is fresh enough to send: acked, counted stale."""
+        try:
+            self._batches.ack(keys, batch_id, token, stale=stale)
+        except BackendUnreplicated as exc:
+            self._unconfirmed(exc)
+        self._counts.add({C.STALE: stale, C.BATCHES_STALE: 1})
+        return Result.STALE
+
+    def release_unsent(self, keys: ShardKeys, token: str, batch_ids: Sequence[str]) -> None:
+        """Hand back batches not sent (stopping, or the endpoint started failing): no attempt
+        is charged."""
+        released = sum(self._batches.release(keys, batch_id, token) for batch_id in batch_ids)
+        self._counts.count(C.BATCHES_RELEASED, released)
+
+    def finish(self, batch_ids: Sequence[str]) -> None:
+        """The lease is over: ack its delivered batches together, let go of the rest."""
+        try:
+            self.acknowledge(self._held.take_delivered(batch_ids))
+        finally:
+            for batch_id in batch_ids:
+                self._held.drop(batch_id)
+
+    def acknowledge(self, delivered: Sequence[ToAck]) -> list[str]:
+        """Ack delivered batches in one round trip (one per node on a cluster) and count
+        them; returns the ids of those whose ack failed.
+
+        A batch whose ack fails stays in flight and is sent again when its lease runs out."""
+        if not delivered:
+            return []
+        replies = self._batches.ack_many([Ack(keys, batch_id, token, d.stale)
+                                          for batch_id, keys, token, d in delivered])
+        replies = [self._ack_reply(reply) for reply in replies]
+        for (batch_id, _, _, d), reply in zip(delivered, replies, strict=True):
+            self._count_ack(batch_id, d, reply)
+        return [batch_id for (batch_id, _, _, _), reply in zip(delivered, replies, strict=True)
+                if isinstance(reply, BackendError)]
+
+    def _ack_reply(self, reply: int | BackendError) -> int | BackendError:
+        if isinstance(reply, BackendUnreplicated) and isinstance(reply.result, int):
+            self._unconfirmed(reply)
+            return reply.result
+        return reply
+
+    def _count_ack(self, batch_id: str, d: Delivered, reply: int | BackendError) -> None:
+        if isinstance(reply, BackendError):
+            ratelog.log(logging.WARNING, "ack",
+                        "could not acknowledge delivered batch %s of game %r (%s: %s); it will "
+                        "be sent again when its lease runs out", batch_id, d.game,
+                        type(reply).__name__, reply, extra=batch_fields(d.game, batch_id))
+            self._counts.count(C.ACK_FAILED)
+        elif reply < 0:
+            logger.warning("batch %s of game %r was delivered after its lease ran out; "
+                           "it may be sent again", batch_id, d.game,
+                           extra=batch_fields(d.game, batch_id))
+            self._counts.count(C.LEASE_LOST)
+        else:
+            self._counts.add({C.DELIVERED: reply, C.STALE: d.stale, C.BATCHES_DELIVERED: 1})
+
+    def _unconfirmed(self, exc: BackendUnreplicated) -> None:
+        """An ack or settle too few replicas confirmed: it stands (a failover may undo it,
+        and the batch would be sent again); counted, and its result used."""
+        self._counts.count(C.ACKS_UNREPLICATED)
+        ratelog.log(logging.WARNING, "unreplicated-ack", "ack not confirmed by replicas: %s",
+                    exc)
+
+    def _nack(self, keys: ShardKeys, token: str, batch: Leased, outcome: Outcome) -> Result:
+        """The whole batch failed: into the retry set, or the dead letters."""
+        game, batch_id, attempt = batch.game, batch.batch_id, batch.attempts + 1
+        result = self._batches.nack(keys, batch_id, token, permanent=outcome.kind == REJECTED,
+                                    min_delay_ms=int(outcome.retry_after * 1000),
+                                    reason=outcome.reason)
+        if result.state == "dead":
+            ratelog.log(logging.ERROR, f"dead:{outcome.reason[:40]}",
+                        "batch %s of game %r dead-lettered (%d events) after %d attempts: %s",
+                        batch_id, game, len(batch.entries), attempt, outcome.reason,
+                        extra=batch_fields(game, batch_id, keys.shard, attempt,
+                                           outcome.reason, events=len(batch.entries)))
+            self._counts.add({C.DEAD_BATCHES: 1, C.DEAD_EVENTS: len(batch.entries)})
+            return Result.DEAD
+        if result.state == "retry":
+            ratelog.log(logging.WARNING, "retry",
+                        "endpoint failed (%s); batch %s of game %r retries in %.1fs, "
+                        "new claims paused", outcome.reason, batch_id, game,
+                        result.delay_ms / 1000,
+                        extra=batch_fields(game, batch_id, keys.shard, attempt,
+                                           outcome.reason, retry_in=result.delay_ms / 1000))
+            self._counts.count(C.BATCHES_RETRIED)
+            return Result.RETRY
+        return Result.LOST
+
+    def _alert(self, batch: Leased, outcome: Outcome) -> None:
+        """The endpoint refused what only the operator can fix: say so loudly, count it, and
+        leave it for ``status``."""
+        self._counts.count(C.CONFIG_ERRORS)
+        name = outcome.alert.partition(":")[0]
+        ratelog.log(logging.ERROR, f"alert:{name}", "batch %s of game %r refused (%s): %s; it is "
+                    "dead-lettered: replay it once fixed", batch.batch_id, batch.game,
+                    outcome.reason, outcome.alert,
+                    extra=batch_fields(batch.game, batch.batch_id, reason=outcome.reason,
+                                       alert=name))
+        try:
+            self._batches.note_alert(name, outcome.alert)
+        except Exception as exc:  # status misses one line; the log and the count have it
+            logger.warning("could not record the alert for status (%s)", exc)
+
+    def _partial(self, keys: ShardKeys, token: str, batch: Leased, fresh: Fresh,
+                 outcome: Outcome) -> Result:
+        """Finish a batch the endpoint answered item by item, in one store call."""
+        game, batch_id = batch.game, batch.batch_id
+        try:
+            settled = self._batches.settle(
+                keys, batch_id, token, stale=fresh.stale,
+                retry=[fresh.position(i) for i in outcome.retry_items],
+                refused=[(fresh.position(i), reason) for i, reason in outcome.refused],
+                min_delay_ms=int(outcome.retry_after * 1000), reason=outcome.reason)
+        except BackendUnreplicated as exc:
+            if not isinstance(exc.result, Settled):
+                raise
+            self._unconfirmed(exc)
+            settled = exc.result
+        if settled.delivered < 0:
+            logger.warning("batch %s of game %r was answered after its lease ran out; "
+                           "it may be sent again", batch_id, game,
+                           extra=batch_fields(game, batch_id, keys.shard))
+            self._counts.count(C.LEASE_LOST)
+            return Result.LOST
+        amounts = {C.DELIVERED: settled.delivered, C.STALE: fresh.stale,
+                   C.BATCHES_DELIVERED: int(settled.delivered > 0)}
+        if outcome.refused:
+            refused = len(outcome.refused)
+            amounts.update({C.REJECTED_ITEMS: refused, C.DEAD_EVENTS: refused,
+                            C.DEAD_BATCHES: 1})
+            ratelog.log(logging.ERROR, f"refused:{game}",
+                        "endpoint refused %d of %d events of batch %s of game %r (first: %s); "
+                        "dead-lettered as %s", refused, len(fresh.events), batch_id, game,
+                        outcome.refused[0][1], settled.refused_id,
+                        extra=batch_fields(game, batch_id, keys.shard, reason=outcome.reason,
+                                           refused=refused, dead_letter=settled.refused_id))
+        if settled.retry_state == "retry":
+            amounts[C.BATCHES_RETRIED] = 1
+        elif settled.retry_state == "dead":
+            amounts[C.DEAD_BATCHES] = amounts.get(C.DEAD_BATCHES, 0) + 1
+            amounts[C.DEAD_EVENTS] = (amounts.get(C.DEAD_EVENTS, 0)
+                                      + len(outcome.retry_items))
+        self._counts.add(amounts)
+        return Result.PARTIAL
