@@ -39,3 +39,6 @@ STOP_REDIS_TIMEOUT_SECONDS = 1.0
 # A stop ends within grace + the Redis socket timeout + this, whatever Redis and the endpoint
 # do: the last of it is for the jobs under way to return.
 STOP_MARGIN_SECONDS = 1.5
+# How often the main thread of `run` looks whether a stop signal came (its handler only
+# counts, so that it takes no lock).
+SIGNAL_POLL_SECONDS = 0.1

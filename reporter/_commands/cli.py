@@ -34,6 +34,7 @@ from collector.store import BackendUnavailable, describe_settings, open_store
 from reporter._commands.dead import add_dead_parser, replay_budget, run_dead
 from reporter._commands.status import run_status
 from reporter._config import ReporterConfig, sink_problems
+from reporter._constants import SIGNAL_POLL_SECONDS
 from reporter._exceptions import ReporterError, SinkConfigError
 from reporter._logging import (
     FORMAT_ENV,
@@ -356,28 +357,39 @@ def stopped_line(stopped: Stopped) -> tuple[str, dict[str, object]]:
              "blocked_jobs": list(stopped.blocked_jobs)})
 
 
+class StopSignals:
+    """SIGTERM and SIGINT: the first asks for a graceful stop, a second exits at once.
+
+    The handler only counts: it runs on the main thread between two bytecodes, possibly
+    while that thread holds a lock (an ``Event``'s, say), so taking any lock in it could
+    deadlock the process.  The main thread polls the count instead."""
+
+    def __init__(self) -> None:
+        self.received = 0
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.received += 1
+        if self.received > 1:  # logging's locks are reentrant: safe to take here
+            logger.warning("second signal: exiting now; leases will recover the rest")
+            os._exit(1)
+
+
 def _run(config: ReporterConfig) -> int:
     from reporter._service.service import ReporterService
 
     _refuse_sink_problems(config)
     service = ReporterService(config)
-    stopping = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        if stopping.is_set():
-            service.abort_event.set()
-            logger.warning("second signal: exiting now; leases will recover the rest")
-            os._exit(1)
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    signals = StopSignals()
+    signal.signal(signal.SIGTERM, signals.on_signal)
+    signal.signal(signal.SIGINT, signals.on_signal)
     for notice in config.notices:
         logger.warning(notice)
     message, fields = startup_line(config, service.limiter.describe())
     logger.info("%s", message, extra=fields)
     service.start()
-    stopping.wait()
+    idle = threading.Event()  # never set: a wait that a signal handler does not touch
+    while not signals.received:
+        idle.wait(SIGNAL_POLL_SECONDS)
     logger.info("stopping: no new claims; waiting up to %gs for in-flight POSTs",
                 config.reporter.grace_seconds)
     stopped = service.stop()
