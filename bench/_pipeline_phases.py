@@ -39,6 +39,7 @@ from bench._pipeline_workload import (
     preload_games,
 )
 from collector import Collector
+from collector import counters as vocab
 from collector.store import KeySchema, SingleServer, Store
 from reporter._config import ReporterConfig
 from reporter._monitoring.accounting import Totals, read_totals
@@ -104,7 +105,7 @@ def preload_ours(raw: Raw, games: list[str], per_game: int) -> int:
         if not collector.flush(SETTLE_TIMEOUT_S):
             raise RuntimeError("pre-load: flush timed out")
         stats = collector.stats()
-        if stats["stored"] != seq:
+        if stats[vocab.Counter.STORED] != seq:
             raise RuntimeError(f"pre-load: {seq} collected but {stats['stored']} stored")
     finally:
         collector.close(timeout=5)
@@ -226,7 +227,7 @@ def _fill_e2e(result: E2EResult, kind: str, ctx: Context, generated: Mapping[str
               collected: Mapping[str, Any], at_end: Mapping[str, Any], stats: Mapping[str, Any],
               t0: float, games: Sequence[str]) -> None:
     sdk = collected["stats"]
-    result.collected = int(sdk["accepted"])
+    result.collected = int(sdk[vocab.Counter.ACCEPTED])
     result.collect_elapsed = float(generated["elapsed"])
     result.worst_lag = int(generated["worst_lag"])
     result.delivered = int(stats["events"])
@@ -240,11 +241,11 @@ def _fill_e2e(result: E2EResult, kind: str, ctx: Context, generated: Mapping[str
     if kind == "ours":
         totals: Totals = read_totals(Store(SingleServer(ctx.client), SCHEMA))
         result.drops = {
-            "evicted": totals.counter("evicted"),
-            "stale": totals.counter("stale"),
-            "dead-lettered": totals.dead_events,
-            "sdk dropped": int(sdk.get("dropped_buffer_full", 0))
-            + int(sdk.get("dropped_at_close", 0)),
+            "evicted": totals.counter(vocab.Counter.EVICTED),
+            "stale": totals.counter(vocab.Counter.STALE),
+            "dead-lettered": totals.dead_now,
+            "sdk dropped": int(sdk[vocab.Counter.DROPPED_BUFFER_FULL])
+            + int(sdk[vocab.Counter.DROPPED_AT_CLOSE]),
         }
         result.left = totals.buffered + totals.pending_events
     else:
