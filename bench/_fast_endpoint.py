@@ -267,12 +267,12 @@ def _poster(url: str, client: str) -> Callable[[bytes], None]:
     return post_stdlib
 
 
-def local_endpoint_capacity() -> float:
+def local_endpoint_capacity(seconds: float = 2.0) -> float:
     parent, child = MP.Pipe()
     proc = MP.Process(target=local_endpoint_main, args=(child,), daemon=True)
     proc.start()
     try:
-        return endpoint_capacity(str(parent.recv())).events_per_s
+        return endpoint_capacity(str(parent.recv()), seconds=seconds).events_per_s
     finally:
         parent.send("stop")
         proc.join(10)

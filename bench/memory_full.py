@@ -2,6 +2,7 @@
 maxmemory draining a full Redis goes.
 
     .venv/bin/python bench/memory_full.py [--maxmemory 4mb 16mb] [--events-per-game 2048]
+                                          [--small]
 
 For each server binary found (redis-server, valkey-server):
 
@@ -16,6 +17,9 @@ For each server binary found (redis-server, valkey-server):
   few milliseconds.  Prints what Redis held, the peak of ``used_memory`` over maxmemory
   (polled, and INFO's own ``used_memory_peak``, reset when the reporter starts), the time to
   deliver everything, and whether every event collected was delivered.
+
+``--small`` runs both parts in seconds (one small maxmemory, fewer events per game): a check
+that the script works (``tests/test_benches.py`` runs it), not a measurement.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 import orjson  # noqa: E402
 
+from bench._small import parse_with_small  # noqa: E402
 from collector import Collector  # noqa: E402
 from collector.config import build_config, raw_settings  # noqa: E402
 from collector.store import Ack, Claim, Collect, KeySchema, encode_entry, open_store  # noqa: E402
@@ -44,6 +50,7 @@ from tests.servers import Server, server_binaries  # noqa: E402
 GAMES = [f"game-{i:02d}" for i in range(20)]
 PAD = "x" * 40
 PREFIX = "memfull"
+SMALL = {"maxmemory": ["3mb"], "events_per_game": 256}  # --small: both parts, in seconds
 
 
 def config(url: str, sink: str) -> ReporterConfig:
@@ -175,11 +182,11 @@ def drain(binary: str, maxmemory: str) -> None:
         server.cleanup()
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--maxmemory", nargs="+", default=["4mb", "16mb"])
     parser.add_argument("--events-per-game", type=int, default=2048)
-    args = parser.parse_args()
+    args = parse_with_small(parser, argv, SMALL)
     for name, binary in server_binaries().items():
         print(name)
         for pad in (PAD, ""):

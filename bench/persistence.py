@@ -2,6 +2,7 @@
 started again, then everything drained and counted.
 
     .venv/bin/python bench/persistence.py [--rate 2000] [--seconds 10] [--kill-at 5]
+                                          [--shard-lease-seconds 10] [--small]
 
 For each setting (no persistence; append-only file with fsync every second; with fsync
 always) one private server on a free loopback port, a reporter (``ReporterService``) draining
@@ -16,6 +17,10 @@ A SIGKILL of the process is not a machine crash: what Redis wrote to its append-
 in the operating system's page cache and survives the process, so fsync every second and
 always lose the same here.  fsync every second bounds the loss to about a second of writes
 on a crash of the machine itself (power, kernel), which this script cannot cause.
+
+``--small`` runs every setting with a second or two of traffic and a 1 s shard lease (the
+reporter notices a reset at its next sweep of a shard it owns): a check that the script works
+(``tests/test_benches.py`` runs it), not a measurement.
 """
 
 from __future__ import annotations
@@ -26,13 +31,16 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench._small import parse_with_small  # noqa: E402
 from collector import Collector  # noqa: E402
 from collector.config import build_config, raw_settings  # noqa: E402
+from collector.counters import Counter as C  # noqa: E402
 from reporter._config import ReporterConfig  # noqa: E402
 from reporter._demo.endpoint import LocalEndpoint  # noqa: E402
 from reporter._monitoring.accounting import read_totals  # noqa: E402
@@ -45,6 +53,8 @@ SETTINGS = {
     "aof everysec": ["--appendonly", "yes", "--appendfsync", "everysec"],
     "aof always": ["--appendonly", "yes", "--appendfsync", "always"],
 }
+# --small: every setting, in seconds.
+SMALL = {"rate": 1000, "seconds": 1.0, "kill_at": 0.5, "shard_lease_seconds": 1.0}
 
 
 class LostLines(logging.Handler):
@@ -60,10 +70,11 @@ class LostLines(logging.Handler):
             self.lost.append(int(found.group(1)))
 
 
-def config_for(url: str, sink: str) -> ReporterConfig:
+def config_for(url: str, sink: str, shard_lease_seconds: float) -> ReporterConfig:
     raw = raw_settings(ReporterConfig())
     raw["redis"].update(url=url, shards=4, socket_timeout_seconds=0.5,
                         connect_timeout_seconds=0.5)
+    raw["reporter"].update(shard_lease_seconds=shard_lease_seconds)
     raw["buffer"].update(max_events_per_game=1_000_000)
     raw["collector"].update(retry_max_delay_ms=200)
     raw["sink"].update(url=sink)
@@ -89,7 +100,7 @@ def run(name: str, binary: str, args: argparse.Namespace) -> dict[str, object]:
     endpoint = LocalEndpoint().start()
     lines = LostLines()
     logging.getLogger("reporter").addHandler(lines)
-    config = config_for(server.url, endpoint.url)
+    config = config_for(server.url, endpoint.url, args.shard_lease_seconds)
     service = ReporterService(config)
     collector = Collector(config=config)
     try:
@@ -107,11 +118,11 @@ def run(name: str, binary: str, args: argparse.Namespace) -> dict[str, object]:
         time.sleep(2 * config.reporter.shard_lease_seconds)  # let resets be reported
         stats = collector.stats()
         received = {e["id"] for e in endpoint.events()}
-        dropped = stats["dropped_buffer_full"] + stats["dropped_at_close"]
-        return {"setting": name, "accepted": stats["accepted"], "delivered": len(received),
-                "lost": stats["accepted"] - len(received) - dropped,
-                "reporter resets": service.tally.snapshot().get("store_resets", 0),
-                "reported lost": sum(lines.lost), "sdk resets": stats["store_resets"]}
+        dropped = stats[C.DROPPED_BUFFER_FULL] + stats[C.DROPPED_AT_CLOSE]
+        return {"setting": name, "accepted": stats[C.ACCEPTED], "delivered": len(received),
+                "lost": stats[C.ACCEPTED] - len(received) - dropped,
+                "reporter resets": service.tally.snapshot().get(C.STORE_RESETS, 0),
+                "reported lost": sum(lines.lost), "sdk resets": stats[C.STORE_RESETS]}
     finally:
         logging.getLogger("reporter").removeHandler(lines)
         collector.close(timeout=5)
@@ -121,12 +132,14 @@ def run(name: str, binary: str, args: argparse.Namespace) -> dict[str, object]:
         server.cleanup()
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--kill-at", type=float, default=5.0)
-    args = parser.parse_args()
+    parser.add_argument("--shard-lease-seconds", type=float, default=10.0,
+                        help="[reporter] shard_lease_seconds (10, the default)")
+    args = parse_with_small(parser, argv, SMALL)
     binaries = server_binaries()
     binary = binaries.get("redis") or binaries["valkey"]
     print(f"{args.rate} events/s for {args.seconds:g} s, Redis SIGKILLed and restarted at "

@@ -31,7 +31,10 @@ thread, and one thread that loops over the registry doing LRANGE 0 127 + LTRIM 1
 (one MULTI/EXEC round trip) and one httpx POST per drained batch.
 
     .venv/bin/python bench/pipeline.py [--seconds 60] [--rate 50000] [--events 300000]
-        [--server redis|valkey] [--skip-baseline] [--profile DIR]
+        [--server redis|valkey] [--skip-baseline] [--profile DIR] [--small]
+
+``--small`` runs every phase, ours and the baseline, in seconds with tiny sizes: a check that
+the script works (``tests/test_benches.py`` runs it), not a measurement.
 
 This file is the entry point (arguments, setup, running the phases, printing); the parts are
 private modules beside it: ``_pipeline_workload`` (events, pacing, the project config),
@@ -77,10 +80,14 @@ from bench._pipeline_report import (  # noqa: E402
     summarise_profile,
 )
 from bench._pipeline_workload import HOT_GAME, HOT_THREADS, our_raw  # noqa: E402
+from bench._small import parse_with_small  # noqa: E402
 from reporter._config import ReporterConfig  # noqa: E402
 from tests.servers import Server, server_binaries  # noqa: E402
 
 FORBIDDEN_PORT = 6379  # the machine's own Redis; never touched
+# --small: every phase, ours and the baseline, in about 20 s.
+SMALL = {"seconds": 2.0, "rate": 2000.0, "events": 2560, "games": 4, "e2e_games": 8,
+         "cap": 5000, "linger_ms": 200, "probe_seconds": 0.2}
 
 
 # -- setup ----------------------------------------------------------------------------------------
@@ -93,13 +100,14 @@ def load() -> str:
 def print_setup(ctx: Context) -> None:
     args = ctx.args
     print(f"load average at the start (1/5/15 min): {load()}")
-    hx = endpoint_capacity(ctx.endpoint.url, "httpx")
-    std = endpoint_capacity(ctx.endpoint.url, "http.client")
+    probe = args.probe_seconds
+    hx = endpoint_capacity(ctx.endpoint.url, "httpx", probe)
+    std = endpoint_capacity(ctx.endpoint.url, "http.client", probe)
     print(f"endpoint, one client thread, 128 events/POST: bench asyncio endpoint "
           f"{hx.events_per_s:,.0f} events/s with httpx ({hx.client_cpu_us_per_post:,.0f} us "
           f"client CPU/POST), {std.events_per_s:,.0f} with http.client "
           f"({std.client_cpu_us_per_post:,.0f} us); reporter._demo.endpoint.LocalEndpoint "
-          f"{local_endpoint_capacity():,.0f} events/s with httpx")
+          f"{local_endpoint_capacity(probe):,.0f} events/s with httpx")
     ctx.endpoint.reset()
     r = our_raw("", "", cap=0, linger_ms=args.linger_ms, hot_games={},
                 reporter=ctx.reporter_overrides)["reporter"]
@@ -146,7 +154,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--skip-baseline", action="store_true")
     p.add_argument("--profile", type=Path, metavar="DIR",
                    help="py-spy record each reporter process into DIR and summarise")
-    args = p.parse_args(argv)
+    p.add_argument("--probe-seconds", type=float, default=2.0,
+                   help="length of each endpoint capacity probe at the start (2)")
+    args = parse_with_small(p, argv, SMALL)
     if args.e2e_games < 2 or args.games < 1 or args.seconds <= 0 or args.rate <= 0:
         p.error("need --e2e-games >= 2, --games >= 1 and positive --seconds/--rate")
     return args

@@ -12,7 +12,10 @@ times each:
 It prints the median events/s of each and the ratio wait 1 / wait 0.
 
     .venv/bin/python bench/replica_wait.py [--events 200000] [--sync-events 5000]
-                                           [--games 50] [--rounds 3]
+                                           [--games 50] [--rounds 3] [--small]
+
+``--small`` stores a few thousand events each way, one round, in seconds: a check that the
+script works (``tests/test_benches.py`` runs it), not a measurement.
 """
 
 from __future__ import annotations
@@ -21,14 +24,20 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench._small import parse_with_small  # noqa: E402
 from collector import Collector  # noqa: E402
+from collector.counters import Counter  # noqa: E402
 from tests.polling import wait_until  # noqa: E402
 from tests.servers import Server, server_binaries  # noqa: E402
+
+# --small: both modes, with and without the WAIT, once each, in seconds.
+SMALL = {"events": 5000, "sync_events": 300, "games": 10, "rounds": 1}
 
 
 def store_rate(url: str, wait: int, mode: str, events: int, games: int) -> float:
@@ -46,17 +55,17 @@ def store_rate(url: str, wait: int, mode: str, events: int, games: int) -> float
         assert c.flush(120), c.stats()
         seconds = time.perf_counter() - started
         stats = c.stats()
-        assert stats["unreplicated_writes"] == 0, stats
+        assert stats[Counter.UNREPLICATED_WRITES] == 0, stats
     return events / seconds
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--sync-events", type=int, default=5_000)
     ap.add_argument("--games", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args()
+    args = parse_with_small(ap, argv, SMALL)
     binary = server_binaries().get("redis") or server_binaries()["valkey"]
     primary = Server(binary).start()
     replica = Server(binary, extra=["--replicaof", "127.0.0.1", str(primary.port),

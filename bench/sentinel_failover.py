@@ -1,7 +1,7 @@
 """What a Sentinel failover loses: the primary killed or demoted under steady traffic, repeated.
 
     .venv/bin/python bench/sentinel_failover.py [--runs 7] [--rate 2000] [--kill-after 10000]
-        [--after 8] [--how kill|demote] [--wait-for-replicas 0]
+        [--after 8] [--how kill|demote] [--wait-for-replicas 0] [--small]
 
 Each run starts a primary, one replica and three sentinels (``tests.servers.SentinelGroup``:
 down-after 1 s, failover timeout 3 s) on free loopback ports, a reporter
@@ -14,6 +14,10 @@ seconds past the promotion of the replica; then the SDK flushes and the reporter
 delivered, duplicates, missing (collected, never delivered, counted nowhere) and how long the
 sentinels took.  ``--wait-for-replicas`` sets ``[redis] wait_for_replicas`` (where this
 version has it).
+
+``--small`` runs one failover with a few hundred events either side of it, in seconds (most of
+them the sentinels' own timeouts): a check that the script works (``tests/test_benches.py``
+runs it), not a measurement.
 """
 
 from __future__ import annotations
@@ -21,17 +25,20 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench._small import parse_with_small  # noqa: E402
 from reporter._demo.endpoint import LocalEndpoint  # noqa: E402
 from reporter._service.service import ReporterService  # noqa: E402
 from tests.delivery.sentinel import FailoverRun, run_failover, sentinel_config  # noqa: E402
 from tests.servers import SentinelGroup, server_binaries  # noqa: E402
 
 GAMES = [f"bench-game-{i}" for i in range(8)]
+SMALL = {"runs": 1, "rate": 1000, "kill_after": 500, "after": 1.0}  # --small: one failover
 
 
 def one_run(binary: str, args: argparse.Namespace) -> FailoverRun:
@@ -54,7 +61,7 @@ def one_run(binary: str, args: argparse.Namespace) -> FailoverRun:
         group.cleanup()
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--rate", type=int, default=2000, help="events per second")
@@ -64,7 +71,7 @@ def main() -> int:
                         help="seconds of collecting after the promotion")
     parser.add_argument("--how", choices=("kill", "demote"), default="kill")
     parser.add_argument("--wait-for-replicas", type=int, default=0)
-    args = parser.parse_args()
+    args = parse_with_small(parser, argv, SMALL)
     logging.basicConfig(level=logging.CRITICAL)  # the failover's errors are expected
     binary = server_binaries().get("redis") or server_binaries()["valkey"]
     collected = missing = duplicates = 0

@@ -2,6 +2,7 @@
 
     make soak                      # about 10 minutes
     .venv/bin/python bench/soak.py --seconds 120 --rate 5000   # a quicker pass
+    .venv/bin/python bench/soak.py --small     # every step of the schedule in seconds
 
 One producer process calls ``collect()`` at ``--rate`` events/s, two reporter processes
 (``python -m reporter run``) drain to a local endpoint in this process, and a schedule
@@ -9,6 +10,9 @@ restarts the Redis server (SIGKILL; append-only file with fsync always, so ackno
 writes survive), fails the endpoint with 503 for a while, and SIGKILLs a reporter. At the end
 everything is drained and the counts are reconciled: every event the producer's collect()
 accepted was received by the endpoint or is counted as dropped somewhere.
+
+``--small`` runs the whole schedule with outages of a second: a check that the script works
+(``tests/test_benches.py`` runs it), not a soak; it still fails unless the counts reconcile.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +35,9 @@ sys.path.insert(0, str(ROOT))
 
 import redis  # noqa: E402
 
+from bench._small import parse_with_small  # noqa: E402
 from collector import Collector  # noqa: E402
+from collector.counters import Counter  # noqa: E402
 from collector.store import KeySchema, SingleServer, Store  # noqa: E402
 from reporter._config import ReporterConfig  # noqa: E402
 from reporter._demo.endpoint import LocalEndpoint  # noqa: E402
@@ -38,6 +45,8 @@ from reporter._monitoring.accounting import read_totals  # noqa: E402
 from tests.servers import Server, server_binaries  # noqa: E402
 
 GAMES = [f"game-{i:02d}" for i in range(20)]
+# --small: the whole schedule, in seconds.
+SMALL = {"seconds": 6.0, "rate": 1000, "outage_seconds": 1.0, "reporter_down_seconds": 0.5}
 
 
 def produce(url: str, rate: int, seconds: float, out: str) -> None:
@@ -103,11 +112,15 @@ def start_reporter(config: Path, log: Path) -> subprocess.Popen[bytes]:
                                  str(config)], cwd=ROOT, stdout=fh, stderr=fh)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=540.0, help="traffic duration")
-    ap.add_argument("--rate", type=int, default=10_000, help="events per second")
-    args = ap.parse_args()
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=540.0, help="traffic duration (540)")
+    ap.add_argument("--rate", type=int, default=10_000, help="events per second (10000)")
+    ap.add_argument("--outage-seconds", type=float, default=30.0,
+                    help="how long the Redis server is down, and the endpoint failing (30)")
+    ap.add_argument("--reporter-down-seconds", type=float, default=5.0,
+                    help="how long the SIGKILLed reporter stays down (5)")
+    args = parse_with_small(ap, argv, SMALL)
     binary = server_binaries().get("redis") or server_binaries()["valkey"]
     server = Server(binary, extra=["--appendonly", "yes", "--appendfsync", "always"]).start()
     outage = Outage()
@@ -124,14 +137,14 @@ def main() -> int:
     reporters = [start_reporter(config, tmp / f"reporter{i}.log") for i in range(2)]
     producer = subprocess.Popen([sys.executable, __file__, "--produce", server.url,
                                  str(args.rate), str(args.seconds), str(stats_file)], cwd=ROOT)
-    s = args.seconds
+    s, off, down = args.seconds, args.outage_seconds, args.reporter_down_seconds
     schedule = [
-        (0.2 * s, "kill the Redis server (SIGKILL) for 30 s", "redis_down"),
-        (0.2 * s + 30, "start the Redis server again", "redis_up"),
-        (0.45 * s, "endpoint outage: 503 for 30 s", "sink_down"),
-        (0.45 * s + 30, "endpoint back", "sink_up"),
+        (0.2 * s, f"kill the Redis server (SIGKILL) for {off:g} s", "redis_down"),
+        (0.2 * s + off, "start the Redis server again", "redis_up"),
+        (0.45 * s, f"endpoint outage: 503 for {off:g} s", "sink_down"),
+        (0.45 * s + off, "endpoint back", "sink_up"),
         (0.7 * s, "SIGKILL reporter 0", "kill_reporter"),
-        (0.7 * s + 5, "start reporter 0 again", "start_reporter"),
+        (0.7 * s + down, "start reporter 0 again", "start_reporter"),
     ]
     try:
         for when, what, action in schedule:
@@ -185,23 +198,24 @@ def reconcile(server: Server, endpoint: LocalEndpoint, reporters: list[subproces
     ids = [e["id"] for e in endpoint.events()]
     distinct = len(set(ids))
     c = totals.counter
-    counted_drops = (produced["dropped_buffer_full"] + produced["dropped_at_close"]
-                     + c("evicted") + c("stale") + totals.dead_events)
+    counted_drops = (produced[Counter.DROPPED_BUFFER_FULL] + produced[Counter.DROPPED_AT_CLOSE]
+                     + c(Counter.EVICTED) + c(Counter.STALE) + totals.dead_now)
     rows = {
-        "accepted by collect()": produced["accepted"],
-        "SDK dropped (buffer full + at close)": produced["dropped_buffer_full"]
-        + produced["dropped_at_close"],
-        "SDK backend errors (retried)": produced["backend_errors"],
-        "stored (Redis counter)": c("stored"),
-        "evicted by cap": c("evicted"),
-        "stale": c("stale"),
-        "dead-lettered": totals.dead_events,
-        "delivered (acked)": c("delivered"),
+        "accepted by collect()": produced[Counter.ACCEPTED],
+        "SDK dropped (buffer full + at close)": produced[Counter.DROPPED_BUFFER_FULL]
+        + produced[Counter.DROPPED_AT_CLOSE],
+        "SDK backend errors (retried)": produced[Counter.BACKEND_ERRORS],
+        "stored (Redis counter)": c(Counter.STORED),
+        "evicted by cap": c(Counter.EVICTED),
+        "stale": c(Counter.STALE),
+        "dead-lettered": totals.dead_now,
+        "delivered (acked)": c(Counter.DELIVERED),
         "received by endpoint": len(ids),
         "received, distinct ids": distinct,
         "duplicates received": len(ids) - distinct,
         "requests refused during outage": outage.refused,
-        "batches retried / reaped": f"{c('batches_retried')} / {c('batches_reaped')}",
+        "batches retried / reaped":
+            f"{c(Counter.BATCHES_RETRIED)} / {c(Counter.BATCHES_REAPED)}",
         "still buffered or pending": totals.buffered + totals.pending_events,
         "Redis unaccounted": totals.unaccounted,
         "reporter exit codes (SIGTERM)": codes,
@@ -209,7 +223,7 @@ def reconcile(server: Server, endpoint: LocalEndpoint, reporters: list[subproces
     width = max(len(k) for k in rows)
     for name, value in rows.items():
         print(f"  {name:<{width}}  {value}")
-    missing = produced["accepted"] - distinct - counted_drops
+    missing = produced[Counter.ACCEPTED] - distinct - counted_drops
     ok = missing <= 0 and totals.unaccounted == 0 and codes == [0, 0]
     say(f"accepted - distinct received - counted drops = {missing}: "
         + ("RECONCILED" if ok else "NOT RECONCILED"))

@@ -2,6 +2,7 @@
 
     make soak-cluster                                   # both runs, wait_for_replicas 0 and 1
     .venv/bin/python bench/soak_cluster.py --wait-for-replicas 1     # one run
+    .venv/bin/python bench/soak_cluster.py --small     # both runs, each as short as it goes
 
 The run of issue 10: a local cluster of 3 primaries with a replica each (started here, on
 loopback ports), one producer process calling ``collect()`` for 30,000 events paced over
@@ -24,6 +25,10 @@ At the end everything is drained and it prints: delivered (distinct ids the endp
 duplicates (and how many arrived again in the same batch, same Idempotency-Key), lost
 (collected, not delivered and not counted anywhere) and counted (dropped or stale, with the
 counter that has them).
+
+``--small`` makes each run as short as a failover allows (a few thousand events over 3 s; the
+cluster's own timeouts set the rest): a check that the script works (``tests/test_benches.py``
+runs it), not a soak; a run with ``wait_for_replicas`` 1 that loses events still fails it.
 """
 
 from __future__ import annotations
@@ -38,14 +43,17 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench._small import parse_with_small  # noqa: E402
 from collector import Collector  # noqa: E402
 from collector.config import TelemetryConfig  # noqa: E402
+from collector.counters import Counter as C  # noqa: E402
 from collector.store import open_store  # noqa: E402
 from reporter._demo.endpoint import LocalEndpoint  # noqa: E402
 from reporter._monitoring.accounting import read_totals  # noqa: E402
@@ -53,6 +61,8 @@ from tests.servers import Cluster, server_binaries  # noqa: E402
 
 GAMES = [f"game-{i:02d}" for i in range(20)]
 SHARDS = 16
+# --small: each run as short as the failover allows.
+SMALL = {"events": 3000, "seconds": 3.0, "kill_primary_at": 1.0, "kill_reporter_at": 1.5}
 
 
 def produce(url: str, wait: int, events: int, seconds: float, out: str) -> None:
@@ -142,6 +152,11 @@ def run(wait: int, events: int, seconds: float, kill_at: float, kill_reporter_at
     victim = cluster.primaries[0]
     replica = cluster.replicas[0]  # the victim's (replicas follow primaries in turn)
     try:
+        # The schedule counts from the first delivery, not from the processes' start: a
+        # reporter that had not connected yet when the primary dies could not start at all.
+        under_way = first_delivery(endpoint, timeout=60)
+        t0 = time.monotonic()
+        say(f"first events delivered {under_way:.1f} s after the processes started")
         time.sleep(max(0.0, kill_at - lag - (time.monotonic() - t0)))
         if lag:
             say(f"cut the link to the replica on port {replica.port} {lag * 1000:g} ms "
@@ -171,6 +186,17 @@ def run(wait: int, events: int, seconds: float, kill_at: float, kill_reporter_at
         endpoint.stop()
         cluster.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def first_delivery(endpoint: LocalEndpoint, timeout: float) -> float:
+    """Wait until the endpoint took its first batch; the seconds it took."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        with endpoint.lock:
+            if endpoint.received:
+                return time.monotonic() - start
+        time.sleep(0.02)
+    raise RuntimeError(f"nothing delivered within {timeout:g} s of the start")
 
 
 def _failover(cluster: Cluster, victim: Any, say: Any) -> None:
@@ -206,30 +232,31 @@ def reconcile(cluster: Cluster, endpoint: LocalEndpoint, reporters: list[Any], l
         keys_of[i].add(key)
     same_batch = sum(n - len(keys_of[i]) for i, n in ids.items())
     c = totals.counter
-    counted = (produced["dropped_buffer_full"] + produced["dropped_at_close"] + c("evicted")
-               + c("stale") + c("dead_events"))
-    lost = produced["accepted"] - len(ids) - counted
+    counted = (produced[C.DROPPED_BUFFER_FULL] + produced[C.DROPPED_AT_CLOSE] + c(C.EVICTED)
+               + c(C.STALE) + totals.dead_now)
+    lost = produced[C.ACCEPTED] - len(ids) - counted
     reported = [reporter_counts(log) for log in logs[1:]]
     return {
-        "collected": produced["accepted"],
+        "collected": produced[C.ACCEPTED],
         "delivered": len(ids),
         "duplicates": len(received) - len(ids),
         "duplicates in the same batch (same Idempotency-Key)": same_batch,
         "lost": max(lost, 0),
         "counted (dropped, evicted, stale, dead)": counted,
-        "SDK unreplicated_writes": produced.get("unreplicated_writes", 0),
-        "SDK backend_errors": produced["backend_errors"],
-        "reporters 1-2 batches_unreplicated": sum(r.get("batches_unreplicated", 0)
+        "SDK unreplicated_writes": produced[C.UNREPLICATED_WRITES],
+        "SDK backend_errors": produced[C.BACKEND_ERRORS],
+        "reporters 1-2 batches_unreplicated": sum(r.get(C.BATCHES_UNREPLICATED, 0)
                                                   for r in reported),
-        "reporters 1-2 acks_unreplicated": sum(r.get("acks_unreplicated", 0) for r in reported),
+        "reporters 1-2 acks_unreplicated": sum(r.get(C.ACKS_UNREPLICATED, 0)
+                                               for r in reported),
         "still buffered or pending": totals.buffered + totals.pending_events,
         "events older than the endpoint saw (wrong ids)": sum(
-            1 for i in ids if not 0 <= i < produced["accepted"]),
+            1 for i in ids if not 0 <= i < produced[C.ACCEPTED]),
     }
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--wait-for-replicas", type=int, action="append",
                     help="[redis] wait_for_replicas (repeat for several runs; default: 0 and 1)")
     ap.add_argument("--events", type=int, default=30_000)
@@ -239,7 +266,7 @@ def main() -> int:
     ap.add_argument("--replica-lag-ms", type=float, default=0.0,
                     help="cut the killed primary's link to its replica this long before the "
                          "kill (a replica that lags, as on a slow or broken link)")
-    args = ap.parse_args()
+    args = parse_with_small(ap, argv, SMALL)
     failed = False
     for wait in args.wait_for_replicas or [0, 1]:
         print(f"wait_for_replicas = {wait}: {args.events} events over {args.seconds:g} s, "
