@@ -1,0 +1,136 @@
+"""Every bench script runs to the end in its small mode (``--small``) and prints its table.
+
+A bench is not a test, so nothing else runs it: when a counter is renamed or a phase breaks,
+this is where it shows.  Each script runs as a process of its own (as ``make bench`` runs it),
+starting its own servers on free loopback ports; the test checks its exit status and a few
+labels of what it prints, those a missing counter or a broken phase would take away.  The
+scripts run three at a time (most of a small run is waiting: for processes to start, for a
+failover, for a rate limit), each test waiting for its own.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+PARALLEL = 3
+RUN_TIMEOUT_S = 240.0
+
+# What each script must print; a str is looked for as is, a Pattern anywhere in the output.
+# The longest runs first, so that the three at a time end close together.
+EXPECTED: dict[str, list[str | re.Pattern[str]]] = {
+    "soak_cluster": [
+        "wait_for_replicas = 0:", "wait_for_replicas = 1:", "SIGKILL the primary",
+        "SIGKILL reporter 0", "promoted", "counted (dropped, evicted, stale, dead)",
+        "SDK unreplicated_writes", "reporters 1-2 batches_unreplicated",
+        re.compile(r"^ +still buffered or pending +0$", re.M),
+    ],
+    "pipeline": [
+        "endpoint, one client thread", "1. drain+POST events/s (1 process)",
+        "   events pre-loaded / received", "2. offered events/s", "   counted drops",
+        "   still buffered after settling", "   LOST (not delivered, not counted)",
+        "3. latency p50 (ms)", "   CPU s per 100k events: collector",
+        re.compile(r"no loss beyond counted drops +0 lost +PASS"),
+    ],
+    "scale": [
+        "trickle:", "every game's events delivered", "sweep:", "un-register us",
+        "memory:", "used_memory growth per event", "status --no-shards:",
+    ],
+    "persistence": [
+        "setting: none,", "setting: aof everysec,", "setting: aof always,", "reporter resets:",
+        "reported lost:", "sdk resets:",
+    ],
+    "soak": [
+        "kill the Redis server", "endpoint outage", "SIGKILL reporter 0",
+        "accepted by collect()", "dead-lettered", "batches retried / reaped",
+        "Redis unaccounted", ": RECONCILED",
+    ],
+    "nppa": [
+        "items/request", "busiest second", "full games/s",
+        re.compile(r"^backlog ", re.M), re.compile(r"^mixed ", re.M),
+    ],
+    "sentinel_failover": [
+        "run 1: sentinel failover (kill", "total over 1 runs:", "missing",
+    ],
+    "memory_full": [
+        "claim growth, entries of", "drain at maxmemory", "refused_oom",
+        "peak used_memory during the drain",
+        re.compile(r"delivered ([\d,]+) distinct of \1\n"),
+    ],
+    "replica_wait": [
+        re.compile(r"background +\d+ events +wait_for_replicas=0: .* ratio"),
+        re.compile(r"sync +\d+ events +wait_for_replicas=0: .* ratio"),
+    ],
+    "collect": [
+        "background", "baseline", "collect() p50 (us)", "stored events/s",
+        "script commands / event", "dropped_buffer_full", "redis: evicted",
+        "nothing dropped, evicted or missing",
+    ],
+}
+
+
+@dataclass(repr=False)  # describe() says what went wrong
+class Run:
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def describe(self) -> str:
+        return (f"{' '.join(self.args)} exited {self.returncode}\n--- stdout (end)\n"
+                f"{self.stdout[-4000:]}\n--- stderr (end)\n{self.stderr[-4000:]}")
+
+
+def run_small(script: str) -> Run:
+    """The script in its small mode, in a process group of its own: on a timeout the servers
+    and processes it started go with it."""
+    args = [sys.executable, str(BENCH / f"{script}.py"), "--small"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            env={**os.environ, "NO_COLOR": "1"})
+    try:
+        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        err += f"\n(killed after {RUN_TIMEOUT_S:g} s)"
+    return Run(args, proc.returncode, out, err)
+
+
+@pytest.fixture(scope="module")
+def runs(request: pytest.FixtureRequest) -> Iterator[dict[str, Future[Run]]]:
+    """Every selected script started (three at a time) before the first test waits."""
+    here = Path(str(request.node.path))
+    selected = [item.callspec.params["script"] for item in request.session.items
+                if Path(str(item.path)) == here and hasattr(item, "callspec")
+                and "script" in item.callspec.params]
+    with ThreadPoolExecutor(PARALLEL, thread_name_prefix="bench") as pool:
+        futures = {name: pool.submit(run_small, name) for name in selected}
+        yield futures
+        pool.shutdown(cancel_futures=True)
+
+
+def test_every_bench_script_is_run_here() -> None:
+    scripts = {p.stem for p in BENCH.glob("*.py") if not p.name.startswith("_")}
+    assert scripts == set(EXPECTED)
+
+
+@pytest.mark.timeout(2 * RUN_TIMEOUT_S)
+@pytest.mark.parametrize("script", list(EXPECTED))
+def test_small_mode_runs_to_the_end(script: str, runs: dict[str, Future[Run]]) -> None:
+    run = runs[script].result()
+    assert run.returncode == 0, run.describe()
+    missing = [e if isinstance(e, str) else e.pattern for e in EXPECTED[script]
+               if (e not in run.stdout if isinstance(e, str) else not e.search(run.stdout))]
+    assert not missing, f"not printed: {missing}\n{run.describe()}"
