@@ -16,11 +16,12 @@ FLAG = "--small"
 
 
 def parse_with_small(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
-                     small: Mapping[str, object]) -> argparse.Namespace:
-    """Add ``--small`` to ``parser`` (its help lists ``small``: the defaults it swaps in)
-    and parse ``argv``; ``args.small`` says whether it was given."""
-    sizes = ", ".join(f"--{name.replace('_', '-')} {_show(value)}"
-                      for name, value in small.items())
+                     small: Mapping[str, object], also: str = "") -> argparse.Namespace:
+    """Add ``--small`` to ``parser`` (its help lists ``small``, the defaults it swaps in, and
+    ``also``, what else it changes) and parse ``argv``; ``args.small`` says whether it was
+    given."""
+    sizes = ", ".join([f"--{name.replace('_', '-')} {_show(value)}"
+                       for name, value in small.items()] + ([also] if also else []))
     parser.add_argument(
         FLAG, action="store_true",
         help=f"a run of seconds that goes through every phase and prints every table, to "
