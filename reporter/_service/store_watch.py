@@ -68,7 +68,6 @@ class StoreWatch:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
         message = (f"store reset detected at {when}, about {lost} events lost "
                    f"({_shard_list(shards)})")
-        self._counts.count(Counter.STORE_RESETS)
         logger.error("%s: Redis lost what these shards held (a restart without persistence, "
                      "a flush, or a failover to a replica that lagged); they are in use again. "
                      "See docs/operations.md, Persistence", message,
@@ -77,6 +76,8 @@ class StoreWatch:
             self._store.note_alert(ALERT_NAME, message, int(now * 1000))
         except BackendFull:  # status misses the record; the log line and the count have it
             logger.warning("could not record the store reset for status: Redis is full")
+        # Counted last: whoever sees the count finds the log line and the alert there too.
+        self._counts.count(Counter.STORE_RESETS)
         return False
 
 
