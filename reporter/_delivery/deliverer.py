@@ -28,13 +28,15 @@ from reporter._delivery.held import Held
 from reporter._delivery.lease import Lease, Leased, Result
 from reporter._delivery.limiter import Permits
 from reporter._delivery.settling import Settler
+from reporter._senders.outcome import SendErrors
 
 Clock = Callable[[], float]  # wall-clock seconds, injectable for tests
 
 
 class Deliverer:
     def __init__(self, attempt: Attempt, settler: Settler, permits: Permits, gate: SinkGate,
-                 held: Held, freshness: Freshness, counts: Metrics, clock: Clock) -> None:
+                 held: Held, freshness: Freshness, counts: Metrics, clock: Clock,
+                 errors: SendErrors | None = None) -> None:
         self._attempt = attempt
         self._settler = settler
         self._permits = permits
@@ -43,6 +45,7 @@ class Deliverer:
         self._freshness = freshness
         self._counts = counts
         self._clock = clock
+        self._errors = errors or SendErrors()
 
     def deliver(self, lease: Lease, stop: threading.Event) -> list[Result]:
         """Send the lease's batches one after another; what became of each batch sent."""
@@ -70,11 +73,12 @@ class Deliverer:
         return self._settler.settle(lease.keys, lease.token, batch, fresh, sent.outcome)
 
     def _heard(self, answers: Sequence[Answer]) -> None:
-        """Every answer of the endpoint: the histograms, the gate (is it failing?), and its
-        own rate limit, which pauses every reporter."""
+        """Every answer of the endpoint: the histograms, the failures by code, the gate (is
+        it failing?), and its own rate limit, which pauses every reporter."""
         for answer in answers:
             self._counts.observe(Histogram.POST_DURATION_SECONDS, answer.seconds)
             self._counts.observe(Histogram.BATCH_SIZE_EVENTS, answer.events)
+            self._errors.record(answer.outcome)
             self._gate.record(answer.outcome)
             if answer.outcome.pause_all:
                 self._permits.pause(answer.outcome.pause_all)

@@ -11,7 +11,7 @@ over reporters is the whole.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from collector.counters import REPORTER, STORE, Gauge
@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
 G = Gauge
+# The endpoint's failed answers by code: the HTTP status, or the transport error's type.
+SEND_ERRORS = "telemetry_send_errors"
+SEND_ERRORS_HELP = ("Requests to the endpoint that failed (a retry or a rejection), by code: "
+                    "the HTTP status, or the transport error's type (ConnectError, ReadTimeout)")
 HELP = {
     G.OWNED_SHARDS: "Shards this reporter process holds the lease of, and sweeps",
     G.HOT_GAMES_SERVED: "Hot games ([reporter.hot_games]) whose shard this process holds, so "
@@ -62,8 +66,10 @@ class ReporterMetrics:
     """A prometheus-client collector: everything ``/metrics`` serves, read at each scrape."""
 
     def __init__(self, process: PrometheusMetrics, readings: RedisReadings,
-                 limiter: WatchedLimiter, shards: int, top_games: int) -> None:
+                 limiter: WatchedLimiter, shards: int, top_games: int,
+                 send_errors: Callable[[], Mapping[str, int]] = dict) -> None:
         self._process = process
+        self._send_errors = send_errors
         self._readings = readings
         self._limiter = limiter
         self._shards = shards
@@ -86,7 +92,15 @@ class ReporterMetrics:
                 gauge(G.REDIS_MEMORY_MAX_BYTES, m.maximum, {"node": m.node})
             gauge(G.REDIS_REFUSING_WRITES, 1 if reading.refusing_writes else 0)
             self._levels(out, reading)
-        return out.families()
+        return [*out.families(), self._errors()]
+
+    def _errors(self) -> Metric:
+        from prometheus_client.metrics_core import CounterMetricFamily
+
+        family = CounterMetricFamily(SEND_ERRORS, SEND_ERRORS_HELP, labels=["code"])
+        for code, count in sorted(self._send_errors().items()):
+            family.add_metric([code], count)
+        return family
 
     def _levels(self, out: Exposition, reading: Reading) -> None:
         gauge, shards = out.gauge, reading.shards
@@ -112,12 +126,13 @@ class MetricsEndpoint:
 
     def __init__(self, config: ReporterConfig, store: Store,
                  owned: Callable[[], frozenset[int]], limiter: WatchedLimiter,
-                 health: Health, clock: Callable[[], float] = time.time) -> None:
+                 health: Health, send_errors: Callable[[], Mapping[str, int]] = dict,
+                 clock: Callable[[], float] = time.time) -> None:
         m = config.metrics
         self.process = PrometheusMetrics(REPORTER)
         self.readings = RedisReadings(store, owned, m.cache_seconds, wall=clock)
         collector = ReporterMetrics(self.process, self.readings, limiter,
-                                    store.schema.shards, m.top_games)
+                                    store.schema.shards, m.top_games, send_errors)
         self.server = MetricsServer(listen_address(m.listen), collector, health)
 
     def start(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import math
+import threading
 import time
 from dataclasses import dataclass
 from typing import Literal
@@ -39,6 +40,7 @@ class Outcome:
     over its rate limit).  ``alert``: the endpoint refused our identity or configuration;
     what to check, for the operator (logged as an ERROR, counted, shown by ``status``).
     ``too_large``: a rejection of the body's size (HTTP 413): smaller parts may go through.
+    ``code``: what failed, for the metrics: the HTTP status, or the transport error's type.
     """
 
     kind: Literal["delivered", "retry", "rejected"]
@@ -49,6 +51,7 @@ class Outcome:
     pause_all: float = 0.0
     alert: str = ""
     too_large: bool = False
+    code: str = ""
 
     def __post_init__(self) -> None:
         if (self.refused or self.retry_items) and self.kind != DELIVERED:
@@ -97,8 +100,8 @@ def classify_http(status: int, retry_after: str | None, body: bytes) -> Outcome:
     said = error_summary(body)
     reason = f"HTTP {status}: {said}" if said else f"HTTP {status}"
     if status in (408, 429) or status >= 500:
-        return Outcome(RETRY, reason, parse_retry_after(retry_after))
-    return Outcome(REJECTED, reason, too_large=status == 413)
+        return Outcome(RETRY, reason, parse_retry_after(retry_after), code=str(status))
+    return Outcome(REJECTED, reason, too_large=status == 413, code=str(status))
 
 
 def error_summary(body: bytes) -> str:
@@ -129,4 +132,25 @@ def error_summary(body: bytes) -> str:
 
 def classify_transport_error(exc: Exception) -> Outcome:
     """Timeouts, refused or reset connections: the endpoint may be back later."""
-    return Outcome(RETRY, f"{type(exc).__name__}: {exc}")
+    return Outcome(RETRY, f"{type(exc).__name__}: {exc}", code=type(exc).__name__)
+
+
+class SendErrors:
+    """The endpoint's failed answers (a retry or a rejection), counted by their ``code`` (a
+    sender that sets none: by their kind); thread-safe.  Bounded: HTTP statuses and
+    exception type names."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def record(self, outcome: Outcome) -> None:
+        if outcome.kind == DELIVERED:
+            return
+        code = outcome.code or outcome.kind
+        with self._lock:
+            self._counts[code] = self._counts.get(code, 0) + 1
+
+    def read(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)

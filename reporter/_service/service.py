@@ -32,6 +32,7 @@ from reporter._delivery.settling import Settler
 from reporter._monitoring.health import Health
 from reporter._monitoring.levels import WatchedLimiter
 from reporter._monitoring.prometheus import MetricsEndpoint
+from reporter._senders.outcome import SendErrors
 from reporter._senders.sender import Sender, make_sender
 from reporter._service.ownership import ShardOwnership
 from reporter._service.scheduling import Runner
@@ -61,8 +62,9 @@ class ReporterService:
         self.limiter = WatchedLimiter(make_limiter(config, self.store))
         self.health = Health(self.store, self.stop_event, r.shard_lease_seconds,
                              self.ownership.owned)
+        self.send_errors = SendErrors()
         self.endpoint = (MetricsEndpoint(config, self.store, self.ownership.owned,
-                                         self.limiter, self.health)
+                                         self.limiter, self.health, self.send_errors.read)
                          if config.metrics.listen else None)
         self.tally = Tally()  # this process's counts: the stopped: line
         self.metrics = fan_out(self.tally, metrics,
@@ -78,7 +80,7 @@ class ReporterService:
         self.settler = Settler(self.batches, self.held, self.metrics)
         self.deliverer = Deliverer(Attempt(self.sender, self.body_limit), self.settler,
                                    self.permits, self.gate, self.held, self.batches.freshness,
-                                   self.metrics, clock)
+                                   self.metrics, clock, self.send_errors)
         self.store_watch = StoreWatch(self.store, self.metrics, clock)
         self.sweepers = [
             ShardSweeper(keys, self.batches, self.claimer, self.deliverer, self.gate,

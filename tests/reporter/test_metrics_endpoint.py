@@ -22,6 +22,7 @@ from collector.prometheus import exposed_name
 from reporter._config import ReporterConfig, listen_address
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._exceptions import ReporterError
+from reporter._monitoring.prometheus import SEND_ERRORS
 from reporter._service.service import ReporterService
 from tests.config_files import write
 from tests.reporter.conftest import MakeService
@@ -169,13 +170,32 @@ def test_levels_of_the_shards_held_and_a_bounded_set_of_games(
     assert gauges == {exposed_name(g) for g in METRICS_GAUGES}
 
 
+def test_failed_requests_are_counted_by_code(redis_url: str, make_service: MakeService
+                                             ) -> None:
+    def respond(number: int, _: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        return (503, {}, b"") if number == 1 else (200, {}, b"{}")
+
+    with LocalEndpoint(respond) as endpoint:
+        config = metrics_config(redis_url, endpoint.url, reporter=QUICK,
+                                retry={"initial_delay_ms": 10, "max_delay_ms": 10})
+        service = make_service(config)
+        store(Scripts(service.store), service.schema, "game", numbered("game", 5))
+        service.start()
+        wait_until(lambda: value(scrape(service), "telemetry_delivered_total",
+                                 scope="process") == 5, what="the batch delivered after a 503")
+        samples = scrape(service)
+    assert named(samples, "telemetry_send_errors_total") == {(("code", "503"),): 1}
+    assert family_types(service)["telemetry_send_errors"] == "counter"
+
+
 def test_operations_md_lists_every_gauge_and_histogram_served() -> None:
     text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
     block = text.split("<!-- metrics:start -->")[1].split("<!-- metrics:end -->")[0]
     documented = re.findall(r"^\| `(telemetry_[a-z_]+)` \|", block, re.MULTILINE)
     assert len(documented) == len(set(documented))
     assert set(documented) == ({exposed_name(g) for g in METRICS_GAUGES}
-                               | {exposed_name(h) for h in Histogram})
+                               | {exposed_name(h) for h in Histogram}
+                               | {f"{SEND_ERRORS}_total"})
 
 
 def test_a_reading_of_redis_is_reused_for_cache_seconds(redis_url: str,

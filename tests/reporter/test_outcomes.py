@@ -15,6 +15,7 @@ from reporter._senders.outcome import (
     REJECTED,
     RETRY,
     Outcome,
+    SendErrors,
     classify_http,
     classify_transport_error,
     parse_retry_after,
@@ -47,7 +48,7 @@ def test_other_statuses_are_rejected(status: int) -> None:
 
 
 def test_retry_without_retry_after_has_no_least_delay() -> None:
-    assert classify_http(503, None, b"") == Outcome(RETRY, "HTTP 503", 0.0)
+    assert classify_http(503, None, b"") == Outcome(RETRY, "HTTP 503", 0.0, code="503")
 
 
 def test_reason_is_short_and_survives_bad_utf8() -> None:
@@ -98,6 +99,18 @@ def test_transport_errors_retry(error: Exception) -> None:
     outcome = classify_transport_error(error)
     assert outcome.kind == RETRY
     assert type(error).__name__ in outcome.reason
+    assert outcome.code == type(error).__name__
+
+
+def test_failed_answers_are_counted_by_code() -> None:
+    errors = SendErrors()
+    for outcome in [classify_http(503, None, b""), classify_http(503, "1", b""),
+                    classify_http(400, None, b""), classify_http(200, None, b""),
+                    classify_transport_error(httpx.ReadTimeout("timed out")),
+                    Outcome(RETRY, "a sender's own reason"),
+                    Outcome(DELIVERED, retry_items=(0,))]:
+        errors.record(outcome)
+    assert errors.read() == {"503": 2, "400": 1, "ReadTimeout": 1, "retry": 1}
 
 
 def test_only_a_delivered_outcome_lists_items() -> None:
@@ -128,7 +141,7 @@ def test_what_is_wrong_with_a_retry_after(header: str | None, problem: str) -> N
 @pytest.mark.parametrize("header", ["nan", "inf", "-3"])
 def test_an_unusable_retry_after_leaves_the_usual_backoff(header: str) -> None:
     outcome = classify_http(503, header, b"")
-    assert outcome == Outcome(RETRY, "HTTP 503", 0.0)
+    assert outcome == Outcome(RETRY, "HTTP 503", 0.0, code="503")
     gate = SinkGate(1.0, 8.0, clock=lambda: 100.0)
     gate.record(outcome)  # does not raise, and pauses for the usual first step
     assert gate._closed_until == 101.0
