@@ -82,6 +82,8 @@ class Gauge(StrEnum):
     BATCHES_RETRY_DUE = "batches_retry_due"  # batches whose retry time has come
     OLDEST_EVENT_AGE_SECONDS = "oldest_event_age_seconds"  # of the events buffered in Redis
     GAME_BUFFERED = "game_buffered"  # events buffered of one of the games with the most
+    # age of the oldest event buffered of one of the games whose oldest event is oldest
+    GAME_OLDEST_EVENT_AGE_SECONDS = "game_oldest_event_age_seconds"
     LIVE_REPORTERS = "live_reporters"  # reporter processes with a live heartbeat
     SHARDS = "shards"  # [redis] shards: every reporter process's shards add up to this
     LIMITER_WAIT_SECONDS = "limiter_wait_seconds"  # what the last refused claim had to wait
@@ -131,7 +133,7 @@ METRICS_GAUGES: tuple[Gauge, ...] = (
     Gauge.OWNED_SHARDS, Gauge.HOT_GAMES_SERVED, Gauge.HELD_BATCHES, Gauge.SINK_GATE_OPEN,
     Gauge.LIMITER_WAIT_SECONDS, Gauge.SHARDS, Gauge.REDIS_UP, Gauge.REDIS_MEMORY_USED_BYTES,
     Gauge.REDIS_MEMORY_MAX_BYTES, Gauge.REDIS_REFUSING_WRITES, Gauge.LIVE_REPORTERS,
-    Gauge.BUFFERED, Gauge.GAME_BUFFERED,
+    Gauge.BUFFERED, Gauge.GAME_BUFFERED, Gauge.GAME_OLDEST_EVENT_AGE_SECONDS,
     Gauge.OLDEST_EVENT_AGE_SECONDS, Gauge.BATCHES_IN_FLIGHT, Gauge.BATCHES_RETRY,
     Gauge.BATCHES_RETRY_DUE, Gauge.BATCHES_DEAD_LISTED,
 )

@@ -53,6 +53,9 @@ HELP = {
     G.BUFFERED: "Events buffered in Redis, per shard this process holds",
     G.GAME_BUFFERED: "Events buffered in Redis for the games with the most, in the shards "
                      "this process holds ([metrics] top_games of them)",
+    G.GAME_OLDEST_EVENT_AGE_SECONDS: "Age of the oldest event buffered for the games whose "
+                                     "oldest event is oldest, in the shards this process "
+                                     "holds ([metrics] top_games of them)",
     G.OLDEST_EVENT_AGE_SECONDS: "Age of the oldest event buffered in the shards this process "
                                 "holds (0 when none is); it goes stale at max_age_seconds",
     G.BATCHES_IN_FLIGHT: "Batches leased now, in the shards this process holds",
@@ -117,6 +120,11 @@ class ReporterMetrics:
                         if g.length), key=lambda t: (-t[0], t[1]))
         for length, game, shard in games[:self._top_games]:
             gauge(G.GAME_BUFFERED, length, {"game": game, "shard": str(shard)})
+        waiting = sorted((ms, g.game, s.shard) for s in shards for g in s.games
+                         if g.length and (ms := g.oldest_ms) is not None)
+        for ms, game, shard in waiting[:self._top_games]:
+            gauge(G.GAME_OLDEST_EVENT_AGE_SECONDS, max(0.0, (reading.now_ms - ms) / 1000),
+                  {"game": game, "shard": str(shard)})
 
 
 class MetricsEndpoint:

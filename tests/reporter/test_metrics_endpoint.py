@@ -162,6 +162,10 @@ def test_levels_of_the_shards_held_and_a_bounded_set_of_games(
     for labels in top:
         game = dict(labels)["game"]
         assert dict(labels)["shard"] == str(service.schema.shard_of(game))
+    ages = {dict(labels)["game"]: v
+            for labels, v in named(samples, "telemetry_game_oldest_event_age_seconds").items()}
+    assert sorted(ages) == [f"game-{i}" for i in range(5)]  # waiting longest, not the largest
+    assert ages["game-0"] >= 30 and ages["game-0"] - ages["game-4"] == pytest.approx(4, abs=0.01)
     per_shard = named(samples, "telemetry_buffered")
     assert len(per_shard) == 8
     assert sum(per_shard.values()) == sum(range(1, 31))
