@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 DEMO_STAMP := $(VENV)/.installed-embedded
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test check bench soak soak-cluster scale clean
+.PHONY: demo test test-deploy check bench soak soak-cluster scale clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,14 @@ demo: $(DEMO_STAMP)
 
 test: $(DEV_STAMP)
 	$(PY) -m pytest
+
+# The alert rules and the Grafana dashboard: the rules' scenarios (promtool) and the
+# dashboard's queries against a real Prometheus. `make test` skips them where promtool or prometheus is
+# missing; this installs Debian's prometheus package first if so (root, apt-get), and runs
+# them as CI does (CI=1): a missing tool fails them.
+test-deploy: $(DEV_STAMP)
+	.ci/install-prometheus
+	CI=1 $(PY) -m pytest tests/test_deploy.py tests/test_observability.py
 
 check: $(DEV_STAMP)
 	$(VENV)/bin/ruff check collector reporter lua config tests bench

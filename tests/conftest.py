@@ -5,6 +5,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from tests import prometheus
 from tests.servers import Cluster, SentinelGroup, Server, server_binaries
 
 try:
@@ -74,3 +75,27 @@ def own_replicated_cluster() -> Iterator[Cluster]:
     c = Cluster(BINARIES.get("redis") or BINARIES["valkey"], replicas=1).start()
     yield c
     c.cleanup()
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    """Prometheus's promtool: the test skips without it (fails under CI)."""
+    return prometheus.tool("promtool")
+
+
+@pytest.fixture(scope="session")
+def prometheus_binary() -> str:
+    """The prometheus server binary: the test skips without it (fails under CI)."""
+    return prometheus.tool("prometheus")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say it loudly when the tests that need Prometheus did not run."""
+    for outcome, verb in (("skipped", "SKIPPED"), ("error", "FAILED")):
+        missed = [r for r in terminalreporter.stats.get(outcome, [])
+                  if prometheus.NEEDS_PROMETHEUS in str(getattr(r, "longrepr", ""))]
+        if missed:
+            tests = "1 test that needs" if len(missed) == 1 else f"{len(missed)} tests that need"
+            terminalreporter.write_sep(
+                "=", f"{tests} Prometheus {verb}: promtool or "
+                f"prometheus is not on PATH; {prometheus.HOW_TO_RUN}", yellow=True, bold=True)
