@@ -20,7 +20,10 @@ from packaging.specifiers import SpecifierSet
 from collector.config import TelemetryConfig
 from reporter._commands.cli import EXIT_CONFIG
 from reporter._config import ReporterConfig
+from tests.markers import secret
 from tests.sources import SOURCES
+
+TOKEN = secret("token")
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "config" / "deploy"
@@ -28,7 +31,7 @@ CONFIG_PATH = "/etc/telemetry/telemetry.toml"
 DEFAULTS = ReporterConfig.default()
 OPERATIONS = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
 # What the compose file's ${VAR:?...} references stand for in these tests.
-SAMPLE_ENV = {"INGEST_URL": "https://ingest.example/v1/events", "INGEST_TOKEN": "token-1"}
+SAMPLE_ENV = {"INGEST_URL": "https://ingest.example/v1/events", "INGEST_TOKEN": TOKEN}
 
 
 # -- Dockerfile ----------------------------------------------------------------------------

@@ -6,8 +6,9 @@ import pytest
 
 from collector.config import mask_url as config_mask_url
 from collector.logs import is_credential_name, mask, mask_headers, mask_url
+from tests.markers import secret
 
-S = "Zq9-s3cret"
+S = secret("url")
 
 MASKED = [
     (f"redis://user:{S}@cache:6379/0", "redis://user:***@cache:6379/0"),

@@ -18,6 +18,9 @@ from tests import config_files
 from tests.collector.conftest import MakeCollector
 from tests.collector.helpers import queue_events, stats_of
 from tests.config_files import write
+from tests.markers import secret
+
+PW = secret("pw")
 
 
 def load_error(path: Path, env: Mapping[str, str] | None = None) -> str:
@@ -80,18 +83,18 @@ def test_sdk_env_errors_name_the_variable(tmp_path: Path, var: str, value: str,
 
 def test_secrets_of_the_sdk_are_masked(tmp_path: Path) -> None:
     path = write(tmp_path, '[redis]\nurl = "redis://user:${PW}@cache:6379/0"\n')
-    config = TelemetryConfig.load(str(path), env={"PW": "s3cret-pw"})
-    assert config.redis.url == "redis://user:s3cret-pw@cache:6379/0"
+    config = TelemetryConfig.load(str(path), env={"PW": PW})
+    assert config.redis.url == f"redis://user:{PW}@cache:6379/0"
     for text in (repr(config), repr(config.redis), repr(config.masked())):
-        assert "s3cret-pw" not in text
+        assert PW not in text
 
 
 def test_redis_url_scheme_is_checked_on_load(tmp_path: Path) -> None:
     """A scheme typo must not wait for the first write (only a log line in background mode)."""
-    path = write(tmp_path, '[redis]\nurl = "http://user:s3cret-pw@127.0.0.1:6379/0"\n')
+    path = write(tmp_path, f'[redis]\nurl = "http://user:{PW}@127.0.0.1:6379/0"\n')
     message = load_error(path)
     assert "[redis] url" in message
-    assert "s3cret-pw" not in message
+    assert PW not in message
     with pytest.raises(ConfigError, match=r"\[redis\] url"):
         Collector(url="http://127.0.0.1:6379/0")
 
@@ -110,13 +113,13 @@ def test_collector_from_config_reads_file_and_environment(
 
 
 def test_collector_repr_and_errors_mask_the_password() -> None:
-    c = Collector(url="redis://user:s3cret-pw@127.0.0.1:1/0", mode="sync",
+    c = Collector(url=f"redis://user:{PW}@127.0.0.1:1/0", mode="sync",
                   socket_timeout_seconds=0.2, connect_timeout_seconds=0.2)
     try:
-        assert "s3cret-pw" not in repr(c)
+        assert PW not in repr(c)
         with pytest.raises(TelemetryError) as info:
             c.collect("g", {"a": 1})
-        assert "s3cret-pw" not in str(info.value)
+        assert PW not in str(info.value)
     finally:
         c.close()
 

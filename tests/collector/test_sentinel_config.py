@@ -14,15 +14,18 @@ from collector.store import Sentinel, describe_settings, open_backend
 from collector.store._modes import backend_class
 from tests import config_files
 from tests.config_files import write
+from tests.markers import secret
+
+DATA_PW = secret("data-pw")
 
 SENTINELS = '["127.0.0.1:26379", "127.0.0.1:26380", "[::1]:26381"]'
-SECRET = "s3ntinel-pw"
+SECRET = secret("sentinel-pw")
 
 
 def sentinel_file(tmp_path: Path, extra: str = "") -> Path:
     return write(tmp_path, f"""
 [redis]
-url = "redis://:data-pw@/2"
+url = "redis://:{DATA_PW}@/2"
 sentinels = {SENTINELS}
 sentinel_service = "telemetry"
 sentinel_password = "{SECRET}"
@@ -41,7 +44,7 @@ def test_the_sentinel_settings_select_the_sentinel_backend(tmp_path: Path) -> No
         assert isinstance(backend, Sentinel)
         assert backend.describe() == describe_settings(config.redis)
         pool = backend.client.connection_pool.connection_kwargs
-        assert (pool["password"], pool["db"]) == ("data-pw", 2)
+        assert (pool["password"], pool["db"]) == (DATA_PW, 2)
         assert "host" not in pool  # the primary's address comes from the sentinels
         sentinel_kwargs = backend.sentinels.sentinels[2].connection_pool.connection_kwargs
         assert (sentinel_kwargs["host"], sentinel_kwargs["port"]) == ("::1", 26381)
@@ -56,7 +59,7 @@ def test_the_sentinel_password_is_never_shown(tmp_path: Path) -> None:
     shown = [repr(config), repr(config.redis), json.dumps(config.masked()),
              describe_settings(config.redis)]
     for text in shown:
-        assert SECRET not in text and "data-pw" not in text
+        assert SECRET not in text and DATA_PW not in text
     assert config.masked()["redis"]["sentinel_password"] == "***"
     assert config.masked()["redis"]["sentinels"] == config.redis.sentinels
 
@@ -80,7 +83,7 @@ ERRORS = [
 @pytest.mark.parametrize(("extra", "expected"), ERRORS, ids=[e for e, _ in ERRORS])
 def test_sentinels_with_what_cannot_go_with_them(tmp_path: Path, extra: str,
                                                  expected: list[str]) -> None:
-    text = sentinel_file(tmp_path).read_text().replace('url = "redis://:data-pw@/2"', "")
+    text = sentinel_file(tmp_path).read_text().replace(f'url = "redis://:{DATA_PW}@/2"', "")
     error = config_files.load_error(write(tmp_path, text + extra + "\n"))
     for part in expected:
         assert part in error

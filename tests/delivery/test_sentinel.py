@@ -30,8 +30,12 @@ from tests.delivery.helpers import (
     wait_until,
 )
 from tests.delivery.sentinel import sentinel_config
+from tests.markers import secret
 from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse: main() below
 from tests.servers import SentinelGroup, Server, free_port, server_binaries
+
+SENTINEL_PW = secret("sentinel-pw")
+DATA_PW = secret("data-pw")
 
 
 def test_sdk_and_reporter_deliver_through_sentinel(sentinel_group: SentinelGroup,
@@ -157,10 +161,10 @@ def test_no_sentinel_answering_is_unavailable() -> None:
 
 
 def test_the_start_up_line_names_the_sentinels_not_the_password() -> None:
-    config = make_config("redis://:data-secret@127.0.0.1:1/0", redis={
+    config = make_config(f"redis://:{DATA_PW}@127.0.0.1:1/0", redis={
         "sentinels": ["10.0.0.1:26379", "10.0.0.2:26379"], "sentinel_service": "telemetry",
-        "sentinel_password": "sentinel-secret"})
+        "sentinel_password": SENTINEL_PW})
     message, fields = startup_line(config, "no rate limit")
     expected = "sentinel service 'telemetry' via 10.0.0.1:26379, 10.0.0.2:26379"
     assert fields["redis"] == expected and expected in message
-    assert "secret" not in message + repr(fields)
+    assert DATA_PW not in message + repr(fields) and SENTINEL_PW not in message + repr(fields)

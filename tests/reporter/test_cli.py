@@ -21,10 +21,14 @@ from collector.store import KeySchema
 from reporter._commands.cli import main
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import read_totals
+from tests.markers import secret
 from tests.reporter.helpers import ids_of, now_ms, numbered, store, wait_until
 from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse
 from tests.scriptcalls import Scripts, store_of
 from tests.servers import Server, env_without_telemetry
+
+PW = secret("pw")
+TOKEN = secret("token")
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = "e2e"
@@ -173,15 +177,15 @@ def test_check_config_names_a_misspelled_key(tmp_path: Path) -> None:
 
 def test_check_config_prints_the_config_with_secrets_masked(tmp_path: Path) -> None:
     path = tmp_path / "ok.toml"
-    path.write_text(textwrap.dedent("""
+    path.write_text(textwrap.dedent(f"""
         [redis]
-        url = "redis://app:hunter2@cache.internal:6379/0"
+        url = "redis://app:{PW}@cache.internal:6379/0"
         [reporter]
         linger_ms = 250
         [sink]
         url = "https://ingest.example/v1"
         [sink.headers]
-        Authorization = "Bearer topsecret"
+        Authorization = "Bearer {TOKEN}"
         X-Tenant = "acme"
     """), encoding="utf-8")
     result = reporter_cli("check-config", str(path))
@@ -192,8 +196,8 @@ def test_check_config_prints_the_config_with_secrets_masked(tmp_path: Path) -> N
     assert printed["reporter"]["linger_ms"] == 250
     assert printed["sink"]["headers"] == {"Authorization": "***", "X-Tenant": "acme"}
     assert printed["redis"]["url"] == "redis://app:***@cache.internal:6379/0"
-    assert "topsecret" not in result.stdout
-    assert "hunter2" not in result.stdout
+    assert TOKEN not in result.stdout
+    assert PW not in result.stdout
 
 
 def test_run_with_a_bad_config_exits_2(tmp_path: Path) -> None:

@@ -16,6 +16,12 @@ from collector.config import GameSettings, default_config_text, sections_of
 from reporter._config import ReporterConfig
 from tests import config_files
 from tests.config_files import write
+from tests.markers import secret
+
+KEY = secret("key")
+TOKEN = secret("token")
+SINK_PW = secret("sink-pw")
+REDIS_PW = secret("redis-pw")
 
 SECTIONS = sections_of(ReporterConfig)
 
@@ -288,32 +294,32 @@ def test_interpolated_value_is_still_validated(tmp_path: Path) -> None:
 
 # -- secrets ------------------------------------------------------------------------------------
 
-SECRET_TOML = """
+SECRET_TOML = f"""
 [redis]
-url = "redis://user:s3cret-pw@cache:6379/0"
+url = "redis://user:{REDIS_PW}@cache:6379/0"
 [sink]
-url = "https://ingest:s1nk-pw@example.invalid/ingest"
+url = "https://ingest:{SINK_PW}@example.invalid/ingest"
 [sink.headers]
-Proxy-Authorization = "Bearer ${TOKEN}"
-X-Api-Key = "k3y-value"
+Proxy-Authorization = "Bearer ${{TOKEN}}"
+X-Api-Key = "{KEY}"
 X-Team = "games"
 """
 
 
 @pytest.fixture
 def secret_config(tmp_path: Path) -> ReporterConfig:
-    return ReporterConfig.load(str(write(tmp_path, SECRET_TOML)), env={"TOKEN": "t0ken-value"})
+    return ReporterConfig.load(str(write(tmp_path, SECRET_TOML)), env={"TOKEN": TOKEN})
 
 
-SECRETS = ["s3cret-pw", "s1nk-pw", "t0ken-value", "k3y-value"]
+SECRETS = [REDIS_PW, SINK_PW, TOKEN, KEY]
 
 
 def test_secrets_are_masked_in_repr_and_masked(secret_config: ReporterConfig) -> None:
-    assert secret_config.sink.headers["Proxy-Authorization"] == "Bearer t0ken-value"
+    assert secret_config.sink.headers["Proxy-Authorization"] == f"Bearer {TOKEN}"
     masked = secret_config.masked()
     for text in (repr(secret_config), str(secret_config), repr(masked)):
-        for secret in SECRETS:
-            assert secret not in text
+        for value in SECRETS:
+            assert value not in text
     assert masked["redis"]["url"] == "redis://user:***@cache:6379/0"
     assert masked["sink"]["url"] == "https://ingest:***@example.invalid/ingest"
     assert masked["sink"]["headers"]["Proxy-Authorization"] == "***"
@@ -328,17 +334,17 @@ def test_masked_keeps_the_other_settings(secret_config: ReporterConfig) -> None:
 
 
 def test_section_repr_masks_secrets(secret_config: ReporterConfig) -> None:
-    for secret in SECRETS:
-        assert secret not in repr(secret_config.redis) + repr(secret_config.sink)
+    for value in SECRETS:
+        assert value not in repr(secret_config.redis) + repr(secret_config.sink)
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "config").glob("*.toml")))
 def test_every_shipped_config_file_is_valid(name: str) -> None:
-    env = {"REDIS_PASSWORD": "pw", "INGEST_TOKEN": "token",
+    env = {"REDIS_PASSWORD": REDIS_PW, "INGEST_TOKEN": TOKEN,
            "NPPA_SECRET_KEY": "00112233445566778899aabbccddeeff"}
     config = ReporterConfig.load(str(ROOT / "config" / name), env=env)
     assert config.source.endswith(name)
-    assert "pw" not in repr(config) and "token" not in repr(config)
+    assert REDIS_PW not in repr(config) and TOKEN not in repr(config)
     assert env["NPPA_SECRET_KEY"] not in repr(config)
 
 
@@ -384,8 +390,8 @@ def test_the_nppa_secret_is_masked_everywhere(tmp_path: Path) -> None:
     assert config.nppa.secret_key == key
     for text in (repr(config), repr(config.nppa), str(config.masked())):
         assert key not in text
-    wrong_type = write(tmp_path, '[nppa]\nsecret_key = 12345678\n', name="t.toml")
-    assert "12345678" not in load_error(wrong_type)
+    wrong_type = write(tmp_path, '[nppa]\nsecret_key = 730641928517364\n', name="t.toml")
+    assert "730641928517364" not in load_error(wrong_type)
 
 
 def test_nppa_needs_an_app_id(tmp_path: Path) -> None:

@@ -16,7 +16,10 @@ import redis
 
 from collector import ConfigError, TelemetryConfig
 from reporter._config import ReporterConfig
+from tests.markers import secret
 from tests.servers import Server, env_without_telemetry
+
+WRONG = secret("wrong")
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -198,10 +201,10 @@ def test_status_against_a_guarded_server_needs_the_secret(tmp_path: Path,
                                                          guarded_server: Server) -> None:
     """The scan above is only worth something if the secret really is in use."""
     path = tmp_path / "wrong.toml"
-    path.write_text(f'[redis]\nurl = "{guarded_server.url}?password=wrong-one"\n',
+    path.write_text(f'[redis]\nurl = "{guarded_server.url}?password={WRONG}"\n',
                     encoding="utf-8")
     result = cli("status", "--config", str(path))
-    assert result.returncode != 0 and "wrong-one" not in result.stdout + result.stderr
+    assert result.returncode != 0 and WRONG not in result.stdout + result.stderr
     with pytest.raises(redis.AuthenticationError):
         guarded_server.client().ping()
 

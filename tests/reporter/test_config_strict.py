@@ -15,6 +15,14 @@ from collector.config import sections_of
 from reporter._config import ReporterConfig, sink_problems
 from tests import config_files
 from tests.config_files import write
+from tests.markers import secret
+
+KEY = secret("key")
+PW = secret("pw")
+BEARER = secret("bearer")
+URL_TOKEN = secret("url-token")
+URL_PW = secret("url-pw")
+HEADER = secret("header")
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = sections_of(ReporterConfig)
@@ -137,12 +145,12 @@ def test_a_header_name_must_be_an_http_token(tmp_path: Path, name: str) -> None:
 def test_a_header_value_must_be_printable_ascii_after_expansion(tmp_path: Path,
                                                                 value: str) -> None:
     path = write(tmp_path, SINK + '[sink.headers]\nX-Token = "Bearer ${T}"\n')
-    message = load_error(path, env={"T": f"secret-{value}"})
-    assert "[sink] headers.X-Token" in message and "secret-" not in message
+    message = load_error(path, env={"T": f"{HEADER}{value}"})
+    assert "[sink] headers.X-Token" in message and HEADER not in message
     escaped = value.encode("unicode_escape").decode().replace("\\x", "\\u00")  # TOML escapes
     from_env = load_error(write(tmp_path, SINK, name="e.toml"), env={
-        "TELEMETRY_SINK_HEADERS": f'{{ X-Token = "secret-{escaped}" }}'})
-    assert "TELEMETRY_SINK_HEADERS" in from_env and "secret-" not in from_env
+        "TELEMETRY_SINK_HEADERS": f'{{ X-Token = "{HEADER}{escaped}" }}'})
+    assert "TELEMETRY_SINK_HEADERS" in from_env and HEADER not in from_env
 
 
 def test_a_tab_and_the_usual_characters_are_fine_in_a_header_value(tmp_path: Path) -> None:
@@ -150,15 +158,15 @@ def test_a_tab_and_the_usual_characters_are_fine_in_a_header_value(tmp_path: Pat
     assert ReporterConfig.load(str(path), env={}).sink.headers["X-List"] == "a,\tb; q=0.5 ~!#"
 
 
-@pytest.mark.parametrize("url", ["https://user:pw-1@ingest.example/v1",
-                                 "https://tok-1@ingest.example/v1"])
+@pytest.mark.parametrize("url", [f"https://user:{URL_PW}@ingest.example/v1",
+                                 f"https://{URL_TOKEN}@ingest.example/v1"])
 @pytest.mark.parametrize("header", ["Authorization", "authorization"])
 def test_credentials_in_the_url_and_an_authorization_header_are_an_error(
         tmp_path: Path, url: str, header: str) -> None:
-    path = write(tmp_path, f'[sink]\nurl = "{url}"\n[sink.headers]\n{header} = "Bearer b-1"\n')
+    path = write(tmp_path, f'[sink]\nurl = "{url}"\n[sink.headers]\n{header} = "Bearer {BEARER}"\n')
     message = load_error(path)
     assert "[sink] url" in message and "two credentials" in message
-    assert "pw-1" not in message and "tok-1" not in message and "b-1" not in message
+    assert URL_PW not in message and URL_TOKEN not in message and BEARER not in message
 
 
 def test_credentials_in_the_url_alone_are_fine(tmp_path: Path) -> None:
@@ -184,8 +192,8 @@ def test_a_sink_url_that_is_not_absolute_http_is_refused_at_load(tmp_path: Path,
 
 
 def test_a_refused_sink_url_is_shown_masked(tmp_path: Path) -> None:
-    message = load_error(write(tmp_path, '[sink]\nurl = "ftp://u:pw-9@h/?api_key=k-9"\n'))
-    assert "pw-9" not in message and "k-9" not in message
+    message = load_error(write(tmp_path, f'[sink]\nurl = "ftp://u:{PW}@h/?api_key={KEY}"\n'))
+    assert PW not in message and KEY not in message
     assert "'ftp://u:***@h/?api_key=***'" in message
 
 

@@ -14,8 +14,14 @@ from reporter._senders.outcome import (
     classify_http,
     error_summary,
 )
+from tests.markers import secret
 
-PAYLOAD = '{"player":"p-7731","ip":"10.1.2.3"}'
+KEY = secret("key")
+PW = secret("pw")
+TOKEN = secret("token")
+PLAYER = secret("player")
+
+PAYLOAD = f'{{"player":"{PLAYER}","ip":"10.1.2.3"}}'
 
 
 @pytest.mark.parametrize("body", [
@@ -46,15 +52,15 @@ def test_a_body_without_a_known_field_gives_the_status_alone(status: int, body: 
 def test_a_known_error_field_gives_a_short_reason(doc: dict[str, object], reason: str) -> None:
     outcome = classify_http(422, None, orjson.dumps(doc))
     assert outcome.reason == f"HTTP 422: {reason}"
-    assert "p-7731" not in outcome.reason
+    assert PLAYER not in outcome.reason
 
 
 def test_the_reason_is_bounded_and_masked() -> None:
     long = error_summary(orjson.dumps({"error": "x" * 5000}))
     assert len(long) == ERROR_SUMMARY_CHARS and long.endswith("...")
-    said = error_summary(orjson.dumps({"message": "bad token for https://u:pw-5@h/?key=k-5"}))
-    assert "pw-5" not in said and "k-5" not in said and "https://u:***@h/?key=***" in said
-    assert error_summary(orjson.dumps({"error": "Bearer tok-5 refused"})) == "Bearer *** refused"
+    said = error_summary(orjson.dumps({"message": f"bad token for https://u:{PW}@h/?key={KEY}"}))
+    assert PW not in said and KEY not in said and "https://u:***@h/?key=***" in said
+    assert error_summary(orjson.dumps({"error": f"Bearer {TOKEN} refused"})) == "Bearer *** refused"
 
 
 def test_a_huge_body_is_not_parsed() -> None:

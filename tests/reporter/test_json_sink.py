@@ -19,7 +19,10 @@ from reporter._exceptions import SinkConfigError
 from reporter._senders.json_sink import JsonSender, json_body, ratelog
 from reporter._senders.outcome import DELIVERED, REJECTED, RETRY
 from reporter._senders.sender import make_sender
+from tests.markers import secret
 from tests.rawhttp import always, raw_server, then_hold
+
+TOKEN = secret("token")
 
 URL = "http://ingest.invalid/v1/events"
 EVENTS: list[Any] = [
@@ -128,18 +131,18 @@ def test_json_body_is_assembled_from_raw_bytes() -> None:
 
 def test_configured_headers_are_sent_with_env_interpolation(
         sender_for: Callable[..., JsonSender]) -> None:
-    config = sink_config(env={"INGEST_TOKEN": "s3cret", "TENANT": "acme"},
+    config = sink_config(env={"INGEST_TOKEN": TOKEN, "TENANT": "acme"},
                          headers={"Authorization": "Bearer ${INGEST_TOKEN}",
                                   "X-Tenant": "${TENANT}", "X-Price": "$$5"})
     recorder = Recorder()
     sender_for(recorder, config.sink).send("g", "b", raw_events())
 
     [request] = recorder.requests
-    assert request.headers["Authorization"] == "Bearer s3cret"
+    assert request.headers["Authorization"] == f"Bearer {TOKEN}"
     assert request.headers["X-Tenant"] == "acme"
     assert request.headers["X-Price"] == "$5"
     assert request.headers["Idempotency-Key"] == "b"
-    assert "s3cret" not in repr(config)
+    assert TOKEN not in repr(config)
 
 
 def test_gzip_body_decompresses_to_the_same_json(sender_for: Callable[..., JsonSender]) -> None:

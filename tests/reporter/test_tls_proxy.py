@@ -17,8 +17,11 @@ from collector import ConfigError
 from collector.config import build_config, raw_settings
 from reporter._config import ReporterConfig, SinkSettings
 from reporter._senders.client import http_client
+from tests.markers import secret
 from tests.rawhttp import OK, RawServer, always
 from tests.tlscerts import Pki, make_pki
+
+PW = secret("proxy-pw")
 
 
 @pytest.fixture(scope="module")
@@ -97,15 +100,15 @@ def test_a_certificate_file_holding_its_key_needs_no_key_file(
     ({"ca_file": "/nonexistent/ca.pem"}, r"\[sink\] ca_file: cannot load '/nonexistent/ca.pem'"),
     ({"client_key_file": "/k.pem"}, r"\[sink\] client_key_file: set client_cert_file too"),
     ({"client_cert_file": "/nonexistent/c.pem"}, r"\[sink\] client_cert_file: cannot load"),
-    ({"proxy": "https://u:hunter2@proxy:3128"}, r"\[sink\] proxy: expected an http:// proxy"),
-    ({"proxy": "http://u:hunter2@proxy:port"}, r"\[sink\] proxy: "),
-    ({"proxy": "ftp://u:hunter2@proxy:21", "transport": "httpx"}, r"\[sink\] proxy: expected"),
+    ({"proxy": f"https://u:{PW}@proxy:3128"}, r"\[sink\] proxy: expected an http:// proxy"),
+    ({"proxy": f"http://u:{PW}@proxy:port"}, r"\[sink\] proxy: "),
+    ({"proxy": f"ftp://u:{PW}@proxy:21", "transport": "httpx"}, r"\[sink\] proxy: expected"),
 ])
 def test_unusable_tls_files_and_proxies_are_config_errors(values: dict[str, str],
                                                           match: str) -> None:
     with pytest.raises(ConfigError, match=match) as caught:
         http_client(sink(**values), {})
-    assert "hunter2" not in str(caught.value)
+    assert PW not in str(caught.value)
 
 
 def test_an_encrypted_client_key_is_a_config_error_not_a_prompt(

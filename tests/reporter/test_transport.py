@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from reporter._senders.transport import NEED_BODY, Proxy, SocketTransport
+from tests.markers import secret
 from tests.polling import wait_until
 from tests.rawhttp import (
     OK,
@@ -25,6 +26,8 @@ from tests.rawhttp import (
     trickle,
 )
 
+KEY = secret("key")
+PW = secret("pw")
 Serve = Callable[..., RawServer]
 
 
@@ -305,7 +308,7 @@ def test_a_trickling_peer_is_cut_off_by_the_deadline(
     """One byte every 0.3 s never lets a read wait 1 s, yet the request ends at its 1 s
     deadline, with a WARNING naming the endpoint (without credentials or query) and phase."""
     server = serve(always(act))
-    url = server.url().replace("http://", "http://user:pw@") + "&api_key=SECRET"
+    url = server.url().replace("http://", f"http://user:{PW}@") + f"&api_key={KEY}"
     with httpx.Client(transport=SocketTransport(2.0, 1.0, 8)) as c, pytest.raises(
             httpx.ReadTimeout, match=phase):
         c.post(url, content=b"x", extensions={NEED_BODY: 100})
@@ -313,7 +316,7 @@ def test_a_trickling_peer_is_cut_off_by_the_deadline(
     assert record.levelname == "WARNING"
     message = record.getMessage()
     assert f"http://127.0.0.1:{server.port}/ingest timed out while {phase}" in message
-    assert "SECRET" not in message and "pw" not in message
+    assert KEY not in message and PW not in message
 
 
 def test_a_peer_that_does_not_read_is_cut_off_while_sending(
