@@ -53,6 +53,9 @@ class Counter(StrEnum):
     BATCHES_REAPED = "batches_reaped"
     BATCHES_RELEASED = "batches_released"
     DEAD_BATCHES = "dead_batches"
+    # Events delivered with their behaviour time moved into the anti-addiction interface's
+    # window ([nppa] late_behaviour = "resend"); a part of delivered, not a state of its own.
+    LATE_SENT = "late_sent"
     # -- the reporter only
     BATCHES_STALE = "batches_stale"
     CONFIG_ERRORS = "config_errors"
@@ -78,6 +81,8 @@ class Gauge(StrEnum):
     OWNED_SHARDS = "owned_shards"  # shards this reporter process sweeps
     HOT_GAMES_SERVED = "hot_games_served"  # hot games whose shard this reporter process holds
     SINK_GATE_OPEN = "sink_gate_open"  # 1 while claims may go out, 0 while paused
+    # Seconds sending has been held (an identity or configuration answer; 0: not held)
+    SENDING_HELD_SECONDS = "sending_held_seconds"
     # -- the reporter's metrics endpoint ([metrics] listen)
     BATCHES_RETRY_DUE = "batches_retry_due"  # batches whose retry time has come
     OLDEST_EVENT_AGE_SECONDS = "oldest_event_age_seconds"  # of the events buffered in Redis
@@ -113,14 +118,14 @@ STORE: tuple[Counter, ...] = (
     C.STORED, C.EVICTED, C.DROPPED_BUFFER_FULL, C.DROPPED_TOO_LARGE, C.CLAIMED,
     C.BATCHES_CLAIMED, C.STALE, C.DELIVERED, C.BATCHES_DELIVERED, C.BATCHES_RETRIED,
     C.REJECTED_ITEMS, C.MALFORMED_ENTRIES, C.DEAD_EVENTS, C.DEAD_BATCHES, C.BATCHES_REAPED,
-    C.BATCHES_RELEASED, C.REPLAYED, C.DEAD_DROPPED, C.PURGED,
+    C.BATCHES_RELEASED, C.REPLAYED, C.DEAD_DROPPED, C.PURGED, C.LATE_SENT,
 )
 # What one reporter process did (its tally; the "stopped:" line).
 REPORTER: tuple[Counter, ...] = (
     C.STALE, C.DELIVERED, C.BATCHES_DELIVERED, C.BATCHES_STALE, C.BATCHES_RETRIED,
     C.REJECTED_ITEMS, C.MALFORMED_ENTRIES, C.DEAD_EVENTS, C.DEAD_BATCHES,
     C.BATCHES_RELEASED, C.CONFIG_ERRORS, C.ACK_FAILED, C.LEASE_LOST, C.STORE_RESETS,
-    C.BATCHES_UNREPLICATED, C.ACKS_UNREPLICATED,
+    C.BATCHES_UNREPLICATED, C.ACKS_UNREPLICATED, C.LATE_SENT,
 )
 # telemetry-reporter status (and --json): the store's counters and these levels.
 STATUS_GAUGES: tuple[Gauge, ...] = (
@@ -131,6 +136,7 @@ STATUS_GAUGES: tuple[Gauge, ...] = (
 # the histograms; each served as telemetry_<name>.
 METRICS_GAUGES: tuple[Gauge, ...] = (
     Gauge.OWNED_SHARDS, Gauge.HOT_GAMES_SERVED, Gauge.HELD_BATCHES, Gauge.SINK_GATE_OPEN,
+    Gauge.SENDING_HELD_SECONDS,
     Gauge.LIMITER_WAIT_SECONDS, Gauge.SHARDS, Gauge.REDIS_UP, Gauge.REDIS_MEMORY_USED_BYTES,
     Gauge.REDIS_MEMORY_MAX_BYTES, Gauge.REDIS_REFUSING_WRITES, Gauge.LIVE_REPORTERS,
     Gauge.BUFFERED, Gauge.GAME_BUFFERED, Gauge.GAME_OLDEST_EVENT_AGE_SECONDS,

@@ -67,6 +67,7 @@ class SinkSettings(MaskedRepr):
     client_key_file: str = setting("")
     proxy: str = setting("", secret=True)
     headers: Mapping[str, str] = setting({}, secret=True)
+    header_files: Mapping[str, str] = setting({})
     max_batch_bytes: int = setting(1024 * 1024, lo=1024, hi=256 * 1024 * 1024)
     requests_per_second: float = setting(0.0, lo=0, hi=1_000_000)
     request_burst: int = setting(1, lo=1, hi=100_000)
@@ -102,9 +103,14 @@ class NppaSettings(MaskedRepr):
     base_url: str = setting(NPPA_PRODUCTION_BASE)
     app_id: str = setting("")
     secret_key: str = setting("", secret=True)
+    secret_key_file: str = setting("")
     requests_per_second: float = setting(10.0, lo=0.1, hi=1000)
     freshness_margin_seconds: float = setting(10.0, lo=0, hi=170)
     throttle_seconds: float = setting(60.0, lo=1, hi=3600)
+    probe_interval_seconds: float = setting(30.0, lo=1, hi=3600)
+    late_behaviour: str = setting("drop", choices=("drop", "resend"))
+    late_max_age_seconds: float = setting(86_400.0, lo=180, hi=30 * 86_400)
+    max_future_seconds: float = setting(300.0, lo=0, hi=86_400)
 
 
 @dataclass(frozen=True)
@@ -228,12 +234,33 @@ def _check_sink(sink: SinkSettings, where: Where) -> None:
                 f"{where('sink', 'headers')}: [sink] headers.{name}: expected printable ASCII "
                 f"text (no CR, LF, NUL or other control character), found {bad.group()!a} "
                 f"at character {bad.start() + 1} of the value (not shown)")
-    has_authorization = any(name.lower() == "authorization" for name in sink.headers)
+    _check_header_files(sink, where)
+    has_authorization = any(name.lower() == "authorization"
+                            for name in (*sink.headers, *sink.header_files))
     if sink.url and has_authorization and httpx.URL(sink.url).userinfo:
         raise ConfigError(
             f"{where('sink', 'url')}: [sink] url: carries credentials "
             f"({mask_url(sink.url)!r}) and [sink] headers has an Authorization header: two "
             "credentials, and the URL's would replace the header; keep one (the header)")
+
+
+def _check_header_files(sink: SinkSettings, where: Where) -> None:
+    """``[sink] header_files``: header name -> a file holding its value, re-read on SIGHUP
+    and when it changes.  A name may not be in ``[sink] headers`` too."""
+    origin = where("sink", "header_files")
+    set_inline = {name.lower() for name in sink.headers}
+    for name, path in sink.header_files.items():
+        if not _HEADER_NAME.fullmatch(name):
+            raise ConfigError(
+                f"{origin}: [sink] header_files: {name!r} is not a header name: expected "
+                "letters, digits and !#$%&'*+-.^_`|~ (an HTTP token)")
+        if name.lower() in set_inline:
+            raise ConfigError(f"{origin}: [sink] header_files.{name}: also in [sink] headers; "
+                              "keep one")
+        try:
+            read_header_file(path)
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: [sink] header_files.{name}: {exc}") from None
 
 
 def _check_nppa(nppa: NppaSettings, where: Where) -> None:
@@ -244,12 +271,70 @@ def _check_nppa(nppa: NppaSettings, where: Where) -> None:
     if not nppa.app_id:
         raise ConfigError(f"{where('nppa', 'app_id')}: [nppa] app_id: required with [sink] "
                           f'kind = "nppa" (the app id the system issued)')
+    if nppa.secret_key_file:
+        if nppa.secret_key:
+            raise ConfigError(
+                f"{where('nppa', 'secret_key_file')}: [nppa] secret_key_file: set it or "
+                "secret_key, not both (the file is re-read on SIGHUP and when it changes; "
+                "secret_key is read once)")
+        try:
+            read_key_file(nppa.secret_key_file)
+        except ValueError as exc:
+            raise ConfigError(f"{where('nppa', 'secret_key_file')}: [nppa] secret_key_file: "
+                              f"{exc}") from None
+        return
     if not _HEX_KEY.fullmatch(nppa.secret_key):
         raise ConfigError(
             f"{where('nppa', 'secret_key')}: [nppa] secret_key: expected 32 hex characters "
             f"(the 16-byte key as issued; usually \"${{NPPA_SECRET_KEY}}\"), found "
             f"{len(nppa.secret_key)} characters" + (
                 "" if len(nppa.secret_key) != 32 else " that are not all hex digits"))
+
+
+def read_key_file(path: str) -> str:
+    """The anti-addiction secret key a ``[nppa] secret_key_file`` holds: 32 hex characters,
+    surrounding whitespace ignored.  ``ValueError`` says what is wrong, never showing the
+    file's text."""
+    text = _read_small_file(path)
+    key = text.strip()
+    if not _HEX_KEY.fullmatch(key):
+        raise ValueError(
+            f"{path!r} does not hold a key: expected 32 hex characters (surrounding "
+            f"whitespace is ignored), found {len(key)} characters"
+            + ("" if len(key) != 32 else " that are not all hex digits"))
+    return key
+
+
+def read_header_file(path: str) -> str:
+    """The header value a ``[sink] header_files`` file holds (``Bearer abc...``), surrounding
+    whitespace ignored; ``ValueError`` says what is wrong, never showing the value."""
+    value = _read_small_file(path).strip()
+    if not value:
+        raise ValueError(f"{path!r} is empty: expected the header's value")
+    if bad := _BAD_HEADER_CHAR.search(value):
+        raise ValueError(f"{path!r}: expected printable ASCII text (no CR, LF, NUL or other "
+                         f"control character), found {bad.group()!a} at character "
+                         f"{bad.start() + 1} of the value (not shown)")
+    return value
+
+
+# A secret file is a few dozen bytes; a larger one is a mistake (a path to the wrong file).
+_SECRET_FILE_BYTES = 64 * 1024
+
+
+def _read_small_file(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_SECRET_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"cannot read {path!r}: {exc.strerror or exc}") from None
+    if len(data) > _SECRET_FILE_BYTES:
+        raise ValueError(f"{path!r} is larger than {_SECRET_FILE_BYTES} bytes: not a secret "
+                         "file")
+    try:
+        return data.decode("ascii")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path!r} holds bytes that are not ASCII text") from None
 
 
 def listen_address(text: str) -> tuple[str, int]:

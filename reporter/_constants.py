@@ -42,3 +42,14 @@ STOP_MARGIN_SECONDS = 1.5
 # How often the main thread of `run` looks whether a stop signal came (its handler only
 # counts, so that it takes no lock).
 SIGNAL_POLL_SECONDS = 0.1
+# A held sender (an answer about our identity or configuration): each reporter reads the hold
+# from Redis this often, and reminds the operator at most this often; a hold nobody probes
+# for this long is forgotten (no reporter runs for that app id).
+HOLD_POLL_SECONDS = 1.0
+HOLD_REMINDER_SECONDS = 60.0
+HOLD_KEEP_SECONDS = 86_400.0
+# Files of secrets ([nppa] secret_key_file, [sink] header_files) are looked at this often, so
+# a mounted secret that changes is used without a signal.
+SECRET_FILE_POLL_SECONDS = 2.0
+# Audit records of late items sent with their time moved, kept per shard (one per request).
+LATE_RECORDS_KEPT = 10_000

@@ -339,6 +339,10 @@ SCENARIOS: list[tuple[str, dict[str, str], str, dict[str, str] | None]] = [
                                   "telemetry_redis_memory_max_bytes": "0x10"}, "7m", None),
     ("TelemetryNoReporter", {"telemetry_owned_shards": "16x5",
                              "telemetry_live_reporters": "1x5"}, "4m", None),
+    ("TelemetrySendingHeld", {'telemetry_sending_held_seconds{cause="nppa 1011"}':
+                              "0 60 120 180 240 300"}, "4m",
+     {"summary": "sending to the anti-addiction interface has been held for 4m 0s"}),
+    ("TelemetrySendingHeld", {'telemetry_sending_held_seconds{cause=""}': "0x5"}, "4m", None),
 ]
 
 

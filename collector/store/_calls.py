@@ -17,6 +17,7 @@ from collector.store._keys import ShardKeys
 from collector.store._results import (
     Claimed,
     ClaimedBatch,
+    HoldState,
     Moved,
     NackResult,
     Reaped,
@@ -453,3 +454,57 @@ class TakeTokens(ScriptCall[Tokens]):
 
     def parse(self, reply: Any) -> Tokens:
         return Tokens(int(reply[0]), int(reply[1]), bool(reply[2]))
+
+
+@dataclass(frozen=True, slots=True)
+class Hold(ScriptCall[HoldState]):
+    """Sending held for every reporter (at ``key``, ``KeySchema.hold``): ``what`` is
+    ``hold`` (start it, or note the latest ``cause``), ``probe`` (take the turn to probe if
+    it has come; the next turn is ``interval_ms`` later), ``kick`` (the next probe is due
+    now), ``lift`` or ``read``.  A hold nobody touches for ``keep_ms`` is forgotten.
+    ``now_ms`` replaces Redis TIME (tests)."""
+
+    script: ClassVar[str] = "hold"
+    key: str
+    what: str
+    interval_ms: int = 0
+    cause: str = ""
+    check: str = ""
+    game: str = ""
+    keep_ms: int = 86_400_000
+    now_ms: int | None = None
+
+    def keys(self) -> Sequence[str]:
+        return (self.key,)
+
+    def args(self) -> Sequence[Any]:
+        return (self.what, self.interval_ms, self.cause[:200], self.check[:500],
+                self.game, self.keep_ms, "" if self.now_ms is None else self.now_ms)
+
+    def parse(self, reply: Any) -> HoldState:
+        state = int(reply[0])
+        return HoldState(state > 0, int(reply[1]), int(reply[2]), int(reply[3]),
+                         int(reply[4]), text(reply[5]), text(reply[6]), text(reply[7]),
+                         state == 2)
+
+
+@dataclass(frozen=True, slots=True)
+class NoteLate(ScriptCall[int]):
+    """Count ``moved`` items delivered with their behaviour time moved into the window, and
+    keep ``record`` (JSON: their original times) in the shard's audit list, at most
+    ``keep`` records; the result is the records kept."""
+
+    script: ClassVar[str] = "note_late"
+    shard: ShardKeys
+    moved: int
+    record: str
+    keep: int
+
+    def keys(self) -> Sequence[str]:
+        return (self.shard.stats, self.shard.late)
+
+    def args(self) -> Sequence[Any]:
+        return (self.moved, self.record, self.keep)
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)

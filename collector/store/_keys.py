@@ -99,6 +99,12 @@ class ShardKeys:
         return f"{self.tag}:owner"
 
     @property
+    def late(self) -> str:
+        """list: audit records of items sent with their behaviour time moved into the
+        anti-addiction interface's window (JSON), newest first, bounded."""
+        return f"{self.tag}:late"
+
+    @property
     def marker(self) -> str:
         """string: the shard's identity, written once when it is first used; a different
         one (or none) later means its data vanished (a restart without persistence, a
@@ -147,3 +153,10 @@ class KeySchema:
         if not _LIMIT_NAME.fullmatch(name):
             raise ValueError(f"invalid limiter name {name!r}")
         return f"{{{self.prefix}:limit:{name}}}:bucket"
+
+    def hold(self, name: str) -> str:
+        """hash: sending held for every reporter (an answer only the operator can fix), and
+        whose turn it is to probe; a hash tag of its own."""
+        if not _LIMIT_NAME.fullmatch(name):
+            raise ValueError(f"invalid hold name {name!r}")
+        return f"{{{self.prefix}:hold:{name}}}:hold"

@@ -104,6 +104,29 @@ class Tokens(NamedTuple):
     scarce: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class HoldState:
+    """Sending held for every reporter, as Redis says (``hold.lua``): since when (ms), who
+    probes next and when, why (``cause``, ``check``: what the operator should check) and
+    the game whose request met it.  ``mine``: this call started the hold, or has the turn
+    to probe (``lift``: it ended one)."""
+
+    held: bool
+    now_ms: int = 0
+    since_ms: int = 0
+    probe_at_ms: int = 0
+    probes: int = 0
+    cause: str = ""
+    check: str = ""
+    game: str = ""
+    mine: bool = False
+
+    @property
+    def age_seconds(self) -> float:
+        """Seconds held (0 when not)."""
+        return max(0.0, (self.now_ms - self.since_ms) / 1000) if self.held else 0.0
+
+
 def text(value: bytes | str) -> str:
     """A reply string as text (replies are bytes: clients never decode responses)."""
     return value.decode() if isinstance(value, bytes) else value

@@ -359,13 +359,18 @@ def stopped_line(stopped: Stopped) -> tuple[str, dict[str, object]]:
 
 class StopSignals:
     """SIGTERM and SIGINT: the first asks for a graceful stop, a second exits at once.
+    SIGHUP asks to read the secret files again (``on_reload``); it never stops the process.
 
-    The handler only counts: it runs on the main thread between two bytecodes, possibly
-    while that thread holds a lock (an ``Event``'s, say), so taking any lock in it could
-    deadlock the process.  The main thread polls the count instead."""
+    The handlers only count: they run on the main thread between two bytecodes, possibly
+    while that thread holds a lock (an ``Event``'s, say), so taking any lock in them could
+    deadlock the process.  The main thread polls the counts instead."""
 
     def __init__(self) -> None:
         self.received = 0
+        self.reloads = 0
+
+    def on_reload(self, signum: int, frame: FrameType | None) -> None:
+        self.reloads += 1
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.received += 1
@@ -382,14 +387,23 @@ def _run(config: ReporterConfig) -> int:
     signals = StopSignals()
     signal.signal(signal.SIGTERM, signals.on_signal)
     signal.signal(signal.SIGINT, signals.on_signal)
+    if hasattr(signal, "SIGHUP"):  # not on Windows
+        signal.signal(signal.SIGHUP, signals.on_reload)
     for notice in config.notices:
         logger.warning(notice)
     message, fields = startup_line(config, service.limiter.describe())
     logger.info("%s", message, extra=fields)
     service.start()
     idle = threading.Event()  # never set: a wait that a signal handler does not touch
+    reloads = 0
     while not signals.received:
         idle.wait(SIGNAL_POLL_SECONDS)
+        if signals.reloads != reloads:  # one re-read for any number of SIGHUPs meanwhile
+            reloads = signals.reloads
+            try:
+                service.reload("SIGHUP")
+            except Exception:  # a bug: SIGHUP must never stop a reporter
+                logger.exception("SIGHUP: re-reading the secret files failed; running on")
     logger.info("stopping: no new claims; waiting up to %gs for in-flight POSTs",
                 config.reporter.grace_seconds)
     stopped = service.stop()

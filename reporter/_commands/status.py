@@ -24,12 +24,15 @@ from collector.store import (
     Alert,
     BackendError,
     BackendUnavailable,
+    HoldState,
     KeySchema,
     MemoryUse,
     Reporter,
     Store,
 )
 from reporter._config import ReporterConfig
+from reporter._delivery.hold import read_hold
+from reporter._delivery.limiter import bucket_name
 from reporter._monitoring.accounting import Totals, read_totals
 from reporter._tables import table
 
@@ -46,6 +49,37 @@ def _age(oldest_ms: int | None, now: float) -> str:
 
 def _when(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+
+
+def read_sending_hold(store: Store, config: ReporterConfig) -> HoldState | None:
+    """The hold of the anti-addiction sender of ``config`` (None for other sinks)."""
+    if config.sink.kind != "nppa" or not config.nppa.app_id:
+        return None
+    return read_hold(store, bucket_name("nppa", config.nppa.app_id))
+
+
+def render_hold(hold: HoldState | None, config: ReporterConfig) -> list[str]:
+    """One line while sending is held: since when, why, what to check, the probes."""
+    if hold is None or not hold.held:
+        return []
+    next_in = max(0.0, (hold.probe_at_ms - hold.now_ms) / 1000)
+    return [f"HELD: sending to the anti-addiction interface (app {config.nppa.app_id}) is held "
+            f"for {hold.age_seconds:.0f}s, since {_when(hold.since_ms / 1000)}: it answered "
+            f"{hold.cause}: {hold.check}; {hold.probes} probes, the next in {next_in:.0f}s"
+            + (f" (game {hold.game})" if hold.game else "")]
+
+
+def hold_json(hold: HoldState | None) -> dict[str, Any]:
+    """``{"hold": ...}`` for the anti-addiction sink, nothing for the others."""
+    if hold is None:
+        return {}
+    if not hold.held:
+        return {"hold": {"held": False}}
+    return {"hold": {
+        "held": True, "cause": hold.cause, "check": hold.check, "game": hold.game,
+        "since": hold.since_ms / 1000, "age_seconds": round(hold.age_seconds, 1),
+        "probes": hold.probes,
+        "next_probe_in_seconds": round(max(0, hold.probe_at_ms - hold.now_ms) / 1000, 1)}}
 
 
 def render_alerts(alerts: Sequence[Alert]) -> list[str]:
@@ -145,7 +179,8 @@ def render_status(totals: Totals, config: ReporterConfig, now: float | None = No
                   max_games: int = 50, alerts: Sequence[Alert] = (),
                   reporters: Sequence[dict[str, Any]] | None = None,
                   memory: Sequence[MemoryUse] = (),
-                  hot_games: Sequence[dict[str, Any]] | None = None) -> str:
+                  hot_games: Sequence[dict[str, Any]] | None = None,
+                  hold: HoldState | None = None) -> str:
     now = time.time() if now is None else now
     hot = config.reporter.hot_games
     shard_rows = [
@@ -165,6 +200,7 @@ def render_status(totals: Totals, config: ReporterConfig, now: float | None = No
     counter_rows = [(k, v) for k, v in summary.items()]
     parts = [
         f"config: {config.source}",
+        *render_hold(hold, config),
         *render_memory(memory),
         *render_alerts(alerts),
         *(["", render_reporters(reporters)] if reporters is not None else []),
@@ -194,6 +230,7 @@ def _alerts_json(alerts: Sequence[Alert]) -> list[dict[str, Any]]:
 def _full(store: Store, config: ReporterConfig, as_json: bool, indent: int | None) -> str:
     totals = read_totals(store)
     alerts = store.alerts()
+    hold = read_sending_hold(store, config)
     memory = read_memory(store)
     now = time.time()
     owners = Tally(s.owner for s in totals.shards if s.owner)
@@ -206,10 +243,10 @@ def _full(store: Store, config: ReporterConfig, as_json: bool, indent: int | Non
     if as_json:
         return json.dumps({**totals.summary(), "alerts": _alerts_json(alerts),
                            "reporters": reporters, "redis_memory": memory_json(memory),
-                           "hot_games": hot}, indent=indent)
+                           "hot_games": hot, **hold_json(hold)}, indent=indent)
     return (f"redis: {store.describe()}\n"
             + render_status(totals, config, now, alerts=alerts, reporters=reporters,
-                            memory=memory, hot_games=hot))
+                            memory=memory, hot_games=hot, hold=hold))
 
 
 # -- the cheap form (--no-shards) --------------------------------------------------------------
@@ -218,6 +255,7 @@ def _cheap(store: Store, config: ReporterConfig, as_json: bool, indent: int | No
     found = store.counters()
     counters = {str(name): found.get(name, 0) for name in STORE}
     alerts = store.alerts()
+    hold = read_sending_hold(store, config)
     memory = read_memory(store)
     owners = store.shard_owners()
     reporters = reporter_entries(store.reporters(), time.time(),
@@ -228,10 +266,12 @@ def _cheap(store: Store, config: ReporterConfig, as_json: bool, indent: int | No
     if as_json:
         return json.dumps({**counters, "alerts": _alerts_json(alerts),
                            "reporters": reporters, "redis_memory": memory_json(memory),
-                           "hot_games": hot, "shards_without_owner": unowned}, indent=indent)
+                           "hot_games": hot, "shards_without_owner": unowned,
+                           **hold_json(hold)}, indent=indent)
     return "\n".join([
         f"redis: {store.describe()}",
         f"config: {config.source}",
+        *render_hold(hold, config),
         *render_memory(memory),
         *render_alerts(alerts),
         "",

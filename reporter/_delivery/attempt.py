@@ -26,7 +26,7 @@ from typing import NamedTuple
 import orjson
 
 from reporter._delivery.body_limit import BodyLimit
-from reporter._senders.outcome import DELIVERED, REJECTED, Outcome
+from reporter._senders.outcome import DELIVERED, REJECTED, MovedItem, Outcome
 from reporter._senders.sender import Sender
 
 TOO_LARGE = "too large for the endpoint (HTTP 413)"
@@ -60,11 +60,12 @@ class _Parts:
     alert: str = ""
     refused_bytes: int = 0  # the smallest body refused as too large (0: none yet)
     accepted_bytes: int = 0  # the largest body taken
+    moved: list[MovedItem] = field(default_factory=list)  # by index in the whole batch
 
     def outcome(self) -> Outcome:
         return Outcome(DELIVERED, self.reason, self.retry_after,
                        tuple(sorted(self.refused.items())), tuple(sorted(self.retry)),
-                       self.pause_all, self.alert)
+                       self.pause_all, self.alert, moved=tuple(self.moved))
 
 
 class Attempt:
@@ -132,6 +133,7 @@ class Attempt:
                 parts.accepted_bytes = max(parts.accepted_bytes, size)
                 parts.refused.update((indices[i], reason) for i, reason in outcome.refused)
                 parts.retry += [indices[i] for i in outcome.retry_items]
+                parts.moved += [m._replace(position=indices[m.position]) for m in outcome.moved]
                 if outcome.retry_items:
                     parts.reason = outcome.reason
                     parts.retry_after = max(parts.retry_after, outcome.retry_after)

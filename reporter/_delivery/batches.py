@@ -20,6 +20,7 @@ from collector.store import (
     GameState,
     Nack,
     NackResult,
+    NoteLate,
     Reap,
     Reaped,
     Release,
@@ -33,6 +34,7 @@ from collector.store import (
     TakeRetries,
 )
 from reporter._config import ReporterConfig
+from reporter._constants import LATE_RECORDS_KEPT
 from reporter._delivery.freshness import Freshness
 
 
@@ -108,6 +110,10 @@ class Batches:
 
     def note_alert(self, name: str, message: str) -> None:
         self.store.note_alert(name, message, time.time_ns() // 1_000_000)
+
+    def note_late(self, keys: ShardKeys, moved: int, record: str) -> int:
+        """Count ``moved`` items delivered with their time moved, and keep ``record``."""
+        return self.store.call(NoteLate(keys, moved, record, LATE_RECORDS_KEPT))
 
     def reap(self, keys: ShardKeys, limit: int) -> Reaped:
         return self.store.call(Reap(keys, limit, self.policy))

@@ -25,6 +25,7 @@ from reporter._delivery.attempt import Answer, Attempt
 from reporter._delivery.freshness import Freshness, split_fresh
 from reporter._delivery.gate import SinkGate
 from reporter._delivery.held import Held
+from reporter._delivery.hold import SendHold
 from reporter._delivery.lease import Lease, Leased, Result
 from reporter._delivery.limiter import Permits
 from reporter._delivery.settling import Settler
@@ -36,7 +37,9 @@ Clock = Callable[[], float]  # wall-clock seconds, injectable for tests
 class Deliverer:
     def __init__(self, attempt: Attempt, settler: Settler, permits: Permits, gate: SinkGate,
                  held: Held, freshness: Freshness, counts: Metrics, clock: Clock,
-                 errors: SendErrors | None = None) -> None:
+                 errors: SendErrors | None = None, hold: SendHold | None = None
+                 ) -> None:
+        self._hold = hold
         self._attempt = attempt
         self._settler = settler
         self._permits = permits
@@ -69,16 +72,21 @@ class Deliverer:
             return self._settler.all_stale(lease.keys, lease.token, batch.batch_id, fresh.stale)
         sent = self._attempt.send(batch.game, batch.batch_id, fresh.events, batch.attempts + 1,
                                   lambda: self._permits.one(stop))
-        self._heard(sent.answers)
+        self._heard(sent.answers, batch.game)
         return self._settler.settle(lease.keys, lease.token, batch, fresh, sent.outcome)
 
-    def _heard(self, answers: Sequence[Answer]) -> None:
+    def _heard(self, answers: Sequence[Answer], game: str) -> None:
         """Every answer of the endpoint: the histograms, the failures by code, the gate (is
-        it failing?), and its own rate limit, which pauses every reporter."""
+        it failing?), its own rate limit, which pauses every reporter, and a refusal of our
+        identity, which holds every reporter (the gate stays closed while it lasts, not for
+        a backoff)."""
         for answer in answers:
             self._counts.observe(Histogram.POST_DURATION_SECONDS, answer.seconds)
             self._counts.observe(Histogram.BATCH_SIZE_EVENTS, answer.events)
             self._errors.record(answer.outcome)
+            if answer.outcome.hold and self._hold is not None:
+                self._hold.begin(answer.outcome.hold, game)
+                continue
             self._gate.record(answer.outcome)
             if answer.outcome.pause_all:
                 self._permits.pause(answer.outcome.pause_all)

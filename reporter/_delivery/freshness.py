@@ -23,11 +23,18 @@ NPPA_WINDOW_SECONDS = 180
 class Freshness:
     """An event is fresh while its age is at most ``max_age_ms``; its birth is the value of
     ``field`` (times ``scale`` to make milliseconds) when the event has a number there,
-    else its collect time."""
+    else its collect time.  ``late_ms`` (0: none): an event older than ``max_age_ms`` is
+    still sent, up to this age (the sender moves its time into the endpoint's window)."""
 
     max_age_ms: int
     field: str = ""
     scale: int = 1
+    late_ms: int = 0
+
+    @property
+    def keep_ms(self) -> int:
+        """The age beyond which an event is stale: dropped, never sent."""
+        return max(self.max_age_ms, self.late_ms)
 
     @classmethod
     def of(cls, settings: ReporterSettings) -> Freshness:
@@ -38,12 +45,16 @@ class Freshness:
     @classmethod
     def for_config(cls, config: ReporterConfig) -> Freshness:
         """The rule the configured sink needs: for ``nppa``, an item whose ``ot`` is 180 s
-        less the margin before the request is stale (and never later than max_age)."""
+        less the margin before the request is stale (and never later than max_age); with
+        ``[nppa] late_behaviour = "resend"``, only one older than ``late_max_age_seconds``
+        is (the sender moves the others into the window)."""
         rule = cls.of(config.reporter)
         if config.sink.kind != "nppa":
             return rule
-        window_ms = int((NPPA_WINDOW_SECONDS - config.nppa.freshness_margin_seconds) * 1000)
-        return cls(min(rule.max_age_ms, window_ms - 1), "ot", 1000)
+        nppa = config.nppa
+        window_ms = int((NPPA_WINDOW_SECONDS - nppa.freshness_margin_seconds) * 1000)
+        late_ms = int(nppa.late_max_age_seconds * 1000) if nppa.late_behaviour == "resend" else 0
+        return cls(min(rule.max_age_ms, window_ms - 1), "ot", 1000, late_ms)
 
 
 class Fresh(NamedTuple):
@@ -62,7 +73,7 @@ class Fresh(NamedTuple):
 def split_fresh(entries: list[bytes], now_ms: int, rule: Freshness) -> Fresh:
     """The events young enough to send (an event without a usable value in the rule's field
     goes by its collect time)."""
-    max_age_ms, field_name = rule.max_age_ms, rule.field
+    max_age_ms, field_name = rule.keep_ms, rule.field
     # Entries start with a fixed-width time, so the smallest entry is the oldest one.
     if not field_name and entries and now_ms - entry_time_ms(min(entries)) <= max_age_ms:
         return Fresh([entry[ENTRY_TIME_DIGITS:] for entry in entries], 0)

@@ -15,20 +15,23 @@ class SinkGate:
 
     Each retryable failure in a row doubles the pause (from ``initial`` to ``longest``
     seconds); a Retry-After longer than that is honoured; any answer that is not a
-    retryable failure opens the gate again.
+    retryable failure opens the gate again.  ``held``: whether sending is held (an answer
+    only the operator can fix, ``SendHold``): the gate stays closed while it is.
     """
 
     def __init__(self, initial: float, longest: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 held: Callable[[], bool] = lambda: False) -> None:
         self._initial = initial
         self._longest = longest
         self._clock = clock
+        self._held = held
         self._lock = threading.Lock()
         self._failures = 0
         self._closed_until = 0.0
 
     def is_open(self) -> bool:
-        return self._clock() >= self._closed_until
+        return self._clock() >= self._closed_until and not self._held()
 
     def record(self, outcome: Outcome) -> None:
         with self._lock:

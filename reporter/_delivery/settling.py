@@ -9,7 +9,10 @@ counters, and at most one log line.  A delivered batch is not acked at once: it 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
+
+import orjson
 
 from collector.counters import Counter as C
 from collector.logs import RateLimitedLog
@@ -35,8 +38,12 @@ class Settler:
     def settle(self, keys: ShardKeys, token: str, batch: Leased, fresh: Fresh,
                outcome: Outcome) -> Result:
         """Finish a batch the endpoint answered (``fresh``: what was sent of it)."""
+        if outcome.hold:
+            return self._held_back(keys, token, batch, outcome)
         if outcome.alert:
             self._alert(batch, outcome)
+        if outcome.moved:
+            self._note_late(keys, batch, outcome)
         if outcome.partial:
             return self._partial(keys, token, batch, fresh, outcome)
         if outcome.kind == DELIVERED:
@@ -105,6 +112,40 @@ class Settler:
             self._counts.count(C.LEASE_LOST)
         else:
             self._counts.add({C.DELIVERED: reply, C.STALE: d.stale, C.BATCHES_DELIVERED: 1})
+
+    def _held_back(self, keys: ShardKeys, token: str, batch: Leased, outcome: Outcome
+                   ) -> Result:
+        """The endpoint refused our identity or configuration: sending is held (``SendHold``)
+        and the batch goes back to wait for the fix, no attempt charged, never a dead
+        letter."""
+        self._counts.count(C.CONFIG_ERRORS)
+        name = outcome.hold.partition(":")[0]
+        try:
+            self._batches.note_alert(name, outcome.hold)
+        except Exception as exc:  # status misses one line; the log and the count have it
+            logger.warning("could not record the alert for status (%s)", exc)
+        if self._batches.release(keys, batch.batch_id, token):
+            self._counts.count(C.BATCHES_RELEASED)
+        return Result.RELEASED
+
+    def _note_late(self, keys: ShardKeys, batch: Leased, outcome: Outcome) -> None:
+        """Items were sent with their behaviour time moved into the window: those the
+        endpoint took are counted (``late_sent``) and their original times kept in the
+        shard's audit list."""
+        skipped = {i for i, _ in outcome.refused} | set(outcome.retry_items)
+        moved = [m for m in outcome.moved if m.position not in skipped]
+        if not moved:
+            return
+        record = orjson.dumps({
+            "at": int(time.time()), "game": batch.game, "batch_id": batch.batch_id,
+            "items": [[m.si, m.bt, m.ot, m.sent] for m in moved]}).decode()
+        self._counts.count(C.LATE_SENT, len(moved))
+        try:
+            self._batches.note_late(keys, len(moved), record)
+        except BackendError as exc:
+            ratelog.log(logging.ERROR, "late", "could not keep the audit record of %d late "
+                        "items of game %r sent with their time moved (%s): %s", len(moved),
+                        batch.game, exc, record)
 
     def _unconfirmed(self, exc: BackendUnreplicated) -> None:
         """An ack or settle too few replicas confirmed: it stands (a failover may undo it,

@@ -27,8 +27,11 @@ Choices where the protocol is silent:
 - A system or count error answers ``data: ""``.  ``RequestLog.refused`` is keyed by the item's
   ``no``; an item whose ``no`` is not an integer is keyed by minus its 1-based position.
 - ``force(n)`` may return any errcode, 0 included: it is answered as is, with nothing accepted.
-- Only ``Content-Length`` framing is read (no chunked request bodies).  One key is valid at a
-  time (``set_secret`` replaces it), so a test proves that a sender switched.
+- Only ``Content-Length`` framing is read (no chunked request bodies).
+- Keys: ``secret_key`` and any ``more_keys`` are all accepted (a rotation: both the old and
+  the new key work for a while); the sign is checked against each and the body opened with
+  the key that matched.  ``set_secrets`` switches them at run time (``set_secret``: one
+  key only, so a test proves that a sender switched).
 """
 
 from __future__ import annotations
@@ -264,10 +267,11 @@ class NppaEndpoint:
                  skew_seconds: float = 5.0, partial_errcode: int = 0,
                  clock: Callable[[], float] = time.time, port: int = 0,
                  force: Callable[[int], int | None] | None = None,
-                 unknown: ItemCheck | None = None) -> None:
+                 unknown: ItemCheck | None = None, more_keys: Collection[str] = ()) -> None:
         if partial_errcode not in (0, 3001):
             raise ValueError("partial_errcode must be 0 or 3001")
-        _check_key(secret_key)
+        for key in (secret_key, *more_keys):
+            _check_key(key)
         self.app_id = app_id
         self.biz_ids = frozenset(biz_ids)
         self.requests_per_second = requests_per_second
@@ -280,7 +284,7 @@ class NppaEndpoint:
         self.lock = threading.Lock()
         self.accepted: list[Accepted] = []
         self.requests: list[RequestLog] = []
-        self._secret = secret_key
+        self._secrets: tuple[str, ...] = (secret_key, *more_keys)
         self._count = 0
         self._window: deque[float] = deque()
         self._throttled_until = float("-inf")
@@ -314,9 +318,16 @@ class NppaEndpoint:
 
     def set_secret(self, secret_key: str) -> None:
         """Make ``secret_key`` the one valid key from the next request on."""
-        _check_key(secret_key)
+        self.set_secrets(secret_key)
+
+    def set_secrets(self, *secret_keys: str) -> None:
+        """Accept each of ``secret_keys`` (and no other) from the next request on."""
+        if not secret_keys:
+            raise ValueError("at least one key")
+        for key in secret_keys:
+            _check_key(key)
         with self.lock:
-            self._secret = secret_key
+            self._secrets = tuple(secret_keys)
 
     def _handle(self, http: BaseHTTPRequestHandler) -> None:
         try:
@@ -329,9 +340,9 @@ class NppaEndpoint:
                            self.clock())
         with self.lock:
             self._count += 1
-            number, secret = self._count, self._secret
+            number, secrets = self._count, self._secrets
         forced = self.force(number) if self.force is not None else None
-        answer = _Answer(forced) if forced is not None else self._answer(request, secret)
+        answer = _Answer(forced) if forced is not None else self._answer(request, secrets)
         self._record(request, answer)
         reply = answer.body()
         try:
@@ -343,9 +354,9 @@ class NppaEndpoint:
         except (BrokenPipeError, ConnectionResetError):
             http.close_connection = True
 
-    def _answer(self, request: _Request, secret: str) -> _Answer:
+    def _answer(self, request: _Request, secrets: tuple[str, ...]) -> _Answer:
         try:
-            request_ms = self._check_headers(request, secret)
+            request_ms, secret = self._check_headers(request, secrets)
             self._check_rate(request.at)
             items = _collections(secret, request.body)
         except _Refused as exc:
@@ -357,8 +368,9 @@ class NppaEndpoint:
         return _Answer(code, {"results": results}, len(items), refused, accepted, request_ms,
                        "ok" if code == 0 else "partial failure")
 
-    def _check_headers(self, request: _Request, secret: str) -> int:
-        """Checks 1 to 5; the request's timestamps in milliseconds."""
+    def _check_headers(self, request: _Request, secrets: tuple[str, ...]) -> tuple[int, str]:
+        """Checks 1 to 5; the request's timestamps in milliseconds, and the key it was
+        signed with."""
         parts = urlsplit(request.target)
         if request.method != "POST":
             raise _Refused(1003)
@@ -373,10 +385,11 @@ class NppaEndpoint:
         request_ms = self._request_ms(request)
         signed = {name: request.header(name) for name in SIGNED_HEADERS}
         query = parse_qsl(parts.query, keep_blank_values=True)
-        expected = signature(secret, signed, query, request.body)
-        if not hmac.compare_digest(expected, request.header("sign")):
-            raise _Refused(1011)
-        return request_ms
+        sign = request.header("sign")
+        for secret in secrets:
+            if hmac.compare_digest(signature(secret, signed, query, request.body), sign):
+                return request_ms, secret
+        raise _Refused(1011)
 
     def _request_ms(self, request: _Request) -> int:
         raw = request.header("timestamps")

@@ -18,6 +18,7 @@ from collector.counters import REPORTER, STORE, Gauge
 from collector.prometheus import CLUSTER, Exposition, PrometheusMetrics
 from collector.store import Store
 from reporter._config import ReporterConfig, listen_address
+from reporter._delivery.hold import NOT_HELD, SendHold
 from reporter._monitoring.health import Health
 from reporter._monitoring.levels import Reading, RedisReadings, WatchedLimiter
 from reporter._monitoring.server import MetricsServer
@@ -38,6 +39,9 @@ HELP = {
                     "and those waiting their turn)",
     G.SINK_GATE_OPEN: "1 while this process may claim, 0 while the endpoint fails and claims "
                       "pause",
+    G.SENDING_HELD_SECONDS: "Seconds sending has been held in every reporter because the "
+                            "anti-addiction interface refused our identity or configuration "
+                            "(label cause: the answer, such as nppa 1011); 0 while not held",
     G.LIMITER_WAIT_SECONDS: "Seconds the claim limiter told the last refused claim to wait "
                             "(0 until one is refused)",
     G.SHARDS: "[redis] shards: the owned_shards of every reporter add up to this",
@@ -70,7 +74,9 @@ class ReporterMetrics:
 
     def __init__(self, process: PrometheusMetrics, readings: RedisReadings,
                  limiter: WatchedLimiter, shards: int, top_games: int,
-                 send_errors: Callable[[], Mapping[str, int]] = dict) -> None:
+                 send_errors: Callable[[], Mapping[str, int]] = dict,
+                 hold: SendHold | None = None) -> None:
+        self._hold = hold
         self._process = process
         self._send_errors = send_errors
         self._readings = readings
@@ -84,6 +90,8 @@ class ReporterMetrics:
         gauge = out.gauge
         gauge(G.LIMITER_WAIT_SECONDS, self._limiter.last_wait)
         gauge(G.SHARDS, self._shards)
+        held = self._hold.state if self._hold is not None else NOT_HELD
+        gauge(G.SENDING_HELD_SECONDS, held.age_seconds, {"cause": held.cause})
         reading = self._readings.get()
         gauge(G.REDIS_UP, 0 if reading.error else 1)
         if not reading.error:
@@ -135,12 +143,13 @@ class MetricsEndpoint:
     def __init__(self, config: ReporterConfig, store: Store,
                  owned: Callable[[], frozenset[int]], limiter: WatchedLimiter,
                  health: Health, send_errors: Callable[[], Mapping[str, int]] = dict,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 hold: SendHold | None = None) -> None:
         m = config.metrics
         self.process = PrometheusMetrics(REPORTER)
         self.readings = RedisReadings(store, owned, m.cache_seconds, wall=clock)
         collector = ReporterMetrics(self.process, self.readings, limiter,
-                                    store.schema.shards, m.top_games, send_errors)
+                                    store.schema.shards, m.top_games, send_errors, hold)
         self.server = MetricsServer(listen_address(m.listen), collector, health)
 
     def start(self) -> None:

@@ -21,6 +21,7 @@ from reporter._senders.outcome import (
     classify_transport_error,
     read_retry_after,
 )
+from reporter._senders.secrets import SecretFile
 from reporter._senders.transport import endpoint_text
 
 logger = logging.getLogger("reporter")
@@ -48,7 +49,8 @@ class JsonSender:
     freshness window, to warn when the endpoint asks for a longer wait."""
 
     def __init__(self, settings: SinkSettings, transport: httpx.BaseTransport | None = None,
-                 max_age_seconds: float | None = None) -> None:
+                 max_age_seconds: float | None = None,
+                 header_files: Sequence[SecretFile] = ()) -> None:
         self._url = settings.url  # as configured, for describe()
         self._gzip = settings.gzip
         self._max_age = max_age_seconds
@@ -61,8 +63,20 @@ class JsonSender:
         # the client's headers, the timeout), done once: about 40 us of CPU per POST.
         self._request_url = httpx.URL(settings.url)
         self._where = endpoint_text(self._request_url)
-        self._request_headers = self._client.headers
+        self._header_files = tuple(header_files)
+        self._request_headers = self._merged_headers()
         self._request_extensions = {"timeout": timeout.as_dict()}
+        for file in self._header_files:  # a value re-read from its file replaces the headers
+            file.subscribe(self._swap_headers)
+
+    def _merged_headers(self) -> httpx.Headers:
+        headers = self._client.headers.copy()
+        for file in self._header_files:
+            headers[file.header] = file()
+        return headers
+
+    def _swap_headers(self) -> None:
+        self._request_headers = self._merged_headers()  # one assignment: requests see either
 
     def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1
              ) -> Outcome:

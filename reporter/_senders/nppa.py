@@ -11,7 +11,9 @@ becomes an ``Outcome`` (see ``classify``); per-item failures make a partial outc
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -26,7 +28,14 @@ from collector.nppa import check_item
 from reporter._config import NppaSettings, SinkSettings
 from reporter._senders.client import NEED_BODY, http_client
 from reporter._senders.nppa_wire import seal, signature
-from reporter._senders.outcome import DELIVERED, REJECTED, RETRY, Outcome, parse_retry_after
+from reporter._senders.outcome import (
+    DELIVERED,
+    REJECTED,
+    RETRY,
+    MovedItem,
+    Outcome,
+    parse_retry_after,
+)
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=60.0)
@@ -35,7 +44,9 @@ PATH = "/behavior/collection/loginout"
 CONTENT_TYPE = "application/json;charset=utf-8"
 # The answer is read whole, up to this size; a longer or unreadable one is retried.
 ANSWER_BYTES = 1024 * 1024
-OK, PARTIAL, THROTTLED, EXPIRED = 0, 3001, 1006, 1007
+OK, PARTIAL, THROTTLED, EXPIRED, EMPTY = 0, 3001, 1006, 1007, 3002
+# The interface's window: an item's ot must be less than this many seconds before the request.
+WINDOW_SECONDS = 180
 # Item errors: bad no, ot, ct, bt, missing pi, missing di, invalid pi.
 ITEM_ERRORS = range(3004, 3011)
 RETRYABLE = {1001: "system error", 4001: "test system error"}
@@ -55,6 +66,18 @@ CHECK = {
     4002: "test task not found: check the test code in [nppa] base_url",
     4003: "test parameter invalid: check the test case's requirements",
 }
+# Of those, the answers about our identity or configuration: every request would meet them
+# until the operator acts, so sending is held for the app id (not dead-lettered) and a probe
+# finds out when the cause is gone.  3002 and 3003 are bugs of ours: those batches are
+# dead-lettered.
+HOLD = frozenset(CHECK) - {EMPTY, 3003}
+# HTTP statuses of a proxy or gateway in front of the interface refusing us (the interface
+# itself answers HTTP 200): held too.
+HOLD_HTTP = {401: "HTTP 401: a gateway in front of the interface wants credentials: check "
+                  "the network path and [sink] proxy",
+             403: "HTTP 403: a gateway in front of the interface refused this host: check the "
+                  "network path, the IP registration and [sink] proxy",
+             407: "HTTP 407: the proxy wants credentials: check [sink] proxy"}
 
 Clock = Callable[[], float]
 Sent = list[tuple[int, dict[str, Any]]]  # (index in the batch's events, item)
@@ -69,12 +92,20 @@ def endpoint_url(base_url: str) -> str:
 
 
 class NppaSender:
+    """``key``: the secret key in use, read once per request (a key file re-read at run time
+    swaps it); by default ``[nppa] secret_key``."""
+
     def __init__(self, settings: NppaSettings, sink: SinkSettings,
                  biz_id: Callable[[str], str], transport: httpx.BaseTransport | None = None,
-                 clock: Clock = time.time) -> None:
-        self._secret = settings.secret_key
+                 clock: Clock = time.time, key: Callable[[], str] | None = None) -> None:
+        self._key = key or (lambda: settings.secret_key)
         self._app_id = settings.app_id
         self._throttle = settings.throttle_seconds
+        self._resend = settings.late_behaviour == "resend"
+        # Late items are moved to this many seconds before the request (the window less the
+        # freshness margin), never later than the request itself.
+        self._late_to = WINDOW_SECONDS - settings.freshness_margin_seconds
+        self._max_future = settings.max_future_seconds
         self._biz_id = biz_id
         self._clock = clock
         self._url = endpoint_url(settings.base_url)
@@ -95,18 +126,66 @@ class NppaSender:
         now = self._clock()
         future = [(i, item) for i, item in items if item["ot"] > now]
         if future:
+            refused += self._too_far_ahead(game, future, now)
+            future = [(i, item) for i, item in future if item["ot"] <= now + self._max_future]
+        if future:
             self._log_skew(max(item["ot"] for _, item in future) - now)
         sent = [(i, item) for i, item in items if item["ot"] <= now]
+        moved = self._move_late(sent, now) if self._resend else ()
         outcome = self._report(biz_id, sent) if sent else Outcome(DELIVERED)
+        if moved and outcome.kind == DELIVERED:
+            outcome = dataclasses.replace(outcome, moved=moved)
         retry = tuple(i for i, _ in future)
         if outcome.kind != DELIVERED or not (refused or retry):
             return outcome
         wait = max((item["ot"] for _, item in future), default=now) - now + 1
         return Outcome(DELIVERED, outcome.reason or "behaviour time ahead of this host's clock",
                        max(outcome.retry_after, wait if retry else 0.0),
-                       outcome.refused + tuple(refused), outcome.retry_items + retry)
+                       outcome.refused + tuple(refused), outcome.retry_items + retry,
+                       moved=outcome.moved)
 
-    def _report(self, biz_id: str, sent: Sent) -> Outcome:
+    def probe(self, biz_id: str) -> Outcome:
+        """A signed request whose ``collections`` is empty: it reports nothing, and the
+        system answers 3002 once it has checked the identity, the signature and the sealed
+        body.  3002 (or 0) is ``delivered``; any other answer is classified as for a
+        report (1011 holds, 1006 retries with a pause, ...)."""
+        return self._report(biz_id, [], probe=True)
+
+    def _too_far_ahead(self, game: str, future: Sent, now: float) -> list[tuple[int, str]]:
+        """Items whose ot is more than ``[nppa] max_future_seconds`` ahead of this host's
+        clock: the game server's clock is wrong, and waiting would never end well."""
+        limit = now + self._max_future
+        far = [(i, item["ot"] - now) for i, item in future if item["ot"] > limit]
+        if not far:
+            return []
+        ahead = max(seconds for _, seconds in far)
+        ratelog.log(logging.ERROR, f"future:{game}",
+                    "%d events of game %r have a behaviour time (ot) up to %.0f s ahead of this "
+                    "host's clock, more than [nppa] max_future_seconds (%g): the game server's "
+                    "clock is wrong (check NTP there); they are dead-lettered", len(far), game,
+                    ahead, self._max_future)
+        return [(i, f"behaviour time (ot) {seconds:.0f} s ahead of the reporter's clock, more "
+                    f"than [nppa] max_future_seconds ({self._max_future:g}): the game "
+                    "server's clock is wrong (check its NTP)") for i, seconds in far]
+
+    def _move_late(self, sent: Sent, now: float) -> tuple[MovedItem, ...]:
+        """``late_behaviour = "resend"``: give every item whose ot missed the window the
+        window's earliest time at this request, in place.  The mapping only ever raises an
+        ot to one floor, so items keep their order (a logout stays at or after its login)."""
+        floor = min(math.ceil(now - self._late_to), math.floor(now))
+        moved = []
+        for i, item in sent:
+            if item["ot"] < floor:
+                moved.append(MovedItem(i, str(item.get("si", "")), int(item.get("bt", -1)),
+                                       item["ot"], floor))
+                item["ot"] = floor
+        if moved:
+            ratelog.log(logging.WARNING, "late", "sending %d late items with their behaviour "
+                        "time (ot) moved into the window ([nppa] late_behaviour = \"resend\"); "
+                        "their original times are kept for audit (docs/nppa.md)", len(moved))
+        return tuple(moved)
+
+    def _report(self, biz_id: str, sent: Sent, probe: bool = False) -> Outcome:
         """POST the items (again once, with a new timestamp, if the system finds it
         expired) and read the answer."""
         plain = orjson.dumps({"collections": [
@@ -117,7 +196,7 @@ class NppaSender:
             except httpx.HTTPError as exc:
                 return Outcome(RETRY, f"{type(exc).__name__}: {exc}")
             outcome = classify(response.status_code, response.headers.get("Retry-After"),
-                               response.content, [i for i, _ in sent], self._throttle)
+                               response.content, [i for i, _ in sent], self._throttle, probe)
             if outcome.reason != _EXPIRED_REASON:
                 return outcome
             ratelog.log(logging.WARNING, "expired", "the system refused a request's "
@@ -125,11 +204,12 @@ class NppaSender:
         return outcome
 
     def _post(self, biz_id: str, plain: bytes) -> httpx.Response:
-        body = seal(self._secret, plain)  # a fresh nonce per attempt
+        secret = self._key()  # read once: the body is sealed and signed with the same key
+        body = seal(secret, plain)  # a fresh nonce per attempt
         stamp = str(int(self._clock() * 1000))  # read once: the signed value is the sent one
         signed = {**self._query, "appId": self._app_id, "bizId": biz_id, "timestamps": stamp}
         headers = {"appId": self._app_id, "bizId": biz_id, "timestamps": stamp,
-                   "sign": signature(self._secret, signed, body)}
+                   "sign": signature(secret, signed, body)}
         return self._client.post(self._url, content=body, headers=headers,
                                  extensions={NEED_BODY: ANSWER_BYTES})
 
@@ -151,16 +231,20 @@ _EXPIRED_REASON = "1007 request expired: timestamps too far from the system's cl
 
 
 def classify(status: int, retry_after: str | None, body: bytes, sent: Sequence[int],
-             throttle: float) -> Outcome:
+             throttle: float, probe: bool = False) -> Outcome:
     """What an answer means for the batch; ``sent[k]`` is the batch index of item ``no`` k+1.
 
     0 or 3001 with ``data.results``: the listed items failed (3004-3010 refused, others
     retried), the rest are delivered.  1006: retry after ``throttle`` and pause every
     reporter.  1001/4001 and 1007: retry.  Identity and configuration errors, and 3002/3003
     (ours): dead-letter the batch with an alert naming what to check.  Anything else (HTTP
-    errors, bodies that are not the interface's): retry, never taken as success."""
+    errors, bodies that are not the interface's): retry, never taken as success.  Identity
+    and configuration errors, and HTTP 401/403/407 (a proxy or gateway in front): retry with
+    ``hold`` set, so every reporter holds.  ``probe``: the request had no items, and 3002
+    means the key passed (``delivered``)."""
     if status != 200:
-        return Outcome(RETRY, f"HTTP {status}", parse_retry_after(retry_after))
+        return Outcome(RETRY, f"HTTP {status}", parse_retry_after(retry_after),
+                       hold=HOLD_HTTP.get(status, ""))
     try:
         reply = orjson.loads(body)
         code, message = reply["errcode"], str(reply.get("errmsg", ""))[:100]
@@ -168,6 +252,8 @@ def classify(status: int, retry_after: str | None, body: bytes, sent: Sequence[i
         return Outcome(RETRY, f"not an answer of the interface: {body[:100]!r}")
     if type(code) is not int:
         return Outcome(RETRY, f"not an answer of the interface: errcode {code!r:.40}")
+    if probe and code in (OK, EMPTY):
+        return Outcome(DELIVERED, f"{code} {message}: the key and identity passed".strip())
     if code in (OK, PARTIAL):
         return _items(code, reply.get("data"), sent)
     return _failed(code, message, throttle)
@@ -180,6 +266,9 @@ def _failed(code: int, message: str, throttle: float) -> Outcome:
                        pause_all=throttle)
     if code == EXPIRED:
         return Outcome(RETRY, _EXPIRED_REASON)
+    if code in HOLD:
+        return Outcome(RETRY, f"nppa {code} {message}".strip(),
+                       hold=f"nppa {code}: {CHECK[code]}")
     if code in CHECK:
         return Outcome(REJECTED, f"nppa {code} {message}".strip(), alert=f"nppa {code}: "
                        f"{CHECK[code]}")

@@ -7,7 +7,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import orjson
 
@@ -26,6 +26,18 @@ ERROR_BODY_PARSE_LIMIT = 64 * 1024
 
 
 
+class MovedItem(NamedTuple):
+    """An item sent with its behaviour time moved into the window (``late_behaviour =
+    "resend"``): its position in the events sent, session, behaviour type, original and sent
+    ``ot``."""
+
+    position: int
+    si: str
+    bt: int
+    ot: int
+    sent: int
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What one attempt at a batch came to.
@@ -41,6 +53,10 @@ class Outcome:
     what to check, for the operator (logged as an ERROR, counted, shown by ``status``).
     ``too_large``: a rejection of the body's size (HTTP 413): smaller parts may go through.
     ``code``: what failed, for the metrics: the HTTP status, or the transport error's type.
+    ``hold``: the endpoint refused our identity or configuration, which no retry heals:
+    sending is held for every reporter and the batch handed back (a ``retry`` outcome); the
+    text says what to check.  ``moved``: items sent with their behaviour time moved into the
+    endpoint's window (counted and kept for audit once delivered).
     """
 
     kind: Literal["delivered", "retry", "rejected"]
@@ -52,6 +68,8 @@ class Outcome:
     alert: str = ""
     too_large: bool = False
     code: str = ""
+    hold: str = ""
+    moved: tuple[MovedItem, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.refused or self.retry_items) and self.kind != DELIVERED:

@@ -17,6 +17,7 @@ from reporter._exceptions import SinkConfigError
 from reporter._senders.json_sink import JsonSender
 from reporter._senders.nppa import NppaSender
 from reporter._senders.outcome import Outcome
+from reporter._senders.secrets import NPPA_KEY, SecretFile, secret_files
 
 
 class Sender(Protocol):
@@ -28,11 +29,16 @@ class Sender(Protocol):
     def close(self) -> None: ...
 
 
-def make_sender(config: ReporterConfig, transport: httpx.BaseTransport | None = None
-                ) -> Sender:
+def make_sender(config: ReporterConfig, transport: httpx.BaseTransport | None = None,
+                secrets: Sequence[SecretFile] | None = None) -> Sender:
+    """The sender of ``[sink] kind``; ``secrets``: the secret files it reads (by default
+    those of ``config``, read now)."""
     kind = config.sink.kind
+    files = secret_files(config) if secrets is None else list(secrets)
     if kind == "json":
-        return JsonSender(config.sink, transport, config.reporter.max_age_seconds)
+        return JsonSender(config.sink, transport, config.reporter.max_age_seconds,
+                          [f for f in files if f.header])
     if kind == "nppa":
-        return NppaSender(config.nppa, config.sink, config.biz_id, transport)
+        key = next((f for f in files if f.setting == NPPA_KEY), None)
+        return NppaSender(config.nppa, config.sink, config.biz_id, transport, key=key)
     raise SinkConfigError(f"[sink] kind: no sender named {kind!r}")

@@ -19,7 +19,12 @@ from collector.counters import Counter, Gauge
 from collector.metrics import NO_METRICS, Metrics, Tally, fan_out
 from collector.store import Store, open_store
 from reporter._config import ReporterConfig
-from reporter._constants import REAP_INTERVAL_SECONDS, STOP_MARGIN_SECONDS
+from reporter._constants import (
+    HOLD_POLL_SECONDS,
+    REAP_INTERVAL_SECONDS,
+    SECRET_FILE_POLL_SECONDS,
+    STOP_MARGIN_SECONDS,
+)
 from reporter._delivery.attempt import Attempt
 from reporter._delivery.batches import Batches
 from reporter._delivery.body_limit import BodyLimit, body_model
@@ -27,14 +32,18 @@ from reporter._delivery.claims import Claimer
 from reporter._delivery.deliverer import Clock, Deliverer
 from reporter._delivery.gate import SinkGate
 from reporter._delivery.held import Held
-from reporter._delivery.limiter import Permits, make_limiter
+from reporter._delivery.hold import SendHold
+from reporter._delivery.limiter import Permits, bucket_name, make_limiter
 from reporter._delivery.settling import Settler
 from reporter._monitoring.health import Health
 from reporter._monitoring.levels import WatchedLimiter
 from reporter._monitoring.prometheus import MetricsEndpoint
+from reporter._senders.nppa import NppaSender
 from reporter._senders.outcome import SendErrors
+from reporter._senders.secrets import secret_files
 from reporter._senders.sender import Sender, make_sender
 from reporter._service.ownership import ShardOwnership
+from reporter._service.probing import HoldProbe, SecretWatch
 from reporter._service.scheduling import Runner
 from reporter._service.stopping import StopCalls, Stopped
 from reporter._service.store_watch import RESET_GATHER_SECONDS, StoreWatch
@@ -53,7 +62,8 @@ class ReporterService:
         self.store = store if store is not None else open_store(config.redis)
         self.schema = self.store.schema
         self.batches = Batches(self.store, config)
-        self.sender = sender or make_sender(config, transport)
+        self.secrets = secret_files(config)
+        self.sender = sender or make_sender(config, transport, self.secrets)
         self.stop_event = threading.Event()
         self.abort_event = threading.Event()  # a second signal: stop waiting for POSTs
         self.held = Held()
@@ -63,14 +73,20 @@ class ReporterService:
         self.health = Health(self.store, self.stop_event, r.shard_lease_seconds,
                              self.ownership.owned)
         self.send_errors = SendErrors()
+        self.hold = (SendHold(self.store, bucket_name("nppa", config.nppa.app_id),
+                              config.nppa.probe_interval_seconds, f"app {config.nppa.app_id}")
+                     if config.sink.kind == "nppa" else None)
         self.endpoint = (MetricsEndpoint(config, self.store, self.ownership.owned,
-                                         self.limiter, self.health, self.send_errors.read)
+                                         self.limiter, self.health, self.send_errors.read,
+                                         hold=self.hold)
                          if config.metrics.listen else None)
         self.tally = Tally()  # this process's counts: the stopped: line
         self.metrics = fan_out(self.tally, metrics,
                                self.endpoint.process if self.endpoint else NO_METRICS)
+        hold = self.hold
         self.gate = SinkGate(config.retry.initial_delay_ms / 1000,
-                             config.retry.max_delay_ms / 1000)
+                             config.retry.max_delay_ms / 1000,
+                             held=(lambda: hold.held) if hold is not None else lambda: False)
         self.body_limit = BodyLimit(config.sink.max_batch_bytes, body_model(config.sink.kind),
                                     config.nppa.base_url if config.sink.kind == "nppa"
                                     else config.sink.url)
@@ -80,7 +96,7 @@ class ReporterService:
         self.settler = Settler(self.batches, self.held, self.metrics)
         self.deliverer = Deliverer(Attempt(self.sender, self.body_limit), self.settler,
                                    self.permits, self.gate, self.held, self.batches.freshness,
-                                   self.metrics, clock, self.send_errors)
+                                   self.metrics, clock, self.send_errors, self.hold)
         self.store_watch = StoreWatch(self.store, self.metrics, clock)
         self.sweepers = [
             ShardSweeper(keys, self.batches, self.claimer, self.deliverer, self.gate,
@@ -101,7 +117,15 @@ class ReporterService:
         self.metrics.watch(Gauge.SINK_GATE_OPEN, lambda: int(self.gate.is_open()))
         self.reaper = Reaper(self.schema, self.batches, self.ownership, self.stop_event)
         self.lease_keeper = LeaseKeeper(self.held, self.batches)
+        self.prober = (HoldProbe(self.hold, self.sender.probe, config.biz_id,
+                                 next((g.biz_id for g in config.games.values() if g.biz_id),
+                                      "0"), self.permits, self.stop_event)
+                       if self.hold is not None and isinstance(self.sender, NppaSender)
+                       else None)
+        self.secret_watch = SecretWatch(self.secrets, self._key_changed)
         pools = {"default": r.workers, "control": 2}
+        if self.prober is not None:
+            pools["hold"] = 1
         pools.update({f"hot:{game}": threads for game, threads in r.hot_games.items()})
         self.runner = Runner(pools, self.stop_event)
 
@@ -122,6 +146,12 @@ class ReporterService:
             self.endpoint.start()
         guarded("shard leases", self._shard_leases)()  # sweep at once, not a lease later
         every = self.runner.every
+        if self.prober is not None and self.hold is not None:
+            guarded("hold", lambda: self.hold is not None and self.hold.refresh().held)()
+            self.prober.probe_soon()  # held from before (a restart after a fix): probe now
+            every("hold-probe", self.prober.loop, HOLD_POLL_SECONDS, "hold")
+        if self.secrets:
+            every("secret-files", self.secret_watch.loop, SECRET_FILE_POLL_SECONDS, "control")
         every("shard-leases", self._shard_leases, r.shard_lease_seconds / 3, "control")
         every("reaper", self.reaper.loop, REAP_INTERVAL_SECONDS, "control")
         every("lease-keeper", self.lease_keeper.loop, r.lease_seconds / 3, "control")
@@ -131,6 +161,16 @@ class ReporterService:
         for i, worker in enumerate(self.hot_workers):
             every(f"hot:{worker.game}:{i}", worker.loop, poll, f"hot:{worker.game}")
         self.runner.start()
+
+    def reload(self, why: str = "SIGHUP") -> str:
+        """Read the secret files again (``[nppa] secret_key_file``, ``[sink] header_files``);
+        logs and returns the one line that says what was re-read.  Never raises for a bad
+        file: the value in use is kept (with an ERROR)."""
+        return self.secret_watch.reread_all(why)
+
+    def _key_changed(self) -> None:
+        if self.prober is not None:
+            self.prober.probe_soon()
 
     def _shard_leases(self) -> bool:
         """One round of shard leases; a round that succeeds keeps the process ready."""

@@ -13,7 +13,6 @@ import pytest
 import redis
 
 from collector import Collector, nppa
-from reporter._commands.status import render_status
 from reporter._config import ReporterConfig
 from reporter._demo.nppa_mock import NppaEndpoint
 from reporter._monitoring.accounting import read_totals
@@ -99,26 +98,6 @@ def test_a_backlog_of_two_games_is_accepted_in_full_requests(
     assert len(by_game) == 600 and set(by_game.values()) == {2}  # login and logout each
     assert all(a.request_ms / 1000 - a.item["ot"] < 180 for a in accepted)
     assert all(set(a.item) == {"no", "si", "bt", "ot", "ct", "pi"} for a in accepted)
-
-
-def test_a_wrong_key_dead_letters_with_an_alert(redis_url: str, services: MakeService) -> None:
-    with NppaEndpoint(app_id=APP_ID, secret_key="ab" * 16, biz_ids=GAMES.values()) as endpoint:
-        config = nppa_config(redis_url, endpoint)
-        collect(config, 10)
-        service = services(config)
-        wait_until(lambda: read_totals(service.store).counter("dead_events") == 20,
-                   timeout=30, what="both games' batches dead-lettered")
-        counts = service.stop().counts
-    assert set(codes(endpoint)) == {1011}
-    assert accepted_count(endpoint) == 0
-    assert counts["config_errors"] >= 2
-    [alert] = service.store.alerts()
-    assert alert.name == "nppa 1011" and "secret_key" in alert.message
-    text = render_status(read_totals(service.store), config, alerts=[alert])
-    assert "ALERT nppa 1011" in text
-    dead = service.store.dead_batches(100)
-    assert {b.reason for b in dead} == {"nppa 1011 identity check failed"} or all(
-        b.reason.startswith("nppa 1011") for b in dead)
 
 
 def test_expired_timestamps_are_sent_again(redis_url: str, services: MakeService) -> None:

@@ -17,7 +17,7 @@ import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from reporter._config import ReporterConfig
-from reporter._senders.nppa import NppaSender, classify, endpoint_url
+from reporter._senders.nppa import CHECK, NppaSender, classify, endpoint_url
 from reporter._senders.nppa_wire import seal, signature, unseal
 from reporter._senders.outcome import DELIVERED, REJECTED, RETRY
 from tests.reporter.helpers import make_config
@@ -144,6 +144,82 @@ def test_items_from_the_future_wait_and_the_rest_go() -> None:
                           )["collections"]) == 1
 
 
+def test_items_far_in_the_future_are_refused_naming_the_game_servers_clock() -> None:
+    captured = Captured()
+    events = [event(0), event(1, ot=int(NOW) + 3600), event(2, ot=int(NOW) + 300),
+              event(3, ot=int(NOW) + 302)]
+    outcome = sender(captured).send("g1", "b.0", events)
+    assert outcome.kind == DELIVERED
+    assert [i for i, _ in outcome.refused] == [1, 3]
+    assert all("game server's clock" in reason and "max_future_seconds" in reason
+               for _, reason in outcome.refused)
+    assert outcome.retry_items == (2,)  # within the bound: it waits
+    sent = json.loads(independent_open(SECRET, captured.requests[0].content))["collections"]
+    assert [item["si"] for item in sent] == ["s0"]
+
+
+def moved_request(captured: Captured) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = json.loads(
+        independent_open(SECRET, captured.requests[0].content))["collections"]
+    return items
+
+
+def test_late_items_are_dropped_by_the_deliverer_unless_resend() -> None:
+    """With "drop" (the default) the sender never moves a time: what reaches it is fresh."""
+    captured = Captured()
+    outcome = sender(captured).send("g1", "b.0", [event(0, ot=int(NOW) - 500)])
+    assert not outcome.moved
+    assert moved_request(captured)[0]["ot"] == int(NOW) - 500
+
+
+def test_resend_moves_late_items_into_the_window_in_order() -> None:
+    """A session's login and logout both missed the window: both get the window's earliest
+    time at the request, the logout never before the login; a fresh item keeps its time."""
+    captured = Captured()
+    floor = int(NOW) - 170  # 180 s less the 10 s margin
+    events = [event(0, ot=int(NOW) - 900), event(1, ot=int(NOW) - 400, si="s0"),
+              event(2, ot=floor + 3), event(3, ot=int(NOW) - 1)]
+    outcome = sender(captured, late_behaviour="resend").send("g1", "b.0", events)
+    assert outcome.kind == DELIVERED
+    sent = moved_request(captured)
+    assert [item["ot"] for item in sent] == [floor + 1, floor + 1, floor + 3, int(NOW) - 1]
+    assert [m[:4] for m in outcome.moved] == [(0, "s0", 0, int(NOW) - 900),
+                                              (1, "s0", 1, int(NOW) - 400)]
+    assert {m.sent for m in outcome.moved} == {floor + 1}
+    assert all(int(NOW * 1000) - item["ot"] * 1000 < 180_000 for item in sent)
+
+
+def test_a_moved_item_the_system_refuses_is_not_reported_as_moved_and_sent() -> None:
+    refuse_first = Captured(lambda plain: {"errcode": 1011, "errmsg": "sign"})
+    outcome = sender(refuse_first, late_behaviour="resend").send(
+        "g1", "b.0", [event(0, ot=int(NOW) - 900)])
+    assert outcome.kind == RETRY and outcome.hold and not outcome.moved
+
+
+def test_a_probe_is_a_signed_request_without_items() -> None:
+    captured = Captured(lambda plain: {"errcode": 3002, "errmsg": "empty", "data": ""})
+    outcome = sender(captured).probe("biz-1")
+    assert outcome.kind == DELIVERED and "3002" in outcome.reason
+    [request] = captured.requests
+    assert request.headers["bizId"] == "biz-1"
+    assert json.loads(independent_open(SECRET, request.content)) == {"collections": []}
+
+
+def test_the_key_is_read_once_per_request() -> None:
+    """Sealed and signed with the same key, whichever the key source says at the time."""
+    keys = iter([SECRET, "ff" * 16])
+    captured = Captured()
+    c = config()
+    s = NppaSender(c.nppa, c.sink, c.biz_id, httpx.MockTransport(captured), lambda: NOW,
+                   key=lambda: next(keys))
+    assert s.send("g1", "b.0", [event(0)]).kind == DELIVERED
+    request = captured.requests[0]
+    stamp = request.headers["timestamps"]
+    assert request.headers["sign"] == hashlib.sha256(
+        (SECRET + "appId" + APP_ID + "bizId" + "biz-1" + "timestamps" + stamp).encode()
+        + request.content).hexdigest()
+
+
 def test_a_game_without_a_biz_id_is_rejected_with_an_alert() -> None:
     captured = Captured()
     outcome = sender(captured).send("unfiled", "b.0", [event(0)])
@@ -185,9 +261,6 @@ def test_per_item_results_refuse_item_errors_and_retry_the_others(code: int) -> 
     (200, b'{"errcode":1001,"errmsg":"system error"}', RETRY, False),
     (200, b'{"errcode":4001,"errmsg":"test system"}', RETRY, False),
     (200, b'{"errcode":1007,"errmsg":"expired"}', RETRY, False),
-    (200, b'{"errcode":1011,"errmsg":"sign"}', REJECTED, True),
-    (200, b'{"errcode":1002,"errmsg":"missing"}', REJECTED, True),
-    (200, b'{"errcode":1012,"errmsg":"body"}', REJECTED, True),
     (200, b'{"errcode":3002,"errmsg":"empty"}', REJECTED, True),
     (200, b'{"errcode":3003,"errmsg":"too many"}', REJECTED, True),
     (200, b'{"errcode":3001,"errmsg":"partial"}', RETRY, False),  # no results: not trusted
@@ -201,6 +274,36 @@ def test_every_answer_has_its_meaning(status: int, body: bytes, kind: str,
                                       alert: bool) -> None:
     outcome = classify(status, None, body, SENT, 60.0)
     assert (outcome.kind, bool(outcome.alert)) == (kind, alert), outcome
+    assert not outcome.hold
+
+
+@pytest.mark.parametrize("code", [1002, 1003, 1004, 1005, 1008, 1009, 1010, 1011, 1012,
+                                  4002, 4003])
+def test_identity_and_configuration_answers_hold_the_sender(code: int) -> None:
+    """Not a dead letter: the batch is retried once the operator has fixed the cause."""
+    body = orjson.dumps({"errcode": code, "errmsg": "no", "data": ""})
+    outcome = classify(200, None, body, SENT, 60.0)
+    assert (outcome.kind, outcome.alert) == (RETRY, "")
+    cause, _, check = outcome.hold.partition(": ")
+    assert cause == f"nppa {code}" and check == CHECK[code]
+
+
+@pytest.mark.parametrize("status", [401, 403, 407])
+def test_a_proxy_or_gateway_refusing_us_holds_the_sender(status: int) -> None:
+    outcome = classify(status, None, b"<html>denied</html>", SENT, 60.0)
+    assert outcome.kind == RETRY and outcome.hold.startswith(f"HTTP {status}: ")
+    assert not classify(502, None, b"", SENT, 60.0).hold
+
+
+@pytest.mark.parametrize(("body", "kind"), [
+    (b'{"errcode":3002,"errmsg":"empty collections","data":""}', DELIVERED),
+    (b'{"errcode":0,"errmsg":"ok","data":""}', DELIVERED),
+    (b'{"errcode":1011,"errmsg":"sign"}', RETRY),
+])
+def test_a_probe_passes_on_3002(body: bytes, kind: str) -> None:
+    outcome = classify(200, None, body, [], 60.0, probe=True)
+    assert outcome.kind == kind
+    assert bool(outcome.hold) == (kind == RETRY)
 
 
 def test_over_the_rate_limit_every_reporter_pauses() -> None:

@@ -1,0 +1,70 @@
+#!lua flags=allow-oom
+-- hold: sending held for one app id, in every reporter that uses the key. An answer only the
+-- operator can fix (a wrong key, an IP not registered, an expired test code) starts the hold;
+-- while it lasts nobody claims, and one caller per probe interval gets the turn to send one
+-- probe request; the first probe that passes lifts it for everyone. Times from Redis TIME, so
+-- every reporter's clock agrees.
+-- allow-oom: it rewrites a few fields of one small hash; refusing it when memory is full
+-- would keep every reporter sending into the same refusal.
+--
+-- KEYS[1]  hold       hash   cause, check, game, since (ms), probe_at (ms), probes
+-- ARGV[1]  what: 'hold' (start it, or note the latest cause), 'probe' (take the turn to
+--          probe if it has come), 'turn' (take it now: this caller's key just changed),
+--          'kick' (the next probe is due now, whoever takes it), 'lift' (end it), 'read'
+-- ARGV[2]  probe interval in ms ('hold', 'probe', 'turn')
+-- ARGV[3]  cause, e.g. "nppa 1011" ('hold')
+-- ARGV[4]  what the operator should check ('hold')
+-- ARGV[5]  the game whose request met it ('hold'): the probe goes with its bizId
+-- ARGV[6]  ms a hold nobody touches is kept, then forgotten
+-- ARGV[7]  the time in ms, or '' for Redis TIME (tests give their own)
+-- returns  {state, now (ms), since (ms), probe_at (ms), probes, cause, check, game}; state
+--          0: not held; 1: held; 2: held, and this call started it ('hold') or has the turn
+--          to probe ('probe', 'turn'); for 'lift', 2 if it ended a hold, else 0
+local what, interval = ARGV[1], tonumber(ARGV[2]) or 0
+local now
+if ARGV[7] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  now = tonumber(ARGV[7])
+end
+
+local function reply(state)
+  local h = redis.call('HMGET', KEYS[1], 'since', 'probe_at', 'probes', 'cause', 'check', 'game')
+  return {state, now, tonumber(h[1]) or 0, tonumber(h[2]) or 0, tonumber(h[3]) or 0,
+          h[4] or '', h[5] or '', h[6] or ''}
+end
+
+local held = redis.call('EXISTS', KEYS[1]) == 1
+if what == 'lift' then
+  redis.call('DEL', KEYS[1])
+  if held then return {2, now, 0, 0, 0, '', '', ''} end
+  return {0, now, 0, 0, 0, '', '', ''}
+end
+if what == 'read' then
+  if held then return reply(1) end
+  return reply(0)
+end
+if what == 'hold' then
+  local state = 1
+  if not held then
+    state = 2
+    redis.call('HSET', KEYS[1], 'since', now, 'probe_at', now + interval, 'probes', 0)
+  end
+  redis.call('HSET', KEYS[1], 'cause', ARGV[3], 'check', ARGV[4], 'game', ARGV[5])
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[6]))
+  return reply(state)
+end
+if not held then return reply(0) end
+if what == 'kick' then
+  redis.call('HSET', KEYS[1], 'probe_at', now)
+  return reply(1)
+end
+if what == 'probe' or what == 'turn' then
+  local h = redis.call('HMGET', KEYS[1], 'probe_at', 'probes')
+  if what == 'probe' and now < (tonumber(h[1]) or 0) then return reply(1) end
+  redis.call('HSET', KEYS[1], 'probe_at', now + interval, 'probes', (tonumber(h[2]) or 0) + 1)
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[6]))
+  return reply(2)
+end
+return redis.error_reply('hold: unknown request ' .. what)

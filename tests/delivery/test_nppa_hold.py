@@ -1,0 +1,247 @@
+"""The anti-addiction sender when the operator's side goes wrong, end to end against the mock
+of the interface (reporter._demo.nppa_mock) and a real Redis server: a key the system does
+not accept holds every reporter until the key file changes, late items are resent or
+dropped as the policy says (after a hold, after a dead letter's replay), and items stamped
+far ahead are dead-lettered at once.  Times are shortened through the config: a freshness
+margin of 165 s leaves a window of 15 s, so an item goes late in seconds."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from collector import Collector, nppa
+from collector.store import Replay
+from reporter._commands.status import status_text
+from reporter._config import ReporterConfig
+from reporter._delivery.hold import read_hold
+from reporter._demo.nppa_mock import NppaEndpoint
+from reporter._monitoring.accounting import read_totals
+from reporter._service.service import ReporterService
+from tests.delivery.test_nppa_reporting import APP_ID, GAMES, PI, accepted_count
+from tests.polling import wait_until
+from tests.reporter.helpers import make_config
+from tests.servers import Server
+
+OLD = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"  # the key the reporter starts with
+NEW = "5a" * 16  # the only key the interface accepts
+HOLD = "nppa:" + APP_ID
+SHORT_WINDOW = {"freshness_margin_seconds": 165.0}  # items go late after 15 s
+
+MakeService = Callable[[ReporterConfig], ReporterService]
+
+
+@pytest.fixture
+def services() -> Iterator[MakeService]:
+    made: list[ReporterService] = []
+
+    def make(config: ReporterConfig) -> ReporterService:
+        service = ReporterService(config)
+        made.append(service)
+        service.start()
+        return service
+
+    yield make
+    for service in made:
+        if not service.stop_event.is_set():
+            service.stop(grace=0)
+        service.store.close()
+
+
+def key_config(server: Server, endpoint: NppaEndpoint, key_file: Path, key: str = OLD,
+               metrics: dict[str, Any] | None = None, **nppa_settings: Any) -> ReporterConfig:
+    """The key in a file; the rest as the other nppa delivery tests have it."""
+    key_file.write_text(f"{key}\n", encoding="utf-8")
+    return make_config(
+        server.url, shards=4, sink={"kind": "nppa"}, metrics=metrics or {},
+        nppa={"base_url": endpoint.url, "app_id": APP_ID, "secret_key_file": str(key_file),
+              "throttle_seconds": 1.0, **nppa_settings},
+        games={game: {"biz_id": biz} for game, biz in GAMES.items()},
+        reporter={"linger_ms": 100, "poll_interval_ms": 20, "lease_seconds": 10.0})
+
+
+def sessions(config: ReporterConfig, game: str, count: int, login_ot: int, logout_ot: int,
+             pi: str = PI) -> None:
+    """``count`` sessions of ``game``: every login, then every logout, stored in Redis."""
+    c = Collector(config=config)
+    try:
+        for i in range(count):
+            c.collect(game, nppa.login(si=f"{game}-{i:05d}", ot=login_ot, pi=pi))
+        for i in range(count):
+            c.collect(game, nppa.logout(si=f"{game}-{i:05d}", ot=logout_ot, pi=pi))
+        assert c.flush(timeout=20)
+    finally:
+        c.close(timeout=1)
+
+
+def pause(seconds: float) -> None:
+    threading.Event().wait(seconds)
+
+
+def answered(endpoint: NppaEndpoint) -> list[tuple[float, int]]:
+    with endpoint.lock:
+        return [(r.at, r.errcode) for r in endpoint.requests]
+
+
+def counter(service: ReporterService, name: str) -> int:
+    return read_totals(service.store).counter(name)
+
+
+def test_a_key_the_system_refuses_holds_every_reporter_until_the_key_file_changes(
+        own_server: Server, tmp_path: Path, services: MakeService) -> None:
+    key_file = tmp_path / "nppa.key"
+    with NppaEndpoint(app_id=APP_ID, secret_key=NEW, biz_ids=GAMES.values()) as endpoint:
+        config = key_config(own_server, endpoint, key_file, metrics={"listen": "127.0.0.1:0"})
+        sessions(config, "farm", 50, int(time.time()), int(time.time()))
+        sessions(config, "kart", 50, int(time.time()), int(time.time()))
+        first, second = services(config), services(config)
+        wait_until(lambda: first.hold and second.hold and first.hold.held and second.hold.held,
+                   timeout=20, what="both reporters held")
+        held = read_hold(first.store, HOLD)
+        assert held.held and held.cause == "nppa 1011" and "secret_key" in held.check
+        text = status_text(first.store, config, as_json=False)
+        assert "HELD" in text and "nppa 1011" in text and "secret_key" in text
+        assert json.loads(status_text(first.store, config, as_json=True, shards=False)
+                          )["hold"]["cause"] == "nppa 1011"
+        assert first.endpoint is not None
+        metrics = httpx.get(f"{first.endpoint.url}/metrics", timeout=10).text
+        [held_seconds] = [s for f in text_string_to_metric_families(metrics)
+                          for s in f.samples if s.name == "telemetry_sending_held_seconds"]
+        assert held_seconds.labels == {"cause": "nppa 1011"}
+        before = len(answered(endpoint))
+        pause(2.0)  # held: nothing goes out, no probe before the 30 s interval
+        assert len(answered(endpoint)) == before
+        assert {code for _, code in answered(endpoint)} == {1011}
+        totals = read_totals(first.store)
+        assert (totals.counter("dead_events"), accepted_count(endpoint)) == (0, 0)
+        assert totals.counter("batches_released") >= 1
+
+        key_file.write_text(NEW, encoding="utf-8")  # no signal: the file is watched
+        wait_until(lambda: accepted_count(endpoint) == 200, timeout=30,
+                   what="every event accepted with the new key")
+        wait_until(lambda: counter(first, "delivered") == 200, timeout=30,
+                   what="acknowledged")
+    assert not read_hold(first.store, HOLD).held
+    codes = [code for _, code in answered(endpoint)]
+    assert codes.count(3002) == 1  # one probe, at once after the key changed, lifted it
+    totals = read_totals(first.store)
+    assert (totals.counter("delivered"), totals.counter("dead_events"),
+            totals.counter("stale")) == (200, 0, 0)
+    counts = [service.stop().counts for service in (first, second)]
+    assert 1 <= sum(c.get("config_errors", 0) for c in counts) <= codes.count(1011)
+    assert [a.name for a in first.store.alerts()] == ["nppa 1011"]
+
+
+@pytest.mark.parametrize("late", ["resend", "drop"])
+def test_sessions_that_went_late_during_a_hold(own_server: Server, tmp_path: Path,
+                                               services: MakeService, late: str) -> None:
+    """300 sessions, fresh when collected, go out of the window while the sender is held;
+    once the key is right (SIGHUP's re-read), "resend" sends all 600 items with their times
+    moved, each logout still at or after its login, "drop" counts them stale."""
+    with NppaEndpoint(app_id=APP_ID, secret_key=NEW, biz_ids=GAMES.values()) as endpoint:
+        config = key_config(own_server, endpoint, tmp_path / "nppa.key",
+                            probe_interval_seconds=1.0, late_behaviour=late, **SHORT_WINDOW)
+        now = int(time.time())
+        sessions(config, "farm", 300, now - 8, now - 6)
+        service = services(config)
+        wait_until(lambda: service.hold is not None and service.hold.held, timeout=20,
+                   what="held")
+        began = time.monotonic()
+        wait_until(lambda: time.time() > now + 9, timeout=20, what="every item late")
+        probes = [t for t, code in answered(endpoint) if code == 1011]
+        held_for = time.monotonic() - began
+        assert len(probes) <= 2 + held_for / 1.0 + 1  # the first requests, then one a second
+        (tmp_path / "nppa.key").write_text(NEW, encoding="utf-8")
+        service.reload("SIGHUP")
+        if late == "drop":
+            wait_until(lambda: counter(service, "stale") == 600, timeout=30,
+                       what="every item stale")
+            assert accepted_count(endpoint) == 0
+            assert counter(service, "late_sent") == 0
+            return
+        wait_until(lambda: accepted_count(endpoint) == 600, timeout=30, what="all accepted")
+        wait_until(lambda: counter(service, "delivered") == 600, timeout=30,
+                   what="acknowledged")
+        with endpoint.lock:
+            accepted = list(endpoint.accepted)
+    assert not read_hold(service.store, HOLD).held
+    times: dict[str, dict[int, int]] = defaultdict(dict)
+    for a in accepted:
+        times[a.item["si"]][a.item["bt"]] = a.item["ot"]
+        assert a.request_ms - a.item["ot"] * 1000 < 180_000
+    assert len(times) == 300 and all(t[0] >= t[1] for t in times.values())
+    in_order = [a.item["ot"] for a in accepted]
+    assert in_order == sorted(in_order)  # the game's items keep their order
+    totals = read_totals(service.store)
+    assert (totals.counter("late_sent"), totals.counter("delivered"),
+            totals.counter("stale")) == (600, 600, 0)
+    assert "late_sent" in status_text(service.store, config, as_json=False)
+    records = [orjson.loads(r) for shard in service.schema.all_shards()
+               for r in service.store.backend.client.lrange(shard.late, 0, -1)]
+    original = {(si, bt): ot for r in records for si, bt, ot, _ in r["items"]}
+    assert original == {(f"farm-{i:05d}", bt): now - (8 if bt else 6)
+                        for i in range(300) for bt in (0, 1)}
+    assert service.stop().counts["late_sent"] == 600
+
+
+def test_events_stamped_an_hour_ahead_are_dead_lettered_while_the_rest_go(
+        own_server: Server, tmp_path: Path, services: MakeService) -> None:
+    with NppaEndpoint(app_id=APP_ID, secret_key=OLD, biz_ids=GAMES.values()) as endpoint:
+        config = key_config(own_server, endpoint, tmp_path / "nppa.key")
+        now = int(time.time())
+        sessions(config, "farm", 10, now + 3600, now + 3600)
+        sessions(config, "farm", 10, now, now)
+        service = services(config)
+        wait_until(lambda: accepted_count(endpoint) == 20, timeout=30, what="the fresh ones")
+        wait_until(lambda: counter(service, "dead_events") == 20, timeout=30,
+                   what="the hour-ahead ones dead-lettered")
+    dead = service.store.dead_batches(100)
+    keys = service.store.find_batch(dead[0].batch_id)
+    assert keys is not None
+    detail = service.store.batch(keys, dead[0].batch_id)
+    assert detail is not None
+    assert all("game server's clock" in r for r in detail.item_reasons)
+
+
+@pytest.mark.parametrize("late", ["resend", "drop"])
+def test_dead_replay_follows_the_late_policy(own_server: Server, tmp_path: Path,
+                                             services: MakeService, late: str) -> None:
+    """Items the system refused (3010, say a pi it did not know yet) are replayed after they
+    missed the window: "resend" sends them with their times moved, "drop" counts them stale."""
+    unknown = "9" * 38
+
+    def not_yet(item: dict[str, Any]) -> int | None:
+        return 3010 if item.get("pi") == unknown else None
+
+    with NppaEndpoint(app_id=APP_ID, secret_key=OLD, biz_ids=GAMES.values(),
+                      unknown=not_yet) as endpoint:
+        config = key_config(own_server, endpoint, tmp_path / "nppa.key", late_behaviour=late,
+                            **SHORT_WINDOW)
+        now = int(time.time())
+        sessions(config, "kart", 5, now - 10, now - 9, pi=unknown)
+        service = services(config)
+        wait_until(lambda: counter(service, "dead_events") == 10, timeout=30,
+                   what="refused and dead-lettered")
+        endpoint.unknown = None  # the system knows the players now
+        wait_until(lambda: time.time() > now + 7, timeout=20, what="the items late")
+        replayed = sum(service.store.call(Replay(shard)).events
+                       for shard in service.schema.all_shards())
+        assert replayed == 10
+        if late == "resend":
+            wait_until(lambda: accepted_count(endpoint) == 10, timeout=30, what="accepted")
+            wait_until(lambda: counter(service, "delivered") == 10, timeout=30,
+                       what="acknowledged")
+            assert counter(service, "late_sent") == 10
+        else:
+            wait_until(lambda: counter(service, "stale") == 10, timeout=30, what="stale")
+            assert accepted_count(endpoint) == 0

@@ -1,0 +1,114 @@
+"""A held sender's state in Redis (``hold.lua`` through ``SendHold``), on given Redis times:
+who started it, whose turn it is to probe, a kick after a key change, the lift; and the
+secret files that change under a running reporter."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import redis
+
+from collector.store import Hold, KeySchema
+from reporter._config import read_key_file
+from reporter._delivery.hold import SendHold, read_hold, split_hold
+from reporter._logging import REDACT
+from reporter._senders.secrets import NPPA_KEY, SecretFile
+from tests.scriptcalls import store_of
+
+KEY = "{t:hold:nppa:app}:hold"
+OLD = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+NEW = "aa" * 16
+
+
+def call(client: redis.Redis, what: str, now_ms: int, interval_ms: int = 30_000,
+         cause: str = "", game: str = "") -> tuple[int, int, int, int, str]:
+    """(state: 0 not held, 1 held, 2 held and mine; since, probe_at, probes, cause)."""
+    s = store_of(client).call(Hold(KEY, what, interval_ms, cause, "check it", game,
+                                   86_400_000, now_ms))
+    return (2 if s.mine else int(s.held)), s.since_ms, s.probe_at_ms, s.probes, s.cause
+
+
+def test_one_caller_starts_a_hold_and_one_per_interval_probes(client: redis.Redis) -> None:
+    assert call(client, "read", 1000)[0] == 0
+    assert call(client, "probe", 1000)[0] == 0  # nothing held: nobody probes
+    assert call(client, "hold", 1000, cause="nppa 1011", game="farm") == (
+        2, 1000, 31_000, 0, "nppa 1011")
+    # a second reporter meets it too: not the one that started it; the latest cause is kept
+    assert call(client, "hold", 1500, cause="nppa 1005") == (1, 1000, 31_000, 0, "nppa 1005")
+    assert call(client, "probe", 30_999)[0] == 1  # not yet anybody's turn
+    assert call(client, "probe", 31_000) == (2, 1000, 61_000, 1, "nppa 1005")
+    assert call(client, "probe", 31_001)[0] == 1  # the turn was taken: the next in 30 s
+    assert call(client, "kick", 40_000)[2] == 40_000  # a new key: probe now
+    assert call(client, "probe", 40_001) == (2, 1000, 70_001, 2, "nppa 1005")
+    assert call(client, "probe", 40_002)[0] == 1
+    assert call(client, "turn", 40_003) == (2, 1000, 70_003, 3, "nppa 1005")  # my key changed
+    assert call(client, "lift", 41_000)[0] == 2
+    assert call(client, "lift", 41_001)[0] == 0  # lifted once
+    assert call(client, "read", 41_002)[0] == 0
+    assert call(client, "kick", 41_003)[0] == 0  # no hold is started by a kick
+
+
+def test_a_hold_nobody_touches_is_forgotten(client: redis.Redis) -> None:
+    store_of(client).call(Hold(KEY, "hold", 1000, "nppa 1011", "", "", 60_000, None))
+    assert 0 < int(client.pttl(KEY)) <= 60_000
+
+
+def test_the_mirror_follows_redis_and_logs_once(client: redis.Redis,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    store = store_of(client, KeySchema("t", 1))
+    first = SendHold(store, "nppa:app", 30.0, "app app")
+    second = SendHold(store, "nppa:app", 30.0, "app app")
+    with caplog.at_level(logging.INFO, logger="reporter"):
+        first.begin("nppa 1011: identity check failed: check [nppa] secret_key", "farm")
+        assert first.held and not second.held  # the second learns at its next refresh
+        assert second.refresh().held and second.held
+        second.begin("nppa 1011: identity check failed: check [nppa] secret_key", "farm")
+        turn = second.take_turn()
+        assert not turn.mine  # the first probe is a probe interval after the start
+        second.probe_now()
+        assert second.take_turn().mine and not first.take_turn().mine
+        first.lift("a probe was answered 3002")
+        assert not first.held and not second.refresh().held
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "nppa 1011" in errors[0].getMessage()
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1  # the second saw it held
+    infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert any("resumed" in m for m in infos)
+    status = read_hold(store, "nppa:app")
+    assert not status.held
+    assert split_hold("HTTP 407: the proxy wants credentials: check [sink] proxy") == (
+        "HTTP 407", "the proxy wants credentials: check [sink] proxy")
+
+
+# -- secret files ------------------------------------------------------------------------------
+
+def test_a_key_file_is_read_again_when_it_changes(tmp_path: Path,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "key"
+    path.write_text(f"  {OLD}\n")
+    key = SecretFile(NPPA_KEY, str(path), read_key_file)
+    seen: list[str] = []
+    key.subscribe(lambda: seen.append(key()))
+    assert key() == OLD and key.poll() is None  # unchanged: not even parsed again
+    assert OLD in REDACT._secrets
+    path.write_text(NEW)
+    found = key.poll()
+    assert found is not None and found.changed and key() == NEW and seen == [NEW]
+    assert NEW in REDACT._secrets
+    with caplog.at_level(logging.ERROR, logger="reporter"):
+        path.write_text("not a key")
+        bad = key.poll()
+        assert bad is not None and not bad.changed and "32 hex characters" in bad.problem
+        assert key() == NEW  # the key in use is kept
+        assert key.poll() is None  # the same bad content: no second ERROR
+        path.unlink()
+        gone = key.reread()
+        assert "cannot read" in gone.problem and key() == NEW
+    messages = "\n".join(r.getMessage() for r in caplog.records)
+    assert messages.count("[nppa] secret_key_file") == 2
+    assert OLD not in messages and NEW not in messages
+    path.write_text(NEW + "\n")
+    assert key.reread().describe() == "[nppa] secret_key_file (unchanged)"
