@@ -148,6 +148,21 @@ class ReporterConfig(TelemetryConfig):
         named = dict.fromkeys([*self.games, *self.reporter.hot_games])
         return [game for game in named if not self.biz_id(game)]
 
+    def advise(self, where: Where) -> list[str]:
+        advice = super().advise(where)
+        nppa = self.nppa
+        if self.sink.kind == "nppa" and nppa.late_behaviour == "resend":
+            short = min([self.buffer.ttl_seconds,
+                         *(g.ttl_seconds for g in self.games.values() if g.ttl_seconds)])
+            if short < nppa.late_max_age_seconds:
+                advice.append(
+                    f"{where('nppa', 'late_max_age_seconds')}: [nppa] late_max_age_seconds "
+                    f"({nppa.late_max_age_seconds:g}) is longer than a buffer's ttl_seconds "
+                    f"({short}): a game that gets no new event for that long loses its "
+                    "buffered events (unaccounted) before they could be resent; raise [buffer] "
+                    "ttl_seconds")
+        return advice
+
     def check(self, where: Where) -> None:
         super().check(where)
         _check_sink(self.sink, where)

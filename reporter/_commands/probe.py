@@ -100,7 +100,7 @@ def probe_nppa(config: ReporterConfig, transport: httpx.BaseTransport | None = N
                                    "(nothing was reported)")
     check = outcome.hold or outcome.alert
     return Probe("sink", False, f"{where} answered {outcome.reason}"
-                                + (f": {check.partition(':')[2].strip()}" if check else ""))
+                                + (f"; {check.partition(':')[2].strip()}" if check else ""))
 
 
 def _ms(began: float) -> str:

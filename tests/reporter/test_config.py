@@ -394,6 +394,49 @@ def test_the_nppa_secret_is_masked_everywhere(tmp_path: Path) -> None:
     assert "730641928517364" not in load_error(wrong_type)
 
 
+KEY_FILE = '[sink]\nkind = "nppa"\n[nppa]\napp_id = "app"\nsecret_key_file = "{path}"\n'
+
+
+def test_an_nppa_key_file_is_read_and_checked_unshown(tmp_path: Path) -> None:
+    key = "0123456789abcdef0123456789ABCDEF"
+    key_file = tmp_path / "nppa.key"
+    key_file.write_text(f"\n  {key}  \n", encoding="utf-8")  # whitespace around it is fine
+    config = ReporterConfig.load(str(write(tmp_path, KEY_FILE.format(path=key_file))), env={})
+    assert config.nppa.secret_key_file == str(key_file) and config.nppa.secret_key == ""
+    for bad in ("0" * 31, "g" * 32, key + key, ""):
+        key_file.write_text(bad, encoding="utf-8")
+        message = load_error(write(tmp_path, KEY_FILE.format(path=key_file)))
+        assert "[nppa] secret_key_file" in message and "32 hex characters" in message
+        assert str(key_file) in message and "telemetry.toml" in message
+        if bad:
+            assert bad not in message
+    missing = load_error(write(tmp_path, KEY_FILE.format(path=tmp_path / "none")))
+    assert "[nppa] secret_key_file" in missing and "cannot read" in missing
+
+
+def test_a_key_and_a_key_file_are_one_too_many(tmp_path: Path) -> None:
+    key_file = tmp_path / "nppa.key"
+    key_file.write_text("a" * 32, encoding="utf-8")
+    text = KEY_FILE.format(path=key_file) + 'secret_key = "' + "b" * 32 + '"\n'
+    message = load_error(write(tmp_path, text))
+    assert "secret_key_file" in message and "not both" in message and "b" * 32 not in message
+
+
+def test_header_files_are_checked_when_the_config_is_loaded(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("Bearer abc.def\n", encoding="utf-8")
+    base = '[sink]\nurl = "http://127.0.0.1:9/x"\n[sink.header_files]\n'
+    config = ReporterConfig.load(str(write(tmp_path, base + f'Authorization = "{token}"\n')),
+                                 env={})
+    assert dict(config.sink.header_files) == {"Authorization": str(token)}
+    token.write_text("Bearer abc\ndef", encoding="utf-8")
+    message = load_error(write(tmp_path, base + f'Authorization = "{token}"\n'))
+    assert "[sink] header_files.Authorization" in message and "abc" not in message
+    twice = base + f'Authorization = "{token}"\n[sink.headers]\nauthorization = "x"\n'
+    assert "also in [sink] headers" in load_error(write(tmp_path, twice))
+    assert "not a header name" in load_error(write(tmp_path, base + f'"a b" = "{token}"\n'))
+
+
 def test_nppa_needs_an_app_id(tmp_path: Path) -> None:
     path = write(tmp_path, '[sink]\nkind = "nppa"\n[nppa]\nsecret_key = "' + "a" * 32 + '"\n')
     assert "[nppa] app_id" in load_error(path)
@@ -406,3 +449,12 @@ def test_a_games_biz_id_is_the_reporters_and_the_sdk_skips_it(tmp_path: Path) ->
     sdk = TelemetryConfig.load(str(path), env={})
     assert sdk.games["farm"].max_events_per_game == 5
     assert not hasattr(sdk.games["farm"], "biz_id")
+
+
+def test_resend_beyond_the_buffers_ttl_is_pointed_out(tmp_path: Path) -> None:
+    text = NPPA + 'late_behaviour = "resend"\n'
+    config = ReporterConfig.load(str(write(tmp_path, text)), env={"KEY": "a" * 32})
+    [notice] = config.notices
+    assert "late_max_age_seconds" in notice and "ttl_seconds" in notice
+    longer = text + "late_max_age_seconds = 3000\n"
+    assert ReporterConfig.load(str(write(tmp_path, longer)), env={"KEY": "a" * 32}).notices == ()

@@ -513,6 +513,20 @@ def test_set_secret_rotates_the_key(ep: NppaEndpoint, client: httpx.Client) -> N
     assert [r.errcode for r in ep.requests] == [0, 1011, 0, 1012]
 
 
+def test_both_keys_of_a_rotation_are_accepted(make: MakeEndpoint,
+                                              client: httpx.Client) -> None:
+    ep = make(more_keys=[KEY2])
+    assert code(ep, client, key=KEY) == 0 and code(ep, client, key=KEY2) == 0
+    # each body is opened with the key its sign matched
+    assert code(ep, client, body=seal(KEY, plain([item(1)])), sign_key=KEY2) == 1012
+    assert code(ep, client, [], key=KEY2) == 3002  # a key check: no item, nothing taken
+    ep.set_secrets(KEY2)  # the old key expired
+    assert code(ep, client, key=KEY) == 1011 and code(ep, client, key=KEY2) == 0
+    with pytest.raises(ValueError):
+        ep.set_secrets()
+    assert len(ep.accepted) == 3
+
+
 def test_bad_settings_are_refused() -> None:
     with pytest.raises(ValueError):
         NppaEndpoint(app_id=APP, secret_key=KEY, biz_ids=[BIZ], partial_errcode=1)
@@ -520,6 +534,8 @@ def test_bad_settings_are_refused() -> None:
         NppaEndpoint(app_id=APP, secret_key="not hex", biz_ids=[BIZ])
     with pytest.raises(ValueError):
         NppaEndpoint(app_id=APP, secret_key=KEY * 2, biz_ids=[BIZ])  # AES-256: not the protocol
+    with pytest.raises(ValueError):
+        NppaEndpoint(app_id=APP, secret_key=KEY, biz_ids=[BIZ], more_keys=["nope"])
 
 
 # --- connections ----------------------------------------------------------------------------

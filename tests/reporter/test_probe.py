@@ -93,3 +93,52 @@ def test_the_probe_method_and_the_configured_headers_are_used() -> None:
     [request] = seen
     assert request.method == "OPTIONS" and request.headers["Authorization"] == "Bearer x"
     assert request.content == b""
+
+
+# -- the anti-addiction interface: a report without items proves the key --------------------
+
+NPPA_KEY = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+
+
+def nppa_file(tmp_path: Path, redis_url: str, base_url: str, key: str) -> Path:
+    (tmp_path / "nppa.key").write_text(key + "\n", encoding="utf-8")
+    path = tmp_path / "nppa.toml"
+    path.write_text(textwrap.dedent(f"""
+        [redis]
+        url = "{redis_url}"
+        [sink]
+        kind = "nppa"
+        [nppa]
+        base_url = "{base_url}"
+        app_id = "probe-app"
+        secret_key_file = "{tmp_path / 'nppa.key'}"
+        [games."farm"]
+        biz_id = "1101999999"
+    """), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("accepted", "ok", "said"), [
+    (NPPA_KEY, True, "answered 3002 empty collections: the key and identity passed"),
+    ("ab" * 16, False, "answered nppa 1011 identity check failed; identity check failed: "
+                       "check [nppa] secret_key"),
+])
+def test_the_nppa_key_is_proven_without_reporting_anything(
+        tmp_path: Path, own_server: Server, capsys: pytest.CaptureFixture[str],
+        accepted: str, ok: bool, said: str) -> None:
+    from reporter._demo.nppa_mock import NppaEndpoint
+
+    with NppaEndpoint(app_id="probe-app", secret_key=accepted,
+                      biz_ids=["1101999999"]) as endpoint:
+        path = nppa_file(tmp_path, own_server.url, endpoint.url, NPPA_KEY)
+        assert main(["check-config", "--connect", str(path)]) == (0 if ok else 3)
+        with endpoint.lock:
+            requests = list(endpoint.requests)
+    out, err = capsys.readouterr()
+    [sink] = [line for line in out.splitlines() if line.startswith("sink: ")]
+    assert sink.startswith(f"sink: {'ok' if ok else 'failed'}: POST {endpoint.url}"
+                           "/behavior/collection/loginout (app probe-app, bizId 1101999999, "
+                           "no items)")
+    assert said in sink
+    assert [(r.items, r.errcode) for r in requests] == [(0, 3002 if ok else 1011)]
+    assert endpoint.accepted == [] and NPPA_KEY not in out + err
