@@ -5,8 +5,12 @@ One batch (one game's events, at most 128) is one request: POST
 id), timestamps (milliseconds, read once per attempt), sign, and the sealed body
 (``nppa_wire``).  Every item is checked again (``collector.nppa.check_item``) and numbered
 ``no`` = 1..n; an item whose ``ot`` is still in the future (this host's clock is behind the
-game server's) waits for a later attempt.  The answer, always HTTP 200 with an ``errcode``,
-becomes an ``Outcome`` (see ``classify``); per-item failures make a partial outcome.
+game server's) waits for a later attempt, unless it is more than ``[nppa] max_future_seconds``
+ahead (refused: the game server's clock is wrong).  With ``late_behaviour = "resend"`` an
+item that missed the window is sent with its ``ot`` moved to the window's start (``moved``
+in the outcome).  The answer, always HTTP 200 with an ``errcode``, becomes an ``Outcome``
+(see ``classify``); per-item failures make a partial outcome, and answers about our identity
+or configuration a ``hold``.  ``probe`` sends a report without items, which proves the key.
 """
 
 from __future__ import annotations

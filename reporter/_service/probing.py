@@ -100,9 +100,11 @@ class HoldProbe:
 class SecretWatch:
     """Reads the secret files again when they change (and on ``reread_all``, SIGHUP)."""
 
-    def __init__(self, files: Sequence[SecretFile], key_changed: Callable[[], None]) -> None:
+    def __init__(self, files: Sequence[SecretFile], key_changed: Callable[[], None],
+                 held: Callable[[], bool] = lambda: False) -> None:
         self.files = tuple(files)
         self._key_changed = key_changed
+        self._held = held
 
     def loop(self) -> bool:
         for file in self.files:
@@ -124,6 +126,8 @@ class SecretWatch:
                 self._after(item)
             line = (f"{why}: re-read " + "; ".join(item.describe() for item in found)
                     + "; the config file is read only at start")
+        if self._held():
+            line += "; sending is held: probing now"
         logger.info("%s", line)
         return line
 

@@ -122,7 +122,9 @@ class ReporterService:
                                       "0"), self.permits, self.stop_event)
                        if self.hold is not None and isinstance(self.sender, NppaSender)
                        else None)
-        self.secret_watch = SecretWatch(self.secrets, self._key_changed)
+        self.secret_watch = SecretWatch(self.secrets, self._key_changed,
+                                        held=(lambda: hold.held) if hold is not None
+                                        else lambda: False)
         pools = {"default": r.workers, "control": 2}
         if self.prober is not None:
             pools["hold"] = 1
@@ -163,10 +165,13 @@ class ReporterService:
         self.runner.start()
 
     def reload(self, why: str = "SIGHUP") -> str:
-        """Read the secret files again (``[nppa] secret_key_file``, ``[sink] header_files``);
+        """Read the secret files again (``[nppa] secret_key_file``, ``[sink] header_files``)
+        and, if sending is held, probe at once (the operator has just fixed something);
         logs and returns the one line that says what was re-read.  Never raises for a bad
         file: the value in use is kept (with an ERROR)."""
-        return self.secret_watch.reread_all(why)
+        line = self.secret_watch.reread_all(why)
+        self._key_changed()
+        return line
 
     def _key_changed(self) -> None:
         if self.prober is not None:
