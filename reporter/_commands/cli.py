@@ -380,15 +380,15 @@ class StopSignals:
 
 
 def _run(config: ReporterConfig) -> int:
+    signals = StopSignals()
+    if hasattr(signal, "SIGHUP"):  # not on Windows; first: a SIGHUP never stops a reporter
+        signal.signal(signal.SIGHUP, signals.on_reload)
     from reporter._service.service import ReporterService
 
     _refuse_sink_problems(config)
     service = ReporterService(config)
-    signals = StopSignals()
     signal.signal(signal.SIGTERM, signals.on_signal)
     signal.signal(signal.SIGINT, signals.on_signal)
-    if hasattr(signal, "SIGHUP"):  # not on Windows
-        signal.signal(signal.SIGHUP, signals.on_reload)
     for notice in config.notices:
         logger.warning(notice)
     message, fields = startup_line(config, service.limiter.describe())
