@@ -5,17 +5,21 @@ secret files that change under a running reporter."""
 from __future__ import annotations
 
 import logging
+import uuid
 from pathlib import Path
 
 import pytest
 import redis
 
-from collector.store import Hold, KeySchema
+from collector.store import Cluster as ClusterBackend
+from collector.store import Hold, KeySchema, NoteLate, Store
 from reporter._config import read_key_file
 from reporter._delivery.hold import SendHold, read_hold, split_hold
 from reporter._logging import REDACT
 from reporter._senders.secrets import NPPA_KEY, SecretFile
+from tests.reporter.helpers import make_config
 from tests.scriptcalls import store_of
+from tests.servers import Cluster
 
 KEY = "{t:hold:nppa:app}:hold"
 OLD = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
@@ -112,3 +116,24 @@ def test_a_key_file_is_read_again_when_it_changes(tmp_path: Path,
     assert OLD not in messages and NEW not in messages
     path.write_text(NEW + "\n")
     assert key.reread().describe() == "[nppa] secret_key_file (unchanged)"
+
+
+def test_the_hold_and_the_audit_list_work_on_a_cluster(cluster: Cluster) -> None:
+    config = make_config(cluster.url, redis={"cluster": True})
+    backend = ClusterBackend.from_settings(config.redis)
+    try:
+        schema = KeySchema(f"h{uuid.uuid4().hex[:8]}", 16)  # the cluster is shared
+        store = Store(backend, schema)
+        hold = SendHold(store, "nppa:app", 30.0, "app app")
+        hold.begin("nppa 1005: this host's IP is not allowed: register it", "farm")
+        assert read_hold(store, "nppa:app").cause == "nppa 1005"
+        hold.lift("fixed")
+        assert not read_hold(store, "nppa:app").held
+        for shard in (schema.shard(0), schema.shard(9)):
+            kept = [store.call(NoteLate(shard, 2, f'{{"n":{n}}}', 3)) for n in range(5)]
+            assert kept == [1, 2, 3, 3, 3]  # bounded: the oldest records go
+        assert store.counter_totals()["late_sent"] == 20
+        assert backend.client.lrange(schema.shard(9).late, 0, -1) == [
+            b'{"n":4}', b'{"n":3}', b'{"n":2}']
+    finally:
+        backend.close()
