@@ -101,7 +101,8 @@ def test_a_key_the_system_refuses_holds_every_reporter_until_the_key_file_change
         own_server: Server, tmp_path: Path, services: MakeService) -> None:
     key_file = tmp_path / "nppa.key"
     with NppaEndpoint(app_id=APP_ID, secret_key=NEW, biz_ids=GAMES.values()) as endpoint:
-        config = key_config(own_server, endpoint, key_file, metrics={"listen": "127.0.0.1:0"})
+        config = key_config(own_server, endpoint, key_file, metrics={"listen": "127.0.0.1:0"},
+                            probe_interval_seconds=600.0)  # only a key change probes
         sessions(config, "farm", 50, int(time.time()), int(time.time()))
         sessions(config, "kart", 50, int(time.time()), int(time.time()))
         first, second = services(config), services(config)
@@ -119,7 +120,7 @@ def test_a_key_the_system_refuses_holds_every_reporter_until_the_key_file_change
                           for s in f.samples if s.name == "telemetry_sending_held_seconds"]
         assert held_seconds.labels == {"cause": "nppa 1011"}
         before = len(answered(endpoint))
-        pause(2.0)  # held: nothing goes out, no probe before the 30 s interval
+        pause(2.0)  # held: nothing goes out, no probe before the interval
         assert len(answered(endpoint)) == before
         assert {code for _, code in answered(endpoint)} == {1011}
         totals = read_totals(first.store)
@@ -133,7 +134,9 @@ def test_a_key_the_system_refuses_holds_every_reporter_until_the_key_file_change
                    what="acknowledged")
     assert not read_hold(first.store, HOLD).held
     codes = [code for _, code in answered(endpoint)]
-    assert codes.count(3002) == 1  # one probe, at once after the key changed, lifted it
+    # a probe at once after the key changed lifted it (each reporter probes when it sees its
+    # file change, unless the hold is over by then), long before the 600 s interval
+    assert 1 <= codes.count(3002) <= 2
     totals = read_totals(first.store)
     assert (totals.counter("delivered"), totals.counter("dead_events"),
             totals.counter("stale")) == (200, 0, 0)
