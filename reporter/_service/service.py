@@ -1,8 +1,11 @@
 """The reporter service: its workers, run on APScheduler thread pools until told to stop.
 
 Pools: ``default`` (``[reporter] workers`` threads) sweeps the shards, one ``hot:<game>`` pool
-per hot game, and ``control`` (2 threads) keeps the shard leases, reaps expired batch leases
-and extends the leases of slow POSTs.  How jobs are run is in ``reporter._service.scheduling``.
+per hot game, ``control`` (2 threads) keeps the shard leases, reaps expired batch leases,
+extends the leases of slow POSTs and watches the secret files, and, for the anti-addiction
+sink, ``hold`` (1 thread) follows a held sender and sends its probes
+(``reporter._service.probing``).  ``reload`` (SIGHUP) reads the secret files again.
+How jobs are run is in ``reporter._service.scheduling``.
 With ``[metrics] listen`` set, ``start`` also serves ``/metrics``, ``/healthz`` and
 ``/readyz`` there (``reporter._monitoring.prometheus``), and ``stop`` ends that last.
 """
@@ -148,8 +151,8 @@ class ReporterService:
             self.endpoint.start()
         guarded("shard leases", self._shard_leases)()  # sweep at once, not a lease later
         every = self.runner.every
-        if self.prober is not None and self.hold is not None:
-            guarded("hold", lambda: self.hold is not None and self.hold.refresh().held)()
+        if self.prober is not None:
+            guarded("hold", self._read_hold)()  # held from before: sweep nothing
             self.prober.probe_soon()  # held from before (a restart after a fix): probe now
             every("hold-probe", self.prober.loop, HOLD_POLL_SECONDS, "hold")
         if self.secrets:
@@ -172,6 +175,9 @@ class ReporterService:
         line = self.secret_watch.reread_all(why)
         self._key_changed()
         return line
+
+    def _read_hold(self) -> bool:
+        return self.hold is not None and self.hold.refresh().held
 
     def _key_changed(self) -> None:
         if self.prober is not None:
