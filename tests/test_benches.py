@@ -60,6 +60,11 @@ EXPECTED: dict[str, list[str | re.Pattern[str]]] = {
         "items/request", "busiest second", "full games/s",
         re.compile(r"^backlog ", re.M), re.compile(r"^mixed ", re.M),
     ],
+    "nppa_hold": [
+        "held: after", "status names 1011", "at most one request per probe interval",
+        "all 600 accepted", "600 counted stale, none sent", "an hour ahead",
+        "a json reporter survives SIGHUP", re.compile(r"^PASS$", re.M),
+    ],
     "sentinel_failover": [
         "run 1: sentinel failover (kill", "total over 1 runs:", "missing",
     ],
