@@ -10,7 +10,8 @@ observations (a POST's duration, a batch's size) into buckets.
 The accounting invariant in these words: every event ``collect()`` accepted is stored or
 dropped in the SDK (``dropped_buffer_full``, ``dropped_at_close``, ``dropped_disabled``) or
 still ``buffered`` there; every event stored is ``evicted``, ``stale``, ``delivered``, in a
-dead letter (``dead_events - replayed``), or still buffered or pending in Redis.
+dead letter (``dead_events - replayed``), set aside in a quarantine (``quarantined_events``),
+or still buffered or pending in Redis.
 """
 
 from __future__ import annotations
@@ -56,6 +57,11 @@ class Counter(StrEnum):
     # Events delivered with their behaviour time moved into the anti-addiction interface's
     # window ([nppa] late_behaviour = "resend"); a part of delivered, not a state of its own.
     LATE_SENT = "late_sent"
+    # Records the scripts moved to a shard's quarantine (a key of another type, metadata that
+    # does not decode: lua/_guard.lua); unit: records.  And the events of the pending batches
+    # among them (in flight or waiting for a retry), which leave the pending ones there.
+    QUARANTINED_RECORDS = "quarantined_records"
+    QUARANTINED_EVENTS = "quarantined_events"
     # -- the reporter only
     BATCHES_STALE = "batches_stale"
     CONFIG_ERRORS = "config_errors"
@@ -119,6 +125,7 @@ STORE: tuple[Counter, ...] = (
     C.BATCHES_CLAIMED, C.STALE, C.DELIVERED, C.BATCHES_DELIVERED, C.BATCHES_RETRIED,
     C.REJECTED_ITEMS, C.MALFORMED_ENTRIES, C.DEAD_EVENTS, C.DEAD_BATCHES, C.BATCHES_REAPED,
     C.BATCHES_RELEASED, C.REPLAYED, C.DEAD_DROPPED, C.PURGED, C.LATE_SENT,
+    C.QUARANTINED_RECORDS, C.QUARANTINED_EVENTS,
 )
 # What one reporter process did (its tally; the "stopped:" line).
 REPORTER: tuple[Counter, ...] = (

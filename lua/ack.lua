@@ -1,27 +1,44 @@
 #!lua flags=allow-oom
 -- ack: finish a batch the endpoint accepted whole (some of its events may have been dropped
 -- as stale before sending). Does nothing unless the caller still holds the lease.
--- allow-oom: it only deletes (the batch's metadata and payload) and bumps counters.
+-- Sent again after a lost reply (its receipt is there): answers what it answered, changes
+-- nothing.  Metadata that cannot be used is set aside (lua/_guard.lua); the answer is then -1.
+-- allow-oom: it deletes the batch's metadata and payload, bumps counters and leaves a receipt
+-- of a few dozen bytes that expires after the receipt lifetime.
 --
 -- KEYS[1]  inflight   zset   batch id -> lease deadline (ms)
 -- KEYS[2]  batches    hash   batch id -> metadata (JSON)
 -- KEYS[3]  payloads   hash   batch id -> entries
 -- KEYS[4]  stats      hash   the shard's counters
+-- KEYS[5]  quarantine list   records set aside, newest first
+-- KEYS[6]  receipt    string this call's answer, kept for a resend (done:<batch id>)
 -- ARGV[1]  batch id
 -- ARGV[2]  lease token
 -- ARGV[3]  events dropped as stale before sending (count)
+-- ARGV[4]  receipt lifetime in ms
 -- returns  events counted as delivered, or -1 if the lease is not held
-local raw = redis.call('HGET', KEYS[2], ARGV[1])
-if not raw then return -1 end
-local meta = cjson.decode(raw)
-if meta.t ~= ARGV[2] or redis.call('ZSCORE', KEYS[1], ARGV[1]) == false then return -1 end
+-- include: _guard
+guard_open('ack', KEYS[5], KEYS[4], {'delivered', 'stale', 'batches_delivered'})
+local id, token = ARGV[1], ARGV[2]
+local raw = read('hash', false, 'HGET', KEYS[2], id)
+local held = raw and read('zset', false, 'ZSCORE', KEYS[1], id)
+if not held then return receipt_of(KEYS[6], token) or -1 end
+local meta, why = read_meta(raw)
+if not meta then
+  set_aside_batch(KEYS[2], KEYS[3], id, raw, why, true)
+  redis.call('ZREM', KEYS[1], id)
+  return -1
+end
+if meta.t ~= token then return receipt_of(KEYS[6], token) or -1 end
 local stale = tonumber(ARGV[3])
 local delivered = meta.n - stale
 if delivered < 0 then return redis.error_reply('ack counts exceed the batch size') end
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
+expect(KEYS[3], 'hash')
+redis.call('ZREM', KEYS[1], id)
+redis.call('HDEL', KEYS[2], id)
+redis.call('HDEL', KEYS[3], id)
 if delivered > 0 then redis.call('HINCRBY', KEYS[4], 'delivered', delivered) end
 if stale > 0 then redis.call('HINCRBY', KEYS[4], 'stale', stale) end
 redis.call('HINCRBY', KEYS[4], 'batches_delivered', 1)
+keep_receipt(KEYS[6], token, delivered, ARGV[4])
 return delivered

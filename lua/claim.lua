@@ -1,6 +1,10 @@
 #!lua flags=allow-oom
 -- claim: take up to ARGV[5] batches of one game's oldest events and park them in flight.
--- Idempotent on the batch id: calling again with the same id returns the same batches.
+-- Idempotent on the batch id: calling again with the same id returns the same batches, and
+-- a claim that made no batch (it only dropped stale or malformed entries) answers the same
+-- again from its receipt, dropping nothing more.  Keys of another type are set aside first
+-- (lua/_guard.lua): a string at the game's buffer is moved to the quarantine, and the game is
+-- unregistered like any empty one.
 -- A batch ends at ARGV[4] events or when the next event would take its bytes past ARGV[9]
 -- (an event alone over that still makes a batch of one). An entry that is not a 13-digit
 -- time followed by one line of event is malformed: it is dead-lettered alone
@@ -25,6 +29,8 @@
 -- KEYS[6]  payloads   hash   batch id -> entries joined by "\n"
 -- KEYS[7]  stats      hash   the shard's counters
 -- KEYS[8]  dead       list   dead-lettered batch ids, newest first
+-- KEYS[9]  quarantine list   records set aside, newest first
+-- KEYS[10] receipt    string this call's answer, kept for a resend (done:<batch id>)
 -- ARGV[1]  game name
 -- ARGV[2]  batch id; the batches are "<id>.0", "<id>.1", ...
 -- ARGV[3]  lease token
@@ -36,9 +42,14 @@
 -- ARGV[9]  bytes per batch at most, counting each event's JSON plus ARGV[10] (0 = no limit)
 -- ARGV[10] bytes the request adds per event (separator, numbering)
 -- ARGV[11] most dead-lettered batches kept in this shard
+-- ARGV[12] receipt lifetime in ms
 -- returns  {stale dropped, events left in the buffer, malformed entries dead-lettered,
 --           batch id 1, entries 1, batch id 2, ...}
+-- include: _guard
 -- include: _dead
+guard_open('claim', KEYS[9], KEYS[7], {'stale', 'claimed', 'batches_claimed',
+                                       'malformed_entries', 'dead_events', 'dead_batches',
+                                       'dead_dropped'})
 local game, base, token = ARGV[1], ARGV[2], ARGV[3]
 local size, most = tonumber(ARGV[4]), tonumber(ARGV[5])
 local lease, max_age, linger = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -54,25 +65,34 @@ local function born(entry)
   return tonumber(string.sub(entry, 1, 13))
 end
 
+-- The batches this id made, if it ran before: {stale, left, malformed, id 1, entries 1, ...}
 local out = {0, 0, 0}
+local done = receipt_of(KEYS[10], token)
 local i = 0
-while redis.call('HEXISTS', KEYS[6], base .. '.' .. i) == 1 do
+while read('hash', 0, 'HEXISTS', KEYS[6], base .. '.' .. i) == 1 do
   local id = base .. '.' .. i
   out[#out + 1] = id
   out[#out + 1] = redis.call('HGET', KEYS[6], id)
   i = i + 1
 end
-if i > 0 then
-  out[2] = redis.call('LLEN', KEYS[1])
+if i > 0 or done then
+  if done then out[1], out[3] = done[1], done[2] end
+  out[2] = read('list', 0, 'LLEN', KEYS[1])
   return out
+end
+
+local function unregister()
+  expect_ring(KEYS[3], KEYS[2])
+  expect(KEYS[2], 'set')
+  redis.call('SREM', KEYS[2], game)
+  redis.call('ZREM', KEYS[3], game)
 end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local len = redis.call('LLEN', KEYS[1])
+local len = read('list', 0, 'LLEN', KEYS[1])
 if len == 0 then
-  redis.call('SREM', KEYS[2], game)
-  redis.call('ZREM', KEYS[3], game)
+  unregister()
   return out
 end
 if len < size and linger > 0 then
@@ -83,63 +103,71 @@ if len < size and linger > 0 then
   end
 end
 
-local batch, claimed = 0, 0
-local part, bytes = {}, 0
-local function seal()
-  local id = base .. '.' .. batch
-  local blob = table.concat(part, '\n')
-  redis.call('HSET', KEYS[5], id, cjson.encode({g = game, t = token, a = 0, n = #part, c = now}))
-  redis.call('HSET', KEYS[6], id, blob)
-  redis.call('ZADD', KEYS[4], now + lease, id)
-  out[#out + 1] = id
-  out[#out + 1] = blob
-  claimed = claimed + #part
-  batch = batch + 1
-  part, bytes = {}, 0
-end
-
+-- Read and cut first; write once every key to be written is known to be of its type.
 local taken = redis.call('LRANGE', KEYS[1], 0, size * most - 1)
-local used, stale, malformed = 0, 0, 0
+local parts, part, bytes = {}, {}, 0
+local bad = {}
+local used, stale = 0, 0
 for k, entry in ipairs(taken) do
   local at = born(entry)
   if at == nil then
-    malformed = malformed + 1
-    local id = base .. '.m' .. malformed
-    redis.call('HSET', KEYS[5], id, cjson.encode(
-      {g = game, t = '', a = 0, n = 1, c = now, d = now, r = 'malformed entry'}))
-    redis.call('HSET', KEYS[6], id, entry)
-    redis.call('LPUSH', KEYS[8], id)
+    bad[#bad + 1] = entry
   elseif max_age > 0 and now - at > max_age then
     stale = stale + 1
   else
     local cost = #entry - 13 + overhead
     if #part == size or (#part > 0 and bytes + cost > budget) then
-      seal()
-      if batch == most then break end  -- this entry stays for the next claim
+      parts[#parts + 1] = part
+      part, bytes = {}, 0
+      if #parts == most then break end  -- this entry stays for the next claim
     end
     part[#part + 1] = entry
     bytes = bytes + cost
   end
   used = k
 end
-if #part > 0 then seal() end
+if #part > 0 then parts[#parts + 1] = part end
+local left = len - used
+
+expect(KEYS[4], 'zset')
+expect(KEYS[5], 'hash')
+if #bad > 0 then expect(KEYS[8], 'list') end
+
+local claimed = 0
+for b, events in ipairs(parts) do
+  local id = base .. '.' .. (b - 1)
+  local blob = table.concat(events, '\n')
+  redis.call('HSET', KEYS[5], id, cjson.encode({g = game, t = token, a = 0, n = #events, c = now}))
+  redis.call('HSET', KEYS[6], id, blob)
+  redis.call('ZADD', KEYS[4], now + lease, id)
+  out[#out + 1] = id
+  out[#out + 1] = blob
+  claimed = claimed + #events
+end
+for m, entry in ipairs(bad) do
+  local id = base .. '.m' .. m
+  redis.call('HSET', KEYS[5], id, cjson.encode(
+    {g = game, t = '', a = 0, n = 1, c = now, d = now, r = 'malformed entry'}))
+  redis.call('HSET', KEYS[6], id, entry)
+  redis.call('LPUSH', KEYS[8], id)
+end
 redis.call('LTRIM', KEYS[1], used, -1)
 
-local left = len - used
-if left == 0 then
-  redis.call('SREM', KEYS[2], game)
-  redis.call('ZREM', KEYS[3], game)
-end
+if left == 0 then unregister() end
 if stale > 0 then redis.call('HINCRBY', KEYS[7], 'stale', stale) end
 if claimed > 0 then
   redis.call('HINCRBY', KEYS[7], 'claimed', claimed)
-  redis.call('HINCRBY', KEYS[7], 'batches_claimed', batch)
+  redis.call('HINCRBY', KEYS[7], 'batches_claimed', #parts)
 end
+local malformed = #bad
 if malformed > 0 then
   redis.call('HINCRBY', KEYS[7], 'malformed_entries', malformed)
   redis.call('HINCRBY', KEYS[7], 'dead_events', malformed)
   redis.call('HINCRBY', KEYS[7], 'dead_batches', malformed)
   trim_dead(KEYS[8], KEYS[5], KEYS[6], KEYS[7], tonumber(ARGV[11]), 100 + malformed)
+end
+if #parts == 0 and stale + malformed > 0 then
+  keep_receipt(KEYS[10], token, {stale, malformed}, ARGV[12])
 end
 out[1] = stale
 out[2] = left

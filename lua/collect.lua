@@ -9,6 +9,7 @@
 -- KEYS[3]  ring       zset   active games, all scored 0 (swept in name order)
 -- KEYS[4]  stats      hash   the shard's counters
 -- KEYS[5]  marker     string the shard's identity (set here if absent)
+-- KEYS[6]  quarantine list   records set aside, newest first (lua/_guard.lua)
 -- ARGV[1]  game name
 -- ARGV[2]  cap: most events the buffer keeps (the oldest go first)
 -- ARGV[3]  buffer TTL in seconds, refreshed on every push
@@ -20,6 +21,18 @@
 --          event halves the client's cost of sending them.
 -- ARGV[8]  an identity for the shard, written if it has none ('' = one made from the time)
 -- returns  {number of events the cap evicted, including ARGV[4]; the shard's identity}
+
+-- include: _guard
+-- Poison set aside (lua/_guard.lua), before the first write: a key of another type than the
+-- one below needs is moved to the quarantine, so no command below can fail half-way (the
+-- events pushed and the call failed, and sent again).
+guard_open('collect', KEYS[6], KEYS[4],
+           {'stored', 'evicted', 'dropped_buffer_full', 'dropped_too_large'})
+expect(KEYS[1], 'list')
+expect(KEYS[2], 'set')
+expect_ring(KEYS[3], KEYS[2])
+expect(KEYS[5], 'string')
+
 local game, cap, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local evicted = tonumber(ARGV[4])
 local n = 0

@@ -1,10 +1,13 @@
 #!lua flags=allow-oom
 -- nack: a delivery attempt failed. Schedule a retry with exponential backoff and full
 -- jitter, or dead-letter the batch when it is rejected for good or out of attempts.
+-- Sent again after a lost reply (its receipt is there): answers what it answered, changes
+-- nothing.  Metadata that cannot be used is set aside (lua/_guard.lua), answered as 'lost'.
 -- allow-oom: the batch only moves (its lease entry becomes a retry entry, or its id goes on
 -- the dead list); the metadata gains the failure reason (at most a few hundred bytes) and
--- the dead list is trimmed to its cap here, freeing the oldest.  Refusing it at maxmemory
--- would leave the batch to expire and be reaped, the same move later.
+-- the dead list is trimmed to its cap here, freeing the oldest; the receipt (a few dozen
+-- bytes) expires after its lifetime.  Refusing it at maxmemory would leave the batch to
+-- expire and be reaped, the same move later.
 --
 -- KEYS[1]  inflight   zset   batch id -> lease deadline (ms)
 -- KEYS[2]  batches    hash   batch id -> metadata (JSON)
@@ -12,6 +15,8 @@
 -- KEYS[4]  retry      zset   batch id -> when it is due (ms)
 -- KEYS[5]  dead       list   dead-lettered batch ids, newest first
 -- KEYS[6]  stats      hash   the shard's counters
+-- KEYS[7]  quarantine list   records set aside, newest first
+-- KEYS[8]  receipt    string this call's answer, kept for a resend (done:<batch id>)
 -- ARGV[1]  batch id
 -- ARGV[2]  lease token
 -- ARGV[3]  1 = rejected for good (dead-letter now), 0 = may succeed later
@@ -22,18 +27,33 @@
 -- ARGV[8]  a random number in [0, 1) for the jitter (scripts cannot draw their own)
 -- ARGV[9]  most dead-lettered batches kept in this shard
 -- ARGV[10] reason, kept with a dead letter
+-- ARGV[11] receipt lifetime in ms
 -- returns  {state, delay ms}: state 'retry' or 'dead', or {'lost', 0} if the lease is not held
+-- include: _guard
 -- include: _dead
+guard_open('nack', KEYS[7], KEYS[6],
+           {'dead_events', 'dead_batches', 'batches_retried', 'dead_dropped'})
 local id, token = ARGV[1], ARGV[2]
-local raw = redis.call('HGET', KEYS[2], id)
-if not raw then return {'lost', 0} end
-local meta = cjson.decode(raw)
-if meta.t ~= token or redis.call('ZREM', KEYS[1], id) == 0 then return {'lost', 0} end
+local raw = read('hash', false, 'HGET', KEYS[2], id)
+local held = raw and read('zset', false, 'ZSCORE', KEYS[1], id)
+if not held then return receipt_of(KEYS[8], token) or {'lost', 0} end
+local meta, why = read_meta(raw)
+if not meta then
+  set_aside_batch(KEYS[2], KEYS[3], id, raw, why, true)
+  redis.call('ZREM', KEYS[1], id)
+  return {'lost', 0}
+end
+if meta.t ~= token then return receipt_of(KEYS[8], token) or {'lost', 0} end
+expect(KEYS[3], 'hash')
+expect(KEYS[4], 'zset')
+expect(KEYS[5], 'list')
+redis.call('ZREM', KEYS[1], id)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 meta.a = meta.a + 1
 meta.t = ''
 meta.r = ARGV[10]
+local reply
 if ARGV[3] == '1' or meta.a >= tonumber(ARGV[7]) then
   meta.d = now
   redis.call('HSET', KEYS[2], id, cjson.encode(meta))
@@ -41,11 +61,14 @@ if ARGV[3] == '1' or meta.a >= tonumber(ARGV[7]) then
   redis.call('HINCRBY', KEYS[6], 'dead_events', meta.n)
   redis.call('HINCRBY', KEYS[6], 'dead_batches', 1)
   trim_dead(KEYS[5], KEYS[2], KEYS[3], KEYS[6], tonumber(ARGV[9]), 100)
-  return {'dead', 0}
+  reply = {'dead', 0}
+else
+  local ceiling = math.min(tonumber(ARGV[6]), tonumber(ARGV[5]) * 2 ^ (meta.a - 1))
+  local delay = math.max(tonumber(ARGV[4]), math.floor(tonumber(ARGV[8]) * ceiling))
+  redis.call('HSET', KEYS[2], id, cjson.encode(meta))
+  redis.call('ZADD', KEYS[4], now + delay, id)
+  redis.call('HINCRBY', KEYS[6], 'batches_retried', 1)
+  reply = {'retry', delay}
 end
-local ceiling = math.min(tonumber(ARGV[6]), tonumber(ARGV[5]) * 2 ^ (meta.a - 1))
-local delay = math.max(tonumber(ARGV[4]), math.floor(tonumber(ARGV[8]) * ceiling))
-redis.call('HSET', KEYS[2], id, cjson.encode(meta))
-redis.call('ZADD', KEYS[4], now + delay, id)
-redis.call('HINCRBY', KEYS[6], 'batches_retried', 1)
-return {'retry', delay}
+keep_receipt(KEYS[8], token, reply, ARGV[11])
+return reply

@@ -1,6 +1,8 @@
 #!lua flags=no-writes
 -- read_shard: one shard's whole state in one atomic read (for `status` and the totals), so
--- that no batch is caught between two states.
+-- that no batch is caught between two states.  A key of another type than the shard needs
+-- (junk the next script that writes it will set aside) reads as empty and is named among the
+-- problems, so that `status` shows it instead of failing.
 -- no-writes: it only reads, so Redis runs it at maxmemory too (a MULTI is refused there:
 -- Redis refuses to queue any command in a transaction while memory is full).
 --
@@ -13,19 +15,32 @@
 -- KEYS[7]  batches    hash   batch id -> metadata (JSON)
 -- KEYS[8...] q:<game> list   the buffers of the games the caller saw in the ring
 -- returns  {ring, inflight ids, retry ids, dead length, stats (field, value, ...), owner or
---           nil, batches (id, metadata, ...), then per game of KEYS[8...]: its length, its
---           oldest entry or nil}
+--           nil, batches (id, metadata, ...), problems (key, type found, ...), then per game
+--           of KEYS[8...]: its length, its oldest entry or nil}
+local problems = {}
+local function read(absent, ...)
+  local reply = redis.pcall(...)
+  if type(reply) == 'table' and reply.err then
+    local key = select(2, ...)
+    if not string.find(reply.err, 'WRONGTYPE', 1, true) then error(reply) end
+    problems[#problems + 1] = key
+    problems[#problems + 1] = redis.call('TYPE', key).ok
+    return absent
+  end
+  return reply
+end
 local out = {
-  redis.call('ZRANGE', KEYS[1], 0, -1),
-  redis.call('ZRANGE', KEYS[2], 0, -1),
-  redis.call('ZRANGE', KEYS[3], 0, -1),
-  redis.call('LLEN', KEYS[4]),
-  redis.call('HGETALL', KEYS[5]),
-  redis.call('GET', KEYS[6]),
-  redis.call('HGETALL', KEYS[7]),
+  read({}, 'ZRANGE', KEYS[1], 0, -1),
+  read({}, 'ZRANGE', KEYS[2], 0, -1),
+  read({}, 'ZRANGE', KEYS[3], 0, -1),
+  read(0, 'LLEN', KEYS[4]),
+  read({}, 'HGETALL', KEYS[5]),
+  read(false, 'GET', KEYS[6]),
+  read({}, 'HGETALL', KEYS[7]),
+  problems,
 }
 for k = 8, #KEYS do
-  out[#out + 1] = redis.call('LLEN', KEYS[k])
-  out[#out + 1] = redis.call('LINDEX', KEYS[k], 0)
+  out[#out + 1] = read(0, 'LLEN', KEYS[k])
+  out[#out + 1] = read(false, 'LINDEX', KEYS[k], 0)
 end
 return out

@@ -4,6 +4,8 @@
 -- the limit was lowered, or by an older version) is cut again by the claim's rule into
 -- '<id>.s1', '<id>.s2', ... A malformed entry's dead letter (reason "malformed entry") can
 -- never be sent: it stays dead-lettered, moved to the head of the list, and is counted apart.
+-- Sent again after a lost reply (its receipt is there): answers what it answered and replays
+-- nothing more.  A dead letter whose metadata cannot be used is set aside (lua/_guard.lua).
 -- allow-oom: an operator's command; the batches move from the dead list to the retry set
 -- (about the same memory; a recut adds a few hundred bytes per part) so that they can be
 -- delivered and freed.
@@ -13,14 +15,28 @@
 -- KEYS[3]  retry      zset   batch id -> when it is due (ms)
 -- KEYS[4]  stats      hash   the shard's counters
 -- KEYS[5]  payloads   hash   batch id -> entries joined by "\n"
+-- KEYS[6]  quarantine list   records set aside, newest first
+-- KEYS[7]  receipt    string this call's answer, kept for a resend (done:<call id>)
 -- ARGV[1]  batch id, or '' for the oldest ARGV[2] batches
 -- ARGV[2]  batches to replay at most when ARGV[1] is ''
 -- ARGV[3]  bytes per batch at most, counting each event's JSON plus ARGV[4] (0 = no limit)
 -- ARGV[4]  bytes the request adds per event
+-- ARGV[5]  receipt lifetime in ms
 -- returns  {batches replayed, events replayed, malformed dead letters left in place}
+-- include: _guard
+guard_open('replay', KEYS[6], KEYS[4], {'replayed'})
+local done = receipt_of(KEYS[7], '')
+if done then return done end
+expect(KEYS[1], 'list')
+expect(KEYS[2], 'hash')
+expect(KEYS[3], 'zset')
+expect(KEYS[5], 'hash')
 local ids
 if ARGV[1] ~= '' then
-  if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return {0, 0, 0} end
+  if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then
+    keep_receipt(KEYS[7], '', {0, 0, 0}, ARGV[5])
+    return {0, 0, 0}
+  end
   ids = {ARGV[1]}
 else
   local most = tonumber(ARGV[2])
@@ -59,8 +75,11 @@ end
 local batches, events, malformed = 0, 0, 0
 for _, id in ipairs(ids) do
   local raw = redis.call('HGET', KEYS[2], id)
-  if raw then
-    local meta = cjson.decode(raw)
+  local meta, why
+  if raw then meta, why = read_meta(raw) end
+  if raw and not meta then
+    set_aside_batch(KEYS[2], KEYS[5], id, raw, why, false)
+  elseif meta then
     if meta.r == 'malformed entry' then
       redis.call('LPUSH', KEYS[1], id)
       malformed = malformed + 1
@@ -88,4 +107,5 @@ for _, id in ipairs(ids) do
   end
 end
 if events > 0 then redis.call('HINCRBY', KEYS[4], 'replayed', events) end
+keep_receipt(KEYS[7], '', {batches, events, malformed}, ARGV[5])
 return {batches, events, malformed}

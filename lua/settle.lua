@@ -5,9 +5,12 @@
 -- batch). The new batches' ids extend the batch's own: '<id>.x<attempt>' for the refused,
 -- '<id>.r<attempt>' for the retry, so the lineage shows and each set of events has its own
 -- Idempotency-Key. Does nothing unless the caller still holds the lease.
+-- Sent again after a lost reply (its receipt is there): answers what it answered, changes
+-- nothing.  Metadata that cannot be used is set aside (lua/_guard.lua), answered as lost.
 -- allow-oom: the events only move within the shard (the batch's payload is deleted as the
--- parts are written), so memory stays about the same; refusing it under memory pressure would
--- leave the batch to be sent again.
+-- parts are written), so memory stays about the same (and the receipt, a few dozen bytes,
+-- expires after its lifetime); refusing it under memory pressure would leave the batch to be
+-- sent again.
 --
 -- KEYS[1]  inflight   zset   batch id -> lease deadline (ms)
 -- KEYS[2]  batches    hash   batch id -> metadata (JSON)
@@ -15,6 +18,8 @@
 -- KEYS[4]  retry      zset   batch id -> when it is due (ms)
 -- KEYS[5]  dead       list   dead-lettered batch ids, newest first
 -- KEYS[6]  stats      hash   the shard's counters
+-- KEYS[7]  quarantine list   records set aside, newest first
+-- KEYS[8]  receipt    string this call's answer, kept for a resend (done:<batch id>)
 -- ARGV[1]  batch id
 -- ARGV[2]  lease token
 -- ARGV[3]  events dropped as stale before sending (count; they are in no list below)
@@ -28,18 +33,27 @@
 -- ARGV[11] positions (1-based, in the batch's payload) of the events to retry, comma-separated
 -- ARGV[12] how many events were refused: R
 -- ARGV[13..12+2R] R pairs: position of a refused event, its reason
+-- ARGV[13+2R] (the last) receipt lifetime in ms
 -- returns  {delivered, retry id or '', 'retry' or 'dead' or '', delay ms, refused id or ''},
 --          or {-1, '', '', 0, ''} if the lease is not held
+-- include: _guard
 -- include: _dead
+guard_open('settle', KEYS[7], KEYS[6],
+           {'dead_events', 'dead_batches', 'rejected_items', 'batches_retried', 'dead_dropped',
+            'delivered', 'batches_delivered', 'stale'})
 local id, token = ARGV[1], ARGV[2]
-local raw = redis.call('HGET', KEYS[2], id)
-if not raw then return {-1, '', '', 0, ''} end
-local meta = cjson.decode(raw)
-if meta.t ~= token or redis.call('ZSCORE', KEYS[1], id) == false then
-  return {-1, '', '', 0, ''}
+local lost = {-1, '', '', 0, ''}
+local raw = read('hash', false, 'HGET', KEYS[2], id)
+local held = raw and read('zset', false, 'ZSCORE', KEYS[1], id)
+if not held then return receipt_of(KEYS[8], token) or lost end
+local meta = usable_batch(KEYS[2], KEYS[3], id, raw, true)
+if not meta then
+  redis.call('ZREM', KEYS[1], id)
+  return lost
 end
+if meta.t ~= token then return receipt_of(KEYS[8], token) or lost end
 
-local blob = redis.call('HGET', KEYS[3], id) or ''
+local blob = read('hash', false, 'HGET', KEYS[3], id) or ''
 local entries, pos = {}, 1
 while pos <= #blob do
   local stop = string.find(blob, '\n', pos, true) or (#blob + 1)
@@ -75,6 +89,8 @@ local stale = tonumber(ARGV[3])
 local delivered = n - stale - #retry - #refused
 if delivered < 0 then return redis.error_reply('settle: counts exceed the batch size') end
 
+expect(KEYS[4], 'zset')
+expect(KEYS[5], 'list')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local attempt = meta.a + 1
@@ -129,4 +145,6 @@ if delivered > 0 then
   redis.call('HINCRBY', KEYS[6], 'batches_delivered', 1)
 end
 if stale > 0 then redis.call('HINCRBY', KEYS[6], 'stale', stale) end
-return {delivered, retry_id, state, delay, refused_id}
+local reply = {delivered, retry_id, state, delay, refused_id}
+keep_receipt(KEYS[8], token, reply, ARGV[#ARGV])
+return reply

@@ -1,42 +1,78 @@
 #!lua flags=allow-oom
 -- take_retries: lease batches whose retry time has come.
+-- Sent again after a lost reply (its receipt is there): answers with the same batches, still
+-- leased to this token, and takes no others.  A batch whose metadata cannot be used, or
+-- whose payload is missing, is set aside (lua/_guard.lua); the others are taken.
 -- allow-oom: each batch moves from the retry set to the lease set and its metadata gets a
--- new token of the same length: no growth; the retries are what a full Redis must send first.
+-- new token of the same length: no growth but the receipt (the ids taken), which expires
+-- after its lifetime; the retries are what a full Redis must send first.
 --
 -- KEYS[1]  retry      zset   batch id -> when it is due (ms)
 -- KEYS[2]  inflight   zset   batch id -> lease deadline (ms)
 -- KEYS[3]  batches    hash   batch id -> metadata (JSON)
 -- KEYS[4]  payloads   hash   batch id -> entries
+-- KEYS[5]  stats      hash   the shard's counters (only of what is set aside)
+-- KEYS[6]  quarantine list   records set aside, newest first
+-- KEYS[7]  receipt    string this call's answer, kept for a resend (done:<token>)
 -- ARGV[1]  lease token for every batch taken
 -- ARGV[2]  lease length in ms
 -- ARGV[3]  batches to take at most
 -- ARGV[4]  only batches of this game ('' = any game)
+-- ARGV[5]  receipt lifetime in ms
 -- returns  {batch id, game, attempts so far, entries, ...}
+-- include: _guard
+guard_open('take_retries', KEYS[6], KEYS[5], {})
+local token = ARGV[1]
+local out = {}
+local function add(id, meta)
+  out[#out + 1] = id
+  out[#out + 1] = meta.g
+  out[#out + 1] = meta.a
+  out[#out + 1] = read('hash', false, 'HGET', KEYS[4], id) or ''
+end
+
+-- A resend finds its batches still leased to its token (none left: the caller had its
+-- answer and finished them, so this is a new call under the same token).
+local done = receipt_of(KEYS[7], token)
+if done then
+  for _, id in ipairs(done) do
+    local raw = read('hash', false, 'HGET', KEYS[3], id)
+    local meta = raw and read_meta(raw)
+    if meta and meta.t == token and read('zset', false, 'ZSCORE', KEYS[2], id) then
+      add(id, meta)
+    end
+  end
+  if #out > 0 then return out end
+end
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local want = tonumber(ARGV[3])
 local scan = ARGV[4] == '' and want or want * 8
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, scan)
-local out = {}
-local taken = 0
+local due = read('zset', {}, 'ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, scan)
+if #due == 0 then return out end
+expect(KEYS[2], 'zset')
+expect(KEYS[3], 'hash')
+expect(KEYS[4], 'hash')
+local taken = {}
 for _, id in ipairs(due) do
-  if taken >= want then break end
+  if #taken >= want then break end
   local raw = redis.call('HGET', KEYS[3], id)
   if not raw then
     redis.call('ZREM', KEYS[1], id)
   else
-    local meta = cjson.decode(raw)
-    if ARGV[4] == '' or meta.g == ARGV[4] then
+    local meta = usable_batch(KEYS[3], KEYS[4], id, raw, true)
+    if not meta then
       redis.call('ZREM', KEYS[1], id)
-      meta.t = ARGV[1]
+    elseif ARGV[4] == '' or meta.g == ARGV[4] then
+      redis.call('ZREM', KEYS[1], id)
+      meta.t = token
       redis.call('HSET', KEYS[3], id, cjson.encode(meta))
       redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), id)
-      out[#out + 1] = id
-      out[#out + 1] = meta.g
-      out[#out + 1] = meta.a
-      out[#out + 1] = redis.call('HGET', KEYS[4], id)
-      taken = taken + 1
+      add(id, meta)
+      taken[#taken + 1] = id
     end
   end
 end
+if #taken > 0 then keep_receipt(KEYS[7], token, taken, ARGV[5]) end
 return out

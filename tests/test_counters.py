@@ -39,7 +39,7 @@ def test_the_metrics_endpoint_serves_gauges_of_the_vocabulary_once() -> None:
 
 
 def test_the_scripts_write_exactly_the_store_counters() -> None:
-    increments = re.compile(r"HINCRBY', (?:KEYS\[\d+\]|stats), '([a-z_]+)'")
+    increments = re.compile(r"HINCRBY', (?:KEYS\[\d+\]|stats|guard\.stats), '([a-z_]+)'")
     written = {name for script in SCRIPT_NAMES
                for name in increments.findall(script_text(script))}
     assert written == set(STORE)

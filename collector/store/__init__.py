@@ -16,7 +16,12 @@
 - backends: ``SingleServer``, ``Cluster`` and ``Sentinel``, one per deployment mode
   (``open_backend``).
 - views: what the sweeper, ``status``, ``dead`` and the metrics read (``ShardView``,
-  ``ShardLevels``, ...), as methods of ``Store``.
+  ``ShardLevels``, ``QuarantineRecord``, ...), as methods of ``Store``; none fails on a bad
+  record.
+- poison and receipts: every script that writes sets aside what it cannot use (a key of
+  another type, metadata that does not decode) in the shard's quarantine, at most
+  ``QUARANTINE_KEEP`` records, and keeps a receipt so that a call sent again after a lost
+  reply answers the same without applying twice (``lua/_guard.lua``).
 - errors: ``BackendUnavailable`` and ``BackendRefused`` (both ``collector.BackendError``);
   ``BackendFull`` (a ``BackendRefused``) is Redis at maxmemory refusing a write;
   ``BackendUnreplicated`` (a ``BackendUnavailable``) a write that ran but too few replicas
@@ -47,6 +52,7 @@ from collector.store._calls import (
     Release,
     Replay,
     ScriptCall,
+    SetAside,
     Settle,
     ShardLease,
     TakeRetries,
@@ -64,6 +70,7 @@ from collector.store._entries import (
 from collector.store._keys import (
     GAME_NAME_CHARS,
     MAX_GAME_NAME_LENGTH,
+    QUARANTINE_KEEP,
     KeySchema,
     ShardKeys,
     is_valid_prefix,
@@ -95,6 +102,7 @@ from collector.store._views import (
     GameState,
     GameView,
     MemoryUse,
+    QuarantineRecord,
     Reporter,
     RingSlice,
     ShardLevels,
@@ -106,6 +114,7 @@ __all__ = [
     "ENTRY_TIME_DIGITS",
     "GAME_NAME_CHARS",
     "MAX_GAME_NAME_LENGTH",
+    "QUARANTINE_KEEP",
     "SCRIPT_NAMES",
     "Ack",
     "Alert",
@@ -137,6 +146,7 @@ __all__ = [
     "NoteLate",
     "Purge",
     "PurgeIds",
+    "QuarantineRecord",
     "ReadShard",
     "Reap",
     "Reaped",
@@ -150,6 +160,7 @@ __all__ = [
     "RingSlice",
     "ScriptCall",
     "Sentinel",
+    "SetAside",
     "Settle",
     "Settled",
     "ShardKeys",

@@ -25,7 +25,7 @@ from collector._exceptions import ConfigError
 from collector.logs import mask_url
 from collector.store._bulk import WireCall, run_calls
 from collector.store._errors import REROUTE, UNAVAILABLE
-from collector.store._settings import RedisSettings
+from collector.store._settings import RECEIPT_MS_LEAST, RedisSettings
 
 RedisClient = redis.Redis | RedisCluster
 
@@ -38,15 +38,19 @@ class Backend(ABC):
     # [redis] wait_for_replicas and wait_timeout_ms: set by from_settings (0: no WAIT).
     wait_for_replicas: int = 0
     wait_timeout_ms: int = 0
+    # How long a script keeps a call's receipt for a resend (RedisSettings.receipt_ms).
+    receipt_ms: int = RECEIPT_MS_LEAST
 
     def __init__(self, client: RedisClient, url: str) -> None:
         self.client = client
         self._url = url
 
     def waiting_for(self, settings: RedisSettings) -> Self:
-        """This backend, confirming writes as ``settings`` say."""
+        """This backend, confirming writes as ``settings`` say, and keeping receipts as long
+        as its client, built from them, may send a call again."""
         self.wait_for_replicas = settings.wait_for_replicas
         self.wait_timeout_ms = settings.wait_timeout_ms
+        self.receipt_ms = settings.receipt_ms
         return self
 
     @classmethod

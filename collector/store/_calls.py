@@ -8,12 +8,13 @@ Callers never see raw replies.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
 from collector.store._entries import join_entries, split_entries
-from collector.store._keys import ShardKeys
+from collector.store._keys import ShardKeys, receipt_key, sibling
 from collector.store._results import (
     Claimed,
     ClaimedBatch,
@@ -33,6 +34,11 @@ from collector.store._results import (
 R_co = TypeVar("R_co", covariant=True)
 
 
+def call_id() -> str:
+    """A new id for one script call that keeps a receipt under its own id."""
+    return uuid.uuid4().hex
+
+
 class ScriptCall(Generic[R_co]):
     """A call of the script named ``script``; subclasses are frozen dataclasses."""
 
@@ -41,6 +47,9 @@ class ScriptCall(Generic[R_co]):
     # A write that a failover must not undo unnoticed: with [redis] wait_for_replicas, WAIT
     # follows it, and too few replicas make it ``BackendUnreplicated``.
     confirmed: ClassVar[bool] = False
+    # A script that keeps a receipt for a resend (lua/_guard.lua): the store passes the
+    # receipt lifetime in ms as its last ARGV.
+    receipt: ClassVar[bool] = False
 
     def keys(self) -> Sequence[str]:
         raise NotImplementedError
@@ -74,7 +83,7 @@ class Collect(ScriptCall[Stored]):
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.queue(self.game), s.active, s.ring, s.stats, s.marker)
+        return (s.queue(self.game), s.active, s.ring, s.stats, s.marker, s.quarantine)
 
     def args(self) -> Sequence[Any]:
         return (self.game, self.cap, self.ttl_seconds, self.pre_evicted,
@@ -96,6 +105,7 @@ class Claim(ScriptCall[Claimed]):
 
     script: ClassVar[str] = "claim"
     confirmed: ClassVar[bool] = True
+    receipt: ClassVar[bool] = True
     shard: ShardKeys
     game: str
     batch_id: str
@@ -112,7 +122,7 @@ class Claim(ScriptCall[Claimed]):
     def keys(self) -> Sequence[str]:
         s = self.shard
         return (s.queue(self.game), s.active, s.ring, s.inflight, s.batches, s.payloads,
-                s.stats, s.dead)
+                s.stats, s.dead, s.quarantine, s.receipt(self.batch_id))
 
     def args(self) -> Sequence[Any]:
         return (self.game, self.batch_id, self.token, self.batch_size, self.max_batches,
@@ -133,6 +143,7 @@ class TakeRetries(ScriptCall[list[RetryBatch]]):
 
     script: ClassVar[str] = "take_retries"
     confirmed: ClassVar[bool] = True
+    receipt: ClassVar[bool] = True
     shard: ShardKeys
     token: str
     lease_ms: int
@@ -141,7 +152,8 @@ class TakeRetries(ScriptCall[list[RetryBatch]]):
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.retry, s.inflight, s.batches, s.payloads)
+        return (s.retry, s.inflight, s.batches, s.payloads, s.stats, s.quarantine,
+                s.receipt(self.token))
 
     def args(self) -> Sequence[Any]:
         return (self.token, self.lease_ms, self.limit, self.game)
@@ -162,6 +174,7 @@ class Ack(ScriptCall[int]):
 
     script: ClassVar[str] = "ack"
     confirmed: ClassVar[bool] = True
+    receipt: ClassVar[bool] = True
     shard: ShardKeys
     batch_id: str
     token: str
@@ -169,7 +182,8 @@ class Ack(ScriptCall[int]):
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.inflight, s.batches, s.payloads, s.stats)
+        return (s.inflight, s.batches, s.payloads, s.stats, s.quarantine,
+                s.receipt(self.batch_id))
 
     def args(self) -> Sequence[Any]:
         return (self.batch_id, self.token, self.stale)
@@ -184,6 +198,7 @@ class Nack(ScriptCall[NackResult]):
     ``permanent`` or out of attempts, dead-letter the batch with ``reason``."""
 
     script: ClassVar[str] = "nack"
+    receipt: ClassVar[bool] = True
     shard: ShardKeys
     batch_id: str
     token: str
@@ -195,7 +210,8 @@ class Nack(ScriptCall[NackResult]):
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.inflight, s.batches, s.payloads, s.retry, s.dead, s.stats)
+        return (s.inflight, s.batches, s.payloads, s.retry, s.dead, s.stats, s.quarantine,
+                s.receipt(self.batch_id))
 
     def args(self) -> Sequence[Any]:
         p = self.policy
@@ -215,6 +231,7 @@ class Settle(ScriptCall[Settled]):
 
     script: ClassVar[str] = "settle"
     confirmed: ClassVar[bool] = True
+    receipt: ClassVar[bool] = True
     shard: ShardKeys
     batch_id: str
     token: str
@@ -228,7 +245,8 @@ class Settle(ScriptCall[Settled]):
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.inflight, s.batches, s.payloads, s.retry, s.dead, s.stats)
+        return (s.inflight, s.batches, s.payloads, s.retry, s.dead, s.stats, s.quarantine,
+                s.receipt(self.batch_id))
 
     def args(self) -> Sequence[Any]:
         p = self.policy
@@ -256,7 +274,8 @@ class Extend(ScriptCall[bool]):
     lease_ms: int
 
     def keys(self) -> Sequence[str]:
-        return (self.shard.inflight, self.shard.batches)
+        s = self.shard
+        return (s.inflight, s.batches, s.payloads, s.stats, s.quarantine)
 
     def args(self) -> Sequence[Any]:
         return (self.batch_id, self.token, self.lease_ms)
@@ -270,13 +289,15 @@ class Release(ScriptCall[bool]):
     """Hand a held batch back for retry without charging an attempt."""
 
     script: ClassVar[str] = "release"
+    receipt: ClassVar[bool] = True
     shard: ShardKeys
     batch_id: str
     token: str
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.inflight, s.batches, s.retry, s.stats)
+        return (s.inflight, s.batches, s.retry, s.stats, s.payloads, s.quarantine,
+                s.receipt(self.batch_id))
 
     def args(self) -> Sequence[Any]:
         return (self.batch_id, self.token)
@@ -296,7 +317,7 @@ class Reap(ScriptCall[Reaped]):
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.inflight, s.batches, s.payloads, s.retry, s.dead, s.stats)
+        return (s.inflight, s.batches, s.payloads, s.retry, s.dead, s.stats, s.quarantine)
 
     def args(self) -> Sequence[Any]:
         return (self.limit, self.policy.max_attempts, self.policy.dead_max)
@@ -311,15 +332,18 @@ class Replay(ScriptCall[Replayed]):
     a batch again when it holds more than ``max_bytes`` (as ``Claim`` counts them)."""
 
     script: ClassVar[str] = "replay"
+    receipt: ClassVar[bool] = True
     shard: ShardKeys
     batch_id: str = ""
     limit: int = 1000
     max_bytes: int = 0
     event_overhead: int = 0
+    call: str = field(default_factory=call_id)  # the receipt's id: a resend replays nothing
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.dead, s.batches, s.retry, s.stats, s.payloads)
+        return (s.dead, s.batches, s.retry, s.stats, s.payloads, s.quarantine,
+                s.receipt(self.call))
 
     def args(self) -> Sequence[Any]:
         return (self.batch_id, self.limit, self.max_bytes, self.event_overhead)
@@ -333,12 +357,14 @@ class Purge(ScriptCall[Moved]):
     """Delete the oldest ``limit`` dead letters for good."""
 
     script: ClassVar[str] = "purge"
+    receipt: ClassVar[bool] = True
     shard: ShardKeys
     limit: int = 1000
+    call: str = field(default_factory=call_id)  # the receipt's id: a resend purges nothing
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.dead, s.batches, s.payloads, s.stats)
+        return (s.dead, s.batches, s.payloads, s.stats, s.quarantine, s.receipt(self.call))
 
     def args(self) -> Sequence[Any]:
         return (self.limit,)
@@ -353,12 +379,14 @@ class PurgeIds(ScriptCall[Moved]):
     hundred ids per call at most, each costs a scan of the dead list."""
 
     script: ClassVar[str] = "purge_ids"
+    receipt: ClassVar[bool] = True
     shard: ShardKeys
     batch_ids: Sequence[str]
+    call: str = field(default_factory=call_id)  # the receipt's id
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.dead, s.batches, s.payloads, s.stats)
+        return (s.dead, s.batches, s.payloads, s.stats, s.quarantine, s.receipt(self.call))
 
     def args(self) -> Sequence[Any]:
         return tuple(self.batch_ids)
@@ -378,7 +406,8 @@ class ShardLease(ScriptCall[bool]):
     lease_ms: int
 
     def keys(self) -> Sequence[str]:
-        return (self.shard.owner,)
+        s = self.shard
+        return (s.owner, s.stats, s.quarantine)
 
     def args(self) -> Sequence[Any]:
         return (self.owner, self.lease_ms)
@@ -399,7 +428,8 @@ class Heartbeat(ScriptCall[int]):
     deadline_ms: int
 
     def keys(self) -> Sequence[str]:
-        return (self.key,)
+        # the registry's shard (0): its counters and quarantine, for a registry set aside
+        return (self.key, sibling(self.key, "stats"), sibling(self.key, "quarantine"))
 
     def args(self) -> Sequence[Any]:
         return (self.owner, self.now_ms, self.deadline_ms)
@@ -430,6 +460,27 @@ class ReadShard(ScriptCall[list[Any]]):
 
 
 @dataclass(frozen=True, slots=True)
+class SetAside(ScriptCall[int]):
+    """Move to the quarantine what a sweep's reads of a shard met and cannot use: keys of its
+    registry of another type than they must be, and ``members`` of its ring that are not game
+    names; the result is the records set aside."""
+
+    script: ClassVar[str] = "set_aside"
+    shard: ShardKeys
+    members: Sequence[bytes] = ()
+
+    def keys(self) -> Sequence[str]:
+        s = self.shard
+        return (s.ring, s.active, s.retry, s.marker, s.stats, s.legacy_ring, s.quarantine)
+
+    def args(self) -> Sequence[Any]:
+        return tuple(self.members)
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+@dataclass(frozen=True, slots=True)
 class TakeTokens(ScriptCall[Tokens]):
     """Take up to ``wanted`` tokens from the bucket at ``key`` (``KeySchema.limiter``):
     ``rate`` per second, at most ``capacity`` held.  ``wanted`` < 0 gives tokens back;
@@ -437,6 +488,7 @@ class TakeTokens(ScriptCall[Tokens]):
     are scarce.  ``now_us`` replaces Redis TIME (tests)."""
 
     script: ClassVar[str] = "take_tokens"
+    receipt: ClassVar[bool] = True
     key: str
     rate: float
     capacity: int
@@ -444,9 +496,13 @@ class TakeTokens(ScriptCall[Tokens]):
     pause_ms: int = 0
     now_us: int | None = None
     spare: bool = False
+    call: str = field(default_factory=call_id)  # the receipt's id: a resend takes no more
 
     def keys(self) -> Sequence[str]:
-        return (self.key,)
+        # the receipt, and the limiter's own quarantine and counters (its hash tag is not a
+        # shard's), for a bucket of another type set aside
+        return (self.key, receipt_key(self.key, self.call), sibling(self.key, "quarantine"),
+                sibling(self.key, "stats"))
 
     def args(self) -> Sequence[Any]:
         return (repr(self.rate), self.capacity, self.wanted, self.pause_ms,

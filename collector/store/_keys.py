@@ -17,6 +17,20 @@ GAME_NAME_CHARS = "A-Z a-z 0-9 _ - . : @ /"
 _GAME_NAME = re.compile(r"[A-Za-z0-9_.:@/-]{1,128}")
 _PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _LIMIT_NAME = re.compile(r"[A-Za-z0-9_.:@/-]{1,128}")
+# Records a shard's quarantine keeps, newest first (lua/_guard.lua says the same; a test
+# checks): enough to show an operator every kind of junk met, bounded whatever comes.
+QUARANTINE_KEEP = 1000
+
+
+def sibling(key: str, name: str) -> str:
+    """A key named ``name`` in the hash tag of ``key`` (so in its cluster slot)."""
+    return f"{key[:key.index('}') + 1]}:{name}"
+
+
+def receipt_key(key: str, call_id: str) -> str:
+    """string: what a script call answered, kept for a resend of that same call after a lost
+    reply (``lua/_guard.lua``, receipts); in the hash tag of ``key``, expiring."""
+    return sibling(key, f"done:{call_id}")
 
 
 def validate_game(game: object) -> str:
@@ -103,6 +117,17 @@ class ShardKeys:
         """list: audit records of items sent with their behaviour time moved into the
         anti-addiction interface's window (JSON), newest first, bounded."""
         return f"{self.tag}:late"
+
+    @property
+    def quarantine(self) -> str:
+        """list: records the scripts set aside (keys of another type, metadata that does
+        not decode), newest first, at most ``QUARANTINE_KEEP`` (``lua/_guard.lua``)."""
+        return f"{self.tag}:quarantine"
+
+    def receipt(self, call_id: str) -> str:
+        """string: a script call's answer, kept a short while for a resend of the same call
+        (``call_id``: the batch id, the lease token or the call's own id)."""
+        return receipt_key(self.tag, call_id)
 
     @property
     def marker(self) -> str:

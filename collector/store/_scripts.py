@@ -23,6 +23,7 @@ SCRIPT_NAMES = (
     "collect", "claim", "ack", "nack", "settle", "extend", "release", "reap", "take_retries",
     "replay", "purge", "purge_ids", "shard_lease", "take_tokens", "heartbeat", "read_shard",
     "hold", "note_late",
+    "set_aside",
 )
 
 

@@ -39,6 +39,20 @@ class RedisSettings(MaskedRepr):
     wait_for_replicas: int = setting(0, lo=0, hi=16)
     wait_timeout_ms: int = setting(500, lo=1, hi=60_000)
 
+    @property
+    def receipt_ms(self) -> int:
+        """How long a script keeps its receipt (``lua/_guard.lua``): twice the longest a
+        client may take to send a call again after it ran (each of its ``1 + retries`` tries
+        waits at most a connect and a socket timeout, with up to 1 s of backoff between
+        them), and at least ``RECEIPT_MS_LEAST``."""
+        tries = 1 + self.retries
+        resend = tries * (self.connect_timeout_seconds + self.socket_timeout_seconds) + self.retries
+        return max(RECEIPT_MS_LEAST, int(2000 * resend))
+
+
+# Receipts live at least this long (ms), whatever the timeouts (see RedisSettings.receipt_ms).
+RECEIPT_MS_LEAST = 30_000
+
 
 def redis_url_problem(url: str) -> str | None:
     """What redis-py would refuse about ``url`` when it first connects, found without

@@ -18,7 +18,7 @@ from collector._exceptions import BackendError, BackendUnreplicated
 from collector.store import _views
 from collector.store._backends import Backend
 from collector.store._bulk import WireCall
-from collector.store._calls import Heartbeat, ReadShard, ScriptCall
+from collector.store._calls import Heartbeat, ReadShard, ScriptCall, SetAside
 from collector.store._errors import NotReplicated, translate
 from collector.store._keys import KeySchema, ShardKeys
 from collector.store._modes import describe_settings, open_backend
@@ -31,6 +31,7 @@ from collector.store._views import (
     DeadBatch,
     GameState,
     MemoryUse,
+    QuarantineRecord,
     Reporter,
     RingSlice,
     ShardLevels,
@@ -68,8 +69,7 @@ class Store:
         """Run one script call; its typed result, or ``BackendError``
         (``BackendUnreplicated``, with the result, for a confirmed write too few replicas
         confirmed)."""
-        [reply] = self._run([(lua_script(request.script), request.keys(), request.args())],
-                            self._confirms((request,)))
+        [reply] = self._run([self._wire(request)], self._confirms((request,)))
         if isinstance(reply, Exception):
             raise self._error(request, reply) from reply
         return request.parse(reply)
@@ -78,13 +78,19 @@ class Store:
         """Run script calls in as few socket writes as the backend allows; per request, its
         typed result or the ``BackendError`` it met (a call cut off by a broken connection,
         after ``[redis] retries`` more tries, may or may not have run)."""
-        replies = self._run([(lua_script(r.script), r.keys(), r.args()) for r in requests],
-                            self._confirms(requests))
+        replies = self._run([self._wire(r) for r in requests], self._confirms(requests))
         return [
             self._error(request, reply) if isinstance(reply, Exception)
             else request.parse(reply)
             for request, reply in zip(requests, replies, strict=True)
         ]
+
+    def _wire(self, request: ScriptCall[Any]) -> WireCall:
+        """The EVALSHA of a request; a script that keeps receipts gets their lifetime last."""
+        args = request.args()
+        if request.receipt:
+            args = (*args, self.backend.receipt_ms)
+        return lua_script(request.script), request.keys(), args
 
     def _confirms(self, requests: Sequence[ScriptCall[Any]]) -> bool:
         """Whether the calls must be confirmed by ``[redis] wait_for_replicas`` replicas."""
@@ -101,6 +107,9 @@ class Store:
     def ring(self, shard: ShardKeys, after: str, count: int) -> RingSlice:
         """Up to ``count`` active games named after ``after`` ('' = from the first)."""
         found = self._read(_views.ring, shard, after, count)
+        if found.junk or found.wrong_type:  # junk in the registry: the scripts set it aside
+            self.call(SetAside(shard, found.junk))
+            found = self._read(_views.ring, shard, after, count)
         if found.legacy_ring:  # once per shard after an upgrade
             self._move_legacy_ring(shard)
             found = self._read(_views.ring, shard, after, count)
@@ -137,6 +146,14 @@ class Store:
         out = [b for shard in shards
                for b in self._read(_views.dead_batches, shard, limit, game, before)]
         return sorted(out, key=lambda b: b.dead_at)
+
+    def quarantine(self, limit: int = 10) -> list[QuarantineRecord]:
+        """The newest ``limit`` records of each shard's quarantine, newest first overall."""
+        return self._read(_views.quarantine, self.schema.all_shards(), limit)
+
+    def quarantined(self, shard: ShardKeys, limit: int) -> list[QuarantineRecord]:
+        """The newest ``limit`` records of one shard's quarantine, newest first."""
+        return self._read(_views.quarantine, [shard], limit)
 
     def dead_listed(self) -> int:
         """Batches on every shard's dead list (one LLEN per shard, pipelined)."""

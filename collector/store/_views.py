@@ -3,24 +3,29 @@
 Plain commands, never in a MULTI (Redis refuses to queue any command in a transaction
 while it is at maxmemory); each read touches one shard's keys (one hash slot).  The one
 atomic read, a shard's whole state, is the ``read_shard`` script (``no-writes``).
+
+No bad record makes a reader fail: a key of another type than the shard needs reads as
+empty (and is named, so the sweeper can have the scripts set it aside), metadata that does
+not decode and counters that are not integers are shown for what they are, names that are
+not text are shown escaped.  Only Redis not answering raises.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.cluster import RedisCluster
+from redis.exceptions import ResponseError
 
 if TYPE_CHECKING:
     from collector.store._backends import RedisClient
 
 from collector.counters import Counter
 from collector.store._entries import head_time_ms, split_entries
-from collector.store._keys import ShardKeys
-from collector.store._results import text
+from collector.store._keys import ShardKeys, validate_game
 
 T = TypeVar("T")
 # Shards (or games) whose reads go out in one pipeline at most: a read of every shard of a
@@ -43,6 +48,11 @@ class RingSlice:
     marker: str | None = None
     outstanding: int = 0
     legacy_ring: bool = False
+    # What the scripts must set aside (collector.store.SetAside): ring members that are not
+    # game names, and whether a key read here was of another type than the shard needs.
+    junk: list[bytes] = field(default_factory=list)
+    wrong_type: bool = False
+    quarantined: int = 0  # records the shard's scripts have set aside so far (its counter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +81,9 @@ class ShardView:
     dead: int
     pending_events: int
     counters: dict[str, int]
+    # Records the shard holds that the scripts will set aside when they meet them: keys of
+    # another type, batch metadata that does not decode ("<key> is a <type>", ...).
+    problems: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +166,21 @@ class Reporter:
 
 
 @dataclass(frozen=True, slots=True)
+class QuarantineRecord:
+    """A record the scripts moved to a shard's quarantine (``lua/_guard.lua``)."""
+
+    shard: int
+    key: str
+    field: str  # the batch id, hash field or ring member; '' for a whole key
+    found: str  # the type found where another belongs; '' for a record of the right type
+    reason: str
+    sample: str  # the record's first bytes
+    events: int  # events in it
+    script: str
+    at: float  # seconds since the epoch
+
+
+@dataclass(frozen=True, slots=True)
 class BatchDetail:
     batch_id: str
     shard: int
@@ -171,18 +199,87 @@ def ring(client: RedisClient, keys: ShardKeys, after: str, count: int) -> RingSl
         pipe.zcard(keys.ring)
         pipe.zcard(keys.retry)
         pipe.get(keys.marker)
-        pipe.hmget(keys.stats, _OUTSTANDING)
-        pipe.exists(keys.legacy_ring)
-        names, length, retries, marker, counts, legacy = pipe.execute()
-    stored, evicted, stale, delivered, dead, replayed = (int(c or 0) for c in counts)
-    return RingSlice([n.decode() for n in names], int(length), int(retries),
-                     text(marker) if marker is not None else None,
-                     stored - evicted - stale - delivered - dead + replayed, bool(legacy))
+        pipe.hmget(keys.stats, [*_OUTSTANDING, Counter.QUARANTINED_RECORDS])
+        pipe.type(keys.legacy_ring)
+        replies = _execute(pipe)
+    wrong = any(isinstance(r, ResponseError) for r in replies)
+    names, length, retries, marker, counts, legacy = (
+        None if isinstance(r, ResponseError) else r for r in replies)
+    games: list[str] = []
+    junk: list[bytes] = []
+    for name in names or ():
+        game = _game_name(name)
+        if game is None:
+            junk.append(bytes(name))
+        else:
+            games.append(game)
+    stored, evicted, stale, delivered, dead, replayed, quarantined_events, quarantined = (
+        _count(c) for c in counts or [None] * (len(_OUTSTANDING) + 1))
+    kind = _text(legacy or "none")
+    return RingSlice(games, _count(length), _count(retries),
+                     None if marker is None else _text(marker),
+                     stored - evicted - stale - delivered - dead + replayed - quarantined_events,
+                     kind == "list", junk, wrong or kind not in ("list", "none"), quarantined)
 
 
 # The counters an outstanding count is made of (see RingSlice).
 _OUTSTANDING = (Counter.STORED, Counter.EVICTED, Counter.STALE, Counter.DELIVERED,
-                Counter.DEAD_EVENTS, Counter.REPLAYED)
+                Counter.DEAD_EVENTS, Counter.REPLAYED, Counter.QUARANTINED_EVENTS)
+
+
+def _execute(pipe: Any) -> list[Any]:
+    """A pipeline's replies, a command refused (a key of another type) as its error in place;
+    Redis not answering still raises."""
+    replies: list[Any] = pipe.execute(raise_on_error=False)
+    for reply in replies:
+        if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
+            raise reply
+    return replies
+
+
+def _text(value: bytes | str) -> str:
+    """A reply as text, bytes that are not UTF-8 escaped rather than refused."""
+    return value.decode(errors="backslashreplace") if isinstance(value, bytes) else value
+
+
+def _printable(value: str) -> str:
+    """Text with every character that is not printable (control characters: C0, C1, DEL)
+    as an escape, so that nothing read from Redis can drive a terminal."""
+    if value.isprintable():
+        return value
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode()
+                   for c in value)
+
+
+def _count(value: Any) -> int:
+    """A counter's value; one that is not an integer (junk, or a refused read) reads as 0."""
+    if isinstance(value, Exception):
+        return 0
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _game_name(name: bytes | str) -> str | None:
+    """A ring member as a game name, or None if it is not one (junk to set aside)."""
+    try:
+        return validate_game(name.decode() if isinstance(name, bytes) else name)
+    except (UnicodeDecodeError, TypeError, ValueError):
+        return None
+
+
+def _meta(raw: bytes | str | None) -> dict[str, Any] | None:
+    """Batch metadata, or None if it does not decode or lacks its fields (the next script
+    that meets it sets it aside)."""
+    try:
+        meta = json.loads(raw) if raw is not None else None
+    except (TypeError, ValueError):
+        return None
+    if (not isinstance(meta, dict) or not isinstance(meta.get("g"), str)
+            or not isinstance(meta.get("n"), int) or not isinstance(meta.get("a"), int)):
+        return None
+    return meta
 
 
 def game_states(client: RedisClient, keys: ShardKeys, games: list[str]) -> list[GameState]:
@@ -193,12 +290,17 @@ def game_states(client: RedisClient, keys: ShardKeys, games: list[str]) -> list[
         for game in games:
             pipe.llen(keys.queue(game))
             pipe.lindex(keys.queue(game), 0)
-        replies = pipe.execute()
-    return [
-        GameState(game, int(replies[2 * i]),
-                  head_time_ms(replies[2 * i + 1]) if replies[2 * i + 1] else None)
-        for i, game in enumerate(games)
-    ]
+        replies = _execute(pipe)
+    return [_game_state(game, replies[2 * i], replies[2 * i + 1])
+            for i, game in enumerate(games)]
+
+
+def _game_state(game: str, length: Any, head: Any) -> GameState:
+    """A buffer of another type than a list reads as empty: the sweeper then claims the game,
+    and the claim sets the key aside and unregisters the game."""
+    if isinstance(length, ResponseError) or isinstance(head, ResponseError):
+        return GameState(game, 0, None)
+    return GameState(game, int(length), head_time_ms(head) if head else None)
 
 
 def read_shard(client: RedisClient, keys: ShardKeys,
@@ -209,30 +311,50 @@ def read_shard(client: RedisClient, keys: ShardKeys,
 
     The games to read come from a first look at the ring; if the ring gained a game before
     the atomic read ran, it is read again."""
-    first: list[Any] = client.zrange(keys.ring, 0, -1)
-    games = [text(g) for g in first]
+    first: list[Any] = _ring_names(client, keys)
+    games = [g for g in (_game_name(n) for n in first) if g is not None]
     for _ in range(tries):
-        ring_now, inflight, retry, dead, flat_stats, owner, flat_metas, *queues = (
+        ring_now, inflight, retry, dead, flat_stats, owner, flat_metas, flat_problems, *queues = (
             read_state(games))
-        now_ring = [text(g) for g in ring_now]
+        now_ring = [g for g in (_game_name(n) for n in ring_now) if g is not None]
         if set(now_ring) <= set(games):
             break
         games = now_ring
     else:
         raise RuntimeError(f"shard {keys.shard}: its games kept changing; try again")
+    problems = [f"{_text(k)} is a {_text(t)}"
+                for k, t in zip(flat_problems[0::2], flat_problems[1::2], strict=True)]
+    problems += [f"{keys.ring} holds {_text(n)!r}, not a game name"
+                 for n in ring_now if _game_name(n) is None]
     stats = dict(zip(flat_stats[0::2], flat_stats[1::2], strict=True))
     metas = dict(zip(flat_metas[0::2], flat_metas[1::2], strict=True))
     lengths = dict(zip(games, queues[0::2], strict=True))
     heads = dict(zip(games, queues[1::2], strict=True))
     views = [GameView(g, keys.shard, int(lengths[g]),
                       head_time_ms(heads[g]) if heads[g] else None) for g in now_ring]
-    pending = sum(int(json.loads(metas[i])["n"]) for i in (*inflight, *retry) if i in metas)
+    pending = 0
+    for batch_id in (*inflight, *retry):
+        if batch_id not in metas:
+            continue
+        meta = _meta(metas[batch_id])
+        if meta is None:
+            problems.append(f"{keys.batches} {_text(batch_id)}: metadata that cannot be used")
+        else:
+            pending += meta["n"]
     return ShardView(
-        shard=keys.shard, owner=(owner or b"").decode(), buffered=sum(v.buffered for v in views),
+        shard=keys.shard, owner=_text(owner or b""), buffered=sum(v.buffered for v in views),
         games=views, inflight=len(inflight), retry=len(retry), dead=int(dead),
         pending_events=pending,
-        counters={k.decode(): int(v) for k, v in stats.items()},
+        counters={_text(k): _count(v) for k, v in stats.items()},
+        problems=[_printable(p) for p in problems],
     )
+
+
+def _ring_names(client: RedisClient, keys: ShardKeys) -> list[Any]:
+    try:
+        return list(client.zrange(keys.ring, 0, -1))
+    except ResponseError:  # not a sorted set: read_shard names it
+        return []
 
 
 def dead_batches(client: RedisClient, keys: ShardKeys, limit: int | None, game: str = "",
@@ -243,7 +365,10 @@ def dead_batches(client: RedisClient, keys: ShardKeys, limit: int | None, game: 
     seen: set[str] = set()  # a dead letter pushed meanwhile moves the rest down a place
     start = 0
     while limit is None or len(out) < limit:
-        ids = client.lrange(keys.dead, start, start + page - 1)
+        try:
+            ids = client.lrange(keys.dead, start, start + page - 1)
+        except ResponseError:  # not a list: the next script that writes it sets it aside
+            break
         if not ids:
             break
         for batch in _dead_page(client, keys, ids):
@@ -260,13 +385,24 @@ def dead_batches(client: RedisClient, keys: ShardKeys, limit: int | None, game: 
 
 def _dead_page(client: RedisClient, keys: ShardKeys, ids: list[Any]) -> list[DeadBatch]:
     out: list[DeadBatch] = []
-    for batch_id, raw in zip(ids, client.hmget(keys.batches, ids), strict=True):
+    try:
+        metas = client.hmget(keys.batches, ids)
+    except ResponseError:  # not a hash: the next script that writes it sets it aside
+        return out
+    for batch_id, raw in zip(ids, metas, strict=True):
         if raw:
-            meta = json.loads(raw)
-            out.append(DeadBatch(text(batch_id), keys.shard, meta["g"], int(meta["n"]),
-                                 int(meta["a"]), str(meta.get("r", "")),
-                                 float(meta.get("d", 0)) / 1000))
+            meta = _meta(raw)
+            if meta is None:  # shown for what it is; replay or purge set it aside
+                out.append(DeadBatch(_text(batch_id), keys.shard, "?", 0, 0,
+                                     "metadata that cannot be used", 0.0))
+                continue
+            out.append(DeadBatch(_text(batch_id), keys.shard, meta["g"], meta["n"], meta["a"],
+                                 str(meta.get("r", "")), _seconds(meta.get("d"))))
     return out
+
+
+def _seconds(ms: Any) -> float:
+    return float(ms) / 1000 if isinstance(ms, int | float) else 0.0
 
 
 def dead_listed(client: RedisClient, shards: Sequence[ShardKeys], chunk: int = 1000) -> int:
@@ -276,7 +412,7 @@ def dead_listed(client: RedisClient, shards: Sequence[ShardKeys], chunk: int = 1
         with client.pipeline(transaction=False) as pipe:
             for keys in shards[i:i + chunk]:
                 pipe.llen(keys.dead)
-            total += sum(int(n) for n in pipe.execute())
+            total += sum(_count(n) for n in _execute(pipe))
     return total
 
 
@@ -289,40 +425,95 @@ def counters(client: RedisClient, shards: Sequence[ShardKeys], chunk: int = 1000
         with client.pipeline(transaction=False) as pipe:
             for keys in shards[i:i + chunk]:
                 pipe.hgetall(keys.stats)
-            for stats in pipe.execute():
-                for name, value in stats.items():
-                    totals[text(name)] = totals.get(text(name), 0) + int(value)
+            _add_counters(totals, _execute(pipe))
     return totals
+
+
+def _add_counters(totals: dict[str, int], replies: list[Any]) -> None:
+    for stats in replies:
+        if isinstance(stats, ResponseError):  # not a hash: set aside by the next script
+            continue
+        for name, value in stats.items():
+            key = _text(name)
+            totals[key] = totals.get(key, 0) + _count(value)
 
 
 def reporters(client: RedisClient, key: str) -> list[Reporter]:
     """Every reporter process in the registry, expired or not, the newest heartbeat first."""
-    entries: list[Any] = client.zrange(key, 0, -1, desc=True, withscores=True)
-    return [Reporter(text(owner), int(deadline)) for owner, deadline in entries]
+    try:
+        entries: list[Any] = client.zrange(key, 0, -1, desc=True, withscores=True)
+    except ResponseError:  # not a sorted set: the next heartbeat sets it aside
+        return []
+    return [Reporter(_text(owner), int(deadline)) for owner, deadline in entries]
 
 
 def batch_detail(client: RedisClient, keys: ShardKeys, batch_id: str) -> BatchDetail | None:
     with client.pipeline(transaction=False) as pipe:
         pipe.hget(keys.batches, batch_id)
         pipe.hget(keys.payloads, batch_id)
-        raw, payload = pipe.execute()
+        raw, payload = (None if isinstance(r, ResponseError) else r for r in _execute(pipe))
     if raw is None:
         return None
-    meta = json.loads(raw)
-    return BatchDetail(batch_id, keys.shard, meta["g"], int(meta["a"]), str(meta.get("r", "")),
-                       split_entries(payload), [str(r) for r in meta.get("ir") or ()])
+    meta = _meta(raw)
+    if meta is None:
+        return BatchDetail(batch_id, keys.shard, "?", 0, "metadata that cannot be used: "
+                           + _text(raw)[:200], split_entries(payload), [])
+    reasons = meta.get("ir")
+    return BatchDetail(batch_id, keys.shard, meta["g"], meta["a"], str(meta.get("r", "")),
+                       split_entries(payload),
+                       [str(r) for r in reasons] if isinstance(reasons, list) else [])
 
 
 def alerts(client: RedisClient, key: str) -> list[Alert]:
-    raw = {text(k): v for k, v in client.hgetall(key).items()}
+    try:
+        raw = {_text(k): v for k, v in client.hgetall(key).items()}
+    except ResponseError:  # not a hash: no alerts to show
+        return []
     out: list[Alert] = []
     for name, value in raw.items():
         if name.endswith("#count"):
             continue
-        record = json.loads(value)
-        out.append(Alert(name, str(record.get("message", "")), float(record.get("at", 0)) / 1000,
-                         int(raw.get(f"{name}#count", 0))))
+        try:
+            record = json.loads(value)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            record = {"message": f"(unreadable: {_text(value)[:100]!r})"}
+        out.append(Alert(name, str(record.get("message", "")), _seconds(record.get("at")),
+                         _count(raw.get(f"{name}#count"))))
     return sorted(out, key=lambda a: -a.at)
+
+
+def quarantine(client: RedisClient, shards: Sequence[ShardKeys], limit: int
+               ) -> list[QuarantineRecord]:
+    """The newest ``limit`` records of each shard's quarantine (one LRANGE per shard,
+    pipelined), newest first."""
+    out: list[QuarantineRecord] = []
+    for group in _groups(shards, PIPELINE_SHARDS):
+        with client.pipeline(transaction=False) as pipe:
+            for keys in group:
+                pipe.lrange(keys.quarantine, 0, limit - 1)
+            replies = _execute(pipe)
+        for keys, records in zip(group, replies, strict=True):
+            if not isinstance(records, ResponseError):
+                out += [_quarantined(keys, raw) for raw in records]
+    return sorted(out, key=lambda q: -q.at)
+
+
+def _quarantined(keys: ShardKeys, raw: bytes) -> QuarantineRecord:
+    try:
+        r = json.loads(raw.decode(errors="replace"))
+    except ValueError:
+        r = None
+    if not isinstance(r, dict):
+        r = {"k": keys.quarantine, "r": "a record that does not decode", "v": _text(raw)}
+
+    def field(name: str) -> str:
+        value = r.get(name)
+        return _printable(value) if isinstance(value, str) else ""
+
+    return QuarantineRecord(keys.shard, field("k"), field("f"), field("y"), field("r"),
+                            field("v"), _count(r.get("n")), field("s"), _seconds(r.get("at")))
 
 
 def counter_totals(client: RedisClient, shards: Sequence[ShardKeys]) -> dict[str, int]:
@@ -332,11 +523,7 @@ def counter_totals(client: RedisClient, shards: Sequence[ShardKeys]) -> dict[str
         with client.pipeline(transaction=False) as pipe:
             for keys in group:
                 pipe.hgetall(keys.stats)
-            replies = pipe.execute()
-        for stats in replies:
-            for name, value in stats.items():
-                key = text(name)
-                totals[key] = totals.get(key, 0) + int(value)
+            _add_counters(totals, _execute(pipe))
     return totals
 
 
@@ -354,11 +541,12 @@ def shard_levels(client: RedisClient, shards: Sequence[ShardKeys], now_ms: int
                 pipe.zcard(keys.retry)
                 pipe.zcount(keys.retry, "-inf", now_ms)
                 pipe.llen(keys.dead)
-            replies = pipe.execute()
+            replies = _execute(pipe)
         for i in range(len(group)):
             ring, inflight, retry, due, dead = replies[5 * i:5 * i + 5]
-            games = list(dict.fromkeys(text(g) for g in ring))
-            counts.append((games, int(inflight), int(retry), int(due), int(dead)))
+            names = [] if isinstance(ring, ResponseError) else ring
+            games = list(dict.fromkeys(g for g in map(_game_name, names) if g is not None))
+            counts.append((games, _count(inflight), _count(retry), _count(due), _count(dead)))
     queues = [(keys, game) for keys, (games, *_) in zip(shards, counts, strict=True)
               for game in games]
     states: dict[tuple[int, str], GameState] = {}
@@ -367,11 +555,9 @@ def shard_levels(client: RedisClient, shards: Sequence[ShardKeys], now_ms: int
             for keys, game in group_of_games:
                 pipe.llen(keys.queue(game))
                 pipe.lindex(keys.queue(game), 0)
-            replies = pipe.execute()
+            replies = _execute(pipe)
         for i, (keys, game) in enumerate(group_of_games):
-            length, head = replies[2 * i], replies[2 * i + 1]
-            states[keys.shard, game] = GameState(game, int(length),
-                                                 head_time_ms(head) if head else None)
+            states[keys.shard, game] = _game_state(game, replies[2 * i], replies[2 * i + 1])
     return [ShardLevels(keys.shard, [states[keys.shard, g] for g in games], inflight, retry,
                         due, dead)
             for keys, (games, inflight, retry, due, dead) in zip(shards, counts, strict=True)]
@@ -416,13 +602,17 @@ def shard_owners(client: RedisClient, shards: Sequence[ShardKeys]) -> list[str]:
         with client.pipeline(transaction=False) as pipe:
             for keys in group:
                 pipe.get(keys.owner)
-            owners.extend(text(o) if o is not None else "" for o in pipe.execute())
+            owners.extend("" if o is None or isinstance(o, ResponseError) else _text(o)
+                          for o in _execute(pipe))
     return owners
 
 
 def live_reporters(client: RedisClient, key: str, now_ms: int) -> int:
     """Reporter processes whose heartbeat deadline is after ``now_ms``."""
-    return int(client.zcount(key, f"({now_ms}", "+inf"))
+    try:
+        return int(client.zcount(key, f"({now_ms}", "+inf"))
+    except ResponseError:  # not a sorted set: the next heartbeat sets it aside
+        return 0
 
 
 def _groups(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:

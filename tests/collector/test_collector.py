@@ -309,24 +309,27 @@ def test_game_name_is_checked_before_the_event(make: MakeCollector) -> None:
         make().collect("a b", None)  # type: ignore[arg-type]
 
 
-def test_refused_game_does_not_hold_back_the_others(make: MakeCollector,
-                                                    r: redis.Redis) -> None:
-    """WRONGTYPE on one game's list: that game stays buffered, the rest is stored once."""
-    r.set(SCHEMA.for_game("bad").queue("bad"), "not a list")
+def test_junk_at_a_games_list_is_set_aside_and_each_event_stored_once(make: MakeCollector,
+                                                                     r: redis.Redis) -> None:
+    """A string at one game's list (a WRONGTYPE for every write once): collect.lua moves it to
+    the shard's quarantine before writing anything, and both games are stored, each event
+    once."""
+    keys = SCHEMA.for_game("bad")
+    r.set(keys.queue("bad"), "not a list")
     c = make(flush_interval_ms=5, retry_max_delay_ms=10)
     for i in range(10):
         c.collect("good", {"seq": i})
         c.collect("bad", {"seq": i})
-    wait_until(lambda: c.stats()["backend_errors"] >= 3, what="several failed rounds")
-    assert [e["seq"] for e in queue_events(r, SCHEMA, "good")] == list(range(10))
-    stats = c.stats()
-    assert stats["stored"] == 10
-    assert balanced(stats)
-
-    r.delete(SCHEMA.for_game("bad").queue("bad"))
     assert c.flush(timeout=10)
-    assert [e["seq"] for e in queue_events(r, SCHEMA, "bad")] == list(range(10))
     assert [e["seq"] for e in queue_events(r, SCHEMA, "good")] == list(range(10))
+    assert [e["seq"] for e in queue_events(r, SCHEMA, "bad")] == list(range(10))
+    stats = c.stats()
+    assert (stats["stored"], stats["backend_errors"]) == (20, 0)
+    assert balanced(stats)
+    [record] = Store(SingleServer(r), SCHEMA).quarantined(keys, 10)
+    assert (record.key, record.found, record.sample, record.script) == (
+        keys.queue("bad"), "string", "not a list", "collect")
+    assert stats_of(r, SCHEMA, "bad")["quarantined_records"] == 1
 
 
 def test_cap_thins_a_burst_before_sending(make: MakeCollector, r: redis.Redis) -> None:

@@ -181,7 +181,9 @@ def test_release_returns_to_retry_without_charging_an_attempt(shard: Shard) -> N
     meta = shard.meta(batch)
     assert meta is not None
     assert (meta["a"], meta["t"]) == (0, "")
-    assert shard.scripts.release(shard.keys, batch, token) is False  # only once
+    assert shard.scripts.release(shard.keys, batch, token) is True  # sent again: its answer
+    assert shard.retry() == {batch: shard.retry()[batch]} and shard.inflight() == {}
+    assert shard.stats()["batches_released"] == 1  # released once
 
     again = shard.scripts.take_retries(shard.keys, new_token(), LEASE_MS, 10)
     assert [(b.batch_id, b.attempts, len(b.entries)) for b in again] == [(batch, 0, 6)]
@@ -276,7 +278,8 @@ def test_transitions_on_a_batch_waiting_for_retry_change_nothing(shard: Shard) -
     before = shard.snapshot()
     for t in (token, ""):
         assert shard.scripts.ack(shard.keys, batch, t) == -1
-        assert shard.nack(batch, t).state == "lost"
+        # the nack sent again gets its own answer from its receipt; any other is lost
+        assert shard.nack(batch, t).state == ("retry" if t == token else "lost")
         assert shard.scripts.release(shard.keys, batch, t) is False
         assert shard.scripts.extend(shard.keys, batch, t, 60_000) is False
     assert shard.snapshot() == before
@@ -287,7 +290,8 @@ def test_finished_batches_cannot_be_finished_again(shard: Shard) -> None:
     batch = shard.leased("g", 3, token)
     assert shard.scripts.ack(shard.keys, batch, token) == 3
     before = shard.snapshot()
-    assert shard.scripts.ack(shard.keys, batch, token) == -1
+    assert shard.scripts.ack(shard.keys, batch, token) == 3  # sent again: its answer
+    assert shard.scripts.ack(shard.keys, batch, new_token()) == -1
     assert shard.nack(batch, token).state == "lost"
     assert shard.scripts.release(shard.keys, batch, token) is False
     assert shard.snapshot() == before

@@ -36,7 +36,10 @@ def test_release_returns_the_batch_without_charging_an_attempt(client: redis.Red
     assert client.zrange(KEYS.retry, 0, -1) == [b"b1.0"]
     assert meta(client, "b1.0")["a"] == 0
     assert meta(client, "b1.0")["t"] == ""
-    assert scripts.release(KEYS, "b1.0", TOKEN) is False  # no longer held
+    # the same call again (a resend after a lost reply): the same answer, released once
+    assert scripts.release(KEYS, "b1.0", TOKEN) is True
+    assert stats(client, KEYS)["batches_released"] == 1
+    assert scripts.release(KEYS, "b1.0", "token-x") is False  # not held by anyone
     [batch] = scripts.take_retries(KEYS, "token-2", LEASE_MS, 10)
     assert (batch.batch_id, batch.game, batch.attempts, batch.entries) == (
         "b1.0", GAME, 0, entries)
@@ -111,7 +114,10 @@ def test_nack_dead_letters_a_permanent_rejection(client: redis.Redis, scripts: S
     assert client.zcard(KEYS.inflight) == 0
     assert meta(client, "b1.0")["r"] == "HTTP 503: busy"
     assert stats(client, KEYS)["dead_events"] == 5
-    assert nack(scripts).state == "lost"
+    assert nack(scripts).state == "dead"  # the same call again: its answer, nothing more
+    assert client.lrange(KEYS.dead, 0, -1) == [b"b1.0"]
+    assert stats(client, KEYS)["dead_events"] == 5
+    assert nack(scripts, "token-x").state == "lost"
 
 
 def test_nack_dead_letters_after_the_last_attempt(client: redis.Redis,

@@ -1,0 +1,221 @@
+-- (included by every script that writes: poison set aside, and receipts)
+--
+-- Poison set aside, never spread.  Before its first write a script makes sure of every key it
+-- may write: a key of another type than the one it needs (written by hand, by another tool,
+-- by a bug) is moved to the shard's quarantine and the script goes on as if the key were
+-- absent.  A read that meets such a key does the same (read); batch metadata is decoded under
+-- pcall and checked field by field (read_meta), and a batch whose metadata cannot be used is
+-- moved to the quarantine whole (set_aside_batch).  A counter the script will add to that
+-- does not hold an integer is moved aside too (guard_open), so no HINCRBY can fail half-way.
+-- So a script either does its whole change or none of it, and one bad record never stops the
+-- rest of its shard.
+--
+-- The quarantine is a list, newest first, of at most QUARANTINE_KEEP records (the oldest fall
+-- off; each one counted when it came): JSON {k = the key, f = the field or batch id, y = the
+-- type found, r = the reason, v = the record's first SAMPLE_BYTES bytes, n = events in it,
+-- s = the script, at = ms}.  Every record counts one in `quarantined_records`; the events of
+-- a pending batch set aside (in flight or waiting for a retry) count in `quarantined_events`
+-- (those of a dead letter were counted in `dead_events` already).  QUARANTINE_KEEP is
+-- collector.store's QUARANTINE_KEEP too (a test checks).
+--
+-- Receipts.  A call that changed something leaves, in the same atomic step, a receipt under
+-- its own key (in KEYS, with the shard's hash tag): what it answered, the script and the
+-- token.  It expires after the receipt lifetime the store passes (how long a client may
+-- still send a call again after it ran).  The same call sent again, because its reply was
+-- lost, finds the receipt and answers the same, changing nothing.
+local QUARANTINE_KEEP = 1000
+local SAMPLE_BYTES = 256
+local guard = {script = '?', q = '', stats = '', q_checked = false, now = nil, count = 0}
+
+local function guard_now()
+  if not guard.now then
+    local t = redis.call('TIME')
+    guard.now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return guard.now
+end
+
+-- Text for a record: at most SAMPLE_BYTES, every byte outside printable ASCII as \xNN (so a
+-- record is plain JSON, and nothing from it can drive a terminal).
+local function printable(value)
+  return (string.gsub(string.sub(value, 1, SAMPLE_BYTES), '[^ -~]', function(c)
+    return string.format('\\x%02x', string.byte(c))
+  end))
+end
+
+-- The first bytes of whatever a key holds, for the quarantine record.
+local function sample(key, kind)
+  local ok, value = pcall(function()
+    if kind == 'string' then return redis.call('GETRANGE', key, 0, SAMPLE_BYTES - 1) end
+    local part
+    if kind == 'list' then part = redis.call('LRANGE', key, 0, 2)
+    elseif kind == 'hash' then part = redis.call('HSCAN', key, 0, 'COUNT', 3)[2]
+    elseif kind == 'set' then part = redis.call('SSCAN', key, 0, 'COUNT', 3)[2]
+    elseif kind == 'zset' then part = redis.call('ZRANGE', key, 0, 2)
+    else return '' end
+    return table.concat(part, ' ')
+  end)
+  if not ok or type(value) ~= 'string' then return '' end
+  return printable(value)
+end
+
+local quarantine
+
+-- The quarantine list itself of another type: moved aside like any key (checked once per
+-- call, before its first record).
+local function check_quarantine()
+  if guard.q_checked then return end
+  guard.q_checked = true
+  local found = redis.call('TYPE', guard.q).ok
+  if found ~= 'list' and found ~= 'none' then
+    local record = {k = guard.q, y = found, r = 'a ' .. found .. ' where a list belongs',
+                    v = sample(guard.q, found)}
+    redis.call('UNLINK', guard.q)
+    quarantine(record, 0)
+  end
+end
+
+-- Add a record to the quarantine and count it (and `events` of a pending batch in it).
+quarantine = function(record, events)
+  check_quarantine()
+  record.s = guard.script
+  record.at = guard_now()
+  redis.call('LPUSH', guard.q, cjson.encode(record))
+  redis.call('LTRIM', guard.q, 0, QUARANTINE_KEEP - 1)
+  redis.call('HINCRBY', guard.stats, 'quarantined_records', 1)
+  guard.count = guard.count + 1
+  if events > 0 then redis.call('HINCRBY', guard.stats, 'quarantined_events', events) end
+end
+
+local function set_key_aside(key, found, kind)
+  local record = {k = key, y = found, r = 'a ' .. found .. ' where a ' .. kind .. ' belongs',
+                  v = sample(key, found)}
+  redis.call('UNLINK', key)
+  quarantine(record, 0)
+end
+
+-- Make sure `key` is a `kind` (or absent); else move it to the quarantine.  True if it was.
+local function expect(key, kind)
+  local found = redis.call('TYPE', key).ok
+  if found == kind or found == 'none' then return true end
+  set_key_aside(key, found, kind)
+  return false
+end
+
+-- Run a read of a key (the command's first argument after its name) that must be a `kind`;
+-- a key of another type is moved to the quarantine and reads as `absent`.
+local function read(kind, absent, ...)
+  local reply = redis.pcall(...)
+  if type(reply) == 'table' and reply.err then
+    if string.find(reply.err, 'WRONGTYPE', 1, true) then
+      expect(select(2, ...), kind)
+      return absent
+    end
+    error(reply)
+  end
+  return reply
+end
+
+local function is_count(value)
+  return type(value) == 'string' and #value <= 18 and string.find(value, '^%-?%d+$') ~= nil
+end
+
+-- Start guarding: the script's name, its shard's quarantine and counters, and the counters it
+-- may add to.  A counters key of another type, or a counter that is not an integer, is moved
+-- aside before anything else is written.
+local function guard_open(script, q, stats, fields)
+  guard.script, guard.q, guard.stats = script, q, stats
+  local names = {'quarantined_records', 'quarantined_events'}
+  for _, name in ipairs(fields) do names[#names + 1] = name end
+  local values = redis.pcall('HMGET', stats, unpack(names))
+  if values.err then
+    if not string.find(values.err, 'WRONGTYPE', 1, true) then error(values) end
+    set_key_aside(stats, redis.call('TYPE', stats).ok, 'hash')
+    return
+  end
+  for i, value in ipairs(values) do
+    if value and not is_count(value) then
+      redis.call('HDEL', stats, names[i])
+      quarantine({k = stats, f = names[i], r = 'a counter that is not an integer',
+                  v = printable(value)}, 0)
+    end
+  end
+end
+
+-- The ring (games, a zset) moved aside is built again from `active`, so that no registered
+-- game stops being swept.
+local function expect_ring(ring, active)
+  if expect(ring, 'zset') then return end
+  if redis.call('TYPE', active).ok ~= 'set' then return end
+  local cursor = '0'
+  repeat
+    local page = redis.call('SSCAN', active, cursor, 'COUNT', 1000)
+    cursor = page[1]
+    for _, game in ipairs(page[2]) do redis.call('ZADD', ring, 0, game) end
+  until cursor == '0'
+end
+
+local function is_whole(value)
+  return type(value) == 'number' and value >= 0 and value == math.floor(value)
+    and value < 2 ^ 53
+end
+
+-- Batch metadata as a table, or nil and why it cannot be used.
+local function read_meta(raw)
+  local ok, meta = pcall(cjson.decode, raw)
+  if not ok then return nil, 'metadata that is not JSON' end
+  if type(meta) ~= 'table' then return nil, 'metadata that is not a JSON object' end
+  if type(meta.g) ~= 'string' or type(meta.t) ~= 'string' or not is_whole(meta.n)
+      or not is_whole(meta.a) or type(meta.c or 0) ~= 'number' then
+    return nil, 'metadata without a game, token, size or attempt count of the right type'
+  end
+  return meta
+end
+
+local function entries_in(blob)
+  if not blob or blob == '' then return 0 end
+  local _, newlines = string.gsub(blob, '\n', '')
+  return newlines + 1
+end
+
+-- Move batch `id` (metadata `raw`, payload) to the quarantine; the caller takes it out of the
+-- set or list it was found in.  `pending`: it was in flight or waiting for a retry, so its
+-- events (those of its payload, or `events` when given) leave the pending ones and count as
+-- quarantined (a dead letter's were counted in dead_events).
+local function set_aside_batch(batches, payloads, id, raw, reason, pending, events)
+  local blob = read('hash', false, 'HGET', payloads, id)
+  events = events or entries_in(blob)
+  quarantine({k = batches, f = printable(id), r = reason, v = printable(raw or ''),
+              n = events}, pending and events or 0)
+  redis.call('HDEL', batches, id)
+  redis.call('HDEL', payloads, id)
+end
+
+-- Metadata `raw` of batch `id` as a table if it can be used and its payload is there; else
+-- the batch is moved to the quarantine (see set_aside_batch) and the answer is nil.
+local function usable_batch(batches, payloads, id, raw, pending)
+  local meta, why = read_meta(raw)
+  if not meta then
+    set_aside_batch(batches, payloads, id, raw, why, pending)
+    return nil
+  end
+  if meta.n > 0 and read('hash', 0, 'HEXISTS', payloads, id) == 0 then
+    set_aside_batch(batches, payloads, id, raw, 'a batch without its payload', pending, meta.n)
+    return nil
+  end
+  return meta
+end
+
+-- What this call answered when it ran, if this is it sent again; else nil.
+local function receipt_of(key, token)
+  local raw = redis.pcall('GET', key)
+  if type(raw) ~= 'string' then return nil end
+  local ok, r = pcall(cjson.decode, raw)
+  if not ok or type(r) ~= 'table' or r.s ~= guard.script or r.t ~= token then return nil end
+  return r.r
+end
+
+local function keep_receipt(key, token, reply, lifetime_ms)
+  redis.call('SET', key, cjson.encode({s = guard.script, t = token, r = reply}), 'PX',
+             lifetime_ms)
+end
