@@ -45,6 +45,24 @@ def test_the_scripts_write_exactly_the_store_counters() -> None:
     assert written == set(STORE)
 
 
+def test_the_counters_each_script_guards_are_store_counters() -> None:
+    """guard_open names the counters a script may add to (lua/_guard.lua): each must be one
+    of the store's, and every counter a script adds to must be guarded."""
+    opens = re.compile(r"guard_open\('[a-z_]+', KEYS\[\d+\], KEYS\[\d+\],\s*\{([^}]*)\}\)")
+    names = re.compile(r"'([a-z_]+)'")
+    increments = re.compile(r"HINCRBY', KEYS\[\d+\], '([a-z_]+)'")
+    for script in SCRIPT_NAMES:
+        text = script_text(script)
+        found = opens.findall(text)
+        if script == "read_shard":
+            assert not found  # it writes nothing
+            continue
+        assert len(found) == 1, script
+        guarded = set(names.findall(found[0]))
+        assert guarded <= set(STORE), script
+        assert set(increments.findall(text)) <= guarded, script
+
+
 def test_collector_stats_are_the_sdk_counters_and_its_buffer() -> None:
     c = Collector(url="redis://127.0.0.1:1/0")
     try:

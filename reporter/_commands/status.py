@@ -19,7 +19,7 @@ from collections import Counter as Tally
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from collector.counters import STORE
+from collector.counters import STORE, Counter
 from collector.store import (
     Alert,
     BackendError,
@@ -27,6 +27,7 @@ from collector.store import (
     HoldState,
     KeySchema,
     MemoryUse,
+    QuarantineRecord,
     Reporter,
     Store,
 )
@@ -86,6 +87,33 @@ def render_alerts(alerts: Sequence[Alert]) -> list[str]:
     """One line per alert: what an endpoint refused that only the operator can fix."""
     return [f"ALERT {a.name}: {a.message} ({a.count} times, last at {_when(a.at)})"
             for a in alerts]
+
+
+# -- the quarantine ----------------------------------------------------------------------------
+
+QUARANTINE_SHOWN = 10  # records per shard read, and shown in all
+
+
+def render_quarantine(records: Sequence[QuarantineRecord], problems: Sequence[str] = ()
+                      ) -> list[str]:
+    """The newest records the scripts set aside, and junk they have yet to meet."""
+    lines = []
+    if records:
+        rows = [(q.shard, q.key, q.field or "-", q.reason, q.script, _when(q.at))
+                for q in records[:QUARANTINE_SHOWN]]
+        lines += ["", "quarantine: records the scripts set aside (quarantined_records), newest "
+                  "first", table(("shard", "key", "field", "reason", "script", "at"), rows,
+                                 align="rlllll")]
+    if problems:
+        lines += ["", "junk the scripts will set aside when they meet it:",
+                  *(f"  {p}" for p in problems)]
+    return lines
+
+
+def quarantine_json(records: Sequence[QuarantineRecord]) -> list[dict[str, Any]]:
+    return [{"shard": q.shard, "key": q.key, "field": q.field, "found": q.found,
+             "reason": q.reason, "sample": q.sample, "events": q.events, "script": q.script,
+             "at": q.at} for q in records[:QUARANTINE_SHOWN]]
 
 
 # -- Redis memory -----------------------------------------------------------------------------
@@ -180,7 +208,8 @@ def render_status(totals: Totals, config: ReporterConfig, now: float | None = No
                   reporters: Sequence[dict[str, Any]] | None = None,
                   memory: Sequence[MemoryUse] = (),
                   hot_games: Sequence[dict[str, Any]] | None = None,
-                  hold: HoldState | None = None) -> str:
+                  hold: HoldState | None = None,
+                  quarantine: Sequence[QuarantineRecord] = ()) -> str:
     now = time.time() if now is None else now
     hot = config.reporter.hot_games
     shard_rows = [
@@ -218,6 +247,7 @@ def render_status(totals: Totals, config: ReporterConfig, now: float | None = No
         "",
         "counters (events unless named batches)",
         table(("counter", "value"), counter_rows),
+        *render_quarantine(quarantine, [p for s in totals.shards for p in s.problems]),
     ]
     return "\n".join(parts)
 
@@ -240,13 +270,16 @@ def _full(store: Store, config: ReporterConfig, as_json: bool, indent: int | Non
     for s in totals.shards:
         by_shard[s.shard] = s.owner
     hot = hot_game_entries(config, store.schema, by_shard)
+    quarantine = store.quarantine(QUARANTINE_SHOWN)
     if as_json:
         return json.dumps({**totals.summary(), "alerts": _alerts_json(alerts),
                            "reporters": reporters, "redis_memory": memory_json(memory),
-                           "hot_games": hot, **hold_json(hold)}, indent=indent)
+                           "hot_games": hot, "quarantine": quarantine_json(quarantine),
+                           "problems": [p for s in totals.shards for p in s.problems],
+                           **hold_json(hold)}, indent=indent)
     return (f"redis: {store.describe()}\n"
             + render_status(totals, config, now, alerts=alerts, reporters=reporters,
-                            memory=memory, hot_games=hot, hold=hold))
+                            memory=memory, hot_games=hot, hold=hold, quarantine=quarantine))
 
 
 # -- the cheap form (--no-shards) --------------------------------------------------------------
@@ -268,6 +301,7 @@ def _cheap(store: Store, config: ReporterConfig, as_json: bool, indent: int | No
                            "reporters": reporters, "redis_memory": memory_json(memory),
                            "hot_games": hot, "shards_without_owner": unowned,
                            **hold_json(hold)}, indent=indent)
+    set_aside = counters[str(Counter.QUARANTINED_RECORDS)]
     return "\n".join([
         f"redis: {store.describe()}",
         f"config: {config.source}",
@@ -281,6 +315,8 @@ def _cheap(store: Store, config: ReporterConfig, as_json: bool, indent: int | No
         "",
         f"counters over {store.schema.shards} shards (events unless named batches)",
         table(("counter", "value"), list(counters.items())),
+        *([f"{set_aside} records set aside in the quarantine: run without --no-shards to list "
+           "the newest"] if set_aside else []),
         "",
         SHARD_LEVELS_NOTE,
     ])

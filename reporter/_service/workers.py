@@ -9,9 +9,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from functools import partial
 
 from collector.logs import RateLimitedLog
-from collector.store import BackendUnavailable, GameState, KeySchema, ShardKeys
+from collector.store import (
+    BackendRefused,
+    BackendUnavailable,
+    GameState,
+    KeySchema,
+    RingSlice,
+    ShardKeys,
+)
 from reporter._config import ReporterConfig
 from reporter._constants import REAP_PER_CALL
 from reporter._delivery.batches import Batches
@@ -58,6 +66,7 @@ class ShardSweeper:
         self._clock = clock
         self._cursor = ""  # the last game name looked at; '' = start from the first
         self._patience = max(self._r.linger_ms, store.freshness.max_age_ms // 2)
+        self._quarantined: int | None = None  # the shard's quarantined_records, last seen
 
     def loop(self) -> bool:
         if (self._stop.is_set() or not self._ownership.owns(self.keys.shard)
@@ -66,10 +75,10 @@ class ShardSweeper:
         ring = self._store.ring(self.keys, self._cursor, self._r.games_per_sweep)
         if self._watch is not None:
             self._watch.seen(self.keys, ring.marker, ring.outstanding)
+        self._note_quarantine(ring)
         more = False
         if ring.retries:
-            more = send(self._deliverer, self._claimer.take_retries(self.keys, self._stop),
-                        self._stop)
+            more = self._isolated(None, self._send_retries)
         page_full = len(ring.games) == self._r.games_per_sweep  # else the round is over
         self._cursor = ring.games[-1] if page_full else ""
         candidates = [g for g in ring.games if g not in self._hot]
@@ -82,9 +91,43 @@ class ShardSweeper:
                 return False
             if self._is_ready(state, now_ms):
                 full = state.length >= self._r.batch_size
-                lease = self._claimer.claim(self.keys, state.game, self._stop, wait=full)
-                more |= send(self._deliverer, lease, self._stop)
+                more |= self._isolated(state.game, partial(self._drain, state.game, full))
         return more or self._cursor != ""
+
+    def _send_retries(self) -> bool:
+        return send(self._deliverer, self._claimer.take_retries(self.keys, self._stop),
+                    self._stop)
+
+    def _drain(self, game: str, full: bool) -> bool:
+        return send(self._deliverer, self._claimer.claim(self.keys, game, self._stop, wait=full),
+                    self._stop)
+
+    def _isolated(self, game: str | None, work: Callable[[], bool]) -> bool:
+        """Run one game's work (None: the shard's due retries); a script Redis refused for
+        it is logged and the sweep goes on with the rest of the shard (Redis not answering
+        still ends the sweep)."""
+        try:
+            return work()
+        except BackendRefused as exc:
+            ratelog.log(logging.ERROR, f"refused:{self.keys.shard}",
+                        "shard %d: %s failed (%s: %s); the rest of the shard goes on",
+                        self.keys.shard, "its due retries" if game is None else f"game {game!r}",
+                        type(exc).__name__, exc, extra={"shard": self.keys.shard})
+            return False
+
+    def _note_quarantine(self, ring: RingSlice) -> None:
+        """Log once what the scripts set aside in this shard since the last sweep."""
+        seen, self._quarantined = self._quarantined, ring.quarantined
+        new = ring.quarantined - (seen or 0)
+        if new <= 0 or (seen is None and not ring.quarantined):
+            return
+        newest = self._store.store.quarantined(self.keys, min(new, 3))
+        logger.warning("shard %d: %d records set aside in its quarantine%s (newest: %s); see "
+                       "telemetry-reporter status", self.keys.shard, new,
+                       " before this reporter started" if seen is None else "",
+                       "; ".join(f"{q.reason} at {q.key}" + (f" {q.field}" if q.field else "")
+                                 for q in newest) or "none kept",
+                       extra={"shard": self.keys.shard, "quarantined": new})
 
     def _is_ready(self, state: GameState, now_ms: int) -> bool:
         if state.length >= self._r.batch_size or state.length == 0:

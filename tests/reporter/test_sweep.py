@@ -9,7 +9,7 @@ import httpx
 import pytest
 import redis
 
-from collector.store import KeySchema
+from collector.store import BackendRefused, Claim, KeySchema
 from reporter._monitoring.accounting import read_totals
 from reporter._service.service import ReporterService
 from tests.reporter.conftest import MakeService
@@ -277,3 +277,24 @@ def test_a_ring_of_an_older_version_is_moved_into_the_sorted_set(build: Build,
 
     assert ids_of(recorder.events(GAME)) == [f"{GAME}#{i}" for i in range(5)]
     assert not client.exists(keys.legacy_ring)
+
+
+def test_a_game_whose_claim_is_refused_does_not_stop_its_shard(
+        build: Build, monkeypatch: pytest.MonkeyPatch) -> None:
+    service, recorder, _ = build()
+    keys = service.schema.for_game(GAME)
+    bad, *good = sorted(g for g in (f"g-{i}" for i in range(200))
+                        if service.schema.for_game(g) == keys)[:3]  # bad swept first
+    scripts = Scripts(service.store)
+    for game in (bad, *good):
+        store(scripts, service.schema, game, numbered(game, 128))
+    real = service.store.call
+
+    def call(request: Any) -> Any:
+        if isinstance(request, Claim) and request.game == bad:
+            raise BackendRefused("ERR refused for this game only")
+        return real(request)
+
+    monkeypatch.setattr(service.store, "call", call)
+    sweep(service, bad)
+    assert sorted(p.game for p in recorder.posts) == sorted(good)
