@@ -67,11 +67,8 @@ def collect_all(redis_url: str, config: ReporterConfig) -> dict[str, int]:
         sdk.close(timeout=5)
 
 
-def check_status(config: ReporterConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                 must_show: list[str]) -> None:
+def check_status(path: Path, capsys: pytest.CaptureFixture[str], must_show: list[str]) -> None:
     """`status` in its three forms exits 0 and shows the quarantine, with no escape byte."""
-    path = tmp_path / "poison.toml"
-    path.write_text(config_toml(config), encoding="utf-8")
     capsys.readouterr()
     assert main(["status", "--config", str(path)]) == 0
     out = capsys.readouterr().out
@@ -94,6 +91,13 @@ def test_poisoned_records_are_set_aside_and_every_other_game_is_delivered_once(
                          metrics={"listen": f"127.0.0.1:{free_port()}", "cache_seconds": 0.0})
     schema = schema_of(config)
     a, b, c = poison(r, schema)
+    path = tmp_path / "poison.toml"
+    path.write_text(config_toml(config), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["status", "--config", str(path)]) == 0  # before any script met the junk
+    before = capsys.readouterr().out
+    assert f"{a.queue(BAD_GAME)} is a string" in before and "x.0" in before
+    assert f"{c.stats} is a list" in before
     sdk_stats = collect_all(redis_url, config)
     assert sdk_stats["stored"] == EVENTS * len(GAMES)
     assert sdk_stats["backend_errors"] == 0  # no write failed half-way, none sent again
@@ -119,4 +123,4 @@ def test_poisoned_records_are_set_aside_and_every_other_game_is_delivered_once(
     metrics = httpx.get(f"{service.endpoint.url}/metrics", timeout=10).text
     assert 'telemetry_quarantined_records_total{scope="cluster"} 4.0' in metrics
     assert 'telemetry_quarantined_events_total{scope="cluster"} 1.0' in metrics
-    check_status(config, tmp_path, capsys, [a.queue(BAD_GAME), "metadata that is not JSON"])
+    check_status(path, capsys, [a.queue(BAD_GAME), "metadata that is not JSON"])
