@@ -66,6 +66,9 @@ class Model:
     collected: list[bytes] = field(default_factory=list)
     counters: Counter[str] = field(default_factory=Counter)
     stale_tokens: list[tuple[str, str]] = field(default_factory=list)
+    # batch id -> (script, token, answer) of the last receipt kept under it: the same call
+    # sent again is answered from it (lua/_guard.lua)
+    receipts: dict[str, tuple[str, str, object]] = field(default_factory=dict)
 
     def held(self) -> list[str]:
         return sorted(b for b, v in self.batches.items()
@@ -212,6 +215,7 @@ class LifeCycle(RuleBasedStateMachine):
         elif action == "release":
             assert self.scripts.release(self.keys, batch_id, batch.token) is True
             self.model.stale_tokens.append((batch_id, batch.token))
+            self.model.receipts[batch_id] = ("release", batch.token, True)
             self.model.counters["batches_released"] += 1
             batch.where, batch.token, batch.expired = "retry", None, False
         elif action == "extend":
@@ -236,6 +240,7 @@ class LifeCycle(RuleBasedStateMachine):
         m.done["delivered"] += batch.entries[stale:]
         m.counters.update(stale=stale, delivered=done, batches_delivered=1)
         m.stale_tokens.append((batch_id, batch.token))
+        m.receipts[batch_id] = ("ack", batch.token, done)
 
     def settle(self, batch_id: str, batch: Batch, stale: int, fates: list[str]) -> None:
         """A partial outcome: the first ``stale`` events were not sent; each other one is
@@ -251,6 +256,7 @@ class LifeCycle(RuleBasedStateMachine):
         m = self.model
         del m.batches[batch_id]
         m.stale_tokens.append((batch_id, batch.token))
+        m.receipts[batch_id] = ("settle", batch.token, settled.delivered)
         delivered = [e for (_, e), fate in zip(sent, fates, strict=True) if fate == "delivered"]
         m.done["stale"] += batch.entries[:stale]
         m.done["delivered"] += delivered
@@ -288,6 +294,7 @@ class LifeCycle(RuleBasedStateMachine):
                                  dead_max=self.dead_max)
         m = self.model
         m.stale_tokens.append((batch_id, batch.token))
+        m.receipts[batch_id] = ("nack", batch.token, result.state)
         batch.attempts += 1
         batch.expired = False
         if permanent or batch.attempts >= MAX_ATTEMPTS:
@@ -342,15 +349,26 @@ class LifeCycle(RuleBasedStateMachine):
             batch.where, batch.token = "inflight", t
 
     def stale_token(self, data: st.DataObject) -> None:
-        """A late worker whose lease was lost: every transition refuses and changes nothing."""
+        """A late worker whose lease was lost: every transition refuses and changes nothing;
+        the call that finished the batch under that token, sent again, is answered what it
+        was answered (its receipt), changing nothing either."""
         batch_id, old = data.draw(st.sampled_from(self.model.stale_tokens), label="stale")
         event(f"stale token on a batch that is {self.where(batch_id)}")
+        receipt = self.model.receipts.get(batch_id)
+
+        def answer(script: str, lost: object) -> object:
+            if receipt is not None and receipt[:2] == (script, old):
+                event("a finishing call sent again")
+                return receipt[2]
+            return lost
+
         before = self.shard.snapshot()
-        assert self.scripts.ack(self.keys, batch_id, old) == -1
-        assert self.scripts.settle(self.keys, batch_id, old, refused=[(0, "x")]).delivered == -1
+        assert self.scripts.ack(self.keys, batch_id, old) == answer("ack", -1)
+        assert self.scripts.settle(self.keys, batch_id, old, refused=[(0, "x")]).delivered == (
+            answer("settle", -1))
         assert self.shard.nack(batch_id, old, max_attempts=MAX_ATTEMPTS,
-                               dead_max=self.dead_max).state == "lost"
-        assert self.scripts.release(self.keys, batch_id, old) is False
+                               dead_max=self.dead_max).state == answer("nack", "lost")
+        assert self.scripts.release(self.keys, batch_id, old) is answer("release", False)
         assert self.scripts.extend(self.keys, batch_id, old, LEASE_MS) is False
         assert self.shard.snapshot() == before
 
