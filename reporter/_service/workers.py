@@ -122,9 +122,8 @@ class ShardSweeper:
         if new <= 0 or (seen is None and not ring.quarantined):
             return
         newest = self._store.store.quarantined(self.keys, min(new, 3))
-        logger.warning("shard %d: %d records set aside in its quarantine%s (newest: %s); see "
+        logger.warning("shard %d: %d records set aside in its quarantine (newest: %s); see "
                        "telemetry-reporter status", self.keys.shard, new,
-                       " before this reporter started" if seen is None else "",
                        "; ".join(f"{q.reason} at {q.key}" + (f" {q.field}" if q.field else "")
                                  for q in newest) or "none kept",
                        extra={"shard": self.keys.shard, "quarantined": new})
