@@ -1,0 +1,99 @@
+"""Benchmark the server-side time of single script calls on the hot paths: collect (1 event,
+100 events), claim (4 batches of 128) and ack.
+
+Each call's time is read from the server itself (``INFO commandstats``, the ``evalsha`` usec
+before and after the call), so the client's and the network's share is left out; the figures
+are the median and the minimum over many calls (on a busy machine the minimum is the steadier
+of the two).  A private server on a free loopback port, never the machine's Redis on 6379.
+
+    .venv/bin/python bench/script_cost.py [--server redis|valkey] [--calls 300]
+
+To compare two trees, run it from each checkout (alternating, a few times).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import orjson  # noqa: E402
+import redis  # noqa: E402
+
+from collector.store import (  # noqa: E402
+    Ack,
+    Claim,
+    Collect,
+    KeySchema,
+    ScriptCall,
+    SingleServer,
+    Store,
+    encode_entry,
+)
+from tests.servers import Server, server_binaries  # noqa: E402
+
+
+def measure(client: redis.Redis, calls: int) -> dict[str, list[int]]:
+    store = Store(SingleServer(client), KeySchema("bench", 1))
+    keys = store.schema.shard(0)
+    entry = encode_entry(int(time.time() * 1000), orjson.dumps(
+        {"game": "g", "player": "p-123456", "type": "login", "n": 1}))
+
+    def usec() -> int:
+        stats: dict[str, Any] = client.info("commandstats")
+        return int(stats.get("cmdstat_evalsha", {}).get("usec", 0))
+
+    def timed(request: ScriptCall[Any]) -> tuple[Any, int]:
+        before = usec()
+        result = store.call(request)
+        return result, usec() - before
+
+    out: dict[str, list[int]] = {"collect, 1 event": [], "collect, 100 events": [],
+                                 "claim, 4 x 128": [], "ack": []}
+    for _ in range(calls):
+        out["collect, 1 event"].append(timed(Collect(keys, "h", [entry], 10**7, 3600))[1])
+    for _ in range(calls):
+        out["collect, 100 events"].append(
+            timed(Collect(keys, "g", [entry] * 100, 10**7, 3600))[1])
+    while True:
+        token = uuid.uuid4().hex
+        claimed, spent = timed(Claim(keys, "g", uuid.uuid4().hex, token, 128, 4, 60_000,
+                                     600_000, 0, 100))
+        if not claimed.batches:
+            break
+        if len(claimed.batches) == 4:
+            out["claim, 4 x 128"].append(spent)
+        for batch in claimed.batches:
+            out["ack"].append(timed(Ack(keys, batch.batch_id, token))[1])
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--server", choices=("redis", "valkey"), default="redis")
+    parser.add_argument("--calls", type=int, default=300, help="calls of each collect (300)")
+    args = parser.parse_args()
+    binaries = server_binaries()
+    server = Server(binaries.get(args.server) or next(iter(binaries.values()))).start()
+    try:
+        client = server.client()
+        version = client.info("server").get("redis_version", "?")
+        print(f"bench/script_cost.py  {args.server} {version}; server-side us per call")
+        for name, spent in measure(client, args.calls).items():
+            print(f"  {name:22s} median {statistics.median(spent):7.1f}  min {min(spent):5d}"
+                  f"  ({len(spent)} calls)")
+    finally:
+        server.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
