@@ -6,7 +6,7 @@ before and after the call), so the client's and the network's share is left out;
 are the median and the minimum over many calls (on a busy machine the minimum is the steadier
 of the two).  A private server on a free loopback port, never the machine's Redis on 6379.
 
-    .venv/bin/python bench/script_cost.py [--server redis|valkey] [--calls 300]
+    .venv/bin/python bench/script_cost.py [--server redis|valkey] [--calls 300] [--small]
 
 To compare two trees, run it from each checkout (alternating, a few times).
 """
@@ -28,6 +28,7 @@ if str(ROOT) not in sys.path:
 import orjson  # noqa: E402
 import redis  # noqa: E402
 
+from bench._small import parse_with_small  # noqa: E402
 from collector.store import (  # noqa: E402
     Ack,
     Claim,
@@ -80,7 +81,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server", choices=("redis", "valkey"), default="redis")
     parser.add_argument("--calls", type=int, default=300, help="calls of each collect (300)")
-    args = parser.parse_args()
+    args = parse_with_small(parser, None, {"calls": 20})
     binaries = server_binaries()
     server = Server(binaries.get(args.server) or next(iter(binaries.values()))).start()
     try:

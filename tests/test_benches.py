@@ -65,6 +65,10 @@ EXPECTED: dict[str, list[str | re.Pattern[str]]] = {
         "all 600 accepted", "600 counted stale, none sent", "an hour ahead",
         "a json reporter survives SIGHUP", re.compile(r"^PASS$", re.M),
     ],
+    "script_cost": [
+        "server-side us per call", re.compile(r"^  collect.* median .* min .*calls\)$", re.M),
+        "claim", "ack",
+    ],
     "sentinel_failover": [
         "run 1: sentinel failover (kill", "total over 1 runs:", "missing",
     ],
