@@ -521,6 +521,7 @@ class Hold(ScriptCall[HoldState]):
     ``now_ms`` replaces Redis TIME (tests)."""
 
     script: ClassVar[str] = "hold"
+    receipt: ClassVar[bool] = True
     key: str
     what: str
     interval_ms: int = 0
@@ -529,9 +530,13 @@ class Hold(ScriptCall[HoldState]):
     game: str = ""
     keep_ms: int = 86_400_000
     now_ms: int | None = None
+    call: str = field(default_factory=call_id)  # the receipt's id: a resend does nothing more
 
     def keys(self) -> Sequence[str]:
-        return (self.key,)
+        # the receipt, and the hold's own quarantine and counters (its hash tag is not a
+        # shard's), for a hold key of another type set aside
+        return (self.key, receipt_key(self.key, self.call), sibling(self.key, "quarantine"),
+                sibling(self.key, "stats"))
 
     def args(self) -> Sequence[Any]:
         return (self.what, self.interval_ms, self.cause[:200], self.check[:500],
@@ -551,13 +556,16 @@ class NoteLate(ScriptCall[int]):
     ``keep`` records; the result is the records kept."""
 
     script: ClassVar[str] = "note_late"
+    receipt: ClassVar[bool] = True
     shard: ShardKeys
     moved: int
     record: str
     keep: int
+    call: str = field(default_factory=call_id)  # the receipt's id: a resend does nothing more
 
     def keys(self) -> Sequence[str]:
-        return (self.shard.stats, self.shard.late)
+        s = self.shard
+        return (s.stats, s.late, s.quarantine, s.receipt(self.call))
 
     def args(self) -> Sequence[Any]:
         return (self.moved, self.record, self.keep)

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import redis
-from reporter._accounting import Totals, read_totals
 
 from collector.store import (
     Ack,
@@ -34,6 +33,7 @@ from collector.store import (
     TakeRetries,
     TakeTokens,
 )
+from reporter._monitoring.accounting import Totals, read_totals
 from tests.delivery.lifecycle import LEASE_MS, MAX_AGE_MS, Shard, new_token
 from tests.scriptcalls import store_of
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
-from reporter._cli import main
 
 from collector import Collector
 from collector.store import KeySchema, ShardKeys, encode_entry
+from reporter._commands.cli import main
 from reporter._config import ReporterConfig
 from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (

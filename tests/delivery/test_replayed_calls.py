@@ -2,7 +2,8 @@
 lost reply: the second call changes nothing (no counter counted twice, no batch acked twice,
 no event re-queued twice) and answers what the first answered, from its receipt
 (``lua/_guard.lua``).  Scripts that are safe by nature (reap, extend, heartbeat, shard_lease,
-set_aside) change nothing either.  The last tests lose a real reply on the wire."""
+set_aside) change nothing either.  ``test_every_script_is_sent_twice_here`` keeps the list
+whole.  The last tests lose a real reply on the wire."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from collector.store import (
     Claim,
     Extend,
     Heartbeat,
+    Hold,
     Nack,
+    NoteLate,
     Purge,
     PurgeIds,
     Reap,
@@ -215,6 +218,35 @@ def test_take_tokens(shard: Shard, wanted: int) -> None:
     assert store.call(request) == first
     assert shard.r.hgetall(key) == bucket
     assert float(bucket[b"tokens"]) == (0 if wanted > 0 else 3)
+
+
+def test_note_late(shard: Shard) -> None:
+    request = NoteLate(shard.keys, 3, '{"ot":[1,2,3]}', 10)
+    assert twice(shard, request) == 1
+    assert shard.stats().get("late_sent") == 3
+    assert shard.r.llen(shard.keys.late) == 1
+
+
+@pytest.mark.parametrize("what", ["hold", "probe", "turn", "kick", "lift"])
+def test_hold(shard: Shard, what: str) -> None:
+    key = shard.schema.hold("nppa:app")
+    store = shard.scripts.store
+    if what != "hold":
+        store.call(Hold(key, "hold", 30_000, "nppa 1011", "the key", "g", now_ms=1_000))
+    request = Hold(key, what, 30_000, "nppa 1011", "the key", "g", now_ms=40_000)
+    first = store.call(request)
+    kept = shard.r.hgetall(key)
+    assert store.call(request) == first
+    assert shard.r.hgetall(key) == kept
+    assert first.held and (what == "kick" or first.mine)  # lift: it ended a hold
+
+
+def test_every_script_is_sent_twice_here() -> None:
+    """A script added without its test here fails this."""
+    names = {test.removeprefix("test_") for test in globals() if test.startswith("test_")}
+    covered = {n for n in SCRIPT_NAMES if any(n in name for name in names)}
+    covered |= {"heartbeat", "purge_ids", "collect", "read_shard", "set_aside"}
+    assert set(SCRIPT_NAMES) - covered == set()
 
 
 def test_set_aside_finds_nothing_more(shard: Shard) -> None:
