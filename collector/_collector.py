@@ -16,11 +16,12 @@ from collector._buffer import EventBuffer
 from collector._config import TelemetryConfig, build_config, load_config
 from collector._config_loader import raw_settings
 from collector._constants import FLUSH_SOON_EVENTS, KNOWN_GAMES_LIMIT
+from collector._dedup import Dedup
 from collector._exceptions import BackendError, BackendFull, BackendUnreplicated
 from collector._flusher import Flusher, reason
 from collector._on_error import ErrorReport, OnError, check_callback
 from collector._writer import Writer
-from collector.counters import SDK, Counter, Gauge
+from collector.counters import SDK, SDK_GAUGES, Counter, Gauge
 from collector.logs import RateLimitedLog
 from collector.metrics import NO_METRICS, Metrics, Tally, fan_out
 from collector.store import Store, describe_settings, open_store, time_prefix, validate_game
@@ -55,6 +56,7 @@ _KEYWORDS = {
     "close_timeout_seconds": "collector", "retry_max_delay_ms": "collector",
     "disabled": "collector",
     "max_events_per_game": "buffer", "ttl_seconds": "buffer", "max_event_bytes": "buffer",
+    "dedup_fields": "buffer", "dedup_window_seconds": "buffer",
 }
 
 
@@ -92,6 +94,8 @@ class Collector:
         self._direct = self._disabled or base.collector.mode == "sync"
         self._on_error = check_callback(on_error)
         self._max_event_bytes = base.buffer.max_event_bytes
+        self._dedup = Dedup(base)
+        self._dedup_fields = self._dedup.configured  # read on the hot path
         self._buffer = EventBuffer(base.collector.max_buffer_events)
         self._known_games: set[str] = set()
         self._store = store
@@ -109,23 +113,27 @@ class Collector:
 
     # -- the hot path -------------------------------------------------------------------------
 
-    def collect(self, game: str, event: Mapping[str, Any]) -> int:
+    def collect(self, game: str, event: Mapping[str, Any], dedup_key: str | None = None
+                ) -> int:
         """Record one event of ``game``.
+
+        With ``dedup_key`` (or, without, the values of the game's ``[buffer] dedup_fields``
+        in the event), the event is not stored if an event of the same game with the same
+        key was stored within ``[buffer] dedup_window_seconds``: it is counted as ``merged``
+        (the first one wins; not an error, not a drop).
 
         Raises ``TypeError`` for a game name that is not a str, ``ValueError`` for a str that
         is not a valid game name, and ``TypeError`` for an event that is not a
         JSON-serialisable mapping or whose JSON would span lines (raw JSON passed through
-        ``orjson.Fragment`` with a newline in it: it could forge entries).  Returns the number
-        of events the cap evicted in sync mode, 0 in background mode (where nothing about
-        Redis is known yet).
+        ``orjson.Fragment`` with a newline in it: it could forge entries); ``TypeError`` for
+        a ``dedup_key`` that is not a str and ``ValueError`` for an empty one.  Returns the
+        number of events the cap evicted in sync mode, 0 in background mode (where nothing
+        about Redis is known yet).
         """
         if type(game) is not str or game not in self._known_games:  # a list is unhashable
             self._admit(game)
         if type(event) is not dict:  # the common case skips the slower ABC check
-            if not isinstance(event, Mapping):
-                raise TypeError(f"event for game {game!r} must be a mapping, "
-                                f"got {type(event).__name__}")
-            event = dict(event)
+            event = _as_dict(game, event)
         try:
             data = orjson.dumps(event)
         except TypeError as exc:
@@ -134,6 +142,8 @@ class Collector:
             self._refuse(game, data)
             return 0
         entry = _time_prefix() + data
+        if dedup_key is not None or self._dedup_fields:
+            entry = self._dedup.keyed(game, event, dedup_key, entry)
         if self._direct:
             return self._collect_direct(game, entry)
         waiting = self._buffer.append(game, entry)  # refused (-1) once close() has finished
@@ -201,7 +211,7 @@ class Collector:
             kind = type(exc) if isinstance(exc, BackendError) else BackendError
             raise kind(f"could not store event of game {game!r}: {reason(exc)}") from exc
         self._counts.add({Counter.ACCEPTED: 1, Counter.STORED: result.stored,
-                                 Counter.EVICTED: result.evicted})
+                          Counter.EVICTED: result.evicted, Counter.MERGED: result.merged})
         return result.evicted
 
     # -- background mode ----------------------------------------------------------------------
@@ -210,7 +220,8 @@ class Collector:
         if self._writer is None:
             store = self._store if self._store is not None else open_store(self.config.redis)
             self._writer = Writer(store, self.config.cap_for, self.config.ttl_for,
-                                  self._store_reset)
+                                  self._store_reset, self.config.dedup_window_for,
+                                  keep_unconfirmed=not self._direct)
         return self._writer
 
     def _store_reset(self, shards: list[int]) -> None:
@@ -253,6 +264,10 @@ class Collector:
             self._start(closing=True)
         self._flusher.stop(timeout)
         left = self._buffer.close_by_game()
+        if self._writer is not None:  # writes without an answer: given up, maybe stored
+            for game, count in self._writer.take_unconfirmed().items():
+                left[game] = left.get(game, 0) + count
+            self._flusher.unconfirmed_writes = self._flusher.unconfirmed_events = 0
         if left:
             count = sum(left.values())
             self._counts.count(Counter.DROPPED_AT_CLOSE, count)
@@ -267,11 +282,13 @@ class Collector:
         """Counters of this process's collector (names from ``collector.counters``).
 
         ``accepted == stored + dropped_buffer_full + dropped_at_close + dropped_disabled +
-        buffered`` holds at any quiet moment; ``dropped_too_large`` and ``dropped_closed`` were
-        never accepted.
+        buffered`` holds at any quiet moment (``merged`` is part of ``stored``);
+        ``dropped_too_large`` and ``dropped_closed`` were never accepted.
+        ``unconfirmed_writes`` is how many writes wait to be sent again because their
+        outcome is unknown (their events are part of ``buffered``).
         """
         counted = self._tally.snapshot()
-        return {str(name): counted.get(name, 0) for name in (*SDK, Gauge.BUFFERED)}
+        return {str(name): counted.get(name, 0) for name in (*SDK, *SDK_GAUGES)}
 
     def _count_into(self, metrics: Metrics) -> tuple[Tally, Metrics]:
         """This collector's own tally (behind ``stats()``) and where counts go: the tally,
@@ -283,7 +300,9 @@ class Collector:
         if not self._direct:  # sync mode counts what it stores, disabled what it discards
             counts.watch(Counter.ACCEPTED, lambda: buffer.accepted_total)
         counts.watch(Counter.DROPPED_BUFFER_FULL, lambda: buffer.dropped_total)
-        counts.watch(Gauge.BUFFERED, lambda: len(buffer) + self._flusher.in_flush)
+        counts.watch(Gauge.BUFFERED, lambda: len(buffer) + self._flusher.in_flush
+                     + self._flusher.unconfirmed_events)
+        counts.watch(Gauge.UNCONFIRMED_WRITES, lambda: self._flusher.unconfirmed_writes)
         return tally, counts
 
     @property
@@ -323,8 +342,16 @@ class Collector:
         # The parent keeps and sends what it buffered; the child starts empty.
         self._buffer.reset_after_fork()
         self._new_flusher()
-        if self._store is None:
-            self._writer = None  # a fresh client and connection pool in the child
+        # A writer of its own (its own id and numbers); with a fresh client and connection
+        # pool unless the store was given.
+        self._writer = None
+
+
+def _as_dict(game: str, event: object) -> dict[str, Any]:
+    if not isinstance(event, Mapping):
+        raise TypeError(f"event for game {game!r} must be a mapping, "
+                        f"got {type(event).__name__}")
+    return dict(event)
 
 
 def _close_all_at_exit() -> None:

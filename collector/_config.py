@@ -32,6 +32,10 @@ class BufferSettings:
     ttl_seconds: int = setting(3600, lo=1, hi=30 * 86400)
     # An event with its 13-digit time prefix still fits in one collect call.
     max_event_bytes: int = setting(32768, lo=64, hi=CALL_BYTES - 16)
+    # Fields whose values make an event's dedup key (none: no key unless collect() is given
+    # one); within the window a second event of a game with the same key is merged.
+    dedup_fields: tuple[str, ...] = setting(())
+    dedup_window_seconds: int = setting(180, lo=1, hi=86400)
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,8 @@ class GameSettings:
 
     max_events_per_game: int = setting(0, lo=0, hi=10_000_000)
     ttl_seconds: int = setting(0, lo=0, hi=30 * 86400)
+    dedup_fields: tuple[str, ...] = setting(())  # empty: the [buffer] ones
+    dedup_window_seconds: int = setting(0, lo=0, hi=86400)
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,14 @@ class TelemetryConfig:
         if problem is not None:
             key, text = problem
             raise ConfigError(f"{where('redis', key)}: [redis] {key}: {text}")
+        tables = [("buffer", "[buffer]", self.buffer.dedup_fields)]
+        tables += [("games", f'[games."{game}"]', s.dedup_fields)
+                   for game, s in self.games.items()]
+        for section, table, fields in tables:
+            wrong = _dedup_fields_problem(fields)
+            if wrong is not None:
+                raise ConfigError(f"{where(section, 'dedup_fields')}: {table} dedup_fields: "
+                                  f"{wrong}")
 
     def advise(self, where: Where) -> list[str]:
         """What is valid but risky, for a warning (``check-config`` prints these on stderr,
@@ -114,6 +128,13 @@ class TelemetryConfig:
             return override.ttl_seconds
         return self.buffer.ttl_seconds
 
+    def dedup_window_for(self, game: str) -> int:
+        """The game's dedup window in seconds."""
+        override = self.games.get(game)
+        if override is not None and override.dedup_window_seconds:
+            return override.dedup_window_seconds
+        return self.buffer.dedup_window_seconds
+
     def masked(self) -> dict[str, Any]:
         """The settings as plain data with passwords and secret headers hidden."""
         out: dict[str, Any] = {}
@@ -129,6 +150,16 @@ class TelemetryConfig:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(source={self.source!r}, {self.masked()!r})"
+
+
+def _dedup_fields_problem(fields: tuple[str, ...]) -> str | None:
+    """What is wrong with a list of dedup fields, if anything."""
+    for name in fields:
+        if not name.strip():
+            return f"expected field names, found an empty one in {list(fields)!r}"
+    if len(set(fields)) != len(fields):
+        return f"a field is named twice in {list(fields)!r}"
+    return None
 
 
 def load_config(path: str | os.PathLike[str] | None = None,

@@ -20,3 +20,20 @@ EVENTS_PER_CALL = 1000
 CALL_BYTES = 512 * 1024
 # The store's bulk path: bytes of commands per socket write.
 WRITE_BYTES = 4 * 1024 * 1024
+
+# Written once (lua/_written_once.lua): the bounds of what a shard remembers of the SDK's
+# writes, so that a write sent again (a lost reply, an unconfirmed WAIT) is answered, not
+# applied twice.  A writer's writes are kept for this long after its latest write to the
+# shard (longer than any failover plus retry_max_delay_ms: a repeat later than that is
+# applied again, a duplicate) ...
+WRITES_REMEMBERED_MS = 600_000
+# ... for this many writers per shard at most (the least recent forgotten first) ...
+WRITERS_PER_SHARD = 10_000
+# ... and this many writes per writer and shard: the writes a writer may have sent to one
+# shard without an answer.  The SDK sends no more to a shard in one round.
+WRITES_PER_WRITER = 1024
+# Dedup keys ([buffer] dedup_fields, collect(dedup_key=...)): remembered per game at most,
+# the oldest forgotten first (a later duplicate of a forgotten key is stored) ...
+DEDUP_KEYS_PER_GAME = 1_000_000
+# ... each as given (JSON text) up to this many bytes, a longer one as a digest.
+DEDUP_KEY_BYTES = 64

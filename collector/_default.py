@@ -16,7 +16,7 @@ from typing import Any
 
 from collector._collector import Collector
 from collector._on_error import OnError, check_callback
-from collector.counters import SDK, Gauge
+from collector.counters import SDK, SDK_GAUGES
 
 _default: Collector | None = None
 _on_error: OnError | None = None
@@ -58,7 +58,7 @@ def stats() -> dict[str, int]:
     ``collect()``."""
     c = _default
     if c is None:
-        return {str(name): 0 for name in (*SDK, Gauge.BUFFERED)}
+        return {str(name): 0 for name in (*SDK, *SDK_GAUGES)}
     return c.stats()
 
 

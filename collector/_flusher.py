@@ -5,7 +5,10 @@ A round takes everything waiting (already grouped by game) and writes it through
 ``flush_interval_ms``, sooner when woken (a full-ish buffer, ``flush()``, ``close()``).
 While Redis fails (down, or at maxmemory: ``BackendFull``, counted in ``refused_oom``), the
 events go back to the buffer and the pause between rounds doubles up to
-``retry_max_delay_ms``; at close the flusher keeps trying until the close deadline.
+``retry_max_delay_ms``; at close the flusher keeps trying until the close deadline.  A write
+whose outcome is unknown (its reply was lost, or too few replicas confirmed it) stays with
+the writer as it is and is sent again in the next rounds, with the same backoff, until the
+shard answers it (a repeat stores nothing); its events count as buffered meanwhile.
 
 The flusher also calls the host's ``on_error``: once per failed round (with the events of the
 failed write), and for the events lost since it last looked (buffer full, too large), at the
@@ -52,6 +55,10 @@ class Flusher:
         self._thread: threading.Thread | None = None
         self._deadline = 0.0
         self.in_flush = 0  # events taken by the round in progress
+        # The writer's calls whose outcome is unknown (a lost reply, or too few replicas
+        # confirmed them), kept to be sent again as they are, and their events.
+        self.unconfirmed_writes = 0
+        self.unconfirmed_events = 0
         self._flushed_seq = 0  # the buffer's seq at the latest take that found nothing
         self._drops_reported = clock()  # when on_error was last told of drops
 
@@ -111,7 +118,8 @@ class Flusher:
             self.wake.clear()
             ok = self._round()
             if self._stop.is_set() and (
-                    not len(self._buffer) or self._clock() >= self._deadline):
+                    (not len(self._buffer) and not self.unconfirmed_writes)
+                    or self._clock() >= self._deadline):
                 return
             if ok:
                 delay = self._interval
@@ -125,7 +133,7 @@ class Flusher:
         while True:
             self._idle.clear()
             queues, pending = self._buffer.take()
-            if not queues and not any(pending.values()):
+            if not queues and not any(pending.values()) and not self.unconfirmed_writes:
                 self._report_drops()  # before flush() may return
                 self._flushed_seq = self._buffer.taken_seq
                 self._idle.set()
@@ -136,18 +144,24 @@ class Flusher:
             except Exception as exc:  # never let the flusher die; Redis may come back
                 self._buffer.put_back(queues, pending)
                 self.in_flush = 0
-                self._failed(exc, taken)
+                self._failed(exc, taken + self.unconfirmed_events)
                 return False
+            self.unconfirmed_writes = result.unconfirmed_writes
+            self.unconfirmed_events = result.unconfirmed_events
+            if result.failed or any(result.failed_pending.values()):
+                self._buffer.put_back(result.failed, result.failed_pending)
             self.in_flush = 0
-            self._counts.add({Counter.STORED: result.stored,
-                                     Counter.EVICTED: result.evicted, Counter.FLUSHES: 1})
+            self._counts.add({Counter.STORED: result.stored, Counter.EVICTED: result.evicted,
+                              Counter.MERGED: result.merged, Counter.FLUSHES: 1})
             if result.refused_oom:
                 self._counts.count(Counter.REFUSED_OOM, result.refused_oom)
+            if result.unreplicated:
+                self._counts.count(Counter.UNREPLICATED_WRITES, result.unreplicated)
             if result.error is not None:
-                if result.unreplicated:
-                    self._counts.count(Counter.UNREPLICATED_WRITES, result.unreplicated)
-                self._buffer.put_back(result.failed, result.failed_pending)
-                self._failed(result.error, sum(map(len, result.failed.values())))
+                self._failed(result.error, sum(map(len, result.failed.values()))
+                             + result.unconfirmed_events)
+                return False
+            if result.unconfirmed_writes:  # answered, yet still unconfirmed: never spin
                 return False
             self._ratelog.reset("backend")
             if (self._buffer.unreported

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections import Counter as PerGame
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from collector._buffer import Pending, no_pending
-from collector._constants import CALL_BYTES, EVENTS_PER_CALL
-from collector._exceptions import BackendError, BackendFull, BackendUnreplicated
+from collector._constants import CALL_BYTES, EVENTS_PER_CALL, WRITES_PER_WRITER
+from collector._exceptions import (
+    BackendError,
+    BackendFull,
+    BackendUnavailable,
+    BackendUnreplicated,
+)
 from collector.counters import Counter
 from collector.store import Collect, ShardKeys, Store, Stored
 
@@ -25,6 +33,14 @@ class Call:
     # The oldest events, left out because the cap would trim them at once (in pre_evicted);
     # kept so that a failed call puts them back as events rather than as a bare count.
     thinned: list[bytes] = field(default_factory=list)
+    # The call's sequence number in its shard, given when it is first sent (0: not yet) and
+    # kept while its outcome is unknown, so that sending it again is a repeat.
+    seq: int = 0
+
+    @property
+    def events(self) -> int:
+        """The events taken from the buffer for this call."""
+        return len(self.thinned) + len(self.entries)
 
 
 @dataclass
@@ -35,8 +51,13 @@ class WriteResult:
     failed_pending: Pending = field(default_factory=no_pending)
     error: BackendError | None = None
     refused_oom: int = 0  # events in the calls Redis refused for being at maxmemory
-    # Events that ran on the primary but too few replicas confirmed: sent again.
+    # Events that ran on the primary but too few replicas confirmed: sent again (a repeat).
     unreplicated: int = 0
+    merged: int = 0  # events merged into an earlier one with the same dedup key
+    repeats: int = 0  # calls the shard answered as repeats of writes it had applied
+    # The writer's calls without an answer after this write, and their events.
+    unconfirmed_writes: int = 0
+    unconfirmed_events: int = 0
     # Shards whose identity marker changed since this writer last wrote to them: their data
     # vanished in between (Redis restarted empty, flushed, failed over to an empty replica).
     reset_shards: list[int] = field(default_factory=list)
@@ -86,33 +107,76 @@ def _cut(entries: list[bytes]) -> list[list[bytes]]:
 
 class Writer:
     """Runs planned calls through the store's bulk path: on a single server one batch of
-    writes, on a cluster one per node."""
+    writes, on a cluster one per node.
+
+    Written once: every call carries this writer's id and a sequence number counted per
+    shard, and the shard remembers the writes it applied (``lua/collect.lua``).  A call
+    whose outcome is unknown (no reply, or too few replicas confirmed it) is kept as it is,
+    ``unconfirmed``, and sent again with the same number in later rounds, where the shard
+    answers a repeat without storing anything.  While a shard has such calls, they are sent
+    first and alone: the shard's new calls wait (in the buffer) until every one of them has
+    an answer, so no more than ``WRITES_PER_WRITER`` of this writer's writes are ever without
+    an answer in one shard, and the shard can let go of the memory of the answered ones.
+    With ``keep_unconfirmed`` False (sync mode: the caller hears of the failure) such a call
+    is given up instead.
+    """
 
     def __init__(self, store: Store, cap_for: Callable[[str], int],
                  ttl_for: Callable[[str], int],
-                 on_reset: Callable[[list[int]], None] = lambda shards: None) -> None:
+                 on_reset: Callable[[list[int]], None] = lambda shards: None,
+                 window_for: Callable[[str], int] = lambda game: 0,
+                 keep_unconfirmed: bool = True) -> None:
         self.store = store
         self._schema = store.schema
         self._cap_for = cap_for
         self._ttl_for = ttl_for
+        self._window_for = window_for  # the game's dedup window in seconds
         self._markers: dict[int, str] = {}  # shard -> the marker it had at the last write
         self._on_reset = on_reset
         self._full: set[int] = set()  # shards whose last write Redis refused for lack of memory
+        self._keep = keep_unconfirmed
+        self.writer_id = uuid.uuid4().hex[:16]
+        self._next: dict[int, int] = {}  # shard -> its next sequence number
+        # shard -> sequence numbers on their way now (with how many senders of each): the
+        # lowest of them is the shard's lowest without an answer.
+        self._sending: defaultdict[int, PerGame[int]] = defaultdict(PerGame)
+        self._lock = threading.Lock()
+        self._unconfirmed: dict[int, list[Call]] = {}  # shard -> calls without an answer
+
+    @property
+    def unconfirmed_writes(self) -> int:
+        return sum(map(len, self._unconfirmed.values()))
+
+    @property
+    def unconfirmed_events(self) -> int:
+        return sum(c.events for calls in self._unconfirmed.values() for c in calls)
+
+    def take_unconfirmed(self) -> dict[str, int]:
+        """Give up the calls still without an answer (at close): their events per game."""
+        left: PerGame[str] = PerGame()
+        for calls in self._unconfirmed.values():
+            for c in calls:
+                left[c.game] += c.events
+        self._unconfirmed = {}
+        return dict(left)
 
     def write(self, queues: Mapping[str, Sequence[bytes]], pending: Pending) -> WriteResult:
-        calls = plan_calls(queues, pending, self._cap_for)
+        unsure = [c for calls in self._unconfirmed.values() for c in calls]
+        calls = unsure + plan_calls(queues, pending, self._cap_for)
         shards = [self._schema.for_game(c.game) for c in calls]
         # Offered as the marker of a shard that has none; new each round, so that a shard
         # reset since the last round never gets back the marker it had.
         identity = uuid.uuid4().hex
         replies: list[Stored | BackendError | None] = [None] * len(calls)
-        if not self._full:
-            self._send(calls, shards, range(len(calls)), identity, replies)
-        else:
-            self._probe(calls, shards, identity, replies)
+        first, later = self._plan(calls, shards)
+        self._send(calls, shards, first, identity, replies)
+        answered = self._answered(shards, first, replies)
+        self._send(calls, shards, self._window(calls, shards,
+                                               [i for i in later if shards[i].shard in answered]),
+                   identity, replies)
         self._full = {keys.shard for keys, reply in zip(shards, replies, strict=True)
                       if isinstance(reply, BackendFull)}
-        result = tally(calls, replies)
+        result = self._settle(calls, shards, replies)
         for keys, reply in zip(shards, replies, strict=True):
             if isinstance(reply, Stored):
                 known = self._markers.setdefault(keys.shard, reply.marker)
@@ -123,61 +187,140 @@ class Writer:
             self._on_reset(result.reset_shards)
         return result
 
-    def _probe(self, calls: list[Call], shards: list[ShardKeys], identity: str,
-               replies: list[Stored | BackendError | None]) -> None:
-        """After Redis refused writes for lack of memory: one call per shard that was full
-        (and every call of the others) first; the rest of a shard's calls only if its probe
-        was taken.  A full Redis is not sent every buffered event at every retry (it reads
-        each command whole before refusing it)."""
-        probes: set[int] = set()
-        first = []
-        for i, keys in enumerate(shards):
-            if keys.shard in self._full:
-                if keys.shard in probes:
+    def _plan(self, calls: list[Call], shards: list[ShardKeys]) -> tuple[list[int], list[int]]:
+        """Which calls go first, and which only if their shard's first ones are answered.
+
+        A shard with unconfirmed calls sends those first (only the oldest if Redis refused
+        its last write for lack of memory), its new calls later.  Otherwise a shard that was
+        full sends one call first, a probe (a full Redis reads every command whole before
+        refusing it, so it is not sent every buffered event at every retry), and the rest
+        later; any other shard sends all its calls at once."""
+        first: list[int] = []
+        later: list[int] = []
+        started: set[int] = set()
+        for i, (c, keys) in enumerate(zip(calls, shards, strict=True)):
+            shard = keys.shard
+            if shard in self._unconfirmed:
+                lead = c.seq != 0 and (shard not in self._full or shard not in started)
+            else:
+                lead = shard not in self._full or shard not in started
+            (first if lead else later).append(i)
+            if lead:
+                started.add(shard)
+        return self._window(calls, shards, first), later
+
+    def _window(self, calls: list[Call], shards: list[ShardKeys], which: list[int]
+                ) -> list[int]:
+        """``which``, without the new calls that would put a shard's writes without an answer
+        at ``WRITES_PER_WRITER`` or more (they wait for a later round)."""
+        room: dict[int, int] = {}
+        out = []
+        for i in which:
+            shard = shards[i].shard
+            if calls[i].seq == 0:
+                if shard not in room:
+                    room[shard] = WRITES_PER_WRITER - (self._next.get(shard, 1)
+                                                       - self._lowest(shard))
+                if room[shard] <= 0:
                     continue
-                probes.add(keys.shard)
-            first.append(i)
-        self._send(calls, shards, first, identity, replies)
-        still_full = {keys.shard for keys, reply in zip(shards, replies, strict=True)
-                      if isinstance(reply, BackendFull)}
-        rest = [i for i, reply in enumerate(replies)
-                if reply is None and shards[i].shard not in still_full]
-        self._send(calls, shards, rest, identity, replies)
+                room[shard] -= 1
+            out.append(i)
+        return out
+
+    def _lowest(self, shard: int) -> int:
+        """The shard's lowest sequence number without an answer (its next if none)."""
+        unsure = self._unconfirmed.get(shard)
+        return unsure[0].seq if unsure else self._next.get(shard, 1)
+
+    @staticmethod
+    def _answered(shards: list[ShardKeys], sent: list[int],
+                  replies: list[Stored | BackendError | None]) -> set[int]:
+        """Shards every one of whose calls in ``sent`` was answered."""
+        failed = {shards[i].shard for i in sent if not isinstance(replies[i], Stored)}
+        return {shards[i].shard for i in sent} - failed
 
     def _send(self, calls: list[Call], shards: list[ShardKeys], which: Sequence[int],
               identity: str, replies: list[Stored | BackendError | None]) -> None:
         if not which:
             return
-        got = self.store.call_many([
-            Collect(shards[i], calls[i].game, calls[i].entries, self._cap_for(calls[i].game),
-                    self._ttl_for(calls[i].game), calls[i].pre_evicted,
-                    calls[i].dropped_buffer_full, calls[i].dropped_too_large, identity)
-            for i in which
-        ])
+        low: dict[int, int] = {}
+        with self._lock:  # sync mode: threads write at once
+            for i in which:  # numbered as they go out, so that each shard's numbers ascend
+                shard = shards[i].shard
+                if calls[i].seq == 0:
+                    calls[i].seq = self._next.get(shard, 1)
+                    self._next[shard] = calls[i].seq + 1
+                self._sending[shard][calls[i].seq] += 1
+            for shard in {shards[i].shard for i in which}:
+                unsure = self._unconfirmed.get(shard)
+                low[shard] = min([*self._sending[shard], *(c.seq for c in unsure or ())])
+        try:
+            self._call(calls, shards, which, identity, replies, low)
+        finally:
+            with self._lock:
+                for i in which:
+                    sending = self._sending[shards[i].shard]
+                    sending[calls[i].seq] -= 1
+                    if sending[calls[i].seq] <= 0:
+                        del sending[calls[i].seq]
+
+    def _call(self, calls: list[Call], shards: list[ShardKeys], which: Sequence[int],
+              identity: str, replies: list[Stored | BackendError | None],
+              low: dict[int, int]) -> None:
+        requests = []
+        for i in which:
+            c, keys = calls[i], shards[i]
+            requests.append(Collect(
+                keys, c.game, c.entries, self._cap_for(c.game), self._ttl_for(c.game),
+                c.pre_evicted, c.dropped_buffer_full, c.dropped_too_large, identity,
+                self.writer_id, c.seq, low[keys.shard], self._window_for(c.game) * 1000))
+        got: Sequence[Stored | BackendError]
+        try:
+            got = self.store.call_many(requests)
+        except BackendError as exc:  # the whole bulk failed: each call may or may not have run
+            got = [exc] * len(requests)
         for i, reply in zip(which, got, strict=True):
             replies[i] = reply
 
-
-def tally(calls: list[Call], replies: Sequence[Stored | BackendError | None]) -> WriteResult:
-    """Sum what was stored; collect what failed (or was held back, None: its shard is full)
-    so it can be put back and sent again."""
-    result = WriteResult()
-    for c, reply in zip(calls, replies, strict=True):
-        if not isinstance(reply, Stored):
+    def _settle(self, calls: list[Call], shards: list[ShardKeys],
+                replies: list[Stored | BackendError | None]) -> WriteResult:
+        """Sum what was stored; keep the calls whose outcome is unknown; collect what surely
+        was not stored (refused, or held back: None) so it can be put back and sent again."""
+        was_unsure = {id(c) for cs in self._unconfirmed.values() for c in cs}
+        unsure: dict[int, list[Call]] = {}
+        result = WriteResult()
+        for c, keys, reply in zip(calls, shards, replies, strict=True):
+            if isinstance(reply, Stored):
+                result.stored += len(c.entries) + c.pre_evicted
+                result.evicted += reply.evicted
+                result.merged += reply.merged
+                result.repeats += reply.repeat
+                continue
             if isinstance(reply, BackendFull):
-                result.refused_oom += len(c.thinned) + len(c.entries)
+                result.refused_oom += c.events
             if isinstance(reply, BackendUnreplicated):
                 result.unreplicated += len(c.entries)
-            if reply is not None:  # None is held back: its shard's probe was refused
+            if reply is not None:  # None is held back
                 result.error = reply
-            failed = result.failed.setdefault(c.game, [])
-            failed += c.thinned
-            failed += c.entries
-            failed_pending = result.failed_pending
-            failed_pending[Counter.EVICTED][c.game] += c.pre_evicted - len(c.thinned)
-            failed_pending[Counter.DROPPED_BUFFER_FULL][c.game] += c.dropped_buffer_full
-            failed_pending[Counter.DROPPED_TOO_LARGE][c.game] += c.dropped_too_large
-        else:
-            result.stored += len(c.entries) + c.pre_evicted
-            result.evicted += reply.evicted
-    return result
+            if id(c) in was_unsure or (
+                    self._keep and isinstance(reply, BackendUnavailable) and c.seq):
+                unsure.setdefault(keys.shard, []).append(c)
+            else:
+                fail(result, c)
+        for calls_of_shard in unsure.values():
+            calls_of_shard.sort(key=lambda c: c.seq)
+        self._unconfirmed = unsure
+        result.unconfirmed_writes = self.unconfirmed_writes
+        result.unconfirmed_events = self.unconfirmed_events
+        return result
+
+
+def fail(result: WriteResult, c: Call) -> None:
+    """Put a call that surely was not stored among the result's failed events and counts."""
+    failed = result.failed.setdefault(c.game, [])
+    failed += c.thinned
+    failed += c.entries
+    failed_pending = result.failed_pending
+    failed_pending[Counter.EVICTED][c.game] += c.pre_evicted - len(c.thinned)
+    failed_pending[Counter.DROPPED_BUFFER_FULL][c.game] += c.dropped_buffer_full
+    failed_pending[Counter.DROPPED_TOO_LARGE][c.game] += c.dropped_too_large

@@ -9,9 +9,9 @@ observations (a POST's duration, a batch's size) into buckets.
 
 The accounting invariant in these words: every event ``collect()`` accepted is stored or
 dropped in the SDK (``dropped_buffer_full``, ``dropped_at_close``, ``dropped_disabled``) or
-still ``buffered`` there; every event stored is ``evicted``, ``stale``, ``delivered``, in a
-dead letter (``dead_events - replayed``), set aside in a quarantine (``quarantined_events``),
-or still buffered or pending in Redis.
+still ``buffered`` there; every event stored is ``evicted``, ``merged``, ``stale``,
+``delivered``, in a dead letter (``dead_events - replayed``), set aside in a quarantine
+(``quarantined_events``), or still buffered or pending in Redis.
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ class Counter(StrEnum):
     # -- the SDK and the store (counted in the SDK, reported to the game's shard)
     STORED = "stored"
     EVICTED = "evicted"
+    # Events not stored because an event of the same game with the same dedup key was stored
+    # within the dedup window (part of stored: the first event wins, this one ends here).
+    MERGED = "merged"
     DROPPED_BUFFER_FULL = "dropped_buffer_full"
     DROPPED_TOO_LARGE = "dropped_too_large"
     # -- the store (scripts) and the reporter's tally
@@ -78,6 +81,9 @@ class Gauge(StrEnum):
     """A level, read when asked."""
 
     BUFFERED = "buffered"  # events waiting in the SDK's buffer, or in Redis
+    # The SDK's writes whose outcome is unknown (a lost reply, or too few replicas confirmed
+    # them), kept to be sent again as they are (their events are part of buffered).
+    UNCONFIRMED_WRITES = "unconfirmed_writes"
     PENDING_EVENTS = "pending_events"  # events in batches in flight or waiting for retry
     UNACCOUNTED = "unaccounted"  # stored events in none of the states (expired buffers)
     BATCHES_IN_FLIGHT = "batches_in_flight"
@@ -113,15 +119,16 @@ class Histogram(StrEnum):
 
 C = Counter
 
-# Collector.stats(): these counters and the BUFFERED gauge.
+# Collector.stats(): these counters and the SDK_GAUGES.
 SDK: tuple[Counter, ...] = (
-    C.ACCEPTED, C.STORED, C.EVICTED, C.DROPPED_BUFFER_FULL, C.DROPPED_AT_CLOSE,
+    C.ACCEPTED, C.STORED, C.EVICTED, C.MERGED, C.DROPPED_BUFFER_FULL, C.DROPPED_AT_CLOSE,
     C.DROPPED_TOO_LARGE, C.DROPPED_CLOSED, C.DROPPED_DISABLED, C.BACKEND_ERRORS, C.REFUSED_OOM,
     C.FLUSHES, C.STORE_RESETS, C.UNREPLICATED_WRITES,
 )
+SDK_GAUGES: tuple[Gauge, ...] = (Gauge.BUFFERED, Gauge.UNCONFIRMED_WRITES)
 # Written by the scripts into each shard's stats hash.
 STORE: tuple[Counter, ...] = (
-    C.STORED, C.EVICTED, C.DROPPED_BUFFER_FULL, C.DROPPED_TOO_LARGE, C.CLAIMED,
+    C.STORED, C.EVICTED, C.MERGED, C.DROPPED_BUFFER_FULL, C.DROPPED_TOO_LARGE, C.CLAIMED,
     C.BATCHES_CLAIMED, C.STALE, C.DELIVERED, C.BATCHES_DELIVERED, C.BATCHES_RETRIED,
     C.REJECTED_ITEMS, C.MALFORMED_ENTRIES, C.DEAD_EVENTS, C.DEAD_BATCHES, C.BATCHES_REAPED,
     C.BATCHES_RELEASED, C.REPLAYED, C.DEAD_DROPPED, C.PURGED, C.LATE_SENT,

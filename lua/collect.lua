@@ -20,26 +20,70 @@
 --          the event's JSON (which never holds a raw newline). One argument instead of one per
 --          event halves the client's cost of sending them.
 -- ARGV[8]  an identity for the shard, written if it has none ('' = one made from the time)
--- returns  {number of events the cap evicted, including ARGV[4]; the shard's identity}
-
+-- Written once, and duplicates merged (lua/_written_once.lua):
+-- KEYS[7]  writes       hash   the shard's remembered writes (see _written_once.lua)
+-- KEYS[8]  writers      zset   writer id -> ms of its latest write here
+-- KEYS[9]  seen:<game>  zset   dedup key -> ms its first event was stored
+-- ARGV[9]  writer id, 1-64 of [A-Za-z0-9_.-] ('' = not remembered: applied every time)
+-- ARGV[10] the write's sequence number, counted from 1 per writer and shard
+-- ARGV[11] the writer's lowest sequence number for this shard still without an answer
+--          (<= ARGV[10]); the memory of the writes below it is let go
+-- ARGV[12] ms a writer's writes are remembered after its latest write here (the horizon)
+-- ARGV[13] writers remembered per shard at most (the least recent forgotten first)
+-- ARGV[14] writes remembered per writer and shard at most: ARGV[10] - ARGV[11] must be less
+-- ARGV[15] dedup window in ms: an entry "\30<key>\30<entry>" is merged (not stored) if an
+--          entry of the game with the same key was stored within it (0 = keys ignored)
+-- ARGV[16] dedup keys remembered per game at most (the oldest forgotten first)
+-- returns  {number of events the cap evicted, including ARGV[4]; the shard's identity;
+--           entries merged; 1 if the write was a repeat (nothing stored: the numbers are
+--           the first answer's), else 0}
+-- include: _written_once
 -- include: _guard
 -- Poison set aside (lua/_guard.lua), before the first write: a key of another type than the
 -- one below needs is moved to the quarantine, so no command below can fail half-way (the
 -- events pushed and the call failed, and sent again).
 guard_open('collect', KEYS[6], KEYS[4],
-           {'stored', 'evicted', 'dropped_buffer_full', 'dropped_too_large'})
+           {'stored', 'evicted', 'dropped_buffer_full', 'dropped_too_large', 'merged'})
 expect(KEYS[1], 'list')
 expect(KEYS[2], 'set')
 expect_ring(KEYS[3], KEYS[2])
 expect(KEYS[5], 'string')
+expect(KEYS[7], 'hash')
+expect(KEYS[8], 'zset')
+expect(KEYS[9], 'zset')
 
 local game, cap, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local evicted = tonumber(ARGV[4])
 local n = 0
 local len = nil
+
+-- == written once: a repeat is answered, not applied ======================================
+local now_ms = once_now_ms()
+local once, first, bad = once_begin(KEYS[7], ARGV[9], ARGV[10], ARGV[11], ARGV[14])
+if bad then return redis.error_reply('collect: ' .. bad) end
+local function identity_of(offered)
+  if offered == '' then
+    local t = redis.call('TIME')
+    offered = 't' .. t[1] .. t[2]
+  end
+  return redis.call('SET', KEYS[5], offered, 'NX', 'GET') or offered
+end
+if first then
+  once_end(once, KEYS[7], KEYS[8], nil, now_ms, tonumber(ARGV[12]), tonumber(ARGV[13]))
+  local was_evicted, was_merged = string.match(first, '^(%d+) (%d+)$')
+  return {tonumber(was_evicted), identity_of(ARGV[8]), tonumber(was_merged), 1}
+end
+local merged = 0
+if string.find(ARGV[7], '\30', 1, true) then
+  n, merged, len = dedup_push(KEYS[1], KEYS[9], ARGV[7], now_ms, tonumber(ARGV[15]),
+                              tonumber(ARGV[16]))
+end
+-- == end of written once ==================================================================
+
 -- Cut with a plain find (memchr), not a pattern; unpack() is limited by Lua's stack, so push
 -- in slices of 1000.
 local blob, pos, slice = ARGV[7], 1, {}
+if n > 0 then blob = '' end -- pushed with their dedup keys above
 while pos <= #blob do
   local stop = string.find(blob, '\n', pos, true) or (#blob + 1)
   n = n + 1
@@ -72,9 +116,9 @@ end
 if tonumber(ARGV[6]) > 0 then
   redis.call('HINCRBY', KEYS[4], 'dropped_too_large', ARGV[6])
 end
-local identity = ARGV[8]
-if identity == '' then
-  local t = redis.call('TIME')
-  identity = 't' .. t[1] .. t[2]
-end
-return {evicted, redis.call('SET', KEYS[5], identity, 'NX', 'GET') or identity}
+-- == written once: remember the answer ====================================================
+if merged > 0 then redis.call('HINCRBY', KEYS[4], 'merged', merged) end
+once_end(once, KEYS[7], KEYS[8], evicted .. ' ' .. merged, now_ms, tonumber(ARGV[12]),
+         tonumber(ARGV[13]))
+-- == end of written once ==================================================================
+return {evicted, identity_of(ARGV[8]), merged, 0}

@@ -64,6 +64,7 @@ from collector.store._entries import (
     entry_event,
     entry_time_ms,
     join_entries,
+    keyed_entry,
     split_entries,
     time_prefix,
 )
@@ -180,6 +181,7 @@ __all__ = [
     "entry_time_ms",
     "is_valid_prefix",
     "join_entries",
+    "keyed_entry",
     "lua_script",
     "open_backend",
     "open_store",

@@ -8,10 +8,16 @@ the same 13 digits.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
+
+from collector._constants import DEDUP_KEY_BYTES
 
 ENTRY_TIME_DIGITS = 13
 ENTRY_SEPARATOR = b"\n"
+# An entry on its way to collect.lua may carry a dedup key: "\x1e<key>\x1e<entry>".  No
+# entry starts with it (an entry starts with a digit), and the script takes the key off.
+DEDUP_MARK = b"\x1e"
 
 
 _TIME_FORMAT = b"%0" + str(ENTRY_TIME_DIGITS).encode() + b"d"
@@ -37,6 +43,16 @@ def head_time_ms(entry: bytes) -> int:
         return int(entry[:ENTRY_TIME_DIGITS])
     except ValueError:
         return 0
+
+
+def keyed_entry(key: bytes, entry: bytes) -> bytes:
+    """``entry`` with the dedup ``key`` (JSON text) in front, as collect.lua reads it.  A key
+    longer than DEDUP_KEY_BYTES, or holding the mark or a newline (raw JSON passed through),
+    travels as a 32-hex-digit digest (BLAKE2b, 128 bits), so that each key remembered in
+    Redis is short; JSON text never starts with a hex digit, so the two cannot meet."""
+    if len(key) > DEDUP_KEY_BYTES or 30 in key or 10 in key:
+        key = hashlib.blake2b(key, digest_size=16).hexdigest().encode()
+    return DEDUP_MARK + key + DEDUP_MARK + entry
 
 
 def entry_event(entry: bytes) -> bytes:

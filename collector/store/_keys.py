@@ -130,6 +130,21 @@ class ShardKeys:
         return receipt_key(self.tag, call_id)
 
     @property
+    def writes(self) -> str:
+        """hash: the SDK's writes the shard applied recently, so that a repeat is answered,
+        not applied again (``lua/_written_once.lua``)."""
+        return f"{self.tag}:writes"
+
+    @property
+    def writers(self) -> str:
+        """zset: writer id -> ms of its latest write to the shard."""
+        return f"{self.tag}:writers"
+
+    def seen(self, game: str) -> str:
+        """zset: the game's dedup keys -> ms when the event that first had it was stored."""
+        return f"{self.tag}:seen:{game}"
+
+    @property
     def marker(self) -> str:
         """string: the shard's identity, written once when it is first used; a different
         one (or none) later means its data vanished (a restart without persistence, a

@@ -21,11 +21,15 @@ class RetryPolicy:
 # -- results -----------------------------------------------------------------------------------
 
 class Stored(NamedTuple):
-    """What a collect call did: events the cap evicted, and the shard's identity marker (a
-    different one than before means the shard's data vanished in between)."""
+    """What a collect call did: events the cap evicted, the shard's identity marker (a
+    different one than before means the shard's data vanished in between), events merged
+    into an earlier one with the same dedup key, and whether the call was a repeat of a write
+    the shard had applied (nothing stored; the numbers are the first answer's)."""
 
     evicted: int
     marker: str
+    merged: int = 0
+    repeat: bool = False
 
 
 class ClaimedBatch(NamedTuple):

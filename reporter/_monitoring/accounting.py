@@ -1,9 +1,10 @@
 """Every shard's state and counters from Redis, and whether they add up.
 
 Every event stored by ``collect()`` is, at any moment, exactly one of: evicted by the cap,
-stale, delivered, dead-lettered (``dead_events - replayed``), set aside with a batch the
-scripts could not use (``quarantined_events``), buffered, or in a pending batch (in flight or
-waiting for retry).  Whatever is missing was in a buffer that expired (TTL).
+merged into an earlier event with the same dedup key, stale, delivered, dead-lettered
+(``dead_events - replayed``), set aside with a batch the scripts could not use
+(``quarantined_events``), buffered, or in a pending batch (in flight or waiting for retry).
+Whatever is missing was in a buffer that expired (TTL).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Totals:
     def unaccounted(self) -> int:
         """Stored events in none of the states: only an expired buffer explains these."""
         c = self.counter
-        return (c(Counter.STORED) - c(Counter.EVICTED) - c(Counter.STALE)
+        return (c(Counter.STORED) - c(Counter.EVICTED) - c(Counter.MERGED) - c(Counter.STALE)
                 - c(Counter.DELIVERED) - self.dead_now - c(Counter.QUARANTINED_EVENTS)
                 - self.buffered - self.pending_events)
 

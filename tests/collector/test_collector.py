@@ -74,6 +74,7 @@ def test_stats_start_at_zero(make: MakeCollector) -> None:
         "accepted", "stored", "evicted", "dropped_too_large", "dropped_at_close",
         "dropped_closed", "dropped_disabled", "dropped_buffer_full", "backend_errors",
         "refused_oom", "flushes", "store_resets", "buffered", "unreplicated_writes",
+        "merged", "unconfirmed_writes",
     }
     assert set(stats.values()) == {0}
 

@@ -14,7 +14,7 @@ import redis
 import collector
 from collector import EventsDropped, TelemetryError
 from collector import _default as default_module
-from collector.counters import SDK, Counter, Gauge
+from collector.counters import SDK, SDK_GAUGES, Counter
 from collector.store import KeySchema
 from tests.collector.helpers import queue_events
 
@@ -37,7 +37,7 @@ def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
 
 
 def test_before_the_first_collect_nothing_is_built(fresh: pytest.MonkeyPatch) -> None:
-    assert collector.stats() == {str(name): 0 for name in (*SDK, Gauge.BUFFERED)}
+    assert collector.stats() == {str(name): 0 for name in (*SDK, *SDK_GAUGES)}
     assert collector.flush(timeout=0) is True
     collector.close(timeout=0)
     assert default_module._default is None

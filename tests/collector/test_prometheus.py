@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector import Collector
-from collector.counters import SDK, Counter, Gauge, Histogram
+from collector.counters import SDK, SDK_GAUGES, Counter, Gauge, Histogram
 from collector.metrics import NO_METRICS, FanOut, Tally, fan_out
 from collector.prometheus import (
     CollectorMetrics,
@@ -67,7 +67,7 @@ def test_collector_metrics_serve_a_collectors_stats(redis_url: str) -> None:
     finally:
         c.close(timeout=1)
     assert {n: v for (n, _), v in samples.items()} == {
-        (f"telemetry_{name}_total" if name != Gauge.BUFFERED else "telemetry_buffered"): value
+        (f"telemetry_{name}_total" if name not in SDK_GAUGES else f"telemetry_{name}"): value
         for name, value in stats.items()}
     assert process(samples, Counter.STORED) == 3
 
