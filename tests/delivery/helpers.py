@@ -90,7 +90,8 @@ def assert_reconciled(t: Totals) -> None:
     assert s["unaccounted"] == 0, s
     assert s["buffered"] == 0 and s["pending_events"] == 0, s
     dead_now = s["dead_events"] - s["replayed"]
-    assert s["delivered"] + dead_now + s["stale"] + s["evicted"] == s["stored"], s
+    assert (s["delivered"] + dead_now + s["stale"] + s["evicted"] + s["merged"]
+            == s["stored"]), s
 
 
 def received_keys(endpoint: LocalEndpoint) -> Counter[tuple[str, int]]:

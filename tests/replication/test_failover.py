@@ -1,7 +1,7 @@
 """A primary killed under load on a 3+3 cluster: the SDK and a reporter carry on, unrestarted.
 
 With ``wait_for_replicas = 1`` every collected event is delivered at least once (each POST
-with its batch's Idempotency-Key) or counted.  The clients meet a dead node (reconnects and
+with its batch's Idempotency-Key) or counted, and at most 5 % of them twice.  The clients meet a dead node (reconnects and
 a refreshed slot map), MOVED from the node that comes back as a replica, and NOSCRIPT on the
 promoted replica (a replica's script cache is its own).
 """
@@ -79,6 +79,11 @@ def test_a_killed_primary_loses_nothing_with_wait_for_replicas(
                + totals.counter("evicted") + totals.counter("stale"))
     missing = set(range(sent[0])) - set(ids)
     assert len(missing) <= counted, f"{len(missing)} events lost, {counted} counted"
+    # Writes WAIT could not confirm were sent again as they were: the promoted primary
+    # answered those it had as repeats, so few events arrive twice (before the writer ids,
+    # every unconfirmed write was stored again: about a third of the events in the soak).
+    duplicates = sum(n - 1 for n in ids.values())
+    assert duplicates <= 0.05 * len(ids), (duplicates, len(ids), stats)
     assert all(r.idempotency_key == r.batch_id for r in endpoint.received)
     # Both carried on through the failover, without a restart.
     assert stats["backend_errors"] >= 1  # the SDK met the dead node and went on
