@@ -1,9 +1,9 @@
 """A primary killed under load on a 3+3 cluster: the SDK and a reporter carry on, unrestarted.
 
 With ``wait_for_replicas = 1`` every collected event is delivered at least once (each POST
-with its batch's Idempotency-Key) or counted, and at most 5 % of them twice.  The clients meet a dead node (reconnects and
-a refreshed slot map), MOVED from the node that comes back as a replica, and NOSCRIPT on the
-promoted replica (a replica's script cache is its own).
+with its batch's Idempotency-Key) or counted, and at most 5 % of them twice.  The clients
+meet a dead node (reconnects and a refreshed slot map), MOVED from the node that comes back
+as a replica, and NOSCRIPT on the promoted replica (a replica's script cache is its own).
 """
 
 from __future__ import annotations
