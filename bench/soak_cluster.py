@@ -139,7 +139,9 @@ def run(wait: int, events: int, seconds: float, kill_at: float, kill_reporter_at
     endpoint = LocalEndpoint().start()
     tmp = Path(tempfile.mkdtemp(prefix="telemetry-soak-cluster-"))
     config = tmp / "soak.toml"
-    write_config(config, cluster.url, endpoint.url, wait)
+    # Any node but the one killed: a reporter that starts late (a loaded host) still finds
+    # the cluster through it.
+    write_config(config, cluster.primaries[1].url, endpoint.url, wait)
     stats_file = tmp / "producer.json"
     t0 = time.monotonic()
 
@@ -234,16 +236,18 @@ def reconcile(cluster: Cluster, endpoint: LocalEndpoint, reporters: list[Any], l
     same_batch = sum(n - len(keys_of[i]) for i, n in ids.items())
     c = totals.counter
     counted = (produced[C.DROPPED_BUFFER_FULL] + produced[C.DROPPED_AT_CLOSE] + c(C.EVICTED)
-               + c(C.STALE) + totals.dead_now)
+               + c(C.MERGED) + c(C.STALE) + totals.dead_now)
     lost = produced[C.ACCEPTED] - len(ids) - counted
     reported = [reporter_counts(log) for log in logs[1:]]
     return {
         "collected": produced[C.ACCEPTED],
         "delivered": len(ids),
         "duplicates": len(received) - len(ids),
+        "duplicates, % of delivered": round(100 * (len(received) - len(ids))
+                                            / max(len(ids), 1), 2),
         "duplicates in the same batch (same Idempotency-Key)": same_batch,
         "lost": max(lost, 0),
-        "counted (dropped, evicted, stale, dead)": counted,
+        "counted (dropped, evicted, merged, stale, dead)": counted,
         "SDK unreplicated_writes": produced[C.UNREPLICATED_WRITES],
         "SDK backend_errors": produced[C.BACKEND_ERRORS],
         "reporters 1-2 batches_unreplicated": sum(r.get(C.BATCHES_UNREPLICATED, 0)
