@@ -27,7 +27,8 @@ local function once_begin(writes, writer, seq_arg, low_arg, most_arg)
   if writer == '' then return nil end
   local seq, low, most = tonumber(seq_arg), tonumber(low_arg), tonumber(most_arg)
   if #writer > 64 or not string.find(writer, '^[%w_.-]+$') then
-    return nil, nil, 'writer id: expected 1 to 64 of [A-Za-z0-9_.-], got ' .. string.sub(writer, 1, 80)
+    return nil, nil, string.format('writer id: expected 1 to 64 of [A-Za-z0-9_.-], got %.80s',
+                                   writer)
   end
   if not (seq and low and most) or seq < 1 or low < 1 or low > seq or seq - low >= most
       or seq ~= math.floor(seq) or low ~= math.floor(low) then

@@ -58,7 +58,7 @@ def test_a_collector_reports_its_counts_and_levels(redis_url: str) -> None:
     assert metrics.counted[Counter.FLUSHES] >= 1
     assert set(metrics.counted) <= set(SDK)
     assert set(metrics.watched) == {Counter.ACCEPTED, Counter.DROPPED_BUFFER_FULL,
-                                    Gauge.BUFFERED}
+                                    Gauge.BUFFERED, Gauge.UNCONFIRMED_WRITES}
     assert metrics.watched[Counter.ACCEPTED]() == 10  # type: ignore[operator]
 
 
