@@ -58,7 +58,8 @@ local n = 0
 local len = nil
 
 -- == written once: a repeat is answered, not applied ======================================
-local now_ms = once_now_ms()
+local now_ms = 0 -- Redis time, read only when needed
+if ARGV[9] ~= '' or string.find(ARGV[7], '\30', 1, true) then now_ms = once_now_ms() end
 local once, first, bad = once_begin(KEYS[7], ARGV[9], ARGV[10], ARGV[11], ARGV[14])
 if bad then return redis.error_reply('collect: ' .. bad) end
 local function identity_of(offered)

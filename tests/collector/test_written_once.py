@@ -83,12 +83,15 @@ def test_a_write_without_a_writer_is_applied_every_time(r: redis.Redis) -> None:
 
 
 def test_the_memory_of_answered_writes_is_let_go(r: redis.Redis) -> None:
-    """Each write says the writer's lowest number still without an answer; the shard keeps
-    only the writes from there on, and a repeat of an older one stores nothing."""
+    """Each write says the writer's lowest number still without an answer; the shard lets go
+    of the writes below it, sixteen at a time, and a repeat of one of those stores nothing."""
     for seq in range(1, 51):
         send(r, write([entry(seq)], seq=seq, low=max(1, seq - 2)))
-    assert r.hlen(KEYS.writes) == 1 + 3  # the writer's range, and its three latest writes
-    assert r.hget(KEYS.writes, "w1") == b"48 50"
+    # Let go of 1-16 at the write that said 17, of 17-32 at the one that said 33: kept are
+    # the writer's range and 33-50 (the three unanswered, and fifteen answered).
+    assert r.hlen(KEYS.writes) == 1 + 18
+    meta = r.hget(KEYS.writes, "w1")
+    assert meta is not None and meta.startswith(b"33 50 ")  # and when it was renewed
     late = send(r, write([entry(10)], seq=10, low=10))
     assert late.repeat and late.evicted == 0
     assert len(queue(r)) == 50
