@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import Counter as PerGame
-from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -137,9 +136,9 @@ class Writer:
         self._keep = keep_unconfirmed
         self.writer_id = uuid.uuid4().hex[:16]
         self._next: dict[int, int] = {}  # shard -> its next sequence number
-        # shard -> sequence numbers on their way now (with how many senders of each): the
-        # lowest of them is the shard's lowest without an answer.
-        self._sending: defaultdict[int, PerGame[int]] = defaultdict(PerGame)
+        # shard -> sequence numbers on their way now (each is sent by one sender at a time):
+        # the lowest of them is the shard's lowest without an answer.
+        self._sending: dict[int, set[int]] = {}
         self._lock = threading.Lock()
         self._unconfirmed: dict[int, list[Call]] = {}  # shard -> calls without an answer
 
@@ -161,19 +160,26 @@ class Writer:
         return dict(left)
 
     def write(self, queues: Mapping[str, Sequence[bytes]], pending: Pending) -> WriteResult:
-        unsure = [c for calls in self._unconfirmed.values() for c in calls]
-        calls = unsure + plan_calls(queues, pending, self._cap_for)
+        calls = plan_calls(queues, pending, self._cap_for)
+        if self._unconfirmed:
+            calls = [c for cs in self._unconfirmed.values() for c in cs] + calls
         shards = [self._schema.for_game(c.game) for c in calls]
         # Offered as the marker of a shard that has none; new each round, so that a shard
         # reset since the last round never gets back the marker it had.
         identity = uuid.uuid4().hex
         replies: list[Stored | BackendError | None] = [None] * len(calls)
-        first, later = self._plan(calls, shards)
+        if self._unconfirmed or self._full:
+            first, later = self._plan(calls, shards)
+        else:  # the usual round: every call at once
+            first, later = list(range(len(calls))), []
+            if len(calls) > WRITES_PER_WRITER:
+                first = self._window(calls, shards, first)
         self._send(calls, shards, first, identity, replies)
-        answered = self._answered(shards, first, replies)
-        self._send(calls, shards, self._window(calls, shards,
-                                               [i for i in later if shards[i].shard in answered]),
-                   identity, replies)
+        if later:
+            answered = self._answered(shards, first, replies)
+            self._send(calls, shards, self._window(
+                calls, shards, [i for i in later if shards[i].shard in answered]),
+                identity, replies)
         self._full = {keys.shard for keys, reply in zip(shards, replies, strict=True)
                       if isinstance(reply, BackendFull)}
         result = self._settle(calls, shards, replies)
@@ -247,22 +253,25 @@ class Writer:
         with self._lock:  # sync mode: threads write at once
             for i in which:  # numbered as they go out, so that each shard's numbers ascend
                 shard = shards[i].shard
-                if calls[i].seq == 0:
-                    calls[i].seq = self._next.get(shard, 1)
-                    self._next[shard] = calls[i].seq + 1
-                self._sending[shard][calls[i].seq] += 1
+                seq = calls[i].seq
+                if seq == 0:
+                    seq = calls[i].seq = self._next.get(shard, 1)
+                    self._next[shard] = seq + 1
+                sending = self._sending.get(shard)
+                if sending is None:
+                    sending = self._sending[shard] = set()
+                sending.add(seq)
             for shard in {shards[i].shard for i in which}:
                 unsure = self._unconfirmed.get(shard)
-                low[shard] = min([*self._sending[shard], *(c.seq for c in unsure or ())])
+                low[shard] = min(self._sending[shard])
+                if unsure:  # in number order
+                    low[shard] = min(low[shard], unsure[0].seq)
         try:
             self._call(calls, shards, which, identity, replies, low)
         finally:
             with self._lock:
                 for i in which:
-                    sending = self._sending[shards[i].shard]
-                    sending[calls[i].seq] -= 1
-                    if sending[calls[i].seq] <= 0:
-                        del sending[calls[i].seq]
+                    self._sending[shards[i].shard].discard(calls[i].seq)
 
     def _call(self, calls: list[Call], shards: list[ShardKeys], which: Sequence[int],
               identity: str, replies: list[Stored | BackendError | None],
@@ -286,7 +295,8 @@ class Writer:
                 replies: list[Stored | BackendError | None]) -> WriteResult:
         """Sum what was stored; keep the calls whose outcome is unknown; collect what surely
         was not stored (refused, or held back: None) so it can be put back and sent again."""
-        was_unsure = {id(c) for cs in self._unconfirmed.values() for c in cs}
+        was_unsure = ({id(c) for cs in self._unconfirmed.values() for c in cs}
+                      if self._unconfirmed else set())
         unsure: dict[int, list[Call]] = {}
         result = WriteResult()
         for c, keys, reply in zip(calls, shards, replies, strict=True):
@@ -307,11 +317,12 @@ class Writer:
                 unsure.setdefault(keys.shard, []).append(c)
             else:
                 fail(result, c)
-        for calls_of_shard in unsure.values():
-            calls_of_shard.sort(key=lambda c: c.seq)
         self._unconfirmed = unsure
-        result.unconfirmed_writes = self.unconfirmed_writes
-        result.unconfirmed_events = self.unconfirmed_events
+        if unsure:
+            for calls_of_shard in unsure.values():
+                calls_of_shard.sort(key=lambda c: c.seq)
+            result.unconfirmed_writes = self.unconfirmed_writes
+            result.unconfirmed_events = self.unconfirmed_events
         return result
 
 
