@@ -7,7 +7,8 @@
 The run of issue 10: a local cluster of 3 primaries with a replica each (started here, on
 loopback ports), one producer process calling ``collect()`` for 30,000 events paced over
 15 s (20 games), three reporter processes (``python -m reporter run``) delivering to a local
-endpoint in this process.  At 5 s the primary serving the first slots is SIGKILLed (its
+endpoint in this process.  Times count from the producer's first event (a loaded host takes
+seconds to start a process).  At 5 s the primary serving the first slots is SIGKILLed (its
 replica takes over about 4 s later), at 8 s reporter 0 is SIGKILLed (the other two take its
 shards over).  Once the replica has been promoted the killed node is started again, as a
 supervisor would: it rejoins as the new primary's replica (without it, a promoted primary
@@ -73,6 +74,7 @@ def produce(url: str, wait: int, events: int, seconds: float, out: str) -> None:
                           connect_timeout_seconds=0.5, retry_max_delay_ms=500,
                           max_events_per_game=200_000)
     sent = 0
+    print("producing", flush=True)  # the kills are timed from here
     started = time.monotonic()
     pause = threading.Event()
     while sent < events:
@@ -150,8 +152,14 @@ def run(wait: int, events: int, seconds: float, kill_at: float, kill_reporter_at
 
     logs = [tmp / f"reporter{i}.log" for i in range(3)]
     reporters = [start_reporter(config, log) for log in logs]
-    producer = subprocess.Popen([sys.executable, __file__, "--produce", cluster.url, str(wait),
-                                 str(events), str(seconds), str(stats_file)], cwd=ROOT)
+    producer = subprocess.Popen([sys.executable, __file__, "--produce", cluster.primaries[1].url,
+                                 str(wait), str(events), str(seconds), str(stats_file)],
+                                cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    # On a loaded host a process takes seconds to start: the clock starts with the traffic.
+    assert producer.stdout is not None and producer.stdout.readline().strip() == "producing"
+    started_after = time.monotonic() - t0
+    t0 = time.monotonic()
+    say(f"producer started ({started_after:.1f} s after the reporters)")
     victim = cluster.primaries[0]
     replica = cluster.replicas[0]  # the victim's (replicas follow primaries in turn)
     try:
