@@ -30,7 +30,8 @@
 --          (<= ARGV[10]); the memory of the writes below it is let go
 -- ARGV[12] ms a writer's writes are remembered after its latest write here (the horizon)
 -- ARGV[13] writers remembered per shard at most (the least recent forgotten first)
--- ARGV[14] writes remembered per writer and shard at most: ARGV[10] - ARGV[11] must be less
+-- ARGV[14] writes without an answer per writer and shard at most: ARGV[10] - ARGV[11] must
+--          be less
 -- ARGV[15] dedup window in ms: an entry "\30<key>\30<entry>" is merged (not stored) if an
 --          entry of the game with the same key was stored within it (0 = keys ignored)
 -- ARGV[16] dedup keys remembered per game at most (the oldest forgotten first)
@@ -58,8 +59,9 @@ local n = 0
 local len = nil
 
 -- == written once: a repeat is answered, not applied ======================================
+local keyed = string.find(ARGV[7], '\30', 1, true) -- any entry with a dedup key (memchr)
 local now_ms = 0 -- Redis time, read only when needed
-if ARGV[9] ~= '' or string.find(ARGV[7], '\30', 1, true) then now_ms = once_now_ms() end
+if ARGV[9] ~= '' or keyed then now_ms = once_now_ms() end
 local once, first, bad = once_begin(KEYS[7], ARGV[9], ARGV[10], ARGV[11], ARGV[14])
 if bad then return redis.error_reply('collect: ' .. bad) end
 local function identity_of(offered)
@@ -75,7 +77,7 @@ if first then
   return {tonumber(was_evicted), identity_of(ARGV[8]), tonumber(was_merged), 1}
 end
 local merged = 0
-if string.find(ARGV[7], '\30', 1, true) then
+if keyed then
   n, merged, len = dedup_push(KEYS[1], KEYS[9], ARGV[7], now_ms, tonumber(ARGV[15]),
                               tonumber(ARGV[16]))
 end
