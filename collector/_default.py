@@ -33,9 +33,9 @@ def default_collector() -> Collector:
     return _default
 
 
-def collect(game: str, event: Mapping[str, Any]) -> int:
+def collect(game: str, event: Mapping[str, Any], dedup_key: str | None = None) -> int:
     """Record one event with the default collector (see ``Collector.collect``)."""
-    return (_default or default_collector()).collect(game, event)
+    return (_default or default_collector()).collect(game, event, dedup_key)
 
 
 def flush(timeout: float = 5.0) -> bool:

@@ -53,10 +53,13 @@ def test_module_level_functions_act_on_the_default_collector(
     for i in range(3):
         collector.collect("g", {"seq": i})
     collector.collect("g", {"blob": "x" * 100})
+    collector.collect("g", {"seq": 9}, dedup_key="seq 2")
+    collector.collect("g", {"seq": 10}, "seq 2")  # merged into the one before
     assert collector.flush(timeout=10)
-    assert [e["seq"] for e in queue_events(r, SCHEMA, "g")] == [0, 1, 2]
+    assert [e["seq"] for e in queue_events(r, SCHEMA, "g")] == [0, 1, 2, 9]
     stats = collector.stats()
-    assert (stats["accepted"], stats["stored"], stats["dropped_too_large"]) == (3, 3, 1)
+    assert (stats["accepted"], stats["stored"], stats["dropped_too_large"]) == (5, 5, 1)
+    assert stats["merged"] == 1
     [(error, count, thread)] = told  # the callback set before the collector was built
     assert isinstance(error, EventsDropped) and error.reason == Counter.DROPPED_TOO_LARGE
     assert count == 1 and thread != threading.get_ident()
@@ -65,7 +68,7 @@ def test_module_level_functions_act_on_the_default_collector(
     collector.collect("g", {"seq": 3})  # after close: dropped and counted, no error
     assert collector.stats()["dropped_closed"] == 1
     assert collector.flush(timeout=0) is True  # closed with nothing left
-    assert len(queue_events(r, SCHEMA, "g")) == 3
+    assert len(queue_events(r, SCHEMA, "g")) == 4
 
 
 def test_set_on_error_reaches_a_default_collector_already_built(
