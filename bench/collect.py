@@ -339,7 +339,7 @@ def print_table(results: Sequence[Outcome], overhead_ns: int) -> None:
     names = sorted({k for o in results for k in o.lost}, key=_lost_order)
     rows += [(name, _lost_cell(name)) for name in names]
     for name in dict.fromkeys(k for o in results for k in o.memory):
-        rows.append((name, lambda o, name=name: o.memory.get(name, "-")))
+        rows.append((name, _memory_cell(name)))
     width = max(len(label) for label, _ in rows) + 2
     print(f"{'':<{width}}" + "".join(f"{o.name:>14}" for o in results))
     for label, cell in rows:
@@ -379,6 +379,10 @@ def _lost_order(name: str) -> tuple[bool, str]:
 
 def _lost_cell(name: str) -> Callable[[Outcome], str]:
     return lambda o: f"{o.lost[name]:,}" if name in o.lost else "-"
+
+
+def _memory_cell(name: str) -> Callable[[Outcome], str]:
+    return lambda o: str(o.memory.get(name, "-"))
 
 
 def describe_server(client: redis.Redis, binary: str) -> str:

@@ -116,6 +116,12 @@ max_attempts = 1000
 """)
 
 
+def _kill_left(procs: list[subprocess.Popen[Any]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def start_reporter(config: Path, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "ab") as fh:
         return subprocess.Popen([sys.executable, "-m", "reporter", "run", "--config",
@@ -191,9 +197,7 @@ def run(wait: int, events: int, seconds: float, kill_at: float, kill_reporter_at
         say("traffic done; draining")
         return reconcile(cluster, endpoint, reporters, logs, stats_file, say)
     finally:
-        for proc in [*reporters, producer]:
-            if proc.poll() is None:
-                proc.kill()
+        _kill_left([*reporters, producer])
         endpoint.stop()
         cluster.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)

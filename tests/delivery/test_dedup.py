@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from reporter._endpoint import LocalEndpoint
+from reporter._demo.endpoint import LocalEndpoint
 from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
     assert_reconciled,
