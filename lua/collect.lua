@@ -49,9 +49,12 @@ expect(KEYS[1], 'list')
 expect(KEYS[2], 'set')
 expect_ring(KEYS[3], KEYS[2])
 expect(KEYS[5], 'string')
-expect(KEYS[7], 'hash')
-expect(KEYS[8], 'zset')
-expect(KEYS[9], 'zset')
+local keyed = string.find(ARGV[7], '\30', 1, true) -- any entry with a dedup key (memchr)
+if ARGV[9] ~= '' then -- only what this call will touch is checked
+  expect(KEYS[7], 'hash')
+  expect(KEYS[8], 'zset')
+end
+if keyed then expect(KEYS[9], 'zset') end
 
 local game, cap, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local evicted = tonumber(ARGV[4])
@@ -59,7 +62,6 @@ local n = 0
 local len = nil
 
 -- == written once: a repeat is answered, not applied ======================================
-local keyed = string.find(ARGV[7], '\30', 1, true) -- any entry with a dedup key (memchr)
 local now_ms = 0 -- Redis time, read only when needed
 if ARGV[9] ~= '' or keyed then now_ms = once_now_ms() end
 local once, first, bad = once_begin(KEYS[7], ARGV[9], ARGV[10], ARGV[11], ARGV[14])
