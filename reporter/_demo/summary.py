@@ -28,11 +28,13 @@ def summary_rows(stats: Mapping[str, int], totals: Totals, figures: Figures) -> 
             (C.STORED, "events written to Redis"),
             (C.DELIVERED, "events the endpoint accepted, acknowledged"),
             (C.EVICTED, "events pushed out by a game's cap"),
+            (C.MERGED, "events not stored: a duplicate dedup key within the window"),
             (C.STALE, "events too old to send, never sent"),
             (C.DEAD_EVENTS, "events in dead letters"),
             (C.REJECTED_ITEMS, "of those, events the endpoint refused one by one"),
             (C.DEAD_BATCHES, "dead letters"),
             (C.BATCHES_DELIVERED, "batches acknowledged as delivered"),
+            (C.QUARANTINED_EVENTS, "events set aside with a record Redis could not use"),
         )
     ]
     store += [
@@ -59,8 +61,10 @@ def verdict(stats: Mapping[str, int], totals: Totals) -> tuple[bool, str]:
     states = [
         ("delivered", totals.counter(C.DELIVERED)),
         ("evicted", totals.counter(C.EVICTED)),
+        ("merged", totals.counter(C.MERGED)),
         ("stale", totals.counter(C.STALE)),
         ("dead-lettered", totals.dead_now),
+        ("quarantined", totals.counter(C.QUARANTINED_EVENTS)),
         ("dropped in the SDK", stats[C.DROPPED_BUFFER_FULL] + stats[C.DROPPED_AT_CLOSE]),
         ("still buffered or pending",
          stats[Gauge.BUFFERED] + totals.buffered + totals.pending_events),

@@ -47,6 +47,13 @@ def test_every_end_state_is_named_with_its_count() -> None:
                     "dead-lettered 10, dropped in the SDK 8, still buffered or pending 11")
 
 
+def test_merged_and_quarantined_events_are_end_states() -> None:
+    totals = Totals([shard({"delivered": 50, "merged": 40, "quarantined_events": 10})])
+    ok, line = verdict(sdk_stats(100), totals)
+    assert (ok, line) == (True, "all 100 events accounted for: delivered 50, merged 40, "
+                                "quarantined 10")
+
+
 def test_states_at_zero_are_left_out() -> None:
     ok, line = verdict(sdk_stats(40), Totals([shard({"delivered": 40})]))
     assert (ok, line) == (True, "all 40 events accounted for: delivered 40")
