@@ -73,6 +73,7 @@ class Workload:
                 for _ in range(3):
                     self.collector.collect(game, {"n": n})
                     n += 1
+            self.collector.collect(GAMES[0], {"n": n}, dedup_key="same")  # merged after the 1st
             schema = self.service.schema
             hour_ago = now_ms() - 3_600_000  # older than max_age_seconds: stale when claimed
             store(self.scripts, schema, STALE, numbered(STALE, 2, born_ms=hour_ago, start=n))
@@ -221,8 +222,8 @@ def test_the_dashboard_shows_what_operations_asks_for() -> None:
     for name in ["telemetry_delivered_total", "telemetry_post_duration_seconds_bucket",
                  "telemetry_buffered", "telemetry_game_buffered",
                  "telemetry_game_oldest_event_age_seconds", "telemetry_stale_total",
-                 "telemetry_evicted_total", "telemetry_dead_events_total",
-                 "telemetry_send_errors_total", "telemetry_limiter_wait_seconds",
+                 "telemetry_evicted_total", "telemetry_merged_total",
+                 "telemetry_dead_events_total", "telemetry_send_errors_total", "telemetry_limiter_wait_seconds",
                  "telemetry_redis_memory_used_bytes", "telemetry_live_reporters",
                  "telemetry_owned_shards"]:
         assert name in read, name
