@@ -32,7 +32,7 @@ RUN_TIMEOUT_S = 240.0
 EXPECTED: dict[str, list[str | re.Pattern[str]]] = {
     "soak_cluster": [
         "wait_for_replicas = 1:", "SIGKILL the primary",
-        "SIGKILL reporter 0", "promoted", "counted (dropped, evicted, stale, dead)",
+        "SIGKILL reporter 0", "promoted", "counted (dropped, evicted, merged, stale, dead)",
         "SDK unreplicated_writes", "reporters 1-2 batches_unreplicated",
         re.compile(r"^ +still buffered or pending +0$", re.M),
     ],
