@@ -223,7 +223,8 @@ def test_the_dashboard_shows_what_operations_asks_for() -> None:
                  "telemetry_buffered", "telemetry_game_buffered",
                  "telemetry_game_oldest_event_age_seconds", "telemetry_stale_total",
                  "telemetry_evicted_total", "telemetry_merged_total",
-                 "telemetry_dead_events_total", "telemetry_send_errors_total", "telemetry_limiter_wait_seconds",
+                 "telemetry_dead_events_total", "telemetry_send_errors_total",
+                 "telemetry_limiter_wait_seconds",
                  "telemetry_redis_memory_used_bytes", "telemetry_live_reporters",
                  "telemetry_owned_shards"]:
         assert name in read, name
