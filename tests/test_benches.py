@@ -60,6 +60,11 @@ EXPECTED: dict[str, list[str | re.Pattern[str]]] = {
         "items/request", "busiest second", "full games/s",
         re.compile(r"^backlog ", re.M), re.compile(r"^mixed ", re.M),
     ],
+    "nppa_rate": [
+        "rate: a backlog of", "max requests in a sliding second", "trickle: busy game",
+        "small games' age at the interface s: p50", "never delivered 0",
+        re.compile(r"^ +2 +[\d,]+ +[\d.]+ +\d+ +\d+$", re.M),
+    ],
     "nppa_hold": [
         "held: after", "status names 1011", "at most one request per probe interval",
         "all 600 accepted", "600 counted stale, none sent", "an hour ahead",

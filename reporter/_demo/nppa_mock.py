@@ -32,6 +32,11 @@ Choices where the protocol is silent:
   the new key work for a while); the sign is checked against each and the body opened with
   the key that matched.  ``set_secrets`` switches them at run time (``set_secret``: one
   key only, so a test proves that a sender switched).
+- ``rate_scope = "game"`` limits each bizId on its own (the FAQ's reading); ``"app"`` (the
+  default) one limit for the app id.
+- ``busiest_second`` (and ``busiest_second_of(biz_id)``): the most requests that arrived in any
+  sliding second, counting every request whatever its answer (forced, refused, 1006): what a
+  client sent, as the interface would count it.
 """
 
 from __future__ import annotations
@@ -259,6 +264,22 @@ class _Answer:
         return orjson.dumps({"errcode": self.errcode, "errmsg": message, "data": self.data})
 
 
+class _Busiest:
+    """The most arrivals seen within any sliding second (arrivals come in clock order, give
+    or take a thread switch: a late one is counted where it lands)."""
+
+    def __init__(self) -> None:
+        self.most = 0
+        self._window: deque[float] = deque()
+
+    def add(self, at: float) -> None:
+        window = self._window
+        window.append(at)
+        while window[0] <= at - RATE_WINDOW_SECONDS:
+            window.popleft()
+        self.most = max(self.most, len(window))
+
+
 class NppaEndpoint:
     """The interface at ``url + PATH``; ``accepted`` and ``requests`` record what it did."""
 
@@ -267,9 +288,12 @@ class NppaEndpoint:
                  skew_seconds: float = 5.0, partial_errcode: int = 0,
                  clock: Callable[[], float] = time.time, port: int = 0,
                  force: Callable[[int], int | None] | None = None,
-                 unknown: ItemCheck | None = None, more_keys: Collection[str] = ()) -> None:
+                 unknown: ItemCheck | None = None, more_keys: Collection[str] = (),
+                 rate_scope: str = "app") -> None:
         if partial_errcode not in (0, 3001):
             raise ValueError("partial_errcode must be 0 or 3001")
+        if rate_scope not in ("app", "game"):
+            raise ValueError("rate_scope must be 'app' or 'game'")
         for key in (secret_key, *more_keys):
             _check_key(key)
         self.app_id = app_id
@@ -285,9 +309,12 @@ class NppaEndpoint:
         self.accepted: list[Accepted] = []
         self.requests: list[RequestLog] = []
         self._secrets: tuple[str, ...] = (secret_key, *more_keys)
+        self.rate_scope = rate_scope
         self._count = 0
-        self._window: deque[float] = deque()
-        self._throttled_until = float("-inf")
+        self._windows: dict[str, deque[float]] = {}  # requests that count, per scope
+        self._throttled_until: dict[str, float] = {}
+        self._seen = _Busiest()  # every request
+        self._seen_of: dict[str, _Busiest] = {}
         self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -341,6 +368,9 @@ class NppaEndpoint:
         with self.lock:
             self._count += 1
             number, secrets = self._count, self._secrets
+            biz_id = request.header("bizId")
+            self._seen.add(request.at)
+            self._seen_of.setdefault(biz_id, _Busiest()).add(request.at)
         forced = self.force(number) if self.force is not None else None
         answer = _Answer(forced) if forced is not None else self._answer(request, secrets)
         self._record(request, answer)
@@ -357,7 +387,7 @@ class NppaEndpoint:
     def _answer(self, request: _Request, secrets: tuple[str, ...]) -> _Answer:
         try:
             request_ms, secret = self._check_headers(request, secrets)
-            self._check_rate(request.at)
+            self._check_rate(request.at, request.header("bizId"))
             items = _collections(secret, request.body)
         except _Refused as exc:
             return _Answer(exc.errcode)
@@ -400,15 +430,29 @@ class NppaEndpoint:
             raise _Refused(1007)
         return request_ms
 
-    def _check_rate(self, now: float) -> None:
+    def _check_rate(self, now: float, biz_id: str) -> None:
+        scope = biz_id if self.rate_scope == "game" else ""
         with self.lock:
-            window = self._window
+            window = self._windows.setdefault(scope, deque())
             while window and window[0] <= now - RATE_WINDOW_SECONDS:
                 window.popleft()
-            if now < self._throttled_until or len(window) + 1 > self.requests_per_second:
-                self._throttled_until = max(self._throttled_until, now + self.throttle_seconds)
+            until = self._throttled_until.get(scope, float("-inf"))
+            if now < until or len(window) + 1 > self.requests_per_second:
+                self._throttled_until[scope] = max(until, now + self.throttle_seconds)
                 raise _Refused(1006)
             window.append(now)
+
+    @property
+    def busiest_second(self) -> int:
+        """The most requests (any answer) that arrived within one sliding second."""
+        with self.lock:
+            return self._seen.most
+
+    def busiest_second_of(self, biz_id: str) -> int:
+        """``busiest_second`` of the requests with this bizId."""
+        with self.lock:
+            seen = self._seen_of.get(biz_id)
+            return seen.most if seen is not None else 0
 
     def _record(self, request: _Request, answer: _Answer) -> None:
         biz_id = request.header("bizId")

@@ -473,6 +473,33 @@ def test_rate_limit_holds_under_concurrent_requests(make: MakeEndpoint,
     assert len(ep.requests) == 30
 
 
+def test_busiest_second_counts_every_request_in_a_sliding_second(make: MakeEndpoint,
+                                                                  client: httpx.Client) -> None:
+    clock = FakeClock()
+    ep = make(clock=clock, biz_ids=[BIZ, OTHER_BIZ])
+    assert ep.busiest_second == 0
+    assert [code(ep, client) for _ in range(4)] == [0] * 4
+    clock.now = T0 + 0.6
+    assert code(ep, client, sign_key=KEY2) == 1011  # refused, still sent: it counts
+    assert [code(ep, client, biz=OTHER_BIZ) for _ in range(3)] == [0] * 3
+    clock.now = T0 + 1.0  # the first four have left the window
+    assert code(ep, client) == 0
+    assert ep.busiest_second == 8
+    assert (ep.busiest_second_of(BIZ), ep.busiest_second_of(OTHER_BIZ)) == (5, 3)
+    clock.now = T0 + 1.5
+    assert [code(ep, client) for _ in range(9)] == [0] * 6 + [1006] * 3
+    assert ep.busiest_second == 14  # 1.0 .. 1.5: the 1006 answers count as sent
+    assert ep.busiest_second_of("unknown") == 0
+
+
+def test_game_scope_limits_each_biz_id_on_its_own(make: MakeEndpoint,
+                                                  client: httpx.Client) -> None:
+    ep = make(biz_ids=[BIZ, OTHER_BIZ], rate_scope="game", requests_per_second=3.0)
+    assert [code(ep, client, biz=BIZ) for _ in range(4)] == [0, 0, 0, 1006]
+    assert [code(ep, client, biz=OTHER_BIZ) for _ in range(3)] == [0, 0, 0]
+    assert code(ep, client, biz=BIZ) == 1006  # its throttle goes on
+
+
 def test_requests_per_second_is_a_setting(make: MakeEndpoint, client: httpx.Client) -> None:
     ep = make(requests_per_second=2.0)
     assert [code(ep, client) for _ in range(3)] == [0, 0, 1006]
