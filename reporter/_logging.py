@@ -1,7 +1,8 @@
 """How the command line logs: level and format, JSON lines, and secrets kept out of every line.
 
 ``configure_logging(level, fmt)`` installs one handler on the root logger (stderr): ``text``
-is one readable line per record, ``json`` one JSON object per line with ``time``, ``level``,
+is one readable line per record (control characters escaped, a traceback indented below it),
+``json`` one JSON object per line with ``time``, ``level``,
 ``logger``, ``message``, the structured fields a call site passed with ``extra=`` (``game``,
 ``shard``, ``batch_id``, ``attempt``, ``status_code``, ...) and ``exception`` (the traceback)
 when there is one.
@@ -22,6 +23,8 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import IO, Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+from collector.text import printable, printable_json
 
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("text", "json")
@@ -194,7 +197,31 @@ class JsonFormatter(logging.Formatter):
             line["exception"] = self.formatException(record.exc_info)
         if record.stack_info:
             line["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(line, ensure_ascii=False, default=str)
+        return printable_json(json.dumps(line, ensure_ascii=False, default=str))
+
+
+class TextFormatter(logging.Formatter):
+    """One readable line per record: ``TEXT_FORMAT``, with every control character of the
+    message escaped (a newline or an escape sequence in an endpoint's text can neither forge
+    a line nor drive a terminal).  A traceback follows on lines of its own, each indented, so
+    that only a record's first line starts at the margin."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = printable(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:
+        return _indented(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return _indented(super().formatStack(stack_info))
+
+
+def _indented(text: str) -> str:
+    return "\n".join("  " + line for line in printable(text, keep="\n").split("\n"))
 
 
 class RedactingFormatter(logging.Formatter):
@@ -210,7 +237,7 @@ class RedactingFormatter(logging.Formatter):
 
 
 def make_formatter(fmt: str) -> logging.Formatter:
-    inner = JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT)
+    inner = JsonFormatter() if fmt == "json" else TextFormatter()
     return RedactingFormatter(inner)
 
 

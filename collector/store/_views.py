@@ -7,7 +7,9 @@ atomic read, a shard's whole state, is the ``read_shard`` script (``no-writes``)
 No bad record makes a reader fail: a key of another type than the shard needs reads as
 empty (and is named, so the sweeper can have the scripts set it aside), metadata that does
 not decode and counters that are not integers are shown for what they are, names that are
-not text are shown escaped.  Only Redis not answering raises.
+not text are shown escaped, and text that is shown (ids, game names and reasons in batch
+metadata, alerts) has its control characters escaped (``collector.text``).  Only Redis not
+answering raises.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 from collector.counters import Counter
 from collector.store._entries import head_time_ms, split_entries
 from collector.store._keys import ShardKeys, validate_game
+from collector.text import printable
 
 T = TypeVar("T")
 # Shards (or games) whose reads go out in one pipeline at most: a read of every shard of a
@@ -242,15 +245,6 @@ def _text(value: bytes | str) -> str:
     return value.decode(errors="backslashreplace") if isinstance(value, bytes) else value
 
 
-def _printable(value: str) -> str:
-    """Text with every character that is not printable (control characters: C0, C1, DEL)
-    as an escape, so that nothing read from Redis can drive a terminal."""
-    if value.isprintable():
-        return value
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode()
-                   for c in value)
-
-
 def _count(value: Any) -> int:
     """A counter's value; one that is not an integer (junk, or a refused read) reads as 0."""
     if isinstance(value, Exception):
@@ -342,11 +336,12 @@ def read_shard(client: RedisClient, keys: ShardKeys,
         else:
             pending += meta["n"]
     return ShardView(
-        shard=keys.shard, owner=_text(owner or b""), buffered=sum(v.buffered for v in views),
+        shard=keys.shard, owner=printable(_text(owner or b"")),
+        buffered=sum(v.buffered for v in views),
         games=views, inflight=len(inflight), retry=len(retry), dead=int(dead),
         pending_events=pending,
         counters={_text(k): _count(v) for k, v in stats.items()},
-        problems=[_printable(p) for p in problems],
+        problems=[printable(p) for p in problems],
     )
 
 
@@ -396,8 +391,9 @@ def _dead_page(client: RedisClient, keys: ShardKeys, ids: list[Any]) -> list[Dea
                 out.append(DeadBatch(_text(batch_id), keys.shard, "?", 0, 0,
                                      "metadata that cannot be used", 0.0))
                 continue
-            out.append(DeadBatch(_text(batch_id), keys.shard, meta["g"], meta["n"], meta["a"],
-                                 str(meta.get("r", "")), _seconds(meta.get("d"))))
+            out.append(DeadBatch(_text(batch_id), keys.shard, printable(meta["g"]), meta["n"],
+                                 meta["a"], printable(str(meta.get("r", ""))),
+                                 _seconds(meta.get("d"))))
     return out
 
 
@@ -444,7 +440,7 @@ def reporters(client: RedisClient, key: str) -> list[Reporter]:
         entries: list[Any] = client.zrange(key, 0, -1, desc=True, withscores=True)
     except ResponseError:  # not a sorted set: the next heartbeat sets it aside
         return []
-    return [Reporter(_text(owner), int(deadline)) for owner, deadline in entries]
+    return [Reporter(printable(_text(owner)), int(deadline)) for owner, deadline in entries]
 
 
 def batch_detail(client: RedisClient, keys: ShardKeys, batch_id: str) -> BatchDetail | None:
@@ -457,11 +453,11 @@ def batch_detail(client: RedisClient, keys: ShardKeys, batch_id: str) -> BatchDe
     meta = _meta(raw)
     if meta is None:
         return BatchDetail(batch_id, keys.shard, "?", 0, "metadata that cannot be used: "
-                           + _text(raw)[:200], split_entries(payload), [])
+                           + printable(_text(raw)[:200]), split_entries(payload), [])
     reasons = meta.get("ir")
-    return BatchDetail(batch_id, keys.shard, meta["g"], meta["a"], str(meta.get("r", "")),
-                       split_entries(payload),
-                       [str(r) for r in reasons] if isinstance(reasons, list) else [])
+    return BatchDetail(batch_id, keys.shard, printable(meta["g"]), meta["a"],
+                       printable(str(meta.get("r", ""))), split_entries(payload),
+                       [printable(str(r)) for r in reasons] if isinstance(reasons, list) else [])
 
 
 def alerts(client: RedisClient, key: str) -> list[Alert]:
@@ -479,8 +475,8 @@ def alerts(client: RedisClient, key: str) -> list[Alert]:
             record = None
         if not isinstance(record, dict):
             record = {"message": f"(unreadable: {_text(value)[:100]!r})"}
-        out.append(Alert(name, str(record.get("message", "")), _seconds(record.get("at")),
-                         _count(raw.get(f"{name}#count"))))
+        out.append(Alert(printable(name), printable(str(record.get("message", ""))),
+                         _seconds(record.get("at")), _count(raw.get(f"{name}#count"))))
     return sorted(out, key=lambda a: -a.at)
 
 
@@ -510,7 +506,7 @@ def _quarantined(keys: ShardKeys, raw: bytes) -> QuarantineRecord:
 
     def field(name: str) -> str:
         value = r.get(name)
-        return _printable(value) if isinstance(value, str) else ""
+        return printable(value) if isinstance(value, str) else ""
 
     return QuarantineRecord(keys.shard, field("k"), field("f"), field("y"), field("r"),
                             field("v"), _count(r.get("n")), field("s"), _seconds(r.get("at")))
@@ -602,8 +598,8 @@ def shard_owners(client: RedisClient, shards: Sequence[ShardKeys]) -> list[str]:
         with client.pipeline(transaction=False) as pipe:
             for keys in group:
                 pipe.get(keys.owner)
-            owners.extend("" if o is None or isinstance(o, ResponseError) else _text(o)
-                          for o in _execute(pipe))
+            owners.extend("" if o is None or isinstance(o, ResponseError)
+                          else printable(_text(o)) for o in _execute(pipe))
     return owners
 
 

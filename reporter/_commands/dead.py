@@ -28,7 +28,7 @@ from collector.store import (
 from reporter._config import ReporterConfig
 from reporter._constants import DEAD_LIST_LIMIT, REPLAY_STEP
 from reporter._delivery.body_limit import BodyLimit, body_model
-from reporter._tables import table
+from reporter._tables import json_text, table
 
 EXIT_NOT_FOUND = 1
 EXIT_DECLINED = 1
@@ -112,9 +112,9 @@ def _filters(args: argparse.Namespace) -> str:
 def _list(store: Store, args: argparse.Namespace) -> int:
     batches = _matching(store, args, DEAD_LIST_LIMIT)
     if args.json:
-        print(json.dumps([{"batch_id": b.batch_id, "game": b.game, "shard": b.shard,
-                           "events": b.events, "attempts": b.attempts, "reason": b.reason,
-                           "dead_at": b.dead_at} for b in batches], indent=2))
+        print(json_text([{"batch_id": b.batch_id, "game": b.game, "shard": b.shard,
+                          "events": b.events, "attempts": b.attempts, "reason": b.reason,
+                          "dead_at": b.dead_at} for b in batches]))
         return 0
     rows = [(b.batch_id, b.game, b.shard, b.events, b.attempts,
              time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(b.dead_at)), b.reason[:60])
@@ -138,7 +138,7 @@ def _show(store: Store, batch_id: str) -> int:
         "events": [_shown(e) for e in detail.entries]}
     if detail.item_reasons:  # refused one by one: each event's own reason
         shown["item_reasons"] = detail.item_reasons
-    print(json.dumps(shown, indent=2))
+    print(json_text(shown))
     return 0
 
 

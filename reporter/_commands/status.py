@@ -31,6 +31,7 @@ from collector.store import (
     Reporter,
     Store,
 )
+from collector.text import printable, printable_json
 from reporter._config import ReporterConfig
 from reporter._delivery.hold import read_hold
 from reporter._delivery.limiter import bucket_name
@@ -324,8 +325,10 @@ def _cheap(store: Store, config: ReporterConfig, as_json: bool, indent: int | No
 
 def status_text(store: Store, config: ReporterConfig, as_json: bool, shards: bool = True,
                 indent: int | None = 2) -> str:
-    """``status`` once, as text or JSON (indented by ``indent``, or on one line)."""
-    return (_full if shards else _cheap)(store, config, as_json, indent)
+    """``status`` once, as text or JSON (indented by ``indent``, or on one line); what came
+    from Redis is escaped where it was read, and the whole text once more here."""
+    text = (_full if shards else _cheap)(store, config, as_json, indent)
+    return printable_json(text) if as_json else printable(text, keep="\n")
 
 
 # -- the command -------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Literal, NamedTuple
 import orjson
 
 from collector.logs import mask
+from collector.text import printable
 from reporter._constants import MAX_RETRY_AFTER_SECONDS
 
 DELIVERED: Literal["delivered"] = "delivered"
@@ -74,6 +75,13 @@ class Outcome:
     def __post_init__(self) -> None:
         if (self.refused or self.retry_items) and self.kind != DELIVERED:
             raise ValueError(f"a {self.kind!r} outcome cannot list items")
+        # The texts quote the endpoint (error fields, errmsg, exception texts): escaped here,
+        # where they come in, before a dead letter, an alert or a log line carries them.
+        for name in ("reason", "alert", "hold", "code"):
+            object.__setattr__(self, name, printable(getattr(self, name)))
+        if self.refused:
+            object.__setattr__(self, "refused",
+                               tuple((i, printable(why)) for i, why in self.refused))
 
     @property
     def partial(self) -> bool:
