@@ -20,6 +20,7 @@ from collector._dedup import Dedup
 from collector._exceptions import BackendError, BackendFull, BackendUnreplicated
 from collector._flusher import Flusher, reason
 from collector._on_error import ErrorReport, OnError, check_callback
+from collector._one_value import SCALARS, check_one_value
 from collector._writer import Writer
 from collector.counters import SDK, SDK_GAUGES, Counter, Gauge
 from collector.logs import RateLimitedLog
@@ -124,8 +125,10 @@ class Collector:
 
         Raises ``TypeError`` for a game name that is not a str, ``ValueError`` for a str that
         is not a valid game name, and ``TypeError`` for an event that is not a
-        JSON-serialisable mapping or whose JSON would span lines (raw JSON passed through
-        ``orjson.Fragment`` with a newline in it: it could forge entries); ``TypeError`` for
+        JSON-serialisable mapping, whose JSON would span lines (raw JSON passed through
+        ``orjson.Fragment`` with a newline in it: it could forge entries) or is not exactly
+        one JSON value (a fragment that is not one value: it could forge the body's
+        envelope); ``TypeError`` for
         a ``dedup_key`` that is not a str and ``ValueError`` for an empty one.  Returns the
         number of events the cap evicted in sync mode, 0 in background mode (where nothing
         about Redis is known yet).
@@ -138,8 +141,10 @@ class Collector:
             data = orjson.dumps(event)
         except TypeError as exc:
             raise TypeError(f"event for game {game!r} is not JSON-serialisable: {exc}") from None
-        if len(data) > self._max_event_bytes or 10 in data:  # 10: b"\n"
-            self._refuse(game, data)
+        # 10: b"\n".  A dict of scalars is one JSON value: only other events are looked at.
+        if ((len(data) > self._max_event_bytes or 10 in data
+                or not SCALARS.issuperset(map(type, event.values())))
+                and self._refused(game, event, data)):
             return 0
         entry = _time_prefix() + data
         if dedup_key is not None or self._dedup_fields:
@@ -166,11 +171,17 @@ class Collector:
         if len(self._known_games) < KNOWN_GAMES_LIMIT:
             self._known_games.add(game)
 
-    def _refuse(self, game: str, data: bytes) -> None:
+    def _refused(self, game: str, event: dict[str, Any], data: bytes) -> bool:
+        """Whether the event is dropped (counted) for its size; raises ``TypeError`` for raw
+        JSON that spans lines or is not exactly one JSON value."""
         if 10 in data:  # orjson writes no raw newline itself: raw passthrough put it there
             raise TypeError(f"event for game {game!r} holds raw JSON (orjson.Fragment) with a "
                             "newline; pass the value itself, or raw JSON on one line")
-        self._refuse_large(game, len(data))
+        if len(data) > self._max_event_bytes:
+            self._refuse_large(game, len(data))
+            return True
+        check_one_value(game, event, data)
+        return False
 
     def _refuse_large(self, game: str, size: int) -> None:
         self._counts.count(Counter.DROPPED_TOO_LARGE)

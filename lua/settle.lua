@@ -1,7 +1,8 @@
 #!lua flags=allow-oom
 -- settle: finish a batch the endpoint answered item by item. Its events split three ways:
 -- delivered (counted), refused (set aside together as one dead letter of their own, with a
--- reason per event, replayable like any dead batch) and to be retried (re-queued as a new
+-- reason per event, replayable like any dead batch; counted as rejected_items, or as
+-- malformed_entries when the reason is "malformed entry") and to be retried (re-queued as a new
 -- batch). The new batches' ids extend the batch's own: '<id>.x<attempt>' for the refused,
 -- '<id>.r<attempt>' for the retry, so the lineage shows and each set of events has its own
 -- Idempotency-Key. Does nothing unless the caller still holds the lease.
@@ -39,7 +40,8 @@
 -- include: _guard
 -- include: _dead
 guard_open('settle', KEYS[7], KEYS[6],
-           {'dead_events', 'dead_batches', 'rejected_items', 'batches_retried', 'dead_dropped',
+           {'dead_events', 'dead_batches', 'rejected_items', 'malformed_entries',
+            'batches_retried', 'dead_dropped',
             'delivered', 'batches_delivered', 'stale'})
 local id, token = ARGV[1], ARGV[2]
 local lost = {-1, '', '', 0, ''}
@@ -116,7 +118,15 @@ if #refused > 0 then
   local summary = reasons[1]
   if #refused > 1 then summary = #refused .. ' items refused; first: ' .. reasons[1] end
   dead_letter(refused_id, refused, summary, reasons)
-  redis.call('HINCRBY', KEYS[6], 'rejected_items', #refused)
+  -- The reporter refuses an event that is not one JSON value itself, before sending it.
+  local malformed = 0
+  for _, reason in ipairs(reasons) do
+    if reason == 'malformed entry' then malformed = malformed + 1 end
+  end
+  if malformed > 0 then redis.call('HINCRBY', KEYS[6], 'malformed_entries', malformed) end
+  if #refused > malformed then
+    redis.call('HINCRBY', KEYS[6], 'rejected_items', #refused - malformed)
+  end
 end
 
 local retry_id, state, delay = '', '', 0

@@ -1,24 +1,27 @@
 """One attempt at a batch: send it, and when the endpoint refuses the body as a whole for what
 a few events do to it, find those events and send the rest.
 
+- An event that is not exactly one JSON value (written to Redis by hand or by another tool):
+  placed in a body it would break it, or close the ``events`` array early and forge the
+  envelope (another game, another batch id).  Every event is parsed before the first
+  request; those that fail are refused, "malformed entry", and the rest is sent.
 - HTTP 413 (too large): the events are sent again in halves, each half halved again while it
   is refused, down to a single event, which alone is refused: "too large for the endpoint".
-  The largest body taken then becomes the limit later batches are cut at (``BodyLimit``).
-- A rejection (4xx) of a batch holding malformed JSON (written by hand, by another tool, or an
-  ``orjson.Fragment`` that is not JSON): those events are refused, "malformed entry", and the
-  rest are sent again.
+  Only bodies of more than one event teach ``BodyLimit`` anything; the largest body taken
+  then becomes the limit later batches are cut at.
 
 Each part is a request of its own, with an Idempotency-Key derived from the batch id
-(``<id>.a``/``<id>.b`` for halves, ``<id>.v`` for the well-formed rest) and a permit of the
-rate limiter.  What became of every event is one partial ``Outcome``, which the settler
-settles in one store call.  Without a 413 or a malformed event the endpoint's answer is
-returned as it is.  Every answer heard on the way comes back too (``Sent.answers``), with
-its seconds and events, for the caller's histograms, gate and limiter.
+(``<id>.a``/``<id>.b`` for halves) and a permit of the rate limiter.  What became of every
+event is one partial ``Outcome``, which the settler settles in one store call.  Without a
+413 or a malformed event the endpoint's answer is returned as it is.  Every answer heard on
+the way comes back too (``Sent.answers``), with its seconds and events, for the caller's
+histograms, gate and limiter.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -26,11 +29,10 @@ from typing import NamedTuple
 import orjson
 
 from reporter._delivery.body_limit import BodyLimit
-from reporter._senders.outcome import DELIVERED, REJECTED, MovedItem, Outcome
+from reporter._senders.outcome import DELIVERED, MALFORMED, REJECTED, MovedItem, Outcome
 from reporter._senders.sender import Sender
 
 TOO_LARGE = "too large for the endpoint (HTTP 413)"
-MALFORMED = "malformed entry"
 
 
 class Answer(NamedTuple):
@@ -81,24 +83,30 @@ class Attempt:
         """The outcome for the batch; ``permit`` is asked before every request beyond the
         first (False: the rest waits for the batch's next attempt)."""
         answers: list[Answer] = []
+        bad = malformed(events)
+        if bad:
+            return Sent(self._well_formed(answers, game, batch_id, events, bad, attempt,
+                                          permit), answers)
         outcome = self._post(answers, game, batch_id, events, attempt)
-        if outcome.kind != REJECTED or outcome.alert:
+        if outcome.kind != REJECTED or outcome.alert or not outcome.too_large:
             return Sent(outcome, answers)
-        if outcome.too_large:
-            if len(events) > 1:
-                return Sent(self._halves(answers, game, batch_id, events, attempt, permit),
-                            answers)
-            self._limit.learn(self._limit.model.body_bytes(events), 0)
+        if len(events) == 1:  # says nothing about the limit: dead-lettered alone
             return Sent(Outcome(REJECTED, TOO_LARGE), answers)
-        malformed = [i for i, event in enumerate(events) if not _is_json(event)]
-        if len(malformed) == len(events):
-            return Sent(Outcome(REJECTED, MALFORMED), answers)
-        if not malformed:
-            return Sent(outcome, answers)
-        parts = _Parts(refused=dict.fromkeys(malformed, MALFORMED))
+        return Sent(self._halves(answers, game, batch_id, events, attempt, permit), answers)
+
+    def _well_formed(self, answers: list[Answer], game: str, batch_id: str,
+                     events: Sequence[bytes], bad: list[int], attempt: int,
+                     permit: Callable[[], bool]) -> Outcome:
+        """Refuse the malformed events and send the rest under the batch's own id (the same
+        rest on every attempt), with the permit the batch was claimed with."""
+        parts = _Parts(refused=dict.fromkeys(bad, MALFORMED))
         rest = [i for i in range(len(events)) if i not in parts.refused]
-        self._run(answers, game, attempt, events, parts, [(f"{batch_id}.v", rest)], permit)
-        return Sent(parts.outcome(), answers)
+        if not rest:
+            return parts.outcome()  # nothing to send: settled as refused, no request
+        self._run(answers, game, attempt, events, parts, [(batch_id, rest)], permit,
+                  permitted=True)
+        self._limit.learn(parts.refused_bytes, parts.accepted_bytes)
+        return parts.outcome()
 
     def _post(self, answers: list[Answer], game: str, batch_id: str, events: Sequence[bytes],
               attempt: int) -> Outcome:
@@ -116,13 +124,16 @@ class Attempt:
         return parts.outcome()
 
     def _run(self, answers: list[Answer], game: str, attempt: int, events: Sequence[bytes],
-             parts: _Parts, todo: list[tuple[str, list[int]]], permit: Callable[[], bool]
-             ) -> None:
+             parts: _Parts, todo: list[tuple[str, list[int]]], permit: Callable[[], bool],
+             permitted: bool = False) -> None:
         """Send the parts in order (a refused half puts its own halves first); once a part
-        fails for a reason that would fail the rest too, they are not sent."""
+        fails for a reason that would fail the rest too, they are not sent.  ``permitted``:
+        the first part goes out on the permit the batch was claimed with."""
         while todo:
             part_id, indices = todo.pop(0)
-            if not permit():  # stopping, or the rate limit is spent
+            if permitted:
+                permitted = False
+            elif not permit():  # stopping, or the rate limit is spent
                 parts.retry += indices + [i for _, rest in todo for i in rest]
                 parts.reason = parts.reason or "not sent yet: no request left under the limit"
                 return
@@ -138,10 +149,10 @@ class Attempt:
                     parts.reason = outcome.reason
                     parts.retry_after = max(parts.retry_after, outcome.retry_after)
             elif outcome.kind == REJECTED and outcome.too_large and not outcome.alert:
-                parts.refused_bytes = min(parts.refused_bytes or size, size)
                 if len(indices) == 1:
                     parts.refused[indices[0]] = TOO_LARGE
-                else:
+                else:  # a body of one event says nothing about the limit: only these do
+                    parts.refused_bytes = min(parts.refused_bytes or size, size)
                     todo[:0] = _split(part_id, indices)
             elif outcome.kind == REJECTED:
                 parts.refused.update((i, outcome.reason) for i in indices)
@@ -160,6 +171,15 @@ class Attempt:
 def _split(batch_id: str, indices: list[int]) -> list[tuple[str, list[int]]]:
     middle = len(indices) // 2
     return [(f"{batch_id}.a", indices[:middle]), (f"{batch_id}.b", indices[middle:])]
+
+
+def malformed(events: Sequence[bytes]) -> list[int]:
+    """The positions of the events that are not exactly one JSON value each."""
+    try:
+        deque(map(orjson.loads, events), maxlen=0)  # the usual case: every one parses
+    except orjson.JSONDecodeError:
+        return [i for i, event in enumerate(events) if not _is_json(event)]
+    return []
 
 
 def _is_json(event: bytes) -> bool:

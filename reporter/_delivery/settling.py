@@ -23,7 +23,7 @@ from reporter._delivery.freshness import Fresh
 from reporter._delivery.held import Delivered, Held, ToAck
 from reporter._delivery.lease import Leased, Result
 from reporter._logging import batch_fields
-from reporter._senders.outcome import DELIVERED, REJECTED, Outcome
+from reporter._senders.outcome import DELIVERED, MALFORMED, REJECTED, Outcome
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=30.0)
@@ -219,14 +219,28 @@ class Settler:
                    C.BATCHES_DELIVERED: int(settled.delivered > 0)}
         if outcome.refused:
             refused = len(outcome.refused)
-            amounts.update({C.REJECTED_ITEMS: refused, C.DEAD_EVENTS: refused,
+            malformed = sum(reason == MALFORMED for _, reason in outcome.refused)
+            amounts.update({C.REJECTED_ITEMS: refused - malformed,
+                            C.MALFORMED_ENTRIES: malformed, C.DEAD_EVENTS: refused,
                             C.DEAD_BATCHES: 1})
-            ratelog.log(logging.ERROR, f"refused:{game}",
-                        "endpoint refused %d of %d events of batch %s of game %r (first: %s); "
-                        "dead-lettered as %s", refused, len(fresh.events), batch_id, game,
-                        outcome.refused[0][1], settled.refused_id,
-                        extra=batch_fields(game, batch_id, keys.shard, reason=outcome.reason,
-                                           refused=refused, dead_letter=settled.refused_id))
+            if malformed:
+                ratelog.log(logging.ERROR, f"malformed:{game}",
+                            "%d of %d events of batch %s of game %r are not one JSON value "
+                            "each (written to Redis by something else than the SDK); never "
+                            "sent, dead-lettered as %s, reason 'malformed entry'", malformed,
+                            len(fresh.events), batch_id, game, settled.refused_id,
+                            extra=batch_fields(game, batch_id, keys.shard, reason=MALFORMED,
+                                               refused=malformed,
+                                               dead_letter=settled.refused_id))
+            if refused > malformed:
+                first = next(r for _, r in outcome.refused if r != MALFORMED)
+                ratelog.log(logging.ERROR, f"refused:{game}",
+                            "endpoint refused %d of %d events of batch %s of game %r (first: "
+                            "%s); dead-lettered as %s", refused - malformed, len(fresh.events),
+                            batch_id, game, first, settled.refused_id,
+                            extra=batch_fields(game, batch_id, keys.shard,
+                                               reason=outcome.reason, refused=refused,
+                                               dead_letter=settled.refused_id))
         if settled.retry_state == "retry":
             amounts[C.BATCHES_RETRIED] = 1
         elif settled.retry_state == "dead":

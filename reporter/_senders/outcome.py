@@ -18,6 +18,9 @@ from reporter._constants import MAX_RETRY_AFTER_SECONDS
 DELIVERED: Literal["delivered"] = "delivered"
 RETRY: Literal["retry"] = "retry"
 REJECTED: Literal["rejected"] = "rejected"
+# The reason of an event that is not one JSON value: set aside by the claim script or the
+# reporter, never sent (the settle script counts these as malformed_entries).
+MALFORMED = "malformed entry"
 
 # An error body's known fields, in the order they are looked for; how long the reason taken
 # from one may be; bodies larger than this are not parsed at all.

@@ -5,14 +5,16 @@ dead-lettered alone while their neighbours are delivered, with every event accou
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import orjson
 import pytest
 import redis
 
 from collector import Collector
+from collector.counters import Counter as C
 from collector.store import encode_entry
-from reporter._delivery.attempt import MALFORMED
+from reporter._senders.outcome import MALFORMED
 from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
     assert_reconciled,
@@ -98,31 +100,60 @@ def test_raw_json_with_a_newline_is_refused_and_forges_nothing(
     assert set(received_keys(endpoint)) == {(GAME, seq) for seq in range(50)}
 
 
-def test_raw_json_that_is_not_json_is_set_aside_when_the_endpoint_refuses_it(
+# Raw JSON that would close the event early and forge the body's envelope (issue 20).
+FORGED = b'1}],"game":"victim","batch_id":"forged","events":[{"f":1'
+
+
+@pytest.mark.parametrize("raw", [FORGED, b'{"unclosed":', b"1 2", b"", b"[1]]"])
+def test_raw_json_that_is_not_one_json_value_is_refused_by_the_sdk(raw: bytes) -> None:
+    c = Collector(disabled=True)
+    try:
+        with pytest.raises(TypeError, match=r"raw JSON .* not exactly one JSON value"):
+            c.collect("attacker", {"x": orjson.Fragment(raw)})
+        with pytest.raises(TypeError, match=r"not exactly one JSON value"):  # at any depth
+            c.collect("attacker", {"a": [1, {"b": (2, orjson.Fragment(raw))}]})
+        c.collect("attacker", {"x": orjson.Fragment(b' {"a":[1,2]} '), "y": [1, {"z": None}]})
+        assert c.stats()["accepted"] == 1
+    finally:
+        c.close()
+
+
+def test_a_forged_envelope_written_to_redis_never_reaches_the_endpoint_as_another_games(
         redis_url: str, r: redis.Redis, make_endpoint: MakeEndpoint,
         start_service: StartService) -> None:
-    """One line but not JSON: the endpoint answers 400 to the batch; the reporter finds the
-    event, dead-letters it alone and sends its neighbours again under a derived key."""
+    """The bytes the SDK refuses, pushed straight into an attacker's list: the reporter
+    parses every event before it builds a body, dead-letters that one alone as a malformed
+    entry (counted), and delivers its neighbours and the victim's own events as they are."""
     endpoint = make_endpoint()
     config = make_config(redis_url, endpoint.url)
     schema = schema_of(config)
-    c = Collector(config=config)
-    try:
-        for seq in range(20):
-            c.collect(GAME, {"game": GAME, "seq": seq})
-        c.collect(GAME, {"game": GAME, "raw": orjson.Fragment(b'{"unclosed":')})
-        for seq in range(20, 40):
-            c.collect(GAME, {"game": GAME, "seq": seq})
-        assert c.flush(timeout=10)
-    finally:
-        c.close()
+    scripts = Scripts(store_of(r, schema))
+    now = time.time_ns() // 1_000_000
+    for game in ("attacker", "victim"):
+        scripts.collect(schema.for_game(game), game, 1000, 3600,
+                        [encode_entry(now, orjson.dumps({"game": game, "seq": seq}))
+                         for seq in range(5)])
+    forged = encode_entry(now, b'{"game":"attacker","x":' + FORGED + b"}")
+    keys = schema.for_game("attacker")
+    r.rpush(keys.queue("attacker"), forged)
+    r.hincrby(keys.stats, "stored", 1)  # as a hand-writer that keeps the books would
+    scripts.collect(keys, "attacker", 1000, 3600,
+                    [encode_entry(now, orjson.dumps({"game": "attacker", "seq": seq}))
+                     for seq in range(5, 10)])
     service = start_service(config)
 
     final = wait_until(lambda: drained(r, schema), timeout=30)
     assert_reconciled(final)
-    assert (final.summary()["delivered"], final.summary()["dead_events"]) == (40, 1)
-    assert set(received_keys(endpoint)) == {(GAME, seq) for seq in range(40)}
+    with endpoint.lock:
+        received = list(endpoint.received)
+    assert all(req.batch_id != "forged" for req in received)
+    assert all(event.get("game") == req.game for req in received for event in req.events)
+    assert received_keys(endpoint) == Counter(
+        [("victim", seq) for seq in range(5)] + [("attacker", seq) for seq in range(10)])
+    summary = final.summary()
+    assert (summary["delivered"], summary["dead_events"]) == (15, 1)
+    assert (summary["malformed_entries"], summary["rejected_items"]) == (1, 0)
+    assert service.tally.snapshot().get(C.MALFORMED_ENTRIES) == 1
     [dead] = service.store.dead_batches(10)
-    assert (dead.events, dead.reason) == (1, MALFORMED)
-    assert all(r.idempotency_key.endswith(".v") for r in endpoint.received
-               if any(e["seq"] in (19, 20) for e in r.events))
+    assert (dead.game, dead.events, dead.reason) == ("attacker", 1, MALFORMED)
+    assert r.hget(keys.payloads, dead.batch_id) == forged
