@@ -21,7 +21,15 @@ import redis
 
 from bench._pipeline_workload import make_event
 from collector.config import build_config, raw_settings
-from collector.store import Claim, Collect, Store, encode_entry, open_store
+from collector.store import (
+    Claim,
+    Collect,
+    Nack,
+    RetryPolicy,
+    Store,
+    encode_entry,
+    open_store,
+)
 from reporter._config import ReporterConfig
 
 TTL = 3600
@@ -220,3 +228,55 @@ def status_no_shards(client: redis.Redis, url: str, shards: int, games: int,
             seconds.append(time.perf_counter() - start)
             out = done.stdout
     return StatusResult(shards, games, seconds, len(out.splitlines()))
+
+
+# -- (f) status with dead letters -------------------------------------------------------------
+
+
+@dataclass
+class DeadReadResult:
+    dead: int
+    server_ms: float  # Redis time of a read_shard call of the shard holding them (median)
+    status_seconds: float  # one full ``status`` read, in process
+
+
+def status_with_dead(url: str, dead: int, per_batch: int = 10, calls: int = 20
+                     ) -> DeadReadResult:
+    """``dead`` dead letters (``per_batch`` events each, a reason of 120 characters as the
+    senders keep) in one shard of 16; then the Redis time of reading that shard's state
+    (``read_shard``: the median of ``calls`` calls in SLOWLOG) and the wall time of a full
+    ``status`` read."""
+    store = store_for(url, 16)
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    game = "dead-game"
+    keys = store.schema.for_game(game)
+    register(store, [game], per_game=dead * per_batch)
+    policy = RetryPolicy(1, 1, 1, dead + 1)
+    made = 0
+    while made < dead:
+        claimed = store.call(Claim(keys, game, f"b{made}", "t", per_batch, 100, 60_000,
+                                   86_400_000, 0, dead + 1))
+        for batch in claimed.batches:
+            store.call(Nack(keys, batch.batch_id, "t", policy, 0.0, True, 0,
+                            "HTTP 400: " + "x" * 110))
+        made += len(claimed.batches)
+    client.config_set("slowlog-log-slower-than", 0)
+    client.config_set("slowlog-max-len", 4 * calls + 16)
+    client.slowlog_reset()
+    for _ in range(calls):
+        store.read_shard(keys)
+    script_us = [e["duration"] for e in client.slowlog_get(4 * calls + 16)
+                 if e["command"].split(b" ")[0].lower() in (b"evalsha", b"eval")]
+    client.config_set("slowlog-log-slower-than", 10_000)
+    start = time.perf_counter()
+    read_totals_of(store)
+    seconds = time.perf_counter() - start
+    store.close()
+    client.close()
+    return DeadReadResult(made, statistics.median(script_us) / 1000, seconds)
+
+
+def read_totals_of(store: Store) -> int:
+    """What ``status`` reads of every shard (``read_shards``): the shards read."""
+    return len(store.read_shards())

@@ -20,7 +20,9 @@ never the machine's Redis on 6379):
   collect.lua on one server and RPUSHed as plain lists on a second one started with it:
   ``used_memory`` growth per event on each.
 * ``status``: ``telemetry-reporter status --no-shards`` (a real process) with
-  ``--status-shards`` (16,384) shards and ``--status-games`` (10,000) games buffered.
+  ``--status-shards`` (16,384) shards and ``--status-games`` (10,000) games buffered; and the
+  full form's read of a shard holding ``--status-dead`` (2,000) dead letters (Redis time of
+  ``read_shard``, and a whole ``status`` read) against one holding none.
 
     .venv/bin/python bench/scale.py [--only PART] [--seconds 600] [--rate 10000] ... [--small]
 
@@ -50,6 +52,7 @@ from bench._pipeline_workload import our_raw  # noqa: E402
 from bench._scale_checks import (  # noqa: E402
     memory_side_by_side,
     status_no_shards,
+    status_with_dead,
     sweep_row,
 )
 from bench._scale_trickle import HOT, rss_at, run_trickle  # noqa: E402
@@ -63,7 +66,7 @@ PARTS = ("trickle", "sweep", "memory", "status")
 SMALL = {"seconds": 3.0, "warmup": 0.0, "rate": 500.0, "games": 100, "linger_ms": 500,
          "poll_ms": 100, "workers": 2, "cap": 5000, "sweep_games": "100,1000",
          "sweep_active": 50, "memory_events": 20_000, "memory_games": 20,
-         "status_shards": 256, "status_games": 200, "status_runs": 1}
+         "status_shards": 256, "status_games": 200, "status_runs": 1, "status_dead": 100}
 
 
 @dataclass
@@ -201,6 +204,15 @@ def status(args: argparse.Namespace) -> list[Check]:
           f"{', '.join(f'{s:.2f}' for s in result.seconds)} s ({result.lines} lines printed)")
     check = Check("under 2 s", max(result.seconds) < 2)
     check.show()
+    server = start_server()
+    try:
+        none, dead = (status_with_dead(server.url, n) for n in (0, args.status_dead))
+    finally:
+        server.cleanup()
+    print(f"status with dead letters: read_shard of a shard holding {dead.dead:,} dead letters "
+          f"{dead.server_ms:.3f} ms of Redis time (median of 20; {none.server_ms:.3f} ms "
+          f"holding none); a full status read {dead.status_seconds * 1000:.1f} ms "
+          f"({none.status_seconds * 1000:.1f} ms)")
     return [check]
 
 
@@ -231,6 +243,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--status-shards", type=int, default=16_384)
     p.add_argument("--status-games", type=int, default=10_000)
     p.add_argument("--status-runs", type=int, default=3, help="status processes timed (3)")
+    p.add_argument("--status-dead", type=int, default=2_000,
+                   help="dead letters in one shard for status's reads (2000)")
     return parse_with_small(p, argv, SMALL)
 
 

@@ -15,8 +15,11 @@
 -- KEYS[7]  batches    hash   batch id -> metadata (JSON)
 -- KEYS[8...] q:<game> list   the buffers of the games the caller saw in the ring
 -- returns  {ring, inflight ids, retry ids, dead length, stats (field, value, ...), owner or
---           nil, batches (id, metadata, ...), problems (key, type found, ...), then per game
---           of KEYS[8...]: its length, its oldest entry or nil}
+--           nil, pending batches (id, metadata, ...: those in flight or waiting for a retry
+--           that have metadata), problems (key, type found, ...), then per game of
+--           KEYS[8...]: its length, its oldest entry or nil}
+-- Only the pending batches' metadata is read (their events are counted as pending): dead
+-- letters are counted by LLEN, never read, however many there are.
 local problems = {}
 local function read(absent, ...)
   local reply = redis.pcall(...)
@@ -29,14 +32,32 @@ local function read(absent, ...)
   end
   return reply
 end
+local ring = read({}, 'ZRANGE', KEYS[1], 0, -1)
+local inflight = read({}, 'ZRANGE', KEYS[2], 0, -1)
+local retry = read({}, 'ZRANGE', KEYS[3], 0, -1)
+local pending = {}
+for _, id in ipairs(inflight) do pending[#pending + 1] = id end
+for _, id in ipairs(retry) do pending[#pending + 1] = id end
+local metas = {}
+for first = 1, #pending, 1000 do -- HMGET in slices: unpack() is limited by Lua's stack
+  local ids = {unpack(pending, first, math.min(first + 999, #pending))}
+  local found = read(false, 'HMGET', KEYS[7], unpack(ids))
+  if not found then break end -- not a hash: named once among the problems
+  for i, id in ipairs(ids) do
+    if found[i] then
+      metas[#metas + 1] = id
+      metas[#metas + 1] = found[i]
+    end
+  end
+end
 local out = {
-  read({}, 'ZRANGE', KEYS[1], 0, -1),
-  read({}, 'ZRANGE', KEYS[2], 0, -1),
-  read({}, 'ZRANGE', KEYS[3], 0, -1),
+  ring,
+  inflight,
+  retry,
   read(0, 'LLEN', KEYS[4]),
   read({}, 'HGETALL', KEYS[5]),
   read(false, 'GET', KEYS[6]),
-  read({}, 'HGETALL', KEYS[7]),
+  metas,
   problems,
 }
 for k = 8, #KEYS do

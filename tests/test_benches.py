@@ -46,6 +46,7 @@ EXPECTED: dict[str, list[str | re.Pattern[str]]] = {
     "scale": [
         "trickle:", "every game's events delivered", "sweep:", "un-register us",
         "memory:", "used_memory growth per event", "status --no-shards:",
+        "status with dead letters:",
     ],
     "persistence": [
         "setting: none,", "setting: aof everysec,", "setting: aof always,", "reporter resets:",
