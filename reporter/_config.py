@@ -53,7 +53,7 @@ class ReporterSettings:
 
 @dataclass(frozen=True, repr=False)
 class SinkSettings(MaskedRepr):
-    kind: str = setting("json", choices=("json", "nppa"))
+    kind: str = setting("json", choices=("json", "nppa", "print"))
     url: str = setting("", secret=True)
     timeout_seconds: float = setting(5.0, lo=0.05, hi=300)
     connect_timeout_seconds: float = setting(2.0, lo=0.05, hi=300)

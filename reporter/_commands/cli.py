@@ -296,6 +296,9 @@ def _check_config(path: str | None, connect: bool = False, probe_method: str = "
 
 def _sink_notices(config: ReporterConfig) -> list[str]:
     """What check-config should point out about the sink that is not an error."""
+    if config.sink.kind == "print":
+        return ['[sink] kind = "print": batches go to standard output and are counted as '
+                "delivered; [sink] url is not used"] if config.sink.url else []
     if config.sink.kind != "nppa":
         return []
     missing = config.games_without_biz_id()
@@ -310,6 +313,8 @@ def _sink_notices(config: ReporterConfig) -> list[str]:
 
 def sink_description(config: ReporterConfig) -> str:
     """The sink's kind and URL, password and query values masked."""
+    if config.sink.kind == "print":
+        return "print (standard output)"
     if config.sink.kind == "nppa":
         from reporter._senders.nppa import endpoint_url
 

@@ -55,6 +55,9 @@ def probe_sink(config: ReporterConfig, method: str = "HEAD",
                transport: httpx.BaseTransport | None = None) -> Probe:
     if config.sink.kind == "nppa":
         return probe_nppa(config, transport)
+    if config.sink.kind == "print":
+        return Probe("sink", True, "print: batches go to standard output (no endpoint to "
+                                   "probe)")
     from reporter._senders.secrets import secret_files
 
     url = config.sink.url

@@ -3,7 +3,9 @@
 - ``sender``: the ``Sender`` interface and ``make_sender`` (from ``[sink] kind``).
 - ``outcome``: ``Outcome`` and the pure functions that classify answers.
 - ``json_sink``: the ``json`` sender; ``nppa`` and ``nppa_wire``: the anti-addiction
-  interface's sender, its sealed body and its signature.
+  interface's sender, its sealed body and its signature; ``print_sink``: the ``print``
+  sender, each batch as a JSON line on standard output (trying the reporter without an
+  endpoint).
 - ``client``, ``transport``, ``wire``: the keep-alive ``httpx.Client`` and the lean HTTP/1.1
   transport under it.
 

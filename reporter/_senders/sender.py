@@ -17,6 +17,7 @@ from reporter._exceptions import SinkConfigError
 from reporter._senders.json_sink import JsonSender
 from reporter._senders.nppa import NppaSender
 from reporter._senders.outcome import Outcome
+from reporter._senders.print_sink import PrintSender
 from reporter._senders.secrets import NPPA_KEY, SecretFile, secret_files
 
 
@@ -41,4 +42,6 @@ def make_sender(config: ReporterConfig, transport: httpx.BaseTransport | None = 
     if kind == "nppa":
         key = next((f for f in files if f.setting == NPPA_KEY), None)
         return NppaSender(config.nppa, config.sink, config.biz_id, transport, key=key)
+    if kind == "print":
+        return PrintSender()
     raise SinkConfigError(f"[sink] kind: no sender named {kind!r}")
