@@ -15,7 +15,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from urllib.parse import unquote
 
 __all__ = [
@@ -117,29 +117,67 @@ def _masked_item(match: re.Match[str]) -> str:
 
 
 class RateLimitedLog:
-    def __init__(self, logger: logging.Logger, interval: float = 60.0) -> None:
+    """One line per key per ``interval``, the rest counted and told with the next line.
+
+    Keys name a kind of event (a status, a code, a route), never text a peer chose; as a
+    second line of defence the state is bounded all the same: a key is cut to
+    ``KEY_CHARS``, and past ``max_keys`` keys the idle ones are forgotten (their held-back
+    count is told with the next line) and, if every key is still busy, a new key shares one
+    ``OVERFLOW`` key, so a flood of distinct keys costs one line per interval.
+    """
+
+    KEY_CHARS = 100
+    OVERFLOW = "(other kinds)"
+
+    def __init__(self, logger: logging.Logger, interval: float = 60.0,
+                 max_keys: int = 256, clock: Callable[[], float] = time.monotonic) -> None:
         self._logger = logger
+        self._clock = clock
         self._interval = interval
+        self._max_keys = max(1, max_keys)
         self._lock = threading.Lock()
         self._last: dict[str, float] = {}
         self._suppressed: dict[str, int] = {}
+        self._forgotten = 0  # held back under keys forgotten since the last line
 
     def log(self, level: int, key: str, msg: str, *args: object, exc_info: bool = False,
             extra: Mapping[str, object] | None = None) -> None:
-        now = time.monotonic()
+        now = self._clock()
+        key = key[:self.KEY_CHARS]
         with self._lock:
+            if key not in self._last and len(self._last) >= self._max_keys:
+                self._forget_idle(now)
+                if len(self._last) >= self._max_keys:
+                    key = self.OVERFLOW
             last = self._last.get(key)
             if last is not None and now - last < self._interval:
                 self._suppressed[key] = self._suppressed.get(key, 0) + 1
                 return
             self._last[key] = now
             hidden = self._suppressed.pop(key, 0)
+            forgotten, self._forgotten = self._forgotten, 0
         if hidden:
             msg += " (%d similar messages suppressed)"
             args = (*args, hidden)
+        if forgotten:
+            msg += " (%d earlier messages of other kinds suppressed)"
+            args = (*args, forgotten)
         self._logger.log(level, msg, *args, exc_info=exc_info, extra=extra)
 
+    def _forget_idle(self, now: float) -> None:
+        """Drop the keys whose interval is over (under the lock)."""
+        for key in [k for k, at in self._last.items() if now - at >= self._interval]:
+            del self._last[key]
+            self._forgotten += self._suppressed.pop(key, 0)
+
+    @property
+    def keys(self) -> int:
+        """How many keys are remembered now."""
+        with self._lock:
+            return len(self._last)
+
     def reset(self, key: str) -> None:
+        key = key[:self.KEY_CHARS]
         with self._lock:
             self._last.pop(key, None)
             self._suppressed.pop(key, None)

@@ -94,6 +94,8 @@ class MetricsSettings:
     listen: str = setting("")
     cache_seconds: float = setting(5.0, lo=0, hi=300)
     top_games: int = setting(10, lo=0, hi=100)
+    max_connections: int = setting(64, lo=1, hi=10_000)
+    error_details: bool = setting(False)
 
 
 @dataclass(frozen=True, repr=False)

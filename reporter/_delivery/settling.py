@@ -9,6 +9,7 @@ counters, and at most one log line.  A delivered batch is not acked at once: it 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Sequence
 
@@ -27,6 +28,20 @@ from reporter._senders.outcome import DELIVERED, MALFORMED, REJECTED, Outcome
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=30.0)
+# "HTTP 503", "nppa 1011": the code at the start of a reason that has no ``code`` field.
+_REASON_CODE = re.compile(r"(?:HTTP|nppa) \d{1,5}\b")
+
+
+def log_kind(outcome: Outcome) -> str:
+    """What a log line about a failed batch is rate-limited by: the outcome's code (the HTTP
+    status or the transport error's type), its alert's name or the code its reason starts
+    with; never the endpoint's own text, which may differ at every answer (a request id)."""
+    if outcome.code:
+        return outcome.code[:40]
+    if outcome.alert:
+        return outcome.alert.partition(":")[0][:60]
+    code = _REASON_CODE.match(outcome.reason)
+    return code.group() if code else "other"
 
 
 class Settler:
@@ -161,7 +176,7 @@ class Settler:
                                     min_delay_ms=int(outcome.retry_after * 1000),
                                     reason=outcome.reason)
         if result.state == "dead":
-            ratelog.log(logging.ERROR, f"dead:{outcome.reason[:40]}",
+            ratelog.log(logging.ERROR, f"dead:{log_kind(outcome)}",
                         "batch %s of game %r dead-lettered (%d events) after %d attempts: %s",
                         batch_id, game, len(batch.entries), attempt, outcome.reason,
                         extra=batch_fields(game, batch_id, keys.shard, attempt,

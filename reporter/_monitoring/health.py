@@ -9,7 +9,9 @@ Ready means all of:
   held counts too: a round tries every shard while below its share, so holding none means
   that other processes hold them all.
 
-A check is reused for a second, so a burst of probes costs Redis one PING.
+A check is reused for a second, so a burst of probes costs Redis one PING.  A reason names
+what is wrong (``redis: BackendUnavailable``) without the error's text, which carries hosts,
+ports and users, unless ``[metrics] error_details`` is on.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from collector.logs import mask
 from collector.store import BackendError, Store
 
 Clock = Callable[[], float]
@@ -28,8 +31,10 @@ READY_REUSE_SECONDS = 1.0
 
 class Health:
     def __init__(self, store: Store, stop: threading.Event, lease_seconds: float,
-                 owned: Callable[[], frozenset[int]], clock: Clock = time.monotonic) -> None:
+                 owned: Callable[[], frozenset[int]], clock: Clock = time.monotonic,
+                 details: bool = False) -> None:
         self._store = store
+        self._details = details
         self._stop = stop
         self._lease_seconds = lease_seconds
         self._owned = owned
@@ -63,7 +68,9 @@ class Health:
         try:
             self._store.ping()
         except BackendError as exc:
-            reasons.append(f"redis: {type(exc).__name__}: {exc}")
+            # The error's text names hosts, ports and users: only when the operator asks.
+            reasons.append(f"redis: {type(exc).__name__}: {mask(str(exc))}" if self._details
+                           else f"redis: {type(exc).__name__}")
         renewed = self._renewed_at
         if renewed is None:
             reasons.append("shard leases: no round has succeeded yet")

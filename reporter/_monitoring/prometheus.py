@@ -22,6 +22,7 @@ from reporter._delivery.hold import NOT_HELD, SendHold
 from reporter._monitoring.health import Health
 from reporter._monitoring.levels import Reading, RedisReadings, WatchedLimiter
 from reporter._monitoring.server import MetricsServer
+from reporter._monitoring.shedding import Limits
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -150,7 +151,8 @@ class MetricsEndpoint:
         self.readings = RedisReadings(store, owned, m.cache_seconds, wall=clock)
         collector = ReporterMetrics(self.process, self.readings, limiter,
                                     store.schema.shards, m.top_games, send_errors, hold)
-        self.server = MetricsServer(listen_address(m.listen), collector, health)
+        self.server = MetricsServer(listen_address(m.listen), collector, health,
+                                    Limits(max_connections=m.max_connections), m.error_details)
 
     def start(self) -> None:
         self.server.start()

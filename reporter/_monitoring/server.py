@@ -1,7 +1,12 @@
 """The HTTP server of ``/metrics``, ``/healthz`` and ``/readyz``, on its own threads.
 
-It binds the configured address only, answers GET, and serves the Prometheus text format
-0.0.4 (no OpenMetrics negotiation: one format, whatever the scraper asks).
+It binds the configured address only, answers GET (and HEAD), and serves the Prometheus text
+format 0.0.4 (no OpenMetrics negotiation: one format, whatever the scraper asks).  The
+connections are handled by ``connections.BoundedServer`` (deadlines, a cap, accept back-off);
+what it closed on its own is counted on ``/metrics`` itself.
+
+Error answers say what is wrong without exception text, hosts or users unless ``[metrics]
+error_details`` is on; logs are keyed by route, never by the path a client sent.
 """
 
 from __future__ import annotations
@@ -9,48 +14,64 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import socketserver
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, Protocol
 
-from collector.logs import RateLimitedLog
+from collector.logs import RateLimitedLog, mask
 from reporter._exceptions import ReporterError
+from reporter._monitoring.connections import BoundedServer
 from reporter._monitoring.health import Health
+from reporter._monitoring.http_wire import Answer, Request
+from reporter._monitoring.shedding import Counts, Limits
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=30.0)
 
 TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
+ROUTES = ("/metrics", "/healthz", "/readyz")
+DROPPED = "telemetry_metrics_connections_dropped"
+DROPPED_HELP = ("Connections to the metrics server it closed on its own, by reason: over_cap "
+                "(past [metrics] connections' bound), deadline (no whole request, or an answer "
+                "not taken, in time), bad_request (too large, malformed, not GET)")
+ACCEPT_ERRORS = "telemetry_metrics_accept_errors"
+ACCEPT_ERRORS_HELP = ("Failed accepts of the metrics server, by errno (EMFILE: out of file "
+                      "descriptors); each pauses accepting for a moment")
+SERVER_COUNTERS = (DROPPED, ACCEPT_ERRORS)
 
 
 class Collectable(Protocol):
     def collect(self) -> Any: ...
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class ServerCounters:
+    """A prometheus-client collector of the server's own counts."""
 
-    def __init__(self, address: tuple[str, int], family: socket.AddressFamily,
-                 handler: type[BaseHTTPRequestHandler]) -> None:
-        self.address_family = family
-        super().__init__(address, handler)
+    def __init__(self, counts: Counts) -> None:
+        self._counts = counts
 
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind looks up the host's FQDN, which can stall on a slow DNS.
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name, self.server_port = str(host), int(port)
+    def collect(self) -> list[Metric]:
+        from prometheus_client.metrics_core import CounterMetricFamily
+
+        dropped = CounterMetricFamily(DROPPED, DROPPED_HELP, labels=["reason"])
+        for reason, count in self._counts.dropped().items():
+            dropped.add_metric([reason], count)
+        errors = CounterMetricFamily(ACCEPT_ERRORS, ACCEPT_ERRORS_HELP, labels=["code"])
+        for code, count in sorted(self._counts.accept_errors().items()):
+            errors.add_metric([code], count)
+        return [dropped, errors]
 
 
 class MetricsServer:
-    def __init__(self, address: tuple[str, int], metrics: Collectable, health: Health) -> None:
+    def __init__(self, address: tuple[str, int], metrics: Collectable, health: Health,
+                 limits: Limits | None = None, details: bool = False) -> None:
         self._address = address
         self._metrics = metrics
         self._health = health
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._limits = limits or Limits()
+        self._details = details
+        self._server: BoundedServer | None = None
 
     def start(self) -> None:
         """Bind and serve; ``ReporterError`` naming the address if it cannot be bound."""
@@ -58,74 +79,72 @@ class MetricsServer:
 
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self._metrics)
+        counts = Counts()
+        registry.register(ServerCounters(counts))
+        routes = _Routes(registry, self._health, self._details)
         host, port = self._address
         try:
             family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-            self._server = _Server(self._address, family, _handler(registry, self._health))
+            server = BoundedServer(self._address, family, routes, _is_liveness, self._limits,
+                                   counts)
         except OSError as exc:
             raise ReporterError(f"[metrics] listen: cannot serve metrics on {host}:{port}: "
                                 f"{exc.strerror or exc}") from exc
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        kwargs={"poll_interval": 0.1},
-                                        name="metrics-http", daemon=True)
-        self._thread.start()
+        self._server = server
+        server.start()
         logger.info("serving metrics on %s/metrics (health: /healthz, /readyz)", self.url)
 
     def stop(self) -> None:
         server, self._server = self._server, None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
+        if server is not None:
+            server.stop()
+
+    @property
+    def counts(self) -> Counts:
+        if self._server is None:
+            raise RuntimeError("the metrics server is not running")
+        return self._server.counts
 
     @property
     def url(self) -> str:
         if self._server is None:
             raise RuntimeError("the metrics server is not running")
-        host, port = (str(part) for part in self._server.server_address[:2])
+        host, port = self._server.address
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def _handler(registry: Any, health: Health) -> type[BaseHTTPRequestHandler]:
-    from prometheus_client import generate_latest
+def _is_liveness(request: Request) -> bool:
+    return request.path == "/healthz"
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        # Headers and body go out in separate writes: with Nagle on, the body of a
-        # kept-alive scrape waits for the client's delayed ACK (about 40 ms).
-        disable_nagle_algorithm = True
 
-        def do_GET(self) -> None:
-            path = urlsplit(self.path).path
-            try:
-                if path == "/metrics":
-                    self._send(200, TEXT_FORMAT, generate_latest(registry))
-                elif path == "/healthz":
-                    self._json(200, health.alive())
-                elif path == "/readyz":
-                    ready, body = health.ready()
-                    self._json(200 if ready else 503, body)
-                else:
-                    self._json(404, {"error": f"not found: {path}; try /metrics, /healthz "
-                                              "or /readyz"})
-            except Exception as exc:  # a bug: answer 500 rather than drop the connection
-                ratelog.log(logging.ERROR, f"metrics:{path}", "GET %s failed: %s: %s", path,
-                            type(exc).__name__, exc, exc_info=True)
-                self._json(500, {"error": f"{type(exc).__name__}: {exc}"})
+class _Routes:
+    def __init__(self, registry: Any, health: Health, details: bool) -> None:
+        from prometheus_client import generate_latest
 
-        def _json(self, status: int, body: dict[str, Any]) -> None:
-            self._send(status, "application/json", json.dumps(body).encode() + b"\n")
+        self._generate = generate_latest
+        self._registry = registry
+        self._health = health
+        self._details = details
 
-        def _send(self, status: int, content_type: str, payload: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+    def __call__(self, request: Request) -> Answer:
+        path = request.path
+        try:
+            if path == "/metrics":
+                return Answer(200, TEXT_FORMAT, self._generate(self._registry))
+            if path == "/healthz":
+                return _json(200, self._health.alive())
+            if path == "/readyz":
+                ready, body = self._health.ready()
+                return _json(200 if ready else 503, body)
+            return _json(404, {"error": "not found; try /metrics, /healthz or /readyz"})
+        except Exception as exc:  # a bug: answer 500 rather than drop the connection
+            route = path if path in ROUTES else "other"
+            ratelog.log(logging.ERROR, f"bug:{route}", "GET %s failed: %s", route,
+                        type(exc).__name__, exc_info=True)
+            error = f"{type(exc).__name__}: {mask(str(exc))}" if self._details else (
+                "internal error; see the reporter's log")
+            return _json(500, {"error": error})
 
-        def log_message(self, format: str, *args: Any) -> None:
-            logger.debug("metrics endpoint: " + format, *args)
 
-    return Handler
+def _json(status: int, body: dict[str, Any]) -> Answer:
+    return Answer(status, "application/json", json.dumps(body).encode() + b"\n")

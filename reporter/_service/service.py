@@ -74,7 +74,7 @@ class ReporterService:
         self.ownership = ShardOwnership(self.store, r.shard_lease_seconds)
         self.limiter = WatchedLimiter(make_limiter(config, self.store))
         self.health = Health(self.store, self.stop_event, r.shard_lease_seconds,
-                             self.ownership.owned)
+                             self.ownership.owned, details=config.metrics.error_details)
         self.send_errors = SendErrors()
         self.hold = (SendHold(self.store, bucket_name("nppa", config.nppa.app_id),
                               config.nppa.probe_interval_seconds, f"app {config.nppa.app_id}")

@@ -23,6 +23,7 @@ from reporter._config import ReporterConfig, listen_address
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._exceptions import ReporterError
 from reporter._monitoring.prometheus import SEND_ERRORS
+from reporter._monitoring.server import SERVER_COUNTERS
 from reporter._service.service import ReporterService
 from tests.config_files import write
 from tests.reporter.conftest import MakeService
@@ -199,7 +200,8 @@ def test_operations_md_lists_every_gauge_and_histogram_served() -> None:
     assert len(documented) == len(set(documented))
     assert set(documented) == ({exposed_name(g) for g in METRICS_GAUGES}
                                | {exposed_name(h) for h in Histogram}
-                               | {f"{SEND_ERRORS}_total"})
+                               | {f"{SEND_ERRORS}_total"}
+                               | {f"{name}_total" for name in SERVER_COUNTERS})
 
 
 def test_a_reading_of_redis_is_reused_for_cache_seconds(redis_url: str,
@@ -232,7 +234,8 @@ def test_readyz_follows_redis(own_server: Server, make_service: MakeService) -> 
     own_server.stop()
     answer = wait_until(lambda: not_ready(service), what="not ready without Redis")
     assert answer["ready"] is False
-    assert any(reason.startswith("redis: BackendUnavailable") for reason in answer["reasons"])
+    assert "redis: BackendUnavailable" in answer["reasons"]  # what, not where
+    assert str(own_server.port) not in str(answer)
     assert get(service, "/healthz").status_code == 200  # alive all the same
     samples = scrape(service)
     assert value(samples, "telemetry_redis_up") == 0
@@ -243,6 +246,40 @@ def test_readyz_follows_redis(own_server: Server, make_service: MakeService) -> 
                what="ready again once Redis is back")
     service.stop()
     assert get_or_none(service) is None  # the server stopped with the service
+
+
+def test_readyz_names_the_redis_error_when_the_operator_asks(
+        own_server: Server, make_service: MakeService) -> None:
+    config = metrics_config(own_server.url, redis={"socket_timeout_seconds": 0.2,
+                                                   "connect_timeout_seconds": 0.2},
+                            metrics={"error_details": True})
+    service = make_service(config)
+    service.start()
+    own_server.stop()
+    try:
+        answer = wait_until(lambda: not_ready(service), what="not ready without Redis")
+        assert any(reason.startswith("redis: BackendUnavailable: ") and
+                   str(own_server.port) in reason for reason in answer["reasons"])
+    finally:
+        own_server.start()
+
+
+def test_the_server_counts_what_it_sheds_on_metrics(redis_url: str,
+                                                   make_service: MakeService) -> None:
+    service = make_service(metrics_config(redis_url))
+    service.start()
+    host, port = listen_address(service.config.metrics.listen)
+    with socket.create_connection((host, port), timeout=10) as sock:
+        sock.sendall(b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 414 ")
+    samples = scrape(service)
+    assert value(samples, "telemetry_metrics_connections_dropped_total",
+                 reason="bad_request") == 1
+    assert value(samples, "telemetry_metrics_connections_dropped_total",
+                 reason="over_cap") == 0
+    assert family_types(service)["telemetry_metrics_accept_errors"] == "counter"
+    answer = get(service, "/" + "b" * 2000)
+    assert answer.status_code == 404 and "bbbb" not in answer.text  # the path is not echoed
 
 
 def not_ready(service: ReporterService) -> dict[str, Any] | None:

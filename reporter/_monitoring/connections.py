@@ -1,0 +1,390 @@
+"""A small HTTP server that an outsider cannot turn against its process.
+
+One selector thread accepts, reads requests and writes answers, all without blocking; a few
+worker threads compute the answers that may take a while (``/metrics``, ``/readyz``).  So an
+idle or half-sent connection costs a file descriptor and a few kilobytes, never a thread, and:
+
+- each request must arrive whole (head and body) within ``request_seconds`` of the
+  connection opening or of the previous answer, and each answer must be taken within
+  ``answer_seconds``: otherwise the connection is closed (counted as ``deadline``);
+- at most ``max_connections`` are open: a new one past the bound closes the connection that
+  has waited longest for its request, or itself if every one is being answered (counted as
+  ``over_cap``), so a probe still gets in during a flood of idle connections;
+- a failed ``accept`` (out of file descriptors, EMFILE) stops accepting for a while, doubling
+  up to ``MAX_BACKOFF_SECONDS``, instead of spinning on a listening socket that stays ready;
+- requests it will not serve (too large, malformed, not GET) are answered with a 4xx and
+  closed (counted as ``bad_request``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import queue
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from collector.logs import RateLimitedLog
+from reporter._monitoring.http_wire import (
+    Answer,
+    BadRequest,
+    Request,
+    encode,
+    head_end,
+    parse_head,
+)
+from reporter._monitoring.shedding import BAD_REQUEST, DEADLINE, OVER_CAP, Counts, Limits
+
+logger = logging.getLogger("reporter")
+ratelog = RateLimitedLog(logger, interval=30.0)
+
+Handle = Callable[[Request], Answer]
+
+MIN_BACKOFF_SECONDS = 0.05
+MAX_BACKOFF_SECONDS = 2.0
+RECV_BYTES = 16 * 1024
+ACCEPTS_PER_WAKE = 64  # then the connections already open get their turn
+TICK_SECONDS = 0.1  # how often deadlines are checked
+INTERNAL_ERROR = Answer(500, "application/json", b'{"error": "internal error"}\n', close=True)
+
+READING, WORKING, WRITING, DRAINING, CLOSED = range(5)
+# After an answer that closes the connection, what the client still sends is read and
+# dropped for this long before the close, so the answer is not lost to a reset.
+LINGER_SECONDS = 1.0
+
+
+class _Conn:
+    __slots__ = ("buffer", "close_after", "deadline", "head", "out", "served", "skip", "sock",
+                 "state", "waiting_since", "watched")
+
+    def __init__(self, sock: socket.socket, now: float, request_seconds: float) -> None:
+        self.sock = sock
+        self.state = READING
+        self.buffer = bytearray()
+        self.skip = 0  # body bytes of the current request still to read and ignore
+        self.head: Request | None = None
+        self.out = memoryview(b"")
+        self.close_after = False
+        self.served = 0
+        self.waiting_since = now
+        self.deadline = now + request_seconds
+        self.watched = 0
+
+
+class BoundedServer:
+    """Serves ``handle``'s answers at ``address``; ``inline`` requests are answered on the
+    selector thread itself (cheap ones, such as a liveness probe, so they never queue behind
+    a slow answer)."""
+
+    def __init__(self, address: tuple[str, int], family: socket.AddressFamily, handle: Handle,
+                 inline: Callable[[Request], bool], limits: Limits | None = None,
+                 counts: Counts | None = None, clock: Callable[[], float] = time.monotonic
+                 ) -> None:
+        self._handle = handle
+        self._inline = inline
+        self._limits = limits or Limits()
+        self._clock = clock
+        self.counts = counts if counts is not None else Counts()
+        self._listener = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            if hasattr(socket, "SO_REUSEADDR") and not hasattr(socket, "SO_EXCLUSIVEADDRUSE"):
+                self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._listener.bind(address)
+            self._listener.listen(128)
+            self._listener.setblocking(False)
+        except OSError:
+            self._listener.close()
+            raise
+        self.address: tuple[str, int] = self._listener.getsockname()[:2]
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._selector.register(self._listener, selectors.EVENT_READ, self._listener)
+        self._listening = True
+        self._paused_until = 0.0
+        self._backoff = 0.0
+        self._conns: set[_Conn] = set()
+        self._work: queue.SimpleQueue[tuple[_Conn, Request] | None] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[_Conn, Request, Answer]] = queue.SimpleQueue()
+        self._stopping = False
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        self._threads = [threading.Thread(target=self._run, name="metrics-http", daemon=True)]
+        self._threads += [threading.Thread(target=self._worker, name=f"metrics-http-{n}",
+                                           daemon=True) for n in range(self._limits.workers)]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stopping = True
+        for _ in range(self._limits.workers):
+            self._work.put(None)
+        self._wake()
+        for thread in self._threads:
+            thread.join(5)
+        if self._threads and self._threads[0].is_alive():  # stuck: at least stop listening
+            self._listener.close()
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._conns)
+
+    # -- the selector thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping:
+                for key, events in self._selector.select(TICK_SECONDS):
+                    if key.data is self._listener:
+                        self._accept()
+                    elif key.data is None:
+                        self._drain_wake()
+                    else:
+                        self._ready(key.data, events)
+                self._finish_work()
+                self._tick(self._clock())
+        except Exception:  # a bug: say so; stop() still closes every socket
+            logger.exception("the metrics server stopped")
+        finally:
+            self._close_all()
+
+    def _ready(self, conn: _Conn, events: int) -> None:
+        if events & selectors.EVENT_READ and conn.state == DRAINING:
+            self._drain(conn)
+        if events & selectors.EVENT_READ and conn.state == READING:
+            self._read(conn)
+        if events & selectors.EVENT_WRITE and conn.state == WRITING:
+            self._write(conn)
+            if conn.state == READING and conn.buffer:  # a request sent before the answer
+                self._serve(conn)
+
+    def _accept(self) -> None:
+        for _ in range(ACCEPTS_PER_WAKE):
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:  # the peer gave up while it waited in the backlog
+                continue
+            except OSError as exc:
+                self._accept_failed(exc)
+                return
+            self._backoff = 0.0
+            if len(self._conns) >= self._limits.max_connections and not self._evict():
+                self.counts.drop(OVER_CAP)
+                sock.close()
+                continue
+            sock.setblocking(False)
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                # the answer goes out at once, not after the client's delayed ACK
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = _Conn(sock, self._clock(), self._limits.request_seconds)
+            self._conns.add(conn)
+            self._watch(conn, selectors.EVENT_READ)
+
+    def _accept_failed(self, exc: OSError) -> None:
+        code = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+        self.counts.accept_error(code)
+        self._backoff = min(MAX_BACKOFF_SECONDS, max(MIN_BACKOFF_SECONDS, self._backoff * 2))
+        self._paused_until = self._clock() + self._backoff
+        if self._listening:
+            self._selector.unregister(self._listener)
+            self._listening = False
+        ratelog.log(logging.WARNING, f"accept:{code}",
+                    "metrics server: accepting a connection failed (%s); not accepting for "
+                    "%.2f s", code, self._backoff)
+
+    def _evict(self) -> bool:
+        """Close the connection that has waited longest for its request, if one is waiting."""
+        waiting = [c for c in self._conns if c.state in (READING, DRAINING)]
+        if not waiting:
+            return False
+        self.counts.drop(OVER_CAP)
+        self._close(min(waiting, key=lambda c: c.waiting_since))
+        return True
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(RECV_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn)
+            return
+        if not data:
+            self._close(conn)
+            return
+        conn.buffer += data
+        self._serve(conn)
+
+    def _drain(self, conn: _Conn) -> None:
+        try:
+            if conn.sock.recv(RECV_BYTES):
+                return
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            pass
+        self._close(conn)
+
+    def _serve(self, conn: _Conn) -> None:
+        """Answer the requests in the connection's buffer while that can be done now."""
+        while conn.state == READING:
+            request = self._next_request(conn)
+            if request is None:
+                return
+            if self._inline(request):
+                self._answer(conn, request, self._handled(request))
+            else:
+                conn.state = WORKING
+                self._watch(conn, 0)
+                self._work.put((conn, request))
+
+    def _next_request(self, conn: _Conn) -> Request | None:
+        if conn.head is None:
+            try:
+                end = head_end(conn.buffer)
+                if end < 0:
+                    return None
+                conn.head = parse_head(bytes(conn.buffer[:end]))
+            except BadRequest as bad:
+                self.counts.drop(BAD_REQUEST)
+                self._answer(conn, None, bad.answer)
+                return None
+            del conn.buffer[:end]
+            conn.skip = conn.head.body_bytes
+        if conn.skip:
+            taken = min(conn.skip, len(conn.buffer))
+            del conn.buffer[:taken]
+            conn.skip -= taken
+            if conn.skip:
+                return None
+        request, conn.head = conn.head, None
+        return request
+
+    def _answer(self, conn: _Conn, request: Request | None, answer: Answer) -> None:
+        close = answer.close or request is None or not request.keep_alive or self._stopping
+        conn.out = memoryview(encode(replace(answer, close=close),
+                                     request.method if request else "GET"))
+        conn.close_after = close
+        conn.state = WRITING
+        conn.deadline = self._clock() + self._limits.answer_seconds
+        self._write(conn)
+
+    def _write(self, conn: _Conn) -> None:
+        try:
+            sent = conn.sock.send(conn.out)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            self._close(conn)
+            return
+        conn.out = conn.out[sent:]
+        if conn.out:
+            self._watch(conn, selectors.EVENT_WRITE)
+            return
+        now = self._clock()
+        if conn.close_after:
+            try:
+                conn.sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                self._close(conn)
+                return
+            conn.state, conn.deadline = DRAINING, now + LINGER_SECONDS
+            conn.buffer = bytearray()
+            self._watch(conn, selectors.EVENT_READ)
+            return
+        conn.state, conn.served, conn.waiting_since = READING, conn.served + 1, now
+        conn.deadline = now + self._limits.request_seconds
+        self._watch(conn, selectors.EVENT_READ)
+
+    def _finish_work(self) -> None:
+        while True:
+            try:
+                conn, request, answer = self._done.get_nowait()
+            except queue.Empty:
+                return
+            if conn.state == WORKING:
+                self._answer(conn, request, answer)
+                if conn.state == READING:  # kept alive and written whole: a next request?
+                    self._serve(conn)
+
+    def _tick(self, now: float) -> None:
+        for conn in [c for c in self._conns if c.state in (READING, WRITING, DRAINING)
+                     and now >= c.deadline]:
+            # A kept-alive connection idle after its answers just ends, as does a lingering
+            # close; one that never sent a whole request, or did not take its answer, counts.
+            if conn.state != DRAINING and not (
+                    conn.state == READING and conn.served and not conn.buffer
+                    and conn.head is None):
+                self.counts.drop(DEADLINE)
+            self._close(conn)
+        if not self._listening and now >= self._paused_until and not self._stopping:
+            self._selector.register(self._listener, selectors.EVENT_READ, self._listener)
+            self._listening = True
+
+    def _watch(self, conn: _Conn, events: int) -> None:
+        if events == conn.watched:
+            return
+        if not events:
+            self._selector.unregister(conn.sock)
+        elif conn.watched:
+            self._selector.modify(conn.sock, events, conn)
+        else:
+            self._selector.register(conn.sock, events, conn)
+        conn.watched = events
+
+    def _close(self, conn: _Conn) -> None:
+        if conn.state == CLOSED:
+            return
+        if conn.watched:
+            self._selector.unregister(conn.sock)
+            conn.watched = 0
+        conn.state = CLOSED
+        conn.buffer = bytearray()
+        conn.out = memoryview(b"")
+        self._conns.discard(conn)
+        conn.sock.close()
+
+    def _close_all(self) -> None:
+        for conn in list(self._conns):
+            self._close(conn)
+        for sock in (self._listener, self._wake_r, self._wake_w):
+            sock.close()
+        self._selector.close()
+
+    def _wake(self) -> None:
+        # OSError: the pipe is full (a wake is pending) or closed (stopped)
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"\0")
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except OSError:
+            pass
+
+    # -- the workers ---------------------------------------------------------------------------
+
+    def _worker(self) -> None:
+        while (item := self._work.get()) is not None:
+            conn, request = item
+            self._done.put((conn, request, self._handled(request)))
+            self._wake()
+
+    def _handled(self, request: Request) -> Answer:
+        try:
+            return self._handle(request)
+        except Exception:  # the handler answers its own errors; this is the last resort
+            ratelog.log(logging.ERROR, "handler", "metrics server: answering a request failed",
+                        exc_info=True)
+            return INTERNAL_ERROR

@@ -1,0 +1,122 @@
+"""The little of HTTP/1.1 the metrics server speaks: a request head read from bytes, an answer
+written as bytes.
+
+Requests are GET or HEAD with a small head (``MAX_HEAD_BYTES``) and at most a small body,
+which is read and ignored; chunked bodies are refused rather than parsed.  Anything else gets
+a 4xx/5xx answer and the connection is closed after it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from http import HTTPStatus
+from urllib.parse import urlsplit
+
+MAX_HEAD_BYTES = 8 * 1024
+MAX_BODY_BYTES = 64 * 1024
+METHODS = ("GET", "HEAD")
+
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_VERSION = re.compile(rb"HTTP/1\.[01]")
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    path: str
+    keep_alive: bool
+    body_bytes: int  # Content-Length: the body follows the head and is skipped
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    content_type: str
+    body: bytes
+    close: bool = False
+    allow: str = ""
+
+
+class BadRequest(Exception):
+    """A request the server will not serve: answered with ``answer``, then closed."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.answer = Answer(status, "application/json",
+                             b'{"error": "' + message.encode() + b'"}\n', close=True,
+                             allow=", ".join(METHODS) if status == 405 else "")
+
+
+def head_end(buffer: bytes | bytearray) -> int:
+    """Where the head ends (the index after its blank line), or -1 while it has not; a head
+    longer than ``MAX_HEAD_BYTES`` is ``BadRequest``."""
+    end = buffer.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
+    if end >= 0:
+        return end + 4
+    if len(buffer) > MAX_HEAD_BYTES:
+        line_ends = buffer.find(b"\r\n", 0, MAX_HEAD_BYTES)
+        if line_ends < 0:
+            raise BadRequest(414, "request line too long")
+        raise BadRequest(431, "request head too large")
+    return -1
+
+
+def parse_head(head: bytes) -> Request:
+    """The request of a complete head (ending in its blank line)."""
+    lines = head[:-4].split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not parts[1]:
+        raise BadRequest(400, "malformed request line")
+    method, target, version = parts
+    if not _VERSION.fullmatch(version):
+        raise BadRequest(505, "HTTP/1.0 or HTTP/1.1 only")
+    fields = _fields(lines[1:])
+    length = _body_bytes(fields)
+    if method.decode() not in METHODS:
+        raise BadRequest(405, "GET or HEAD only")
+    try:
+        path = urlsplit(target.decode("ascii")).path
+    except (UnicodeDecodeError, ValueError):
+        raise BadRequest(400, "malformed request target") from None
+    connection = fields.get(b"connection", b"").lower()
+    keep_alive = version == b"HTTP/1.1" and b"close" not in connection
+    return Request(method.decode(), path, keep_alive, length)
+
+
+def _fields(lines: list[bytes]) -> dict[bytes, bytes]:
+    fields: dict[bytes, bytes] = {}
+    for line in lines:
+        name, colon, value = line.partition(b":")
+        if not colon or not _TOKEN.fullmatch(name):
+            raise BadRequest(400, "malformed header")
+        name, value = name.lower(), value.strip()
+        if name in fields and name == b"content-length" and fields[name] != value:
+            raise BadRequest(400, "conflicting Content-Length")
+        fields[name] = value
+    return fields
+
+
+def _body_bytes(fields: dict[bytes, bytes]) -> int:
+    if b"transfer-encoding" in fields:
+        raise BadRequest(501, "no request bodies in chunks")
+    length = fields.get(b"content-length", b"0")
+    if not length.isdigit():
+        raise BadRequest(400, "malformed Content-Length")
+    if int(length) > MAX_BODY_BYTES:
+        raise BadRequest(413, "request body too large")
+    return int(length)
+
+
+def encode(answer: Answer, method: str = "GET") -> bytes:
+    """The answer's bytes: status line, headers and (but for HEAD) body."""
+    reason = HTTPStatus(answer.status).phrase
+    head = [f"HTTP/1.1 {answer.status} {reason}",
+            f"Content-Type: {answer.content_type}",
+            f"Content-Length: {len(answer.body)}"]
+    if answer.allow:
+        head.append(f"Allow: {answer.allow}")
+    if answer.close:
+        head.append("Connection: close")
+    data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
+    return data if method == "HEAD" else data + answer.body
