@@ -30,6 +30,9 @@ REPLAY_STEP = 1000
 # What an endpoint may answer: more is a protocol error, not a memory problem.
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 8 * 1024 * 1024
+# While the body limit learned from HTTP 413 is below [sink] max_batch_bytes, one claim this
+# often is cut at twice the limit, so it grows back when the endpoint takes more again.
+BODY_PROBE_SECONDS = 60.0
 # Bytes one socket read asks for.
 READ_BYTES = 65536
 # A stopping reporter's Redis calls (acks, releases, giving shards back) use this timeout (or

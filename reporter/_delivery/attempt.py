@@ -7,8 +7,9 @@ a few events do to it, find those events and send the rest.
   request; those that fail are refused, "malformed entry", and the rest is sent.
 - HTTP 413 (too large): the events are sent again in halves, each half halved again while it
   is refused, down to a single event, which alone is refused: "too large for the endpoint".
-  Only bodies of more than one event teach ``BodyLimit`` anything; the largest body taken
-  then becomes the limit later batches are cut at.
+  Only bodies of more than one event lower ``BodyLimit``: to the largest body taken then
+  (never below one event of ``[buffer] max_event_bytes``); a larger body taken later (a
+  probe) raises it again.
 
 Each part is a request of its own, with an Idempotency-Key derived from the batch id
 (``<id>.a``/``<id>.b`` for halves) and a permit of the rate limiter.  What became of every
@@ -88,6 +89,8 @@ class Attempt:
             return Sent(self._well_formed(answers, game, batch_id, events, bad, attempt,
                                           permit), answers)
         outcome = self._post(answers, game, batch_id, events, attempt)
+        if outcome.kind == DELIVERED and self._limit.limit < self._limit.configured:
+            self._limit.learn(0, self._limit.model.body_bytes(events))  # a probe, maybe
         if outcome.kind != REJECTED or outcome.alert or not outcome.too_large:
             return Sent(outcome, answers)
         if len(events) == 1:  # says nothing about the limit: dead-lettered alone

@@ -5,8 +5,8 @@ is the same set of events on every attempt.  The claim cannot build bodies, so e
 describes its body as a ``BodyModel``: a fixed envelope plus, per event, its JSON and a few
 bytes of framing, all scaled (the nppa body is sealed and base64-encoded: 4/3).
 
-The limit is ``[sink] max_batch_bytes``, lowered when the endpoint refuses a body as too large
-(HTTP 413) to the largest body it then took: learned once per process and logged.
+The limit is ``[sink] max_batch_bytes``, lowered when the endpoint refuses a body of several
+events as too large (HTTP 413), and raised again by a larger body it takes (``BodyLimit``).
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from collector.config import mask_url
+from reporter._constants import BODY_PROBE_SECONDS
 
 logger = logging.getLogger("reporter")
 
@@ -33,6 +35,10 @@ class BodyModel:
     def body_bytes(self, events: Sequence[bytes]) -> int:
         return self.fixed + math.ceil(
             self.scale * (sum(map(len, events)) + self.per_event * len(events)))
+
+    def body_bytes_of(self, event_bytes: int) -> int:
+        """The body of one event of ``event_bytes`` bytes of JSON."""
+        return self.fixed + math.ceil(self.scale * (event_bytes + self.per_event))
 
     def event_budget(self, body_limit: int) -> int:
         """The bytes of events (each with its ``per_event``) a body of ``body_limit`` holds."""
@@ -52,33 +58,66 @@ def body_model(sink_kind: str) -> BodyModel:
 
 
 class BodyLimit:
-    """The body size batches are cut at now; shared by every worker of the process."""
+    """The body size batches are cut at now; shared by every worker of the process.
 
-    def __init__(self, configured: int, model: BodyModel, endpoint: str = "") -> None:
+    It starts at ``configured`` (``[sink] max_batch_bytes``) and is lowered only by a body of
+    more than one event refused as too large: to the largest body the endpoint took in the
+    same attempt, or just under the size it refused, and never below ``floor`` (one event of
+    ``[buffer] max_event_bytes`` in its envelope: an event the SDK took must still be a batch
+    of its own).  A single event refused says nothing of the limit: it is dead-lettered alone.
+    While lowered, one claim per ``probe_seconds`` is cut at twice the limit (at most
+    ``configured``); a larger body the endpoint takes raises the limit to it.  Every change
+    is logged once.
+    """
+
+    def __init__(self, configured: int, model: BodyModel, endpoint: str = "",
+                 max_event_bytes: int = 0, probe_seconds: float = BODY_PROBE_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.configured = configured
         self.model = model
+        self.floor = min(configured, model.body_bytes_of(max_event_bytes))
         self._endpoint = mask_url(endpoint) if endpoint else "the endpoint"
+        self._probe_seconds = probe_seconds
+        self._clock = clock
         self._lock = threading.Lock()
         self._limit = configured
+        self._next_probe = 0.0
 
     @property
     def limit(self) -> int:
         return self._limit
 
     def claim_budget(self) -> tuple[int, int]:
-        """What the claim script cuts by: (bytes of events per batch, bytes per event)."""
-        return self.model.event_budget(self._limit), self.model.per_event
+        """What the claim script cuts by: (bytes of events per batch, bytes per event); now
+        and then, while the limit is lowered, a probe's larger budget."""
+        limit = self._limit
+        if limit < self.configured:
+            now = self._clock()
+            with self._lock:
+                if now >= self._next_probe:
+                    self._next_probe = now + self._probe_seconds
+                    limit = min(self.configured, 2 * self._limit)
+        return self.model.event_budget(limit), self.model.per_event
 
     def learn(self, refused: int, accepted: int) -> None:
-        """The endpoint refused a body of ``refused`` bytes as too large and then took bodies
-        of up to ``accepted`` bytes (0: none): cut later batches at the size it took, or just
-        under the size it refused."""
-        new = accepted if 0 < accepted < refused else refused - 1
+        """What an attempt heard: the smallest body of more than one event the endpoint refused
+        as too large (0: none) and the largest body it took (0: none)."""
+        lower = max(self.floor, accepted if 0 < accepted < refused else refused - 1)
         with self._lock:
-            if new >= self._limit:
+            old = self._limit
+            if refused and lower < old:
+                new = self._limit = lower
+                self._next_probe = self._clock() + self._probe_seconds
+            elif accepted > old and old < self.configured:
+                new = self._limit = min(accepted, self.configured)
+            else:
                 return
-            self._limit = new
-        logger.warning(
-            "%s refused a %d-byte body as too large (HTTP 413); batches are now cut at %d "
-            "bytes (set [sink] max_batch_bytes = %d to start there)", self._endpoint,
-            refused, new, new)
+        if new < old:
+            logger.warning(
+                "%s refused a %d-byte body of several events as too large (HTTP 413); batches "
+                "are now cut at %d bytes (set [sink] max_batch_bytes = %d to start there); a "
+                "larger body is tried every %g s", self._endpoint, refused, new, new,
+                self._probe_seconds)
+        else:
+            logger.info("%s took a %d-byte body; batches are now cut at %d bytes (of [sink] "
+                        "max_batch_bytes = %d)", self._endpoint, accepted, new, self.configured)

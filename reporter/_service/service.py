@@ -92,7 +92,7 @@ class ReporterService:
                              held=(lambda: hold.held) if hold is not None else lambda: False)
         self.body_limit = BodyLimit(config.sink.max_batch_bytes, body_model(config.sink.kind),
                                     config.nppa.base_url if config.sink.kind == "nppa"
-                                    else config.sink.url)
+                                    else config.sink.url, config.buffer.max_event_bytes)
         self.permits = Permits(self.limiter)
         self.claimer = Claimer(self.batches, self.permits, self.body_limit, self.metrics,
                                r.batch_size, r.max_batches_per_claim)

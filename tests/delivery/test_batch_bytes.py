@@ -137,3 +137,37 @@ def test_replay_cuts_a_dead_letter_again_by_the_byte_limit(r: redis.Redis) -> No
     assert parts == [f"{batch.batch_id}.s{k}" for k in (1, 2, 3)]
     assert [len(r.hget(keys.payloads, p).split(b"\n")) for p in parts] == [2, 2, 2]
     assert r.hget(keys.payloads, batch.batch_id) is None
+
+
+def test_one_oversized_event_does_not_stop_the_small_ones_after_it_going_in_full_batches(
+        redis_url: str, r: redis.Redis, make_endpoint: MakeEndpoint,
+        start_service: StartService, caplog: pytest.LogCaptureFixture) -> None:
+    """Behind a 20,000-byte limit, a 30 KB event at the head of 5,000 small ones: its batch is
+    halved down to the event alone, which is dead-lettered; the limit learned from the bodies
+    of several events refused stays at one event of max_event_bytes in its envelope, so every
+    later batch is a full one."""
+    caplog.set_level(logging.INFO, "reporter")
+    endpoint = make_endpoint(max_body_bytes=20_000)
+    config = make_config(redis_url, endpoint.url)
+    schema = schema_of(config)
+    push_sized(r, schema, GAME, [30_000])
+    for first in range(1, 5001, 1000):
+        push_sized(r, schema, GAME, [100] * 1000, first_seq=first)
+    service = start_service(config)
+
+    final = wait_until(lambda: drained(r, schema), timeout=60)
+    assert_reconciled(final)
+    assert (final.summary()["delivered"], final.summary()["dead_events"]) == (5000, 1)
+    [dead] = service.store.dead_batches(10)
+    assert (dead.events, dead.reason) == (1, "too large for the endpoint (HTTP 413)")
+    assert received_keys(endpoint) == {(GAME, s): 1 for s in range(1, 5001)}
+    floor = JSON_BODY.body_bytes_of(config.buffer.max_event_bytes)
+    assert service.body_limit.limit == floor
+    with endpoint.lock:
+        # The first batch (the big event and 127 small ones) went in halves (<id>.a, .b, ...).
+        whole = [len(req.events) for req in endpoint.received
+                 if not req.idempotency_key.endswith((".a", ".b"))]
+    tail = (5000 - 127) % 128
+    assert sorted(whole, reverse=True) == [128] * ((5000 - 127) // 128) + [tail]
+    learned = [m for m in caplog.messages if "batches are now cut at" in m]
+    assert len(learned) == 1 and f"cut at {floor} bytes" in learned[0], learned
