@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import os
 import time
@@ -28,6 +29,8 @@ from collector.metrics import NO_METRICS, Metrics, Tally, fan_out
 from collector.store import Store, describe_settings, open_store, time_prefix, validate_game
 
 logger = logging.getLogger("collector")
+# The config source of keyword arguments given to Collector().
+ARGUMENTS_SOURCE = "Collector() arguments"
 
 
 _live: weakref.WeakSet[Collector] = weakref.WeakSet()
@@ -86,8 +89,10 @@ class Collector:
                     raise TypeError(f"Collector() got an unexpected keyword argument {key!r}; "
                                     f"expected one of {', '.join(_KEYWORDS)}")
                 raw[_KEYWORDS[key]][key] = value
-            base = build_config(raw, "Collector() arguments", env={}, interpolate=False,
+            source = base.source
+            base = build_config(raw, ARGUMENTS_SOURCE, env={}, interpolate=False,
                                 cls=type(base))
+            base = dataclasses.replace(base, source=f"{ARGUMENTS_SOURCE} over {source}")
         self.config = base
         self._server = store.describe() if store is not None else describe_settings(base.redis)
         self._disabled = base.collector.disabled
@@ -111,6 +116,14 @@ class Collector:
         """Build from ``path``, else ``$TELEMETRY_CONFIG``, else the packaged default,
         with ``TELEMETRY_<SECTION>_<KEY>`` environment overrides applied."""
         return cls(config=load_config(path), **settings)
+
+    @property
+    def config_source(self) -> str:
+        """Where the settings came from: a file's path, ``<packaged telemetry.toml>`` (no
+        path and no ``$TELEMETRY_CONFIG``), ``<defaults>`` (``Collector()``), or
+        ``Collector() arguments over`` one of those.  ``TELEMETRY_<SECTION>_<KEY>``
+        overrides apply to a file or the packaged default."""
+        return self.config.source
 
     # -- the hot path -------------------------------------------------------------------------
 
@@ -230,6 +243,14 @@ class Collector:
     def _get_writer(self) -> Writer:
         if self._writer is None:
             store = self._store if self._store is not None else open_store(self.config.redis)
+            # Say once which Redis and why, loudly when nobody chose it.
+            if self._store is None and self.config.unconfigured():
+                logger.warning("collector: writing to %s (config: %s): no config file, "
+                               "$TELEMETRY_CONFIG, TELEMETRY_REDIS_URL or url= chose it",
+                               self._server, self.config_source)
+            else:
+                logger.info("collector: writing to %s (config: %s)", self._server,
+                            self.config_source)
             self._writer = Writer(store, self.config.cap_for, self.config.ttl_for,
                                   self._store_reset, self.config.dedup_window_for,
                                   keep_unconfirmed=not self._direct)

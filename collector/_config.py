@@ -62,6 +62,10 @@ class GameSettings:
     dedup_window_seconds: int = setting(0, lo=0, hi=86400)
 
 
+# ``TelemetryConfig.source`` of the built-in defaults (no file read at all).
+DEFAULTS_SOURCE = "<defaults>"
+
+
 @dataclass(frozen=True)
 class TelemetryConfig:
     """The SDK's settings, parsed once and never changed.
@@ -78,7 +82,7 @@ class TelemetryConfig:
     buffer: BufferSettings = field(default_factory=BufferSettings)
     collector: CollectorSettings = field(default_factory=CollectorSettings)
     games: Mapping[str, GameSettings] = field(default_factory=lambda: MappingProxyType({}))
-    source: str = field(default="<defaults>", compare=False)
+    source: str = field(default=DEFAULTS_SOURCE, compare=False)
     # What the loader wants the operator to know (deprecated names, risky choices).
     notices: tuple[str, ...] = field(default=(), compare=False)
 
@@ -91,6 +95,12 @@ class TelemetryConfig:
     @classmethod
     def default(cls) -> Self:
         return cls()
+
+    def unconfigured(self) -> bool:
+        """Built-in or packaged defaults with the default Redis URL: nobody said which Redis
+        (no file, no ``$TELEMETRY_CONFIG``, no ``TELEMETRY_REDIS_URL``, no ``url=``)."""
+        return (self.source in (DEFAULTS_SOURCE, _config_loader.PACKAGED_SOURCE)
+                and self.redis.url == RedisSettings().url)
 
     def check(self, where: Where) -> None:
         """Rules that tie keys together, or need more than a range; raise ``ConfigError``

@@ -31,6 +31,8 @@ CONFIG_ENV = "TELEMETRY_CONFIG"
 ENV_PREFIX = "TELEMETRY_"
 DEFAULT_CONFIG_NAME = "telemetry.toml"
 GAMES = "games"
+# The source of a config read from the packaged default (no path, no $TELEMETRY_CONFIG).
+PACKAGED_SOURCE = f"<packaged {DEFAULT_CONFIG_NAME}>"
 
 
 
@@ -79,7 +81,7 @@ def load_config(path: str | os.PathLike[str] | None, env: Mapping[str, str] | No
     env = os.environ if env is None else env
     path = path or env.get(CONFIG_ENV) or None
     if path is None:
-        source, text = f"<packaged {DEFAULT_CONFIG_NAME}>", default_config_text()
+        source, text = PACKAGED_SOURCE, default_config_text()
     else:
         source = os.fspath(path)
         text = _read_text(source)
@@ -111,6 +113,7 @@ def build_config(raw: Mapping[str, Any], source: str, env: Mapping[str, str] | N
     """Validate already-parsed data (from TOML or keyword arguments) into a ``cls``."""
     env = os.environ if env is None else env
     if interpolate:
+        _refuse_unset_variables(raw, source, env)
         raw = _interpolate(raw, source, env, path="")
     sections = sections_of(cls)
     overrides = _env_overrides(env, sections)
@@ -150,6 +153,33 @@ def raw_settings(config: ConfigClass) -> dict[str, dict[str, Any]]:
         }
     raw[GAMES] = {g: dataclasses.asdict(s) for g, s in config.games.items()}
     return raw
+
+
+def _unset_variables(value: Any, env: Mapping[str, str], path: str
+                     ) -> list[tuple[str, str]]:
+    """Every ``${NAME}`` in ``value`` whose variable is not set: (name, where), in file order."""
+    if isinstance(value, str):
+        return [(name, path) for match in _INTERPOLATION.finditer(value)
+                if (name := match.group(1)) is not None and name not in env]
+    if isinstance(value, Mapping):
+        return [m for k, v in value.items()
+                for m in _unset_variables(v, env, f"{path}.{k}" if path else k)]
+    if isinstance(value, list):
+        return [m for v in value for m in _unset_variables(v, env, path)]
+    return []
+
+
+def _refuse_unset_variables(raw: Mapping[str, Any], source: str, env: Mapping[str, str]
+                            ) -> None:
+    """One error naming every unset variable the file refers to, so one run shows them all."""
+    missing = _unset_variables(raw, env, "")
+    if not missing:
+        return
+    names = list(dict.fromkeys(name for name, _ in missing))
+    uses = "; ".join(f"${{{name}}} at {path}" for name, path in missing)
+    noun = "variable is" if len(names) == 1 else "variables are"
+    raise ConfigError(f"{source}: {uses}: the environment {noun} not set: "
+                      f"{', '.join(names)}")
 
 
 def _interpolate(value: Any, source: str, env: Mapping[str, str], path: str) -> Any:

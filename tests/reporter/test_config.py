@@ -286,6 +286,35 @@ def test_missing_variable_is_an_error_naming_it(tmp_path: Path) -> None:
     assert "sink.headers.Authorization" in message
 
 
+def test_every_missing_variable_is_named_at_once(tmp_path: Path) -> None:
+    path = write(tmp_path, '[redis]\nurl = "redis://:${PW}@${HOST}:6379/0"\n'
+                           '[sink.headers]\nAuthorization = "Bearer ${INGEST_TOKEN}"\n'
+                           'X-Again = "${PW}"\n')
+    message = load_error(path, env={"HOST": "cache"})
+    assert message.startswith(str(path))
+    assert "${PW} at redis.url" in message
+    assert "${INGEST_TOKEN} at sink.headers.Authorization" in message
+    assert "${PW} at sink.headers.X-Again" in message
+    assert message.endswith("the environment variables are not set: PW, INGEST_TOKEN")
+    assert "HOST" not in message.split("not set:")[1]
+
+
+NEEDS = re.compile(r"^# Environment variables it needs: (.+)$", re.M)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "config").glob("*.toml")))
+def test_every_shipped_config_file_lists_the_variables_it_needs(name: str) -> None:
+    """The header line says which variables to set; loading without them names the same."""
+    path = ROOT / "config" / name
+    [listed] = NEEDS.findall(path.read_text(encoding="utf-8"))
+    needs = [] if listed == "none" else listed.split(", ")
+    if not needs:
+        ReporterConfig.load(str(path), env={})
+        return
+    message = load_error(path, env={})
+    assert message.split("not set: ")[1].split(", ") == needs
+
+
 def test_interpolated_value_is_still_validated(tmp_path: Path) -> None:
     path = write(tmp_path, '[redis]\nkey_prefix = "${P}"\n')
     message = load_error(path, env={"P": "a{b}"})
