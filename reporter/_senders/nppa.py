@@ -238,8 +238,10 @@ def classify(status: int, retry_after: str | None, body: bytes, sent: Sequence[i
              throttle: float, probe: bool = False) -> Outcome:
     """What an answer means for the batch; ``sent[k]`` is the batch index of item ``no`` k+1.
 
-    0 or 3001 with ``data.results``: the listed items failed (3004-3010 refused, others
-    retried), the rest are delivered.  1006: retry after ``throttle`` and pause every
+    0 or 3001 with ``data.results``: a listed item with errcode 0 is delivered, 3004-3010
+    refused, any other retried; unlisted items are delivered.  A result whose ``no`` or
+    ``errcode`` is not an integer (``1.9``, ``true``, ``"1"``), or whose ``no`` is out of
+    range, makes the answer unreadable: the whole batch is retried.  1006: retry after ``throttle`` and pause every
     reporter.  1001/4001 and 1007: retry.  Identity and configuration errors, and 3002/3003
     (ours): dead-letter the batch with an alert naming what to check.  Anything else (HTTP
     errors, bodies that are not the interface's): retry, never taken as success.  Identity
@@ -287,16 +289,21 @@ def _items(code: int, data: object, sent: Sequence[int]) -> Outcome:
         return Outcome(RETRY, "3001 partial failure without results")
     refused: dict[int, str] = {}
     retry: list[int] = []
+    seen: set[int] = set()
     for result in results:
-        try:
-            no, item_code = int(result["no"]), int(result["errcode"])
-        except (KeyError, TypeError, ValueError):
+        no = result.get("no") if isinstance(result, Mapping) else None
+        item_code = result.get("errcode") if isinstance(result, Mapping) else None
+        # Integers only: 1.9 or true is not item 1, "0" not success; the answer is unreadable.
+        if type(no) is not int or type(item_code) is not int:
             return Outcome(RETRY, f"unreadable item result: {str(result)[:80]}")
         if not 1 <= no <= len(sent):
             return Outcome(RETRY, f"item result for no {no} of a {len(sent)}-item request")
         index = sent[no - 1]
-        if index in refused or index in retry:
+        if index in seen:
             continue  # listed twice: the first result stands
+        seen.add(index)
+        if item_code == OK:
+            continue  # this item was taken
         if item_code in ITEM_ERRORS:
             refused[index] = f"nppa {item_code} {str(result.get('errmsg', ''))[:100]}".strip()
         else:

@@ -256,6 +256,33 @@ def test_per_item_results_refuse_item_errors_and_retry_the_others(code: int) -> 
     assert outcome.retry_items == (7,)
 
 
+@pytest.mark.parametrize("code", [0, 3001])
+def test_an_item_result_with_errcode_0_is_delivered(code: int) -> None:
+    body = orjson.dumps({"errcode": code, "data": {"results": [
+        {"no": 1, "errcode": 0, "errmsg": "ok"},
+        {"no": 2, "errcode": 3005, "errmsg": "bad ot"},
+        {"no": 1, "errcode": 1001, "errmsg": "listed twice: the first stands"}]}})
+    outcome = classify(200, None, body, SENT, 60.0)
+    assert (outcome.kind, outcome.refused, outcome.retry_items) == (
+        DELIVERED, ((7, "nppa 3005 bad ot"),), ())
+
+
+@pytest.mark.parametrize("result", [
+    {"no": 1.9, "errcode": 3005}, {"no": True, "errcode": 3005}, {"no": "1", "errcode": 3005},
+    {"no": 1, "errcode": 3005.0}, {"no": 1, "errcode": False}, {"no": 1, "errcode": "0"},
+    {"no": 0, "errcode": 3005}, {"no": 4, "errcode": 3005}, {"no": None, "errcode": 0},
+    {"errcode": 3005}, {"no": 1}, [1, 3005], "1",
+])
+def test_an_item_result_that_is_not_integers_in_range_makes_the_answer_unreadable(
+        result: object) -> None:
+    """Never read as some item's result: the whole batch is retried, nothing refused."""
+    body = orjson.dumps({"errcode": 3001, "data": {"results": [
+        {"no": 3, "errcode": 3010}, result]}})
+    outcome = classify(200, None, body, SENT, 60.0)
+    assert (outcome.kind, outcome.refused, outcome.retry_items) == (RETRY, (), ()), outcome
+    assert "item result" in outcome.reason
+
+
 @pytest.mark.parametrize(("status", "body", "kind", "alert"), [
     (200, b'{"errcode":0,"errmsg":"ok","data":""}', DELIVERED, False),
     (200, b'{"errcode":1001,"errmsg":"system error"}', RETRY, False),
