@@ -241,8 +241,8 @@ def classify(status: int, retry_after: str | None, body: bytes, sent: Sequence[i
     0 or 3001 with ``data.results``: a listed item with errcode 0 is delivered, 3004-3010
     refused, any other retried; unlisted items are delivered.  A result whose ``no`` or
     ``errcode`` is not an integer (``1.9``, ``true``, ``"1"``), or whose ``no`` is out of
-    range, makes the answer unreadable: the whole batch is retried.  1006: retry after ``throttle`` and pause every
-    reporter.  1001/4001 and 1007: retry.  Identity and configuration errors, and 3002/3003
+    range, makes the answer unreadable: the whole batch is retried.  1006: retry after
+    ``throttle`` and pause every reporter.  1001/4001 and 1007: retry.  Identity and configuration errors, and 3002/3003
     (ours): dead-letter the batch with an alert naming what to check.  Anything else (HTTP
     errors, bodies that are not the interface's): retry, never taken as success.  Identity
     and configuration errors, and HTTP 401/403/407 (a proxy or gateway in front): retry with
