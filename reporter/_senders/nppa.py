@@ -242,12 +242,12 @@ def classify(status: int, retry_after: str | None, body: bytes, sent: Sequence[i
     refused, any other retried; unlisted items are delivered.  A result whose ``no`` or
     ``errcode`` is not an integer (``1.9``, ``true``, ``"1"``), or whose ``no`` is out of
     range, makes the answer unreadable: the whole batch is retried.  1006: retry after
-    ``throttle`` and pause every reporter.  1001/4001 and 1007: retry.  Identity and configuration errors, and 3002/3003
-    (ours): dead-letter the batch with an alert naming what to check.  Anything else (HTTP
-    errors, bodies that are not the interface's): retry, never taken as success.  Identity
-    and configuration errors, and HTTP 401/403/407 (a proxy or gateway in front): retry with
-    ``hold`` set, so every reporter holds.  ``probe``: the request had no items, and 3002
-    means the key passed (``delivered``)."""
+    ``throttle`` and pause every reporter.  1001/4001 and 1007: retry.  Identity and
+    configuration errors, and 3002/3003 (ours): dead-letter the batch with an alert naming
+    what to check.  Anything else (HTTP errors, bodies that are not the interface's): retry,
+    never taken as success.  Identity and configuration errors, and HTTP 401/403/407 (a
+    proxy or gateway in front): retry with ``hold`` set, so every reporter holds.  ``probe``:
+    the request had no items, and 3002 means the key passed (``delivered``)."""
     if status != 200:
         return Outcome(RETRY, f"HTTP {status}", parse_retry_after(retry_after),
                        hold=HOLD_HTTP.get(status, ""))
