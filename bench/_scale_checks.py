@@ -280,3 +280,37 @@ def status_with_dead(url: str, dead: int, per_batch: int = 10, calls: int = 20
 def read_totals_of(store: Store) -> int:
     """What ``status`` reads of every shard (``read_shards``): the shards read."""
     return len(store.read_shards())
+
+
+# -- (g) what a shard keeps to answer repeats ------------------------------------------------
+
+
+@dataclass
+class KeptResult:
+    writers: int
+    writes_each: int
+    record_bytes: float  # per field of the writes hash (a remembered write or a writer's range)
+    writer_bytes: float  # per member of the writers set
+
+
+def written_once_memory(url: str, writers: int, writes_each: int) -> KeptResult:
+    """``writers`` SDK writers, each with ``writes_each`` writes to one shard still without an
+    answer (the most a shard keeps of a writer is 1,024): Redis bytes per field of the
+    shard's writes hash and per writer (MEMORY USAGE, every element counted: SAMPLES 0)."""
+    store = store_for(url, 1)
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    keys = store.schema.shard(0)
+    now = int(time.time() * 1000)
+    calls = [Collect(keys, "g", entries(0, 1, now), CAP, TTL, writer=f"host-{w:05d}.4242.9f3a1c",
+                     seq=seq, low=1)
+             for w in range(writers) for seq in range(1, writes_each + 1)]
+    for first in range(0, len(calls), 2000):
+        store.call_many(calls[first:first + 2000])
+    records, members = int(client.hlen(keys.writes)), int(client.zcard(keys.writers))
+    result = KeptResult(writers, writes_each,
+                        int(client.memory_usage(keys.writes, samples=0) or 0) / records,
+                        int(client.memory_usage(keys.writers, samples=0) or 0) / members)
+    store.close()
+    client.close()
+    return result

@@ -18,7 +18,9 @@ never the machine's Redis on 6379):
   design's LREM over a ring list as long as a shard's.
 * ``memory``: ``--memory-events`` (1,000,000) events over ``--memory-games`` games through
   collect.lua on one server and RPUSHed as plain lists on a second one started with it:
-  ``used_memory`` growth per event on each.
+  ``used_memory`` growth per event on each; and what a shard keeps to answer repeats:
+  ``--kept-writers`` (1,000) SDK writers with 16 unanswered writes each, bytes per remembered
+  write and per writer.
 * ``status``: ``telemetry-reporter status --no-shards`` (a real process) with
   ``--status-shards`` (16,384) shards and ``--status-games`` (10,000) games buffered; and the
   full form's read of a shard holding ``--status-dead`` (2,000) dead letters (Redis time of
@@ -54,6 +56,7 @@ from bench._scale_checks import (  # noqa: E402
     status_no_shards,
     status_with_dead,
     sweep_row,
+    written_once_memory,
 )
 from bench._scale_trickle import HOT, rss_at, run_trickle  # noqa: E402
 from bench._small import parse_with_small  # noqa: E402
@@ -66,6 +69,7 @@ PARTS = ("trickle", "sweep", "memory", "status")
 SMALL = {"seconds": 3.0, "warmup": 0.0, "rate": 500.0, "games": 100, "linger_ms": 500,
          "poll_ms": 100, "workers": 2, "cap": 5000, "sweep_games": "100,1000",
          "sweep_active": 50, "memory_events": 20_000, "memory_games": 20,
+         "kept_writers": 20,
          "status_shards": 256, "status_games": 200, "status_runs": 1, "status_dead": 100}
 
 
@@ -190,6 +194,14 @@ def memory(args: argparse.Namespace) -> list[Check]:
           f"{result.plain_bytes_per_event:.1f} bytes, ratio {ratio:.3f}")
     check = Check("project within 1.1x of plain lists", ratio <= 1.1)
     check.show()
+    server = start_server()
+    try:
+        kept = written_once_memory(server.url, args.kept_writers, 16)
+    finally:
+        server.cleanup()
+    print(f"written-once memory: {kept.writers:,} writers with {kept.writes_each} writes "
+          f"each in a shard: {kept.record_bytes:.1f} bytes per remembered write, "
+          f"{kept.writer_bytes:.1f} bytes per writer")
     return [check]
 
 
@@ -240,6 +252,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--sweep-shards", type=int, default=16, help="shards of sweep and memory (16)")
     p.add_argument("--memory-events", type=int, default=1_000_000)
     p.add_argument("--memory-games", type=int, default=1_000)
+    p.add_argument("--kept-writers", type=int, default=1_000,
+                   help="SDK writers remembered in a shard, 16 writes each (1000)")
     p.add_argument("--status-shards", type=int, default=16_384)
     p.add_argument("--status-games", type=int, default=10_000)
     p.add_argument("--status-runs", type=int, default=3, help="status processes timed (3)")

@@ -45,7 +45,8 @@ EXPECTED: dict[str, list[str | re.Pattern[str]]] = {
     ],
     "scale": [
         "trickle:", "every game's events delivered", "sweep:", "un-register us",
-        "memory:", "used_memory growth per event", "status --no-shards:",
+        "memory:", "used_memory growth per event", "written-once memory:",
+        "status --no-shards:",
         "status with dead letters:",
     ],
     "persistence": [

@@ -78,6 +78,7 @@ from collector.store._keys import (
     validate_game,
 )
 from collector.store._modes import BACKENDS, backend_class, describe_settings, open_backend
+from collector.store._remembered import Remembered, remembered_totals
 from collector.store._results import (
     Claimed,
     ClaimedBatch,
@@ -153,6 +154,7 @@ __all__ = [
     "Reaped",
     "RedisSettings",
     "Release",
+    "Remembered",
     "Replay",
     "Replayed",
     "Reporter",
@@ -186,6 +188,7 @@ __all__ = [
     "open_backend",
     "open_store",
     "redis_problems",
+    "remembered_totals",
     "script_text",
     "split_entries",
     "time_prefix",

@@ -15,7 +15,7 @@ from typing import Any, NoReturn, TypeVar
 from redis.exceptions import RedisClusterException, RedisError
 
 from collector._exceptions import BackendError, BackendUnreplicated
-from collector.store import _views
+from collector.store import _remembered, _views
 from collector.store._backends import Backend
 from collector.store._bulk import WireCall
 from collector.store._calls import Heartbeat, ReadShard, ScriptCall, SetAside
@@ -154,6 +154,11 @@ class Store:
     def quarantined(self, shard: ShardKeys, limit: int) -> list[QuarantineRecord]:
         """The newest ``limit`` records of one shard's quarantine, newest first."""
         return self._read(_views.quarantine, [shard], limit)
+
+    def remembered(self) -> list[_remembered.Remembered]:
+        """Each shard's remembered writes and dedup keys, counted (and the games' seen sets
+        found by one SCAN): what ``status`` shows of the memory kept for repeats."""
+        return self._read(_remembered.remembered, self.schema)
 
     def dead_listed(self) -> int:
         """Batches on every shard's dead list (one LLEN per shard, pipelined)."""

@@ -28,8 +28,10 @@ from collector.store import (
     KeySchema,
     MemoryUse,
     QuarantineRecord,
+    Remembered,
     Reporter,
     Store,
+    remembered_totals,
 )
 from collector.text import printable, printable_json
 from reporter._config import ReporterConfig
@@ -133,6 +135,10 @@ def _mb(size: int) -> str:
     return f"{size / 1_048_576:.1f} MB"
 
 
+def _size(size: int) -> str:
+    return _mb(size) if size >= 1_048_576 else f"{size / 1024:.1f} KB"
+
+
 def render_memory(memory: Sequence[MemoryUse]) -> list[str]:
     """One line per full node: what Redis does at maxmemory under its policy."""
     lines = []
@@ -210,13 +216,16 @@ def render_status(totals: Totals, config: ReporterConfig, now: float | None = No
                   memory: Sequence[MemoryUse] = (),
                   hot_games: Sequence[dict[str, Any]] | None = None,
                   hold: HoldState | None = None,
-                  quarantine: Sequence[QuarantineRecord] = ()) -> str:
+                  quarantine: Sequence[QuarantineRecord] = (),
+                  remembered: Sequence[Remembered] = ()) -> str:
     now = time.time() if now is None else now
     hot = config.reporter.hot_games
+    kept = {r.shard: r for r in remembered}
     shard_rows = [
         (s.shard, s.owner or "-", len(s.games), s.buffered,
          _age(min((g.oldest_ms for g in s.games if g.oldest_ms), default=None), now),
-         s.inflight, s.retry, s.dead)
+         s.inflight, s.retry, s.dead,
+         *((kept[s.shard].writes, kept[s.shard].dedup_keys) if s.shard in kept else ("-", "-")))
         for s in totals.shards
     ]
     games = sorted((g for s in totals.shards for g in s.games),
@@ -236,8 +245,9 @@ def render_status(totals: Totals, config: ReporterConfig, now: float | None = No
         *(["", render_reporters(reporters)] if reporters is not None else []),
         "",
         "shards",
-        table(("shard", "owner", "games", "buffered", "oldest", "in flight", "retry", "dead"),
-              shard_rows),
+        table(("shard", "owner", "games", "buffered", "oldest", "in flight", "retry", "dead",
+               "writes kept", "dedup keys"), shard_rows),
+        *render_remembered(remembered),
         "",
         f"games ({len(games)} with buffered events"
         + (f", showing {max_games}" if len(games) > max_games else "") + ")",
@@ -251,6 +261,25 @@ def render_status(totals: Totals, config: ReporterConfig, now: float | None = No
         *render_quarantine(quarantine, [p for s in totals.shards for p in s.problems]),
     ]
     return "\n".join(parts)
+
+
+def render_remembered(remembered: Sequence[Remembered]) -> list[str]:
+    """What the shards keep to answer repeats (written once, dedup keys), and its memory."""
+    if not remembered:
+        return []
+    t = remembered_totals(remembered)
+    return ["", f"kept to answer repeats: {t['remembered_writes']} writes of "
+            f"{t['remembered_writers']} SDK writers, {t['dedup_keys']} dedup keys of "
+            f"{t['dedup_games']} games: about {_size(t['remembered_bytes_estimate'])} "
+            "(columns writes kept and dedup keys)"]
+
+
+def remembered_json(remembered: Sequence[Remembered]) -> dict[str, Any]:
+    return {**remembered_totals(remembered), "shards": [
+        {"shard": r.shard, "writes": r.writes, "writers": r.writers,
+         "dedup_keys": r.dedup_keys, "dedup_games": r.dedup_games,
+         "bytes_estimate": r.estimated_bytes}
+        for r in remembered if r.write_records or r.writers or r.dedup_keys]}
 
 
 def _alerts_json(alerts: Sequence[Alert]) -> list[dict[str, Any]]:
@@ -272,15 +301,18 @@ def _full(store: Store, config: ReporterConfig, as_json: bool, indent: int | Non
         by_shard[s.shard] = s.owner
     hot = hot_game_entries(config, store.schema, by_shard)
     quarantine = store.quarantine(QUARANTINE_SHOWN)
+    remembered = store.remembered()
     if as_json:
         return json.dumps({**totals.summary(), "alerts": _alerts_json(alerts),
                            "reporters": reporters, "redis_memory": memory_json(memory),
                            "hot_games": hot, "quarantine": quarantine_json(quarantine),
+                           "remembered": remembered_json(remembered),
                            "problems": [p for s in totals.shards for p in s.problems],
                            **hold_json(hold)}, indent=indent)
     return (f"redis: {store.describe()}\n"
             + render_status(totals, config, now, alerts=alerts, reporters=reporters,
-                            memory=memory, hot_games=hot, hold=hold, quarantine=quarantine))
+                            memory=memory, hot_games=hot, hold=hold, quarantine=quarantine,
+                            remembered=remembered))
 
 
 # -- the cheap form (--no-shards) --------------------------------------------------------------

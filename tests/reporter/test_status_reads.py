@@ -1,6 +1,7 @@
-"""What the full ``status`` reads, against a real server: counts for what it only counts (dead
-letters: LLEN), the metadata of the pending batches alone (their events are shown), never a
-dead letter's."""
+"""What the full ``status`` reads and shows, against a real server: counts for what it only
+counts (dead letters: LLEN), the metadata of the pending batches alone (their events are
+shown), never a dead letter's; and the memory each shard keeps to answer repeats (remembered
+writes, dedup keys)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from collector import Collector
 from collector.store import KeySchema
+from collector.store._remembered import DEDUP_KEY_BYTES, WRITE_RECORD_BYTES, WRITER_BYTES
 from reporter._commands.cli import main
 from tests.reporter.helpers import numbered, store
 from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse
@@ -72,3 +75,50 @@ def test_status_reads_no_dead_letters_metadata(
     # The shard with pending batches reads their two metadata records, in one HMGET.
     assert read["hmget"] == 1, read
     assert read["llen"] >= SHARDS and "hvals" not in read and "hscan" not in read, read
+
+
+def test_status_shows_the_writes_and_dedup_keys_each_shard_keeps(
+        tmp_path: Path, redis_url: str, client: redis.Redis,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    schema, scripts = KeySchema(PREFIX, SHARDS), Scripts(client)
+    with Collector(url=redis_url, key_prefix=PREFIX, shards=SHARDS) as c:
+        for i in range(50):
+            c.collect("keyed-a", {"i": i}, dedup_key=f"a-{i}")
+        for i in range(30):
+            c.collect("keyed-b", {"i": i}, dedup_key=f"b-{i}")
+            c.collect("keyed-b", {"i": i}, dedup_key=f"b-{i}")  # merged
+        c.collect("plain", {"i": 0})
+        assert c.flush(30)
+    # A game whose buffer was drained leaves the ring; its keys stay for the window.
+    keys_a = schema.for_game("keyed-a")
+    for batch_id, _ in scripts.claim(keys_a, "keyed-a", "x", "t", 100, 1, 30_000, 180_000,
+                                     0).batches:
+        scripts.ack(keys_a, batch_id, "t")
+    assert scripts.claim(keys_a, "keyed-a", "y", "t", 100, 1, 30_000, 180_000, 0).batches == []
+    assert client.zscore(keys_a.ring, "keyed-a") is None
+    client.set(f"{{{PREFIX}:0}}:seen:junk", "not a set")  # read as nothing, no failure
+    client.zadd(f"{{{PREFIX}:x:0}}:seen:other", {"k": 1})  # another deployment's prefix
+    path = config_file(tmp_path, redis_url)
+
+    assert main(["status", "--json", "--config", path]) == 0
+    kept = json.loads(capsys.readouterr().out)["remembered"]
+    writes = sum(client.hlen(k.writes) - client.zcard(k.writers) for k in schema.all_shards())
+    writers = sum(client.zcard(k.writers) for k in schema.all_shards())
+    assert writers >= 1 and writes >= 0
+    assert {k: kept[k] for k in ("dedup_keys", "dedup_games", "remembered_writes",
+                                 "remembered_writers")} == {
+        "dedup_keys": 80, "dedup_games": 2, "remembered_writes": writes,
+        "remembered_writers": writers}
+    by_shard = {s["shard"]: s for s in kept["shards"]}
+    for game, count in (("keyed-a", 50), ("keyed-b", 30)):
+        assert by_shard[schema.shard_of(game)]["dedup_keys"] >= count
+    records = sum(client.hlen(k.writes) for k in schema.all_shards())
+    assert kept["remembered_bytes_estimate"] == (
+        records * WRITE_RECORD_BYTES + writers * WRITER_BYTES + 80 * DEDUP_KEY_BYTES)
+
+    assert main(["status", "--config", path]) == 0
+    text = capsys.readouterr().out
+    assert (f"kept to answer repeats: {writes} writes of {writers} SDK writers, 80 dedup keys "
+            "of 2 games: about") in text
+    header = next(line for line in text.splitlines() if line.startswith("shard "))
+    assert header.split()[-4:] == ["writes", "kept", "dedup", "keys"]
