@@ -88,6 +88,11 @@ EXPECTED: dict[str, list[str | re.Pattern[str]]] = {
         re.compile(r"background +\d+ events +wait_for_replicas=0: .* ratio"),
         re.compile(r"sync +\d+ events +wait_for_replicas=0: .* ratio"),
     ],
+    "metrics_flood": [
+        "metrics flood:", "events collected / delivered", "/healthz during the flood: answered",
+        "open files: before / during (max) / after", "dropped by the server, over_cap",
+        re.compile(r"requests with 60 KB paths: RSS growth +[-\d.]+ MB, ERROR lines \d+"),
+    ],
     "collect": [
         "background", "baseline", "collect() p50 (us)", "stored events/s",
         "script commands / event", "dropped_buffer_full", "redis: evicted",

@@ -48,7 +48,9 @@ Handle = Callable[[Request], Answer]
 MIN_BACKOFF_SECONDS = 0.05
 MAX_BACKOFF_SECONDS = 2.0
 RECV_BYTES = 16 * 1024
-ACCEPTS_PER_WAKE = 64  # then the connections already open get their turn
+# Then the connections already open get their turn: well below any sensible cap, so a
+# connection accepted in one round has its request read before a later round evicts it.
+ACCEPTS_PER_WAKE = 8
 TICK_SECONDS = 0.1  # how often deadlines are checked
 INTERNAL_ERROR = Answer(500, "application/json", b'{"error": "internal error"}\n', close=True)
 
@@ -142,13 +144,16 @@ class BoundedServer:
     def _run(self) -> None:
         try:
             while not self._stopping:
-                for key, events in self._selector.select(TICK_SECONDS):
-                    if key.data is self._listener:
-                        self._accept()
-                    elif key.data is None:
+                ready = self._selector.select(TICK_SECONDS)
+                # Connections first: a request that has arrived is read (and a probe
+                # answered) before new connections may push its connection out.
+                for key, events in ready:
+                    if key.data is None:
                         self._drain_wake()
-                    else:
+                    elif key.data is not self._listener:
                         self._ready(key.data, events)
+                if any(key.data is self._listener for key, _ in ready):
+                    self._accept()
                 self._finish_work()
                 self._tick(self._clock())
         except Exception:  # a bug: say so; stop() still closes every socket

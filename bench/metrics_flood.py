@@ -1,0 +1,357 @@
+"""A flood of idle and half-sent connections on a running reporter's metrics port.
+
+``telemetry-reporter run`` runs as a process with its file limit at 256 (``ulimit -n 256``,
+set in the child), a private Redis and a local json endpoint, while this script collects
+events for it.  Then, while the events keep coming:
+
+- ``--connections`` connections (half idle, half with half a request line sent) are opened
+  on the metrics port and kept open: every one the server closes is opened again, every
+  ``--reopen-interval`` seconds, for ``--seconds``;
+- ``/healthz`` is asked every 0.1 s on a new connection (10 s timeout), and the answers'
+  worst latency kept;
+- the reporter's open files are counted before, during (the most) and after the flood.
+
+Then 300 requests with a 60 KB path, each reset by the client, and the reporter's resident
+memory before and after them and the ERROR lines they left in its log.  Targets: every
+event collected is delivered, ``/healthz`` answers within 2 s during the flood, open files
+are back to their level before it, and the 300 long paths grow the process by less than
+5 MB and log at most a few lines.
+
+    .venv/bin/python bench/metrics_flood.py [--small] [--connections 1000] [--seconds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import resource
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench._small import parse_with_small  # noqa: E402
+from collector import Collector  # noqa: E402
+from reporter._config import ReporterConfig  # noqa: E402
+from reporter._demo.endpoint import LocalEndpoint  # noqa: E402
+from tests.servers import Server, env_without_telemetry, free_port, server_binaries  # noqa: E402
+
+FILE_LIMIT = 256
+PROBE_TIMEOUT = 10.0
+LONG_PATHS = 300
+LONG_PATH_BYTES = 60_000
+HALF_SENT = b"GET /metrics HTTP/1.1\r\nHost: reporter\r\nUser-Ag"
+
+
+# The reporter's command line, run after ``ulimit -n 256`` in its own process.
+LIMITED_REPORTER = f"""
+import resource, runpy, sys
+hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+resource.setrlimit(resource.RLIMIT_NOFILE, ({FILE_LIMIT}, hard))
+sys.argv = ["telemetry-reporter", *sys.argv[1:]]
+runpy.run_module("reporter", run_name="__main__")
+"""
+
+
+def open_files(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def file_kinds(pid: int) -> list[str]:
+    """What the process's open files are: paths, and sockets as local->remote port."""
+    inodes = {}
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            f = line.split()
+            inodes[f[9]] = f"{int(f[1].split(':')[1], 16)}->{int(f[2].split(':')[1], 16)}"
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            inode = target.removeprefix("socket:[").rstrip("]")
+            out.append(inodes.get(inode, target) if target.startswith("socket:") else target)
+    return sorted(out)
+
+
+def rss_kb(pid: int) -> int:
+    text = Path(f"/proc/{pid}/status").read_text()
+    match = re.search(r"^VmRSS:\s+(\d+) kB", text, re.M)
+    return int(match.group(1)) if match else 0
+
+
+class Events:
+    """A game server collecting ``rate`` events a second, numbered, until stopped."""
+
+    def __init__(self, config: ReporterConfig, rate: int) -> None:
+        self.collector = Collector(config=config)
+        self.rate = rate
+        self.collected = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        step = 0.05
+        while not self.stop.wait(step):
+            for _ in range(max(1, int(self.rate * step))):
+                self.collector.collect(f"game-{self.collected % 8}", {"n": self.collected})
+                self.collected += 1
+
+    def __enter__(self) -> Events:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        self.collector.flush(timeout=30)
+        self.collector.close(timeout=10)
+
+
+class Flood:
+    """``count`` connections to ``address``, half idle and half half-sent, reopened as the
+    server closes them."""
+
+    def __init__(self, address: tuple[str, int], count: int) -> None:
+        self.address = address
+        self.count = count
+        self.socks: list[socket.socket | None] = [None] * count
+        self.opened = 0
+        self.failed = 0
+
+    def fill(self) -> None:
+        for i, sock in enumerate(self.socks):
+            if sock is None:
+                self.socks[i] = self._open(i)
+
+    def _open(self, i: int) -> socket.socket | None:
+        try:
+            sock = socket.create_connection(self.address, timeout=2)
+            if i % 2:
+                sock.sendall(HALF_SENT)
+            sock.setblocking(False)
+        except OSError:
+            self.failed += 1
+            return None
+        self.opened += 1
+        return sock
+
+    def reap(self) -> None:
+        """Forget the connections the server closed."""
+        live = [s for s in self.socks if s is not None]
+        for start in range(0, len(live), 500):
+            readable, _, _ = select.select(live[start:start + 500], [], [], 0)
+            for sock in readable:
+                try:
+                    gone = sock.recv(4096) == b""
+                except (BlockingIOError, InterruptedError):
+                    gone = False
+                except OSError:
+                    gone = True
+                if gone:
+                    sock.close()
+                    self.socks[self.socks.index(sock)] = None
+
+    def close(self) -> None:
+        for sock in self.socks:
+            if sock is not None:
+                sock.close()
+        self.socks = [None] * self.count
+
+
+def probe(address: tuple[str, int]) -> float | None:
+    """Seconds ``GET /healthz`` took on a new connection, or None if it was not answered."""
+    started = time.monotonic()
+    try:
+        with socket.create_connection(address, timeout=PROBE_TIMEOUT) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n")
+            answer = b""
+            while chunk := sock.recv(4096):
+                answer += chunk
+    except OSError:
+        return None
+    return time.monotonic() - started if answer.startswith(b"HTTP/1.1 200") else None
+
+
+def scrape(address: tuple[str, int]) -> str:
+    with socket.create_connection(address, timeout=PROBE_TIMEOUT) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data.decode("utf-8", "replace")
+
+
+def long_paths(address: tuple[str, int]) -> None:
+    """``LONG_PATHS`` requests with a 60 KB path, each reset by the client."""
+    for i in range(LONG_PATHS):
+        with contextlib.suppress(OSError):
+            sock = socket.create_connection(address, timeout=5)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            with contextlib.suppress(OSError):
+                sock.sendall(f"GET /{i}/".encode() + b"x" * LONG_PATH_BYTES
+                             + b" HTTP/1.1\r\nHost: r\r\n\r\n")
+            sock.close()
+
+
+def settled(endpoint: LocalEndpoint, collected: int) -> int:
+    """The distinct events delivered, once all ``collected`` are (or after a minute)."""
+    settle = time.monotonic() + 60
+    while True:
+        delivered = len({e["n"] for e in endpoint.events()})
+        if delivered >= collected or time.monotonic() > settle:
+            return delivered
+        time.sleep(0.2)
+
+
+def print_dropped(address: tuple[str, int]) -> None:
+    metrics = scrape(address)
+    for reason in ("over_cap", "deadline", "bad_request"):
+        found = re.search(rf'telemetry_metrics_connections_dropped_total{{reason="{reason}"}} '
+                          r"(\S+)", metrics)
+        print(f"  dropped by the server, {reason:<12}        "
+              f"{float(found.group(1)) if found else 0:,.0f}")
+
+
+def long_path_phase(address: tuple[str, int], pid: int, log: Path) -> bool:
+    errors_before, rss_before = error_lines(log), rss_kb(pid)
+    long_paths(address)
+    time.sleep(2)
+    growth_mb = (rss_kb(pid) - rss_before) / 1024
+    logged = error_lines(log) - errors_before
+    ok = growth_mb < 5 and logged <= 3
+    print(f"  {LONG_PATHS} requests with 60 KB paths: RSS growth  {growth_mb:.1f} MB, "
+          f"ERROR lines {logged}  {'PASS' if ok else 'FAIL'} (target < 5 MB, <= 3)")
+    print(f"  reporter ERROR lines in the whole run      {error_lines(log)}")
+    return ok
+
+
+def error_lines(log: Path) -> int:
+    return sum(1 for line in log.read_text(errors="replace").splitlines() if " ERROR " in line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--connections", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--rate", type=int, default=500, help="events collected per second")
+    parser.add_argument("--reopen-interval", type=float, default=0.5)
+    args = parse_with_small(parser, argv, {"connections": 300, "seconds": 4.0, "rate": 200})
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    with contextlib.suppress(ValueError, OSError):  # this side holds the flood's sockets
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, args.connections + 512), hard))
+
+    binary = next(iter(server_binaries().values()))
+    with tempfile.TemporaryDirectory(prefix="metrics-flood-") as tmp, \
+            LocalEndpoint() as endpoint:
+        server = Server(binary).start()
+        try:
+            return run(args, Path(tmp), server, endpoint)
+        finally:
+            server.stop()
+
+
+def run(args: argparse.Namespace, tmp: Path, server: Server, endpoint: LocalEndpoint) -> int:
+    port = free_port()
+    address = ("127.0.0.1", port)
+    path = tmp / "reporter.toml"
+    path.write_text(f'[redis]\nurl = "{server.url}"\nshards = 4\n'
+                    "[reporter]\nlinger_ms = 200\npoll_interval_ms = 20\n"
+                    f'[sink]\nurl = "{endpoint.url}"\n'
+                    f'[metrics]\nlisten = "127.0.0.1:{port}"\n')
+    config = ReporterConfig.load(str(path), env={})
+    log = tmp / "reporter.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-c", LIMITED_REPORTER, "run", "--config",
+                                 str(path)], cwd=ROOT,
+                                env={**env_without_telemetry(), "PYTHONPATH": str(ROOT)},
+                                stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + 60
+        while probe(address) is None:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                print(log.read_text()[-3000:], file=sys.stderr)
+                return 1
+            time.sleep(0.2)
+        return measure(args, proc, address, config, endpoint, log)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+
+def measure(args: argparse.Namespace, proc: subprocess.Popen[bytes], address: tuple[str, int],
+            config: ReporterConfig, endpoint: LocalEndpoint, log: Path) -> int:
+    pid = proc.pid
+    latencies: list[float | None] = []
+    print(f"metrics flood: {args.connections} connections ({args.connections // 2} idle, "
+          f"{args.connections - args.connections // 2} half-sent) for {args.seconds:g} s, "
+          f"reporter file limit {FILE_LIMIT}, {args.rate} events/s collected")
+    flood = Flood(address, args.connections)
+    stop = threading.Event()
+
+    def probing() -> None:
+        while not stop.wait(0.1):
+            latencies.append(probe(address))
+
+    with Events(config, args.rate) as events:
+        # Open files are compared under the same load: the reporter's connections to Redis
+        # and to the endpoint are open once events flow.
+        warm = time.monotonic() + 30
+        while not endpoint.events() and time.monotonic() < warm:
+            time.sleep(0.1)
+        time.sleep(2)
+        files_before = files_during = open_files(pid)
+        kinds_before = file_kinds(pid)
+        prober = threading.Thread(target=probing, daemon=True)
+        prober.start()
+        ends = time.monotonic() + args.seconds
+        while time.monotonic() < ends:
+            flood.fill()
+            files_during = max(files_during, open_files(pid))
+            time.sleep(args.reopen_interval)
+            flood.reap()
+        stop.set()
+        prober.join(PROBE_TIMEOUT + 5)
+        flood.close()
+        time.sleep(7)  # past the request deadline (5 s) and the lingering closes
+        files_after = open_files(pid)
+        kinds_after = file_kinds(pid)
+    collected = events.collected
+    delivered = settled(endpoint, collected)
+
+    answered = [t for t in latencies if t is not None]
+    worst = max(answered, default=float("inf"))
+    ok_events = delivered == collected and proc.poll() is None
+    ok_health = len(answered) == len(latencies) > 0 and worst < 2.0
+    ok_files = files_after <= files_before
+    if not ok_files:
+        print(f"  open after the flood, not before: {sorted(set(kinds_after) - set(kinds_before))}")
+    print(f"  connections opened by the flood            {flood.opened:,} "
+          f"({flood.failed:,} connects failed)")
+    print(f"  events collected / delivered               {collected:,} / {delivered:,}  "
+          f"{'PASS' if ok_events else 'FAIL'}")
+    print(f"  /healthz during the flood: answered        {len(answered)} of {len(latencies)}, "
+          f"worst {worst:.3f} s  {'PASS' if ok_health else 'FAIL'} (target < 2 s)")
+    print(f"  open files: before / during (max) / after  {files_before} / {files_during} / "
+          f"{files_after}  {'PASS' if ok_files else 'FAIL'}")
+    print_dropped(address)
+    ok_paths = long_path_phase(address, pid, log)
+    if args.small:  # timing targets are printed, not enforced, in a small run
+        return 0 if ok_events and ok_files else 1
+    return 0 if ok_events and ok_health and ok_files and ok_paths else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
