@@ -31,6 +31,7 @@ from collector import BackendError, ConfigError
 from collector.config import CONFIG_ENV
 from collector.counters import REPORTER
 from collector.store import BackendUnavailable, describe_settings, open_store
+from collector.text import printable
 from reporter._commands.dead import add_dead_parser, replay_budget, run_dead
 from reporter._commands.status import run_status
 from reporter._config import ReporterConfig, sink_problems
@@ -197,7 +198,8 @@ def _guarded(work: Callable[[], int], debug: bool) -> int:
         return EXIT_INTERRUPTED
     except Exception as exc:
         if debug:
-            print(REDACT("".join(traceback.format_exception(exc))), end="", file=sys.stderr)
+            print(REDACT(printable("".join(traceback.format_exception(exc)), keep="\n")),
+                  end="", file=sys.stderr)
         return _fail(f"unexpected error: {type(exc).__name__}: {exc}"
                      + ("" if debug else " (run with -v for the traceback)"), EXIT_FAILED)
 
@@ -219,7 +221,7 @@ def redis_problem(exc: BaseException) -> str:
 
 
 def _fail(message: str, code: int) -> int:
-    print(REDACT(f"{PROG}: {' '.join(message.splitlines())}"), file=sys.stderr)
+    print(REDACT(f"{PROG}: {printable(' '.join(message.splitlines()))}"), file=sys.stderr)
     return code
 
 
@@ -257,7 +259,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _note(message: str) -> None:
-    print(REDACT(f"{PROG}: {message}"), file=sys.stderr)
+    print(REDACT(f"{PROG}: {printable(message)}"), file=sys.stderr)
 
 
 def _refuse_sink_problems(config: ReporterConfig) -> None:
@@ -290,7 +292,7 @@ def _check_config(path: str | None, connect: bool = False, probe_method: str = "
 
     probes = [probe_redis(config), probe_sink(config, probe_method)]
     for probe in probes:
-        print(REDACT(probe.line()))
+        print(REDACT(printable(probe.line())))
     return EXIT_OK if all(p.ok for p in probes) else EXIT_UNAVAILABLE
 
 

@@ -380,7 +380,7 @@ def watch(render: Callable[[], str], seconds: float, out: TextIO, stop: threadin
         except BackendError as exc:
             if not done:
                 raise
-            text = f"Redis unavailable: {exc}"
+            text = printable(f"Redis unavailable: {exc}")
             print(f"telemetry-reporter: {_when(time.time())}: {text}", file=sys.stderr)
             if as_json:
                 text = ""

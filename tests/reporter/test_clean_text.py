@@ -161,7 +161,7 @@ class NppaItemRefusals:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                body = orjson.dumps({"errcode": 0, "errmsg": "OK", "data": {"results": [
+                body = orjson.dumps({"errcode": 0, "errmsg": errmsg, "data": {"results": [
                     {"no": 1, "errcode": 3005, "errmsg": errmsg}]}})
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -204,10 +204,13 @@ def test_an_errmsg_with_a_newline_forges_no_log_line(
         c.collect("farm", nppa.login(si="s" * 32, ot=int(time.time()), pi=PI))
     try:
         log = run_until_dead(config, tmp_path / "nppa.log", redis_url, 1)
+        probed = cli(capsys, "check-config", "--connect", str(config))  # quotes errmsg too
     finally:
         interface.stop()
     assert_clean(log)
     assert "\\nFORGED" in log or "\\n2026-11-26" in log  # the newline is shown, escaped
+    assert_clean(probed)
+    assert "sink: ok" in probed and "\\x1b]0;PWNED" in probed
     detail = assert_commands_clean(capsys, config)
     assert "nppa 3005" in json.dumps(json.loads(detail))
 
