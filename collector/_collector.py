@@ -245,11 +245,11 @@ class Collector:
             store = self._store if self._store is not None else open_store(self.config.redis)
             # Say once which Redis and why, loudly when nobody chose it.
             if self._store is None and self.config.unconfigured():
-                logger.warning("collector: writing to %s (config: %s): no config file, "
+                logger.warning("writing to %s (config: %s): no config file, "
                                "$TELEMETRY_CONFIG, TELEMETRY_REDIS_URL or url= chose it",
                                self._server, self.config_source)
             else:
-                logger.info("collector: writing to %s (config: %s)", self._server,
+                logger.info("writing to %s (config: %s)", self._server,
                             self.config_source)
             self._writer = Writer(store, self.config.cap_for, self.config.ttl_for,
                                   self._store_reset, self.config.dedup_window_for,

@@ -60,7 +60,7 @@ def test_the_first_write_logs_where_and_why(redis_url: str, caplog: pytest.LogCa
         telemetry.collect("g", {"n": 1})
         telemetry.collect("g", {"n": 2})
         assert telemetry.flush(timeout=10)
-    lines = [r for r in caplog.records if r.getMessage().startswith("collector: writing to")]
+    lines = [r for r in caplog.records if r.getMessage().startswith("writing to")]
     assert len(lines) == 1
     assert lines[0].levelno == logging.INFO
     assert lines[0].getMessage().endswith("(config: Collector() arguments over <defaults>)")
@@ -78,7 +78,7 @@ def test_a_redis_nobody_chose_is_a_warning(redis_url: str, caplog: pytest.LogCap
     with Collector() as telemetry:
         telemetry.collect("g", {"n": 1})
         assert telemetry.flush(timeout=10)
-    [line] = [r for r in caplog.records if r.getMessage().startswith("collector: writing to")]
+    [line] = [r for r in caplog.records if r.getMessage().startswith("writing to")]
     assert line.levelno == logging.WARNING
     assert "redis://127.0.0.1:6379/0 (config: <defaults>)" in line.getMessage()
     assert "no config file, $TELEMETRY_CONFIG, TELEMETRY_REDIS_URL or url= chose it" in (

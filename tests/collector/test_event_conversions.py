@@ -1,5 +1,5 @@
 """What ``collect()`` makes of values that are not JSON types: the conversions orjson applies,
-as the README's "What an event may hold" table documents them, checked on the stored entry."""
+as docs/sdk.md's "What an event may hold" table documents them, checked on the stored entry."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tests.collector.conftest import MakeCollector
 from tests.collector.helpers import queue_entries, queue_events
 
 SCHEMA = KeySchema("conv", 4)
-README = Path(__file__).resolve().parents[2] / "README.md"
+SDK_DOC = Path(__file__).resolve().parents[2] / "docs" / "sdk.md"
 
 
 class Colour(enum.Enum):
@@ -100,9 +100,9 @@ def test_numpy_values_are_refused_unless_converted(make_collector: MakeCollector
         c.collect("g", {"v": numpy.array([1, 2])})
 
 
-def test_the_readme_lists_each_conversion() -> None:
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("### What an event may hold"):]
+def test_the_sdk_doc_lists_each_conversion() -> None:
+    text = SDK_DOC.read_text(encoding="utf-8")
+    section = text[text.index("## What an event may hold"):]
     section = section[:section.index("\n## ")]
     for name in ("datetime", "date", "time", "UUID", "NaN", "Infinity", "enum", "dataclass",
                  "tuple", "bytes", "set", "Decimal", "timedelta", "64", "numpy"):

@@ -69,7 +69,7 @@ def test_invalid_names_raise_value_error(game: str, mode: str,
 def test_names_that_are_not_str_raise_type_error(game: Any, mode: str,
                                                  make_collector: MakeCollector) -> None:
     """A game name of the wrong type is a programming error of its own kind: TypeError,
-    not ValueError (the README's Errors table says both)."""
+    not ValueError (docs/sdk.md's Errors table says both)."""
     with pytest.raises(TypeError, match="game name must be a str") as info:
         validate_game(game)
     assert not isinstance(info.value, ValueError)
