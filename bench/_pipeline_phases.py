@@ -93,7 +93,8 @@ def profiled(pid: int, out: Path | None, name: str) -> Iterator[None]:
 def preload_ours(raw: Raw, games: list[str], per_game: int) -> int:
     """Store every event through the collector; its buffer holds them all, so none drop."""
     total = len(games) * per_game
-    preload = {**raw, "collector": {**raw["collector"], "max_buffer_events": total}}
+    preload = {**raw, "collector": {**raw["collector"], "max_buffer_events": total,
+                                    "max_buffer_bytes": 64 * 1024 ** 3}}
     collector = Collector(config=make_config(preload))
     seq = 0
     try:

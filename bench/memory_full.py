@@ -113,6 +113,7 @@ def overfill(url: str, total: int) -> Collector:
     """A collector that collected ``total`` events, more than Redis takes: once its writes
     are refused, the rest waits in its buffer."""
     sdk = Collector(url=url, key_prefix=PREFIX, shards=4, max_buffer_events=total,
+                    max_buffer_bytes=64 * 1024 ** 3,
                     max_events_per_game=10**6, flush_interval_ms=10, retry_max_delay_ms=200)
     for seq in range(total // len(GAMES)):
         for game in GAMES:

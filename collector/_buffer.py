@@ -35,7 +35,8 @@ def no_drops() -> Drops:
 
 
 class EventBuffer:
-    """At most ``limit`` events, kept per game; when full the oldest is dropped and counted.
+    """At most ``limit`` events and ``max_bytes`` bytes of entries, kept per game; when either
+    is passed the oldest are dropped and counted (``dropped_buffer_full``).
 
     Events wait in one queue per game, so the flusher gets them already grouped the way they
     are written (one script call per game); ``_order`` holds the game of every waiting event,
@@ -44,8 +45,12 @@ class EventBuffer:
     few container operations, so ``collect()`` never waits long.
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, max_bytes: int = 0) -> None:
         self.limit = limit
+        # Bytes of the waiting entries (their JSON and time prefix; Python adds about 100 per
+        # entry): a few large events must not take a game server's memory during an outage.
+        self.max_bytes = max_bytes if max_bytes > 0 else 1 << 62
+        self.bytes = 0
         self._lock = threading.Lock()
         self._queues: Queues = {}
         self._order: deque[str] = deque()
@@ -75,6 +80,9 @@ class EventBuffer:
                 return -1
             order = self._order
             if len(order) >= self.limit:
+                self._drop_oldest()
+            self.bytes += len(entry)
+            while self.bytes > self.max_bytes and order:
                 self._drop_oldest()
             queue = self._queues.get(game)
             if queue is None:
@@ -107,6 +115,7 @@ class EventBuffer:
         with self._lock:
             queues, self._queues = self._queues, {}
             self._order = deque()
+            self.bytes = 0
             pending, self._pending = self._pending, no_pending()
             self.taken_seq = self.seq
         return {game: queue for game, queue in queues.items() if queue}, pending
@@ -134,12 +143,14 @@ class EventBuffer:
                     queue = self._queues[game] = deque()
                 queue.extendleft(reversed(entries))
                 self._order.extendleft([game] * len(entries))
-            while len(self._order) > self.limit:
+                self.bytes += sum(map(len, entries))
+            while self._order and (len(self._order) > self.limit
+                                   or self.bytes > self.max_bytes):
                 self._drop_oldest()
 
     def _drop_oldest(self) -> None:
         game = self._order.popleft()
-        self._queues[game].popleft()
+        self.bytes -= len(self._queues[game].popleft())
         self._pending[Counter.DROPPED_BUFFER_FULL][game] += 1
         self._drops[Counter.DROPPED_BUFFER_FULL][game] += 1
         self.unreported += 1
@@ -157,6 +168,7 @@ class EventBuffer:
             left = {game: len(queue) for game, queue in self._queues.items() if queue}
             self._queues = {}
             self._order = deque()
+            self.bytes = 0
             return left
 
     def reset_after_fork(self) -> None:
@@ -164,6 +176,7 @@ class EventBuffer:
         self._lock = threading.Lock()
         self._queues = {}
         self._order = deque()
+        self.bytes = 0
         self._pending = no_pending()
         self._drops = no_drops()
         self.unreported = 0

@@ -56,7 +56,8 @@ _KEYWORDS = {
     "socket_timeout_seconds": "redis", "connect_timeout_seconds": "redis",
     "sentinels": "redis", "sentinel_service": "redis", "sentinel_password": "redis",
     "wait_for_replicas": "redis", "wait_timeout_ms": "redis",
-    "mode": "collector", "max_buffer_events": "collector", "flush_interval_ms": "collector",
+    "mode": "collector", "max_buffer_events": "collector", "max_buffer_bytes": "collector",
+    "flush_interval_ms": "collector",
     "close_timeout_seconds": "collector", "retry_max_delay_ms": "collector",
     "disabled": "collector",
     "max_events_per_game": "buffer", "ttl_seconds": "buffer", "max_event_bytes": "buffer",
@@ -102,7 +103,8 @@ class Collector:
         self._max_event_bytes = base.buffer.max_event_bytes
         self._dedup = Dedup(base)
         self._dedup_fields = self._dedup.configured  # read on the hot path
-        self._buffer = EventBuffer(base.collector.max_buffer_events)
+        self._buffer = EventBuffer(base.collector.max_buffer_events,
+                                   base.collector.max_buffer_bytes)
         self._known_games: set[str] = set()
         self._store = store
         self._writer: Writer | None = None

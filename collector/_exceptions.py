@@ -96,7 +96,7 @@ class EventsDropped(TelemetryError):
 
 _WHY = {
     Counter.DROPPED_BUFFER_FULL: "dropped: the in-process buffer was full "
-                                 "([collector] max_buffer_events)",
+                                 "([collector] max_buffer_events or max_buffer_bytes)",
     Counter.DROPPED_TOO_LARGE: "refused: larger than [buffer] max_event_bytes",
     Counter.DROPPED_AT_CLOSE: "dropped: still buffered when close() ran out of time",
 }

@@ -69,3 +69,29 @@ def test_closed_buffer_refuses_and_reports_what_it_dropped() -> None:
     assert b.close() == 1
     assert b.append("a", b"2") == -1
     assert len(b) == 0
+
+
+def test_the_byte_bound_drops_the_oldest_and_counts_them_like_the_event_bound() -> None:
+    b = EventBuffer(100, max_bytes=10)
+    for game, entry in [("a", b"1111"), ("b", b"2222"), ("a", b"33")]:
+        b.append(game, entry)
+    assert (len(b), b.bytes, b.dropped_total) == (3, 10, 0)
+    b.append("c", b"444")  # 13 bytes: the oldest goes
+    assert (len(b), b.bytes, b.dropped_total) == (3, 9, 1)
+    b.append("c", b"555555")  # 15 bytes: the two oldest go
+    queues, pending = b.take()
+    assert {g: list(q) for g, q in queues.items()} == {"c": [b"444", b"555555"]}
+    assert pending[Counter.DROPPED_BUFFER_FULL] == {"a": 2, "b": 1}
+    assert b.take_drops()[Counter.DROPPED_BUFFER_FULL] == {"a": 2, "b": 1}
+    assert (b.bytes, b.dropped_total) == (0, 3)
+
+
+def test_put_back_respects_the_byte_bound() -> None:
+    b = EventBuffer(100, max_bytes=10)
+    b.append("a", b"1111")
+    b.append("a", b"2222")
+    failed, pending = b.take()
+    b.append("b", b"333333")  # collected while the write of a's events failed
+    b.put_back({g: list(q) for g, q in failed.items()}, pending)
+    assert b.bytes == 10 and b.dropped_total == 1
+    assert taken(b) == {"a": [b"2222"], "b": [b"333333"]}

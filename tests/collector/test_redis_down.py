@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from collector import Collector
+from collector import Collector, EventsDropped
 from collector.store import KeySchema
 from tests.collector.conftest import FAST_FAILURE, MakeCollector
 from tests.collector.helpers import balanced, queue_events, stats_total, wait_until
@@ -157,3 +157,33 @@ def test_flush_after_close_reports_what_was_left(own_server: Server,
     assert c.stats()["dropped_at_close"] == 1
     own_server.start()
     assert c.flush(timeout=60) is False  # closed: nothing more will be written
+
+
+def test_the_buffer_is_bounded_in_bytes_too(own_server: Server,
+                                            make_collector: MakeCollector) -> None:
+    """Large events during an outage: the byte bound drops the oldest, counted in stats, in
+    Redis and to on_error like the event bound; the newest are stored once Redis is back."""
+    own_server.stop()
+    seen: list[Exception] = []
+    c = make_collector(url=own_server.url, key_prefix=PREFIX, max_buffer_events=100_000,
+                       max_buffer_bytes=100_000, **FAST_FAILURE,
+                       on_error=lambda error, count: seen.append(error))
+    pad = "p" * 10_000  # entries of 10,034 bytes: 9 fit in 100,000
+    for seq in range(30):
+        assert c.collect("g0", {"seq": seq, "pad": pad}) == 0
+    stats = settled(c, buffer_limit=9)
+    assert (stats["accepted"], stats["buffered"], stats["dropped_buffer_full"]) == (30, 9, 21)
+
+    own_server.start()
+    assert c.flush(timeout=20)
+    client = own_server.client()
+    try:
+        got = [e["seq"] for e in queue_events(client, SCHEMA, "g0")]
+        assert got == list(range(21, 30))
+        assert stats_total(client, SCHEMA, "dropped_buffer_full") == 21
+    finally:
+        client.close()
+    c.close()
+    dropped = [e for e in seen if isinstance(e, EventsDropped)]
+    assert sum(e.count for e in dropped) == 21
+    assert {e.reason for e in dropped} == {"dropped_buffer_full"}
