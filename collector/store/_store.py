@@ -160,9 +160,11 @@ class Store:
         found by one SCAN): what ``status`` shows of the memory kept for repeats."""
         return self._read(_remembered.remembered, self.schema)
 
-    def dead_listed(self) -> int:
-        """Batches on every shard's dead list (one LLEN per shard, pipelined)."""
-        return self._read(_views.dead_listed, self.schema.all_shards())
+    def dead_listed(self, shards: Sequence[ShardKeys] | None = None) -> int:
+        """Batches on the dead lists of ``shards`` (default: every shard), one LLEN per shard,
+        pipelined."""
+        return self._read(_views.dead_listed,
+                          self.schema.all_shards() if shards is None else shards)
 
     def counters(self) -> dict[str, int]:
         """Every shard's counters added up, and nothing else: cheap for many shards."""

@@ -172,7 +172,7 @@ def _replay(store: Store, args: argparse.Namespace, budget: tuple[int, int]) -> 
         for keys in store.schema.all_shards():
             # Malformed entries' dead letters go back to the head of the list: take exactly
             # as many from the tail as there were at the start, so each is seen once.
-            left = store.read_shard(keys).dead
+            left = store.dead_listed([keys])
             while left > 0:
                 step = min(REPLAY_STEP, left)
                 done = store.call(Replay(keys, "", step, *budget))
