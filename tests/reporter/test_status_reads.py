@@ -7,19 +7,21 @@ from __future__ import annotations
 
 import json
 import textwrap
+import uuid
 from pathlib import Path
 
 import pytest
 import redis
 
 from collector import Collector
-from collector.store import KeySchema
+from collector.store import KeySchema, open_store
 from collector.store._remembered import DEDUP_KEY_BYTES, WRITE_RECORD_BYTES, WRITER_BYTES
 from reporter._commands.cli import main
-from tests.reporter.helpers import numbered, store
+from tests.reporter.helpers import make_config, numbered, store
 from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse
 from tests.reporter.test_status_dead import no_telemetry_env  # noqa: F401 - autouse
 from tests.scriptcalls import Scripts
+from tests.servers import Cluster
 
 PREFIX = "reads"
 SHARDS = 4
@@ -122,3 +124,27 @@ def test_status_shows_the_writes_and_dedup_keys_each_shard_keeps(
             "of 2 games: about") in text
     header = next(line for line in text.splitlines() if line.startswith("shard "))
     assert header.split()[-4:] == ["writes", "kept", "dedup", "keys"]
+
+
+def test_the_kept_keys_are_found_on_every_node_of_a_cluster(cluster: Cluster) -> None:
+    prefix = f"kept{uuid.uuid4().hex[:8]}"  # the cluster is shared by the session
+    config = make_config(cluster.url, shards=16, redis={"cluster": True, "key_prefix": prefix})
+    games = [f"game-{i}" for i in range(24)]
+    with Collector(url=cluster.url, key_prefix=prefix, shards=16, cluster=True) as c:
+        for game in games:
+            for i in range(3):
+                c.collect(game, {"i": i}, dedup_key=f"{game}-{i}")
+        assert c.flush(30)
+    store = open_store(config.redis)
+    try:
+        kept = store.remembered()
+    finally:
+        store.close()
+    schema = KeySchema(prefix, 16)
+    assert len({schema.shard_of(g) for g in games}) > 8  # on every node
+    assert sum(r.dedup_keys for r in kept) == 3 * len(games)
+    assert sum(r.dedup_games for r in kept) == len(games)
+    for r in kept:
+        on_shard = [g for g in games if schema.shard_of(g) == r.shard]
+        assert (r.dedup_keys, r.dedup_games) == (3 * len(on_shard), len(on_shard))
+        assert r.writers == (1 if on_shard else 0)
