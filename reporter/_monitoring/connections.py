@@ -48,6 +48,10 @@ Handle = Callable[[Request], Answer]
 MIN_BACKOFF_SECONDS = 0.05
 MAX_BACKOFF_SECONDS = 2.0
 RECV_BYTES = 16 * 1024
+# Connections the kernel completes before they are accepted (capped by its somaxconn; they
+# cost the process no descriptor).  Deep, so that during a flood a probe's connection waits
+# in the queue for a moment rather than having its SYN dropped and retried a second later.
+BACKLOG = 4096
 # Then the connections already open get their turn: well below any sensible cap, so a
 # connection accepted in one round has its request read before a later round evicts it.
 ACCEPTS_PER_WAKE = 8
@@ -97,7 +101,7 @@ class BoundedServer:
             if hasattr(socket, "SO_REUSEADDR") and not hasattr(socket, "SO_EXCLUSIVEADDRUSE"):
                 self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self._listener.bind(address)
-            self._listener.listen(128)
+            self._listener.listen(BACKLOG)
             self._listener.setblocking(False)
         except OSError:
             self._listener.close()
