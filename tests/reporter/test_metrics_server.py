@@ -16,12 +16,17 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 
 from reporter._monitoring import connections
+from reporter._monitoring import server as server_module
 from reporter._monitoring.connections import BoundedServer
+from reporter._monitoring.health import Health
 from reporter._monitoring.http_wire import MAX_HEAD_BYTES, Answer, Request
+from reporter._monitoring.server import MetricsServer
 from reporter._monitoring.shedding import Limits
 from tests.polling import wait_until
+from tests.scriptcalls import store_of
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 10.0  # seconds a test waits for anything before it fails
@@ -242,6 +247,8 @@ def test_a_failing_handler_is_a_500_logged_once_under_one_key(
 EMFILE_CHILD = """
 import json, os, resource, socket, sys, time
 from reporter._monitoring.connections import BoundedServer
+from reporter._monitoring.health import Health
+from reporter._monitoring.server import MetricsServer
 from reporter._monitoring.shedding import Limits
 from reporter._monitoring.http_wire import Answer
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
@@ -285,3 +292,28 @@ def test_accepts_failing_for_lack_of_descriptors_back_off_and_recover() -> None:
             assert child.wait(WAIT) == 0
         finally:
             child.kill()
+
+
+class Broken:
+    """A metrics collector with a bug whose message names a host."""
+
+    def collect(self) -> list[object]:
+        raise RuntimeError("cannot reach redis://admin@db.internal:6379")
+
+
+@pytest.mark.parametrize("details", [False, True])
+def test_a_500_names_the_error_only_when_the_operator_asks(
+        client: redis.Redis, details: bool, caplog: pytest.LogCaptureFixture) -> None:
+    health = Health(store_of(client), threading.Event(), 30.0, frozenset)
+    server = MetricsServer(("127.0.0.1", 0), Broken(), health, details=details)
+    server_module.ratelog.reset("bug:/metrics")  # logged by an earlier test within 30 s
+    server.start()
+    try:
+        with caplog.at_level(logging.ERROR, logger="reporter"):
+            answer = httpx.get(f"{server.url}/metrics", timeout=WAIT)
+        assert answer.status_code == 500
+        assert ("db.internal" in answer.text) is details
+        assert "RuntimeError" in caplog.text  # the log has the traceback either way
+        assert httpx.get(f"{server.url}/healthz", timeout=WAIT).json() == {"alive": True}
+    finally:
+        server.stop()
