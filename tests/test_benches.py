@@ -38,7 +38,8 @@ EXPECTED: dict[str, list[str | re.Pattern[str]]] = {
     ],
     "pipeline": [
         "endpoint, one client thread", "1. drain+POST events/s (1 process)",
-        "   events pre-loaded / received", "2. offered events/s", "   counted drops",
+        "   events pre-loaded / received", "drain+POST ours/base by round",
+        "2. offered events/s", "   counted drops",
         "   still buffered after settling", "   LOST (not delivered, not counted)",
         "3. latency p50 (ms)", "   CPU s per 100k events: collector",
         re.compile(r"no loss beyond counted drops +0 lost +PASS"),
