@@ -24,7 +24,7 @@ from collector._on_error import ErrorReport, OnError, check_callback
 from collector._one_value import SCALARS, check_one_value
 from collector._writer import Writer
 from collector.counters import SDK, SDK_GAUGES, Counter, Gauge
-from collector.logs import RateLimitedLog
+from collector.logs import RateLimitedLog, counted
 from collector.metrics import NO_METRICS, Metrics, Tally, fan_out
 from collector.store import Store, describe_settings, open_store, time_prefix, validate_game
 
@@ -263,10 +263,10 @@ class Collector:
         self._counts.count(Counter.STORE_RESETS)
         self._ratelog.log(
             logging.ERROR, "store-reset",
-            "store reset: %d shards of %s lost their data since this process last wrote "
+            "store reset: %s of %s lost their data since this process last wrote "
             "there (Redis restarted without persistence, was flushed, or failed over to an "
             "empty replica); the events buffered there are gone (the reporter logs how many)",
-            len(shards), self._server)
+            counted(len(shards), "shard"), self._server)
 
     def _start(self, closing: bool = False) -> None:
         """Start the flusher thread; after close() only to write what is left."""

@@ -114,7 +114,7 @@ def build_config(raw: Mapping[str, Any], source: str, env: Mapping[str, str] | N
     env = os.environ if env is None else env
     if interpolate:
         _refuse_unset_variables(raw, source, env)
-        raw = _interpolate(raw, source, env, path="")
+        raw = _interpolate(raw, env)
     sections = sections_of(cls)
     overrides = _env_overrides(env, sections)
     known = sorted([*sections, GAMES, *cls.OTHER_SECTIONS])
@@ -155,52 +155,51 @@ def raw_settings(config: ConfigClass) -> dict[str, dict[str, Any]]:
     return raw
 
 
-def _unset_variables(value: Any, env: Mapping[str, str], path: str
+def _unset_variables(value: Any, env: Mapping[str, str], path: tuple[str, ...]
                      ) -> list[tuple[str, str]]:
-    """Every ``${NAME}`` in ``value`` whose variable is not set: (name, where), in file order."""
+    """Every ``${NAME}`` in ``value`` whose variable is not set: (name, key), in file order."""
     if isinstance(value, str):
-        return [(name, path) for match in _INTERPOLATION.finditer(value)
+        return [(name, _key_name(path)) for match in _INTERPOLATION.finditer(value)
                 if (name := match.group(1)) is not None and name not in env]
     if isinstance(value, Mapping):
-        return [m for k, v in value.items()
-                for m in _unset_variables(v, env, f"{path}.{k}" if path else k)]
+        return [m for k, v in value.items() for m in _unset_variables(v, env, (*path, k))]
     if isinstance(value, list):
         return [m for v in value for m in _unset_variables(v, env, path)]
     return []
 
 
+def _key_name(path: tuple[str, ...]) -> str:
+    """A key as the docs and the other errors spell it: ``[redis] url``,
+    ``[sink.headers] Authorization``, ``[games."farm"] biz_id``."""
+    def part(name: str) -> str:
+        return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else f'"{name}"'
+    *table, key = path or ("",)
+    return f"[{'.'.join(part(t) for t in table)}] {part(key)}" if table else part(key)
+
+
 def _refuse_unset_variables(raw: Mapping[str, Any], source: str, env: Mapping[str, str]
                             ) -> None:
     """One error naming every unset variable the file refers to, so one run shows them all."""
-    missing = _unset_variables(raw, env, "")
+    missing = _unset_variables(raw, env, ())
     if not missing:
         return
     names = list(dict.fromkeys(name for name, _ in missing))
-    uses = "; ".join(f"${{{name}}} at {path}" for name, path in missing)
+    uses = "; ".join(f"${{{name}}} at {key}" for name, key in missing)
     noun = "variable is" if len(names) == 1 else "variables are"
     raise ConfigError(f"{source}: {uses}: the environment {noun} not set: "
                       f"{', '.join(names)}")
 
 
-def _interpolate(value: Any, source: str, env: Mapping[str, str], path: str) -> Any:
+def _interpolate(value: Any, env: Mapping[str, str]) -> Any:
+    """``${NAME}`` replaced by the variable (every one is set: refused before), ``$$`` by
+    ``$``."""
     if isinstance(value, str):
-        def substitute(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name is None:
-                return "$"
-            if name not in env:
-                raise ConfigError(
-                    f"{source}: {path}: refers to ${{{name}}}, but the environment "
-                    f"variable {name} is not set"
-                )
-            return env[name]
-
-        return _INTERPOLATION.sub(substitute, value)
+        return _INTERPOLATION.sub(lambda m: "$" if m.group(1) is None else env[m.group(1)],
+                                  value)
     if isinstance(value, Mapping):
-        return {k: _interpolate(v, source, env, f"{path}.{k}" if path else k)
-                for k, v in value.items()}
+        return {k: _interpolate(v, env) for k, v in value.items()}
     if isinstance(value, list):
-        return [_interpolate(v, source, env, path) for v in value]
+        return [_interpolate(v, env) for v in value]
     return value
 
 

@@ -6,7 +6,7 @@ reprs of settings): it hides the credentials a text can carry and leaves the res
 ``mask_headers`` does the same for a table of HTTP headers.
 
 ``RateLimitedLog`` stays quiet under repetition: one line per key per interval, with a count
-of what it held back.
+of what it held back.  ``counted`` writes a count with its noun ("1 batch", "2 batches").
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ __all__ = [
     "CREDENTIAL_WORDS",
     "HIDDEN",
     "RateLimitedLog",
+    "counted",
     "is_credential_name",
     "mask",
     "mask_headers",
@@ -181,3 +182,9 @@ class RateLimitedLog:
         with self._lock:
             self._last.pop(key, None)
             self._suppressed.pop(key, None)
+
+
+def counted(count: int, noun: str, nouns: str | None = None) -> str:
+    """``count`` and its noun, singular for 1: ``counted(1, "batch", "batches")`` is
+    "1 batch"; the plural defaults to ``noun + "s"``."""
+    return f"{count} {noun if count == 1 else (nouns or noun + 's')}"

@@ -30,6 +30,7 @@ import redis.exceptions
 from collector import BackendError, ConfigError
 from collector.config import CONFIG_ENV
 from collector.counters import REPORTER
+from collector.logs import counted
 from collector.store import BackendUnavailable, describe_settings, open_store
 from collector.text import printable
 from reporter._commands.dead import add_dead_parser, replay_budget, run_dead
@@ -157,7 +158,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="the method of the sink's probe request (default: HEAD)")
     demo = commands.add_parser("demo", parents=[common],
                                help="run the whole pipeline on a private server")
-    demo.add_argument("--seconds", type=float, default=15.0)
+    demo.add_argument("--seconds", type=_seconds, default=15.0, metavar="SECONDS",
+                      help="how long the simulated games send events (default: 15); the "
+                           "demo then waits for the last of them to be delivered")
     demo.add_argument("--sink", choices=("json", "nppa"), default="json",
                       help="json: a local ingest endpoint; nppa: a local mock of the "
                            "anti-addiction interface")
@@ -303,12 +306,16 @@ def _sink_notices(config: ReporterConfig) -> list[str]:
                 "delivered; [sink] url is not used"] if config.sink.url else []
     if config.sink.kind != "nppa":
         return []
+    # Only a game that lacks its filing id is worth a warning: one the file names without
+    # one, or none at all when the file gives no game one.
     missing = config.games_without_biz_id()
-    notices = ['[sink] kind = "nppa": every game needs [games."<name>"] biz_id, its filing '
-               "id; events of a game without one are dead-lettered (replay once it is set)"]
+    why = ('[sink] kind = "nppa" needs [games."<name>"] biz_id, the filing id, for every game; '
+           "events of a game without one are dead-lettered (replay once it is set)")
     if missing:
-        notices.append("games named in the file without a biz_id: " + ", ".join(missing))
-    return notices
+        return ["games named in the file without a biz_id: " + ", ".join(missing) + f" ({why})"]
+    if not any(config.biz_id(game) for game in config.games):
+        return [f"no game has a biz_id ({why})"]
+    return []
 
 
 # -- run ---------------------------------------------------------------------------------------
@@ -345,7 +352,7 @@ def startup_line(config: ReporterConfig, limiter: str) -> tuple[str, dict[str, o
         "sink": sink_description(config), "limiter": limiter, "shards": config.redis.shards,
         "pools": pools, "metrics": metrics_listen(config) or "off"}
     message = (f"{PROG}: config {config.source}; {redis_url}; key prefix "
-               f"{config.redis.key_prefix!r}; {config.redis.shards} shards; sink "
+               f"{config.redis.key_prefix!r}; {counted(config.redis.shards, 'shard')}; sink "
                f"{fields['sink']} ({limiter}); pools "
                + ", ".join(f"{name}={threads}" for name, threads in pools.items())
                + f"; metrics {fields['metrics']}; version {fields['version']}")

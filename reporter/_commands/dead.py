@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from collector.logs import counted
 from collector.store import (
     DeadBatch,
     Purge,
@@ -182,7 +183,8 @@ def _replay(store: Store, args: argparse.Namespace, budget: tuple[int, int]) -> 
     else:
         print("telemetry-reporter: replay needs a batch id or --all", file=sys.stderr)
         return EXIT_USAGE
-    print(f"replayed {batches} batches ({events} events); stale events are dropped when sent")
+    print(f"replayed {counted(batches, 'batch', 'batches')} ({counted(events, 'event')}); "
+          "stale events are dropped when sent")
     if malformed:
         print(f"{malformed} dead letters of malformed entries stay (they can never be sent)")
     return 0
@@ -209,14 +211,14 @@ def _purge(store: Store, args: argparse.Namespace, ask: Callable[[str], bool]) -
     if not count:
         print("no dead-lettered batches to purge" + (f" {what}" if what else ""))
         return 0
-    described = f"{count} dead-lettered batches" + (
-        f" ({sum(b.events for b in matches)} events) {what}" if filtered else "")
+    described = f"{counted(count, 'dead-lettered batch', 'dead-lettered batches')}" + (
+        f" ({counted(sum(b.events for b in matches), 'event')}) {what}" if filtered else "")
     if not args.yes and not ask(f"delete {described} in {store.describe()} "
                                 f"(key prefix {store.schema.prefix!r}) for good?"):
         print("telemetry-reporter: nothing purged", file=sys.stderr)
         return EXIT_DECLINED
     purged, events = _purge_ids(store, matches) if filtered else _purge_all(store)
-    print(f"purged {purged} batches ({events} events)")
+    print(f"purged {counted(purged, 'batch', 'batches')} ({counted(events, 'event')})")
     return 0
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from collector.counters import STORE, Counter
+from collector.logs import counted
 from collector.store import (
     Alert,
     BackendError,
@@ -69,7 +70,8 @@ def render_hold(hold: HoldState | None, config: ReporterConfig) -> list[str]:
     next_in = max(0.0, (hold.probe_at_ms - hold.now_ms) / 1000)
     return [f"HELD: sending to the anti-addiction interface (app {config.nppa.app_id}) is held "
             f"for {hold.age_seconds:.0f}s, since {_when(hold.since_ms / 1000)}: it answered "
-            f"{hold.cause}: {hold.check}; {hold.probes} probes, the next in {next_in:.0f}s"
+            f"{hold.cause}: {hold.check}; {counted(hold.probes, 'probe')}, the next in "
+            f"{next_in:.0f}s"
             + (f" (game {hold.game})" if hold.game else "")]
 
 
@@ -193,7 +195,7 @@ def hot_game_entries(config: ReporterConfig, schema: KeySchema, owners: Sequence
 
 def render_hot_games(entries: Sequence[dict[str, Any]]) -> str:
     return "hot games: " + (", ".join(
-        f"{e['game']} ({e['threads']} threads, shard {e['shard']}, served by "
+        f"{e['game']} ({counted(e['threads'], 'thread')}, shard {e['shard']}, served by "
         f"{e['served_by'] or 'no reporter'})" for e in entries) or "none")
 
 
@@ -254,7 +256,8 @@ def render_status(totals: Totals, config: ReporterConfig, now: float | None = No
         table(("game", "shard", "buffered", "oldest", ""), game_rows) if game_rows else "(none)",
         "",
         render_hot_games(hot_games) if hot_games is not None else
-        "hot games: " + (", ".join(f"{g} ({n} threads)" for g, n in hot.items()) or "none"),
+        "hot games: " + (", ".join(f"{g} ({counted(n, 'thread')})" for g, n in hot.items())
+                         or "none"),
         "",
         "counters (events unless named batches)",
         table(("counter", "value"), counter_rows),
@@ -346,7 +349,7 @@ def _cheap(store: Store, config: ReporterConfig, as_json: bool, indent: int | No
         f"shards without an owner: {unowned} of {store.schema.shards}",
         render_hot_games(hot),
         "",
-        f"counters over {store.schema.shards} shards (events unless named batches)",
+        f"counters over {counted(store.schema.shards, 'shard')} (events unless named batches)",
         table(("counter", "value"), list(counters.items())),
         *([f"{set_aside} records set aside in the quarantine: run without --no-shards to list "
            "the newest"] if set_aside else []),

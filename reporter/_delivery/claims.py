@@ -13,7 +13,7 @@ import logging
 import threading
 
 from collector.counters import Counter as C
-from collector.logs import RateLimitedLog
+from collector.logs import RateLimitedLog, counted
 from collector.metrics import Metrics
 from collector.store import BackendError, BackendUnreplicated, Claimed, RetryBatch, ShardKeys
 from reporter._constants import RETRIES_PER_LOOP
@@ -92,8 +92,8 @@ class Claimer:
                 released += self._batches.release(keys, batch_id, token)
         self._counts.add({C.BATCHES_UNREPLICATED: len(batch_ids), C.BATCHES_RELEASED: released})
         ratelog.log(logging.WARNING, "unreplicated",
-                    "claim of %d batches on shard %d handed back unsent: %s", len(batch_ids),
-                    keys.shard, exc)
+                    "claim of %s on shard %d handed back unsent: %s",
+                    counted(len(batch_ids), "batch", "batches"), keys.shard, exc)
 
     def _malformed(self, game: str, count: int) -> None:
         self._counts.add({C.MALFORMED_ENTRIES: count, C.DEAD_EVENTS: count,

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import orjson
 
 from collector.counters import Counter as C
-from collector.logs import RateLimitedLog
+from collector.logs import RateLimitedLog, counted
 from collector.metrics import Metrics
 from collector.store import Ack, BackendError, BackendUnreplicated, Settled, ShardKeys
 from reporter._delivery.batches import Batches
@@ -177,8 +177,9 @@ class Settler:
                                     reason=outcome.reason)
         if result.state == "dead":
             ratelog.log(logging.ERROR, f"dead:{log_kind(outcome)}",
-                        "batch %s of game %r dead-lettered (%d events) after %d attempts: %s",
-                        batch_id, game, len(batch.entries), attempt, outcome.reason,
+                        "batch %s of game %r dead-lettered (%s) after %s: %s",
+                        batch_id, game, counted(len(batch.entries), "event"),
+                        counted(attempt, "attempt"), outcome.reason,
                         extra=batch_fields(game, batch_id, keys.shard, attempt,
                                            outcome.reason, events=len(batch.entries)))
             self._counts.add({C.DEAD_BATCHES: 1, C.DEAD_EVENTS: len(batch.entries)})

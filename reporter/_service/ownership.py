@@ -17,6 +17,7 @@ import time
 import uuid
 from itertools import islice
 
+from collector.logs import counted
 from collector.store import BackendError, ShardLease, Store
 
 logger = logging.getLogger("reporter")
@@ -61,8 +62,8 @@ class ShardOwnership:
         held.difference_update(excess)
         with self._lock:
             if held != self._owned:
-                logger.info("now sweeping shards %s (%d reporters live)",
-                            _ranges(sorted(held)) or "none", live,
+                logger.info("now sweeping shards %s (%s live)",
+                            _ranges(sorted(held)) or "none", counted(live, "reporter"),
                             extra={"owned_shards": len(held), "live_reporters": live})
             self._owned = held
         return False

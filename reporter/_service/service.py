@@ -19,6 +19,7 @@ import time
 import httpx
 
 from collector.counters import Counter, Gauge
+from collector.logs import counted
 from collector.metrics import NO_METRICS, Metrics, Tally, fan_out
 from collector.store import Store, open_store
 from reporter._config import ReporterConfig
@@ -138,7 +139,8 @@ class ReporterService:
         r = self.config.reporter
         hot = ", ".join(f"{g}={n}" for g, n in r.hot_games.items()) or "none"
         return (f"telemetry-reporter: config {self.config.source}; {self.store.describe()}; "
-                f"{self.schema.shards} shards; {r.workers} sweep threads; hot games: {hot}; "
+                f"{counted(self.schema.shards, 'shard')}; {counted(r.workers, 'sweep thread')}; "
+                f"hot games: {hot}; "
                 f"sink {self.sender.describe()} ({self.limiter.describe()}); "
                 f"metrics: {self.config.metrics.listen or 'off'}")
 

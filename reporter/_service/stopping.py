@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from collector.config import RedisSettings
+from collector.logs import counted
 from collector.store import Backend, ShardKeys, Store, open_backend
 from reporter._constants import STOP_REDIS_TIMEOUT_SECONDS
 from reporter._delivery.batches import Batches
@@ -45,10 +46,11 @@ class Stopped:
         if self.left_to_lease:
             shown = ", ".join(self.left_to_lease[:LISTED_BATCHES])
             more = len(self.left_to_lease) - LISTED_BATCHES
-            parts.append(f"left to lease expiry: {len(self.left_to_lease)} batches ({shown}"
+            parts.append(f"left to lease expiry: "
+                         f"{counted(len(self.left_to_lease), 'batch', 'batches')} ({shown}"
                          + (f", and {more} more" if more > 0 else "") + ")")
         if self.blocked_jobs:
-            parts.append(f"still blocked: {len(self.blocked_jobs)} jobs "
+            parts.append(f"still blocked: {counted(len(self.blocked_jobs), 'job')} "
                          f"({', '.join(self.blocked_jobs[:LISTED_BATCHES])})")
         return "; ".join(parts)
 

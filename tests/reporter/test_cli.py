@@ -160,7 +160,7 @@ def test_end_to_end_across_processes(tmp_path: Path, own_server: Server,
                                   - counters["replayed"]
                                   + counters["buffered"] + counters["pending_events"])
     assert table.returncode == 0, table.stderr
-    for heading in ("shards", "counters", "hot games: game-0 (1 threads, shard", "unaccounted"):
+    for heading in ("shards", "counters", "hot games: game-0 (1 thread, shard", "unaccounted"):
         assert heading in table.stdout
     assert "not-for-printing" not in table.stdout
 
@@ -343,6 +343,16 @@ def test_check_config_names_the_nppa_games_without_a_biz_id(
     out, err = capsys.readouterr()
     assert "games named in the file without a biz_id: kart, arena" in err
     assert key not in out + err
+
+    every_game = path.read_text(encoding="utf-8").replace(
+        "max_events_per_game = 100", 'biz_id = "1101999998"').replace('"arena" = 2', "")
+    path.write_text(every_game, encoding="utf-8")
+    assert main(["check-config", str(path)]) == 0
+    assert "biz_id" not in capsys.readouterr().err  # every game has one: nothing to say
+
+    path.write_text(every_game.split('[games."farm"]')[0], encoding="utf-8")
+    assert main(["check-config", str(path)]) == 0
+    assert "no game has a biz_id" in capsys.readouterr().err
 
 
 def test_the_nppa_demo_reports_to_a_mock_of_the_interface() -> None:

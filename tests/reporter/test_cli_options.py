@@ -293,3 +293,16 @@ def test_run_with_its_metrics_address_taken_exits_with_one_line(
     assert line.startswith(f"telemetry-reporter: [metrics] listen: cannot serve metrics on "
                            f"127.0.0.1:{port}")
     assert "Traceback" not in err
+
+
+def test_demo_seconds_is_explained_and_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as shown:
+        _parser().parse_args(["demo", "--help"])
+    assert shown.value.code == 0
+    assert "how long the simulated games send events (default: 15)" in " ".join(
+        capsys.readouterr().out.split())
+    assert _parser().parse_args(["demo", "--seconds", "3"]).seconds == 3.0
+    with pytest.raises(SystemExit) as refused:
+        _parser().parse_args(["demo", "--seconds", "0"])
+    assert refused.value.code == 2
+    assert "expected seconds from 0.1" in capsys.readouterr().err

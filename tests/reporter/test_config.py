@@ -283,7 +283,7 @@ def test_missing_variable_is_an_error_naming_it(tmp_path: Path) -> None:
     message = load_error(path, env={})
     assert "INGEST_TOKEN" in message
     assert str(path) in message
-    assert "sink.headers.Authorization" in message
+    assert "[sink.headers] Authorization" in message
 
 
 def test_every_missing_variable_is_named_at_once(tmp_path: Path) -> None:
@@ -292,11 +292,17 @@ def test_every_missing_variable_is_named_at_once(tmp_path: Path) -> None:
                            'X-Again = "${PW}"\n')
     message = load_error(path, env={"HOST": "cache"})
     assert message.startswith(str(path))
-    assert "${PW} at redis.url" in message
-    assert "${INGEST_TOKEN} at sink.headers.Authorization" in message
-    assert "${PW} at sink.headers.X-Again" in message
+    assert "${PW} at [redis] url" in message
+    assert "${INGEST_TOKEN} at [sink.headers] Authorization" in message
+    assert "${PW} at [sink.headers] X-Again" in message
     assert message.endswith("the environment variables are not set: PW, INGEST_TOKEN")
     assert "HOST" not in message.split("not set:")[1]
+
+
+def test_a_missing_variable_names_its_key_as_the_docs_spell_it(tmp_path: Path) -> None:
+    path = write(tmp_path, '[games."farm.story"]\nbiz_id = "${BIZ}"\n')
+    assert load_error(path, env={}).endswith(
+        ': ${BIZ} at [games."farm.story"] biz_id: the environment variable is not set: BIZ')
 
 
 NEEDS = re.compile(r"^# Environment variables it needs: (.+)$", re.M)

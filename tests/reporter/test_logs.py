@@ -169,7 +169,7 @@ def test_the_stopped_line_lists_what_was_left_to_lease_expiry() -> None:
     left = tuple(f"b{i}" for i in range(12))
     message, fields = stopped_line(Stopped({}, left, ("sweep:3",)))
     assert message.endswith("; left to lease expiry: 12 batches (b0, b1, b2, b3, b4, b5, b6, "
-                            "b7, b8, b9, and 2 more); still blocked: 1 jobs (sweep:3)")
+                            "b7, b8, b9, and 2 more); still blocked: 1 job (sweep:3)")
     assert fields["left_to_lease"] == list(left) and fields["blocked_jobs"] == ["sweep:3"]
 
 

@@ -174,7 +174,7 @@ def test_status_names_the_reporter_serving_each_hot_game(
     code, text, _ = run(capsys, "status", *form, "--config", str(path))
     assert code == 0
     assert (f"hot games: {served} (3 threads, shard {schema.shard_of(served)}, served by "
-            f"host-a:1:aaaa), {idle} (1 threads, shard {schema.shard_of(idle)}, served by "
+            f"host-a:1:aaaa), {idle} (1 thread, shard {schema.shard_of(idle)}, served by "
             "no reporter)") in text
 
 
@@ -275,7 +275,7 @@ def test_purge_asks_first_and_takes_the_filters(
     code, out, err = run(capsys, "dead", "purge", "--game", "game-a", "--older-than", "1h",
                          "--config", path)
     assert (code, out) == (1, "")
-    assert ("delete 1 dead-lettered batches (3 events) of game 'game-a' dead for more than "
+    assert ("delete 1 dead-lettered batch (3 events) of game 'game-a' dead for more than "
             "3600s in redis") in err and "[y/N]" in err
     assert "nothing purged" in err
     assert remaining() == [old_b, old_a, new_a]
@@ -287,12 +287,12 @@ def test_purge_asks_first_and_takes_the_filters(
     monkeypatch.setattr("sys.stdin", io.StringIO("yes\n"))
     code, out, _ = run(capsys, "dead", "purge", "--game", "game-a", "--older-than", "1h",
                        "--config", path)
-    assert (code, out) == (0, "purged 1 batches (3 events)\n")
+    assert (code, out) == (0, "purged 1 batch (3 events)\n")
     assert remaining() == [old_b, new_a]
 
     code, out, err = run(capsys, "dead", "purge", "--older-than", "1h", "--yes", "--config",
                          path)
-    assert (code, out, err) == (0, "purged 1 batches (5 events)\n", "")
+    assert (code, out, err) == (0, "purged 1 batch (5 events)\n", "")
     assert remaining() == [new_a]
     totals = read_totals(s)
     assert totals.counter(Counter.PURGED) == 8
@@ -302,7 +302,7 @@ def test_purge_asks_first_and_takes_the_filters(
                        path)
     assert (code, out) == (0, "no dead-lettered batches to purge dead for more than 3600s\n")
     code, out, _ = run(capsys, "dead", "purge", "-y", "--config", path)  # no filter: all
-    assert (code, out) == (0, "purged 1 batches (4 events)\n")
+    assert (code, out) == (0, "purged 1 batch (4 events)\n")
     assert remaining() == []
 
 
