@@ -57,7 +57,7 @@ class GameSettings:
     """Per-game overrides of ``[buffer]``; zero means "use the [buffer] value"."""
 
     # Keys of a [games."<name>"] table that the reporter reads (its ReporterGameSettings).
-    OTHER_KEYS: ClassVar[tuple[str, ...]] = ("biz_id",)
+    OTHER_KEYS: ClassVar[tuple[str, ...]] = ("biz_id", "priority")
 
     max_events_per_game: int = setting(0, lo=0, hi=10_000_000)
     ttl_seconds: int = setting(0, lo=0, hi=30 * 86400)

@@ -107,6 +107,7 @@ class NppaSettings(MaskedRepr):
     secret_key: str = setting("", secret=True)
     secret_key_file: str = setting("")
     requests_per_second: float = setting(10.0, lo=0.1, hi=1000)
+    rate_limit_scope: str = setting("app", choices=("app", "game"))
     freshness_margin_seconds: float = setting(10.0, lo=0, hi=170)
     throttle_seconds: float = setting(60.0, lo=1, hi=3600)
     probe_interval_seconds: float = setting(30.0, lo=1, hi=3600)
@@ -123,6 +124,9 @@ class ReporterGameSettings(GameSettings):
     OTHER_KEYS: ClassVar[tuple[str, ...]] = ()
 
     biz_id: str = setting("")
+    # When requests are scarce, a game of higher priority goes first (after any batch that
+    # would otherwise go stale); docs/nppa.md.
+    priority: int = setting(0, lo=-1000, hi=1000)
 
 
 @dataclass(frozen=True, repr=False)
@@ -144,6 +148,11 @@ class ReporterConfig(TelemetryConfig):
         """The game's filing id with the anti-addiction system, or "" if it has none."""
         settings = self.games.get(game)
         return settings.biz_id if settings is not None else ""
+
+    def priority(self, game: str) -> int:
+        """The game's ``priority`` (higher goes first when requests are scarce); 0 if unset."""
+        settings = self.games.get(game)
+        return settings.priority if settings is not None else 0
 
     def games_without_biz_id(self) -> list[str]:
         """Games named in the file (tables, hot games) that have no ``biz_id``."""

@@ -32,6 +32,7 @@ from collector.store._results import (
     RetryBatch,
     RetryPolicy,
     Settled,
+    Slot,
     Stored,
     Tokens,
     text,
@@ -531,6 +532,37 @@ class TakeTokens(ScriptCall[Tokens]):
 
     def parse(self, reply: Any) -> Tokens:
         return Tokens(int(reply[0]), int(reply[1]), bool(reply[2]))
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveSlot(ScriptCall[Slot]):
+    """Reserve the next free slot of ``scope`` ('' for the whole key, or a game's bizId) in
+    the slots at ``key`` (``KeySchema.limiter``), slots ``interval_us`` apart, if it is at
+    most ``horizon_us`` ahead (-1: only look); ``pause_ms`` > 0 puts every scope's next slot
+    that far from now.  ``now_us`` replaces Redis TIME (tests)."""
+
+    script: ClassVar[str] = "reserve_slot"
+    receipt: ClassVar[bool] = True
+    key: str
+    interval_us: int
+    scope: str = ""
+    horizon_us: int = 0
+    pause_ms: int = 0
+    now_us: int | None = None
+    call: str = field(default_factory=call_id)  # the receipt's id: a resend takes no more
+
+    def keys(self) -> Sequence[str]:
+        # the receipt, and the limiter's own quarantine and counters (its hash tag is not a
+        # shard's), for a hash of another type set aside
+        return (self.key, receipt_key(self.key, self.call), sibling(self.key, "quarantine"),
+                sibling(self.key, "stats"))
+
+    def args(self) -> Sequence[Any]:
+        return (self.interval_us, self.scope, self.horizon_us, self.pause_ms,
+                "" if self.now_us is None else self.now_us)
+
+    def parse(self, reply: Any) -> Slot:
+        return Slot(bool(int(reply[0])), int(reply[1]), int(reply[2]))
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,6 +108,16 @@ class Tokens(NamedTuple):
     scarce: bool = False
 
 
+class Slot(NamedTuple):
+    """A slot of a shared request rate (``reserve_slot.lua``): whether it was reserved,
+    microseconds from now until it (or until the next free one), and how many slots others
+    reserved ahead of it."""
+
+    reserved: bool
+    wait_us: int
+    ahead: int
+
+
 @dataclass(frozen=True, slots=True)
 class HoldState:
     """Sending held for every reporter, as Redis says (``hold.lua``): since when (ms), who

@@ -22,7 +22,7 @@ from importlib.resources import files
 SCRIPT_NAMES = (
     "collect", "claim", "ack", "nack", "settle", "extend", "release", "reap", "take_retries",
     "replay", "purge", "purge_ids", "shard_lease", "take_tokens", "heartbeat", "read_shard",
-    "hold", "note_late",
+    "hold", "note_late", "reserve_slot",
     "set_aside",
 )
 

@@ -41,7 +41,7 @@ class Claimer:
         """The game's next batches, as many as requests may go out now.  ``wait``: wait for
         a token that is near (a full batch), else take only one that is there (a lingering
         game).  The lease's ``more`` says a full batch still waits."""
-        permit = self._permits.take(self._max_batches, stop, wait)
+        permit = self._permits.take(self._max_batches, stop, wait, game)
         if not permit.granted:
             return None
         token = new_id()
@@ -66,7 +66,7 @@ class Claimer:
                      ) -> Lease | None:
         """The shard's due retries (of one game, or of any); the lease's ``more`` says more
         may be due."""
-        permit = self._permits.take(RETRIES_PER_LOOP, stop)
+        permit = self._permits.take(RETRIES_PER_LOOP, stop, game=game)
         if not permit.granted:
             return None
         token = new_id()

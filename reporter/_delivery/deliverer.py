@@ -58,20 +58,27 @@ class Deliverer:
         results: list[Result] = []
         try:
             for i, batch in enumerate(lease.batches):
-                if stop.is_set() or not self._gate.is_open():
+                result = None
+                if not stop.is_set() and self._gate.is_open():
+                    result = self._deliver_one(lease, batch, stop)
+                if result is None:  # stopping, failing, or no request slot within reach
                     self._settler.release_unsent(lease.keys, lease.token, batch_ids[i:])
                     break
-                results.append(self._deliver_one(lease, batch, stop))
+                results.append(result)
         finally:
             self._settler.finish(batch_ids)
         return results
 
-    def _deliver_one(self, lease: Lease, batch: Leased, stop: threading.Event) -> Result:
+    def _deliver_one(self, lease: Lease, batch: Leased, stop: threading.Event
+                     ) -> Result | None:
+        """What became of the batch; None if it was not sent (no slot for its request)."""
         fresh = split_fresh(batch.entries, int(self._clock() * 1000), self._freshness)
         if not fresh.events:
             return self._settler.all_stale(lease.keys, lease.token, batch.batch_id, fresh.stale)
+        if not self._permits.at_send(batch.game, stop):
+            return None
         sent = self._attempt.send(batch.game, batch.batch_id, fresh.events, batch.attempts + 1,
-                                  lambda: self._permits.one(stop))
+                                  lambda: self._permits.one(stop, batch.game))
         self._heard(sent.answers, batch.game)
         return self._settler.settle(lease.keys, lease.token, batch, fresh, sent.outcome)
 
@@ -89,7 +96,7 @@ class Deliverer:
                 continue
             self._gate.record(answer.outcome)
             if answer.outcome.pause_all:
-                self._permits.pause(answer.outcome.pause_all)
+                self._permits.pause(answer.outcome.pause_all, game)
 
 
 def send(deliverer: Deliverer, lease: Lease | None, stop: threading.Event) -> bool:

@@ -10,6 +10,9 @@ limiters:
 - ``SharedTokenBucket``: one bucket in Redis (``take_tokens.lua``, Redis TIME) that every
   reporter process sharing the store draws from; works on a cluster (one key).
 
+The anti-addiction sink uses slots instead (``reporter._delivery.slots``: each request takes
+a slot of a GCRA in Redis right before it is sent); ``Permits`` serves both.
+
 A token bucket holds at most ``burst`` tokens and refills at ``rate`` per second.  Over any
 window of T seconds it grants at most ``burst + rate * T``; with ``burst = 1`` requests are
 spaced ``1 / rate`` apart, so no second holds more than ``rate`` of them.
@@ -24,13 +27,19 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from collector.store import Store, TakeTokens
 from reporter._config import ReporterConfig
 from reporter._constants import CONTENDED_SECONDS, LIMITER_WAIT_SECONDS, NPPA_RATE_HEADROOM
 
+if TYPE_CHECKING:  # slots.py builds on Permit, defined here
+    from reporter._delivery.slots import SharedSlots
+
 Clock = Callable[[], float]  # seconds, monotonic
+# A slot is used only this close to its time (else let go for the next); how many tries.
+SLOT_LATE_SECONDS = 0.02
+SLOT_TRIES = 3
 # Requests stay scarce this long after a caller who would have waited was refused (as in
 # take_tokens.lua).
 SCARCE_SECONDS = 1.0
@@ -50,14 +59,14 @@ class ClaimLimiter(Protocol):
     # True when requests may be refused: workers then spend them on the fullest batches.
     limited: bool
 
-    def acquire(self, requests: int, spare: bool = False) -> Permit:
-        """Take up to ``requests`` permissions now; never waits.  A ``spare`` caller (a
-        batch that is not full) gets none while requests are scarce."""
+    def acquire(self, requests: int, spare: bool = False, game: str = "") -> Permit:
+        """Take up to ``requests`` permissions now (for ``game``'s batches); never waits.  A
+        ``spare`` caller (a batch that is not full) gets none while requests are scarce."""
 
     def refund(self, requests: int) -> None:
         """Give back permissions taken but not used (a claim found fewer batches)."""
 
-    def pause(self, seconds: float) -> None:
+    def pause(self, seconds: float, game: str = "") -> None:
         """Grant nothing for ``seconds`` (the endpoint said it is over its limit)."""
 
     def describe(self) -> str: ...
@@ -66,13 +75,13 @@ class ClaimLimiter(Protocol):
 class Unlimited:
     limited = False
 
-    def acquire(self, requests: int, spare: bool = False) -> Permit:
+    def acquire(self, requests: int, spare: bool = False, game: str = "") -> Permit:
         return Permit(requests)
 
     def refund(self, requests: int) -> None:
         pass
 
-    def pause(self, seconds: float) -> None:
+    def pause(self, seconds: float, game: str = "") -> None:
         pass
 
     def describe(self) -> str:
@@ -96,7 +105,7 @@ class LocalTokenBucket:
         self._paused_until = 0.0
         self._refused_at = -math.inf
 
-    def acquire(self, requests: int, spare: bool = False) -> Permit:
+    def acquire(self, requests: int, spare: bool = False, game: str = "") -> Permit:
         with self._lock:
             now = self._refill()
             if now < self._paused_until:
@@ -116,7 +125,7 @@ class LocalTokenBucket:
             self._refill()
             self._tokens = min(self.burst, self._tokens + requests)
 
-    def pause(self, seconds: float) -> None:
+    def pause(self, seconds: float, game: str = "") -> None:
         with self._lock:
             now = self._refill()
             self._paused_until = max(self._paused_until, now + seconds)
@@ -154,7 +163,7 @@ class SharedTokenBucket:
         self._not_before = 0.0
         self._scarce = False  # what the bucket said last
 
-    def acquire(self, requests: int, spare: bool = False) -> Permit:
+    def acquire(self, requests: int, spare: bool = False, game: str = "") -> Permit:
         now = self._clock()
         if now < self._not_before:
             return Permit(0, self._not_before - now, self._scarce)
@@ -171,7 +180,7 @@ class SharedTokenBucket:
             self._store.call(TakeTokens(self._key, self.rate, self.burst, -requests))
             self._not_before = 0.0  # what came back may be taken at once
 
-    def pause(self, seconds: float) -> None:
+    def pause(self, seconds: float, game: str = "") -> None:
         self._store.call(TakeTokens(self._key, self.rate, self.burst, 0,
                                     pause_ms=math.ceil(seconds * 1000)))
         self._not_before = self._clock() + seconds
@@ -183,11 +192,15 @@ class SharedTokenBucket:
 class Permits:
     """The limiter as the workers use it: a full batch waits for a token that is near, a
     lingering game takes only one that is there, and a refusal of a full batch marks
-    requests as scarce (in any process) for a while."""
+    requests as scarce (in any process) for a while.  With ``slots`` (the same limiter,
+    a ``SharedSlots``) a claim only looks, and each request takes its slot right before it
+    is sent (``at_send``, ``one``)."""
 
-    def __init__(self, limiter: ClaimLimiter) -> None:
+    def __init__(self, limiter: ClaimLimiter, slots: SharedSlots | None = None) -> None:
         self.limiter = limiter
+        self._slots = slots
         self._scarce_at = float("-inf")
+        self.late_slots = 0  # slots let go because this process woke too late for them
 
     @property
     def limited(self) -> bool:
@@ -199,39 +212,71 @@ class Permits:
         """Whether the limiter said lately that requests are scarce."""
         return time.monotonic() - self._scarce_at < CONTENDED_SECONDS
 
-    def take(self, requests: int, stop: threading.Event, wait: bool = True) -> Permit:
+    def take(self, requests: int, stop: threading.Event, wait: bool = True, game: str = ""
+             ) -> Permit:
         """Permission for up to ``requests`` requests.  With ``wait`` (a full batch), a token
         that is near is waited for (a sweep's poll interval would leave the limit unused that
-        long); without, only a token that is there is taken."""
-        permit = self.limiter.acquire(requests, spare=not wait)
+        long); without, only a token that is there is taken.  With slots: whether to claim
+        (the slot is taken when the request goes)."""
+        permit = self.limiter.acquire(requests, spare=not wait, game=game)
         if permit.scarce:
             self._scarce_at = time.monotonic()
-        if permit.granted or not wait:
+        if permit.granted or not wait or self._slots is not None:
             return permit
         if permit.wait <= LIMITER_WAIT_SECONDS and not stop.wait(permit.wait):
-            permit = self.limiter.acquire(requests)
+            permit = self.limiter.acquire(requests, game=game)
         return permit
 
-    def one(self, stop: threading.Event) -> bool:
-        """One more request for the batch being sent (a half after a 413, say)."""
+    def at_send(self, game: str, stop: threading.Event) -> bool:
+        """Right before a batch's first request: with slots, its slot, slept for (False: none
+        within reach, or stopping); else nothing to do (its token came with the claim)."""
+        return self._slots is None or self._slot(game, stop)
+
+    def one(self, stop: threading.Event, game: str = "") -> bool:
+        """One more request (a half after a 413, a re-send after 1007, a probe)."""
+        if self._slots is not None:
+            return self._slot(game, stop)
         return self.take(1, stop).granted > 0
+
+    def _slot(self, game: str, stop: threading.Event) -> bool:
+        """A slot, slept until.  A taker that wakes more than ``SLOT_LATE_SECONDS`` after its
+        slot (a busy host) lets it go and takes the next free one: sent late, its request
+        would arrive close to the next one's, and ten slots a second leave only a few ms
+        each to spare."""
+        assert self._slots is not None
+        for _ in range(SLOT_TRIES):
+            asked = time.monotonic()  # the slot is no earlier than this + its wait
+            slot = self._slots.reserve(game)
+            due = asked + slot.wait_us / 1_000_000
+            if slot.ahead > 0:
+                self._scarce_at = time.monotonic()
+            if not slot.reserved or stop.wait(max(0.0, due - time.monotonic())):
+                return False
+            if time.monotonic() - due <= SLOT_LATE_SECONDS:
+                return True
+            self.late_slots += 1
+        return False
 
     def refund(self, requests: int) -> None:
         if requests > 0:
             self.limiter.refund(requests)
 
-    def pause(self, seconds: float) -> None:
-        self.limiter.pause(seconds)
+    def pause(self, seconds: float, game: str = "") -> None:
+        self.limiter.pause(seconds, game)
 
 
 def make_limiter(config: ReporterConfig, store: Store) -> ClaimLimiter:
     """The limiter ``[sink] requests_per_second`` and ``rate_limit_scope`` ask for; for the
-    anti-addiction sink, one bucket per app id shared by every reporter, spaced so that no
-    second holds more than ``[nppa] requests_per_second``."""
+    anti-addiction sink, slots per app id (or per game's bizId) shared by every reporter,
+    spaced so that no second holds more than ``[nppa] requests_per_second``."""
+    from reporter._delivery.slots import SharedSlots  # here: it imports Permit
+
     sink = config.sink
     if sink.kind == "nppa":
-        return SharedTokenBucket(store, bucket_name("nppa", config.nppa.app_id),
-                                 config.nppa.requests_per_second * (1 - NPPA_RATE_HEADROOM), 1)
+        nppa = config.nppa
+        return SharedSlots(store, bucket_name("nppa", nppa.app_id),
+                           nppa.requests_per_second * (1 - NPPA_RATE_HEADROOM),
+                           config.biz_id if nppa.rate_limit_scope == "game" else None)
     if not sink.requests_per_second:
         return Unlimited()
     if sink.rate_limit_scope == "process":

@@ -100,8 +100,8 @@ class WatchedLimiter:
         self.limited = inner.limited
         self.last_wait = 0.0  # seconds; 0 until a claim is refused
 
-    def acquire(self, requests: int, spare: bool = False) -> Permit:
-        permit = self.inner.acquire(requests, spare)
+    def acquire(self, requests: int, spare: bool = False, game: str = "") -> Permit:
+        permit = self.inner.acquire(requests, spare, game)
         if not permit.granted:
             self.last_wait = permit.wait
         return permit
@@ -109,8 +109,8 @@ class WatchedLimiter:
     def refund(self, requests: int) -> None:
         self.inner.refund(requests)
 
-    def pause(self, seconds: float) -> None:
-        self.inner.pause(seconds)
+    def pause(self, seconds: float, game: str = "") -> None:
+        self.inner.pause(seconds, game)
 
     def describe(self) -> str:
         return self.inner.describe()

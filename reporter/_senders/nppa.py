@@ -116,6 +116,9 @@ class NppaSender:
         self._query = dict(parse_qsl(urlsplit(self._url).query))
         self._client = http_client(sink, {"Content-Type": CONTENT_TYPE}, transport)
         self._skew_logged = False
+        # Asked before a re-send after 1007 (a request of its own, under the shared rate):
+        # it waits for the request's slot; False (stopping, a pause) leaves the 1007 answer.
+        self.pace: Callable[[str], bool] | None = None
 
     def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1
              ) -> Outcome:
@@ -136,7 +139,7 @@ class NppaSender:
             self._log_skew(max(item["ot"] for _, item in future) - now)
         sent = [(i, item) for i, item in items if item["ot"] <= now]
         moved = self._move_late(sent, now) if self._resend else ()
-        outcome = self._report(biz_id, sent) if sent else Outcome(DELIVERED)
+        outcome = self._report(biz_id, sent, game=game) if sent else Outcome(DELIVERED)
         if moved and outcome.kind == DELIVERED:
             outcome = dataclasses.replace(outcome, moved=moved)
         retry = tuple(i for i, _ in future)
@@ -189,12 +192,16 @@ class NppaSender:
                         "their original times are kept for audit (docs/nppa.md)", len(moved))
         return tuple(moved)
 
-    def _report(self, biz_id: str, sent: Sent, probe: bool = False) -> Outcome:
-        """POST the items (again once, with a new timestamp, if the system finds it
-        expired) and read the answer."""
+    def _report(self, biz_id: str, sent: Sent, probe: bool = False, game: str = ""
+                ) -> Outcome:
+        """POST the items (again once, with a new timestamp and a slot of its own, if the
+        system finds it expired) and read the answer."""
         plain = orjson.dumps({"collections": [
             {"no": n, **item} for n, (_, item) in enumerate(sent, start=1)]})
-        for _ in range(2):
+        outcome = Outcome(RETRY, "not sent")
+        for again in (False, True):
+            if again and self.pace is not None and not self.pace(game):
+                return outcome  # the 1007 answer: retried later
             try:
                 response = self._post(biz_id, plain)
             except httpx.HTTPError as exc:

@@ -62,7 +62,7 @@ class HoldProbe:
         turn = self._hold.take_turn(now=soon)
         if not turn.mine:
             return False
-        if not self._permits.one(self._stop):  # paused (1006) or stopping: try again soon
+        if not self._permits.one(self._stop, turn.game):  # paused (1006), stopping: soon
             self._hold.probe_now()
             return False
         biz_id = self._biz_id(turn.game) or self._fallback

@@ -39,6 +39,7 @@ from reporter._delivery.held import Held
 from reporter._delivery.hold import SendHold
 from reporter._delivery.limiter import Permits, bucket_name, make_limiter
 from reporter._delivery.settling import Settler
+from reporter._delivery.slots import SharedSlots
 from reporter._monitoring.health import Health
 from reporter._monitoring.levels import WatchedLimiter
 from reporter._monitoring.prometheus import MetricsEndpoint
@@ -73,7 +74,8 @@ class ReporterService:
         self.held = Held()
         r = config.reporter
         self.ownership = ShardOwnership(self.store, r.shard_lease_seconds)
-        self.limiter = WatchedLimiter(make_limiter(config, self.store))
+        limiter = make_limiter(config, self.store)
+        self.limiter = WatchedLimiter(limiter)
         self.health = Health(self.store, self.stop_event, r.shard_lease_seconds,
                              self.ownership.owned, details=config.metrics.error_details)
         self.send_errors = SendErrors()
@@ -94,7 +96,11 @@ class ReporterService:
         self.body_limit = BodyLimit(config.sink.max_batch_bytes, body_model(config.sink.kind),
                                     config.nppa.base_url if config.sink.kind == "nppa"
                                     else config.sink.url, config.buffer.max_event_bytes)
-        self.permits = Permits(self.limiter)
+        self.permits = Permits(self.limiter,
+                               limiter if isinstance(limiter, SharedSlots) else None)
+        if isinstance(self.sender, NppaSender):  # a re-send after 1007 takes a slot too
+            permits, stop = self.permits, self.stop_event
+            self.sender.pace = lambda game: permits.one(stop, game)
         self.claimer = Claimer(self.batches, self.permits, self.body_limit, self.metrics,
                                r.batch_size, r.max_batches_per_claim)
         self.settler = Settler(self.batches, self.held, self.metrics)

@@ -28,10 +28,13 @@ from reporter._delivery.deliverer import Clock, Deliverer, send
 from reporter._delivery.gate import SinkGate
 from reporter._delivery.held import Held
 from reporter._delivery.limiter import Permits
+from reporter._delivery.slots import CLAIM_NEAR_SECONDS
 from reporter._service.ownership import ShardOwnership
 from reporter._service.store_watch import StoreWatch
 
 logger = logging.getLogger("reporter")
+# The longest a claim may wait for its request once the sweep has come to it.
+NEXT_REQUEST_MS = round(CLAIM_NEAR_SECONDS * 1000)
 ratelog = RateLimitedLog(logger, interval=30.0)
 
 
@@ -46,6 +49,13 @@ class ShardSweeper:
 
     A game is ready when a full batch waits, or its oldest event has waited ``linger_ms``.
     Each game gets at most one claim per sweep, so a flooding game cannot starve the rest.
+
+    When requests may be scarce (a rate limit), a sweep serves its games in a deliberate
+    order (``rank``): first a game whose oldest event would go stale before its next chance
+    (the next sweep of this shard, plus a wait for a request), then higher ``[games."x"]
+    priority``, then the fullest.  While requests are scarce a game short of a full batch
+    waits up to a quarter of its freshness window to fill more of a request (not beyond:
+    ``patience``); then, like a full or urgent one, it waits for its request.
     """
 
     def __init__(self, keys: ShardKeys, store: Batches, claimer: Claimer, deliverer: Deliverer,
@@ -65,7 +75,11 @@ class ShardSweeper:
         self._stop = stop
         self._clock = clock
         self._cursor = ""  # the last game name looked at; '' = start from the first
-        self._patience = max(self._r.linger_ms, store.freshness.max_age_ms // 2)
+        self._patience = max(self._r.linger_ms, store.freshness.max_age_ms // 4)
+        self._max_age_ms = store.freshness.max_age_ms
+        self._priority = config.priority
+        self._round_started_ms: int | None = None
+        self._round_ms = self._r.poll_interval_ms  # how long the last round of the ring took
         self._quarantined: int | None = None  # the shard's quarantined_records, last seen
 
     def loop(self) -> bool:
@@ -80,26 +94,51 @@ class ShardSweeper:
         if ring.retries:
             more = self._isolated(None, self._send_retries)
         page_full = len(ring.games) == self._r.games_per_sweep  # else the round is over
+        first_page = self._cursor == ""
         self._cursor = ring.games[-1] if page_full else ""
         candidates = [g for g in ring.games if g not in self._hot]
         now_ms = int(self._clock() * 1000)
+        if first_page:
+            self._new_round(now_ms)
         states = self._store.game_states(self.keys, candidates)
-        if self._permits.limited:  # few requests: the fullest batches first
-            states.sort(key=lambda s: -s.length)
+        if self._permits.limited:  # few requests: a deliberate order
+            states.sort(key=lambda s: self.rank(s, now_ms))
         for state in states:
             if self._stop.is_set() or not self._gate.is_open():
                 return False
-            if self._is_ready(state, now_ms):
-                full = state.length >= self._r.batch_size
-                more |= self._isolated(state.game, partial(self._drain, state.game, full))
+            urgent = self._urgent(state, now_ms)
+            if urgent or self._is_ready(state, now_ms):
+                wait = (urgent or state.length >= self._r.batch_size
+                        or self._permits.contended)  # else only a request that is there
+                more |= self._isolated(state.game, partial(self._drain, state.game, wait))
         return more or self._cursor != ""
+
+    def rank(self, state: GameState, now_ms: int) -> tuple[int, int, int]:
+        """Sort key of a game when requests are scarce: would-go-stale first, then higher
+        priority, then the fullest."""
+        return (0 if self._urgent(state, now_ms) else 1, -self._priority(state.game),
+                -state.length)
+
+    def _urgent(self, state: GameState, now_ms: int) -> bool:
+        """Whether the game's oldest event would go stale before its next chance: the next
+        round of this shard's sweep, plus the longest a claim may wait for a request."""
+        if not state.length or state.oldest_ms is None:
+            return False
+        next_chance_ms = self._round_ms + NEXT_REQUEST_MS
+        return state.oldest_ms + self._max_age_ms <= now_ms + next_chance_ms
+
+    def _new_round(self, now_ms: int) -> None:
+        """A round of the ring starts (a sweep from its first game): time the last one."""
+        if self._round_started_ms is not None:
+            self._round_ms = max(self._r.poll_interval_ms, now_ms - self._round_started_ms)
+        self._round_started_ms = now_ms
 
     def _send_retries(self) -> bool:
         return send(self._deliverer, self._claimer.take_retries(self.keys, self._stop),
                     self._stop)
 
-    def _drain(self, game: str, full: bool) -> bool:
-        return send(self._deliverer, self._claimer.claim(self.keys, game, self._stop, wait=full),
+    def _drain(self, game: str, wait: bool) -> bool:
+        return send(self._deliverer, self._claimer.claim(self.keys, game, self._stop, wait=wait),
                     self._stop)
 
     def _isolated(self, game: str | None, work: Callable[[], bool]) -> bool:
@@ -131,8 +170,8 @@ class ShardSweeper:
     def _is_ready(self, state: GameState, now_ms: int) -> bool:
         if state.length >= self._r.batch_size or state.length == 0:
             return True  # an empty buffer is claimed to unregister the game
-        # While requests are scarce, a game short of a full batch waits longer (up to half
-        # its freshness window), so the requests carry full batches first.
+        # While requests are scarce, a game short of a full batch waits longer (up to a
+        # quarter of its freshness window), so the requests carry fuller batches.
         linger = self._patience if self._permits.contended else self._r.linger_ms
         return state.oldest_ms is not None and now_ms - state.oldest_ms >= linger
 

@@ -27,6 +27,7 @@ from collector.store import (
     Reap,
     Release,
     Replay,
+    ReserveSlot,
     RetryPolicy,
     ScriptCall,
     SetAside,
@@ -218,6 +219,25 @@ def test_take_tokens(shard: Shard, wanted: int) -> None:
     assert store.call(request) == first
     assert shard.r.hgetall(key) == bucket
     assert float(bucket[b"tokens"]) == (0 if wanted > 0 else 3)
+
+
+@pytest.mark.parametrize(("horizon_us", "pause_ms"), [(1_000_000, 0), (-1, 500), (0, 0)])
+def test_reserve_slot(shard: Shard, horizon_us: int, pause_ms: int) -> None:
+    """A reservation (or a pause) sent again reserves no second slot; one refused (the slot
+    beyond its horizon) writes nothing at all."""
+    key = shard.schema.limiter("nppa:app")
+    store = shard.scripts.store
+    store.call(ReserveSlot(key, 100_000, "", 1_000_000, now_us=1_000_000))  # next: 1.1 s
+    request = ReserveSlot(key, 100_000, "", horizon_us, pause_ms, now_us=1_000_000)
+    first = store.call(request)
+    kept = shard.r.hgetall(key)
+    assert store.call(request) == first
+    assert shard.r.hgetall(key) == kept
+    if horizon_us > 0:
+        assert first.reserved and first.wait_us == 100_000 and kept[b"t:"] == b"1200000"
+    else:
+        assert not first.reserved and kept[b"t:"] == b"1100000"
+    assert (b"paused_until" in kept) == (pause_ms > 0)
 
 
 def test_note_late(shard: Shard) -> None:

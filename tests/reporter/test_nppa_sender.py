@@ -240,6 +240,22 @@ def test_expired_timestamps_are_sent_again_once_with_a_new_stamp() -> None:
     assert first.content != second.content  # a new nonce too
 
 
+@pytest.mark.parametrize("slot", [True, False])
+def test_the_resend_after_1007_waits_for_a_slot_of_its_own(slot: bool) -> None:
+    """The first request's slot is taken by the deliverer; the re-send is a request of its
+    own and asks the pace for one (none: the 1007 answer stands, retried later)."""
+    answers = iter([{"errcode": 1007, "errmsg": "expired"}, {"errcode": 0, "data": ""}])
+    captured = Captured(lambda plain: next(answers))
+    c = config()
+    s = NppaSender(c.nppa, c.sink, c.biz_id, httpx.MockTransport(captured), lambda: NOW)
+    paced: list[str] = []
+    s.pace = lambda game: paced.append(game) is None and slot
+    outcome = s.send("g1", "b.0", [event(0)])
+    assert paced == ["g1"]
+    assert len(captured.requests) == (2 if slot else 1)
+    assert outcome.kind == (DELIVERED if slot else RETRY)
+
+
 SENT = [4, 7, 9]  # batch positions of the items numbered 1, 2, 3
 
 

@@ -1,0 +1,184 @@
+"""Request slots (``reserve_slot.lua``, a GCRA in Redis) on injected Redis times: slots come
+one interval apart whoever takes them, no sliding second ever holds more than the rate
+allows (an idle spell lends nothing to a burst), a pause holds every scope, game scopes are
+independent; and ``Permits`` takes a slot for every request, letting go of one it woke too
+late for.  Real Redis; no timings."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+
+import pytest
+import redis
+
+from collector.store import KeySchema, ReserveSlot, Slot, Store
+from reporter._delivery.limiter import Permits, Unlimited, make_limiter
+from reporter._delivery.slots import SLOT_HORIZON_SECONDS, SharedSlots
+from tests.reporter.helpers import make_config
+from tests.scriptcalls import store_of
+
+INTERVAL_US = 100_000  # 10 a second
+BASE_US = 1_700_000_000_000_000
+HORIZON_US = 5_000_000
+
+
+@pytest.fixture
+def store(r: redis.Redis) -> Store:
+    return store_of(r, KeySchema("slots", 1))
+
+
+def reserve(store: Store, at_us: int, scope: str = "", horizon_us: int = HORIZON_US,
+            pause_ms: int = 0) -> Slot:
+    key = store.schema.limiter("nppa:app")
+    return store.call(ReserveSlot(key, INTERVAL_US, scope, horizon_us, pause_ms,
+                                  now_us=BASE_US + at_us))
+
+
+def busiest_second(times_us: list[int]) -> int:
+    """Most slots in any half-open window of one second."""
+    ordered = sorted(times_us)
+    return max(sum(1 for u in ordered if t <= u < t + 1_000_000) for t in ordered)
+
+
+def test_takers_at_one_instant_get_slots_one_interval_apart(store: Store) -> None:
+    slots = [reserve(store, 0) for _ in range(12)]
+    assert all(s.reserved for s in slots)
+    assert [s.wait_us for s in slots] == [i * INTERVAL_US for i in range(12)]
+    assert [s.ahead for s in slots] == list(range(12))
+
+
+def test_an_idle_scope_lends_nothing_to_a_burst(store: Store) -> None:
+    assert reserve(store, 0).wait_us == 0
+    # ten seconds of nothing, then a crowd: the first goes now, the rest one interval apart
+    crowd = [reserve(store, 10_000_000) for _ in range(15)]
+    starts = [10_000_000 + s.wait_us for s in crowd]
+    assert starts == [10_000_000 + i * INTERVAL_US for i in range(15)]
+    assert busiest_second(starts) == 10
+
+
+def test_no_sliding_second_holds_more_than_the_rate(store: Store) -> None:
+    """Takers arriving at random (bursts, lulls) never get more than ten slots in a second,
+    and with a queue, none is lost: the slots of one busy spell are back to back."""
+    rng = random.Random(18)
+    at, slots = 0, []
+    for _ in range(400):
+        at += rng.choice([0, 0, 0, 5_000, 40_000, 150_000, 900_000])
+        slot = reserve(store, at)
+        assert slot.reserved
+        slots.append(at + slot.wait_us)
+    assert busiest_second(slots) == 10
+    gaps = [b - a for a, b in itertools.pairwise(slots)]
+    assert min(gaps) == INTERVAL_US
+
+
+def test_a_slot_beyond_the_horizon_is_not_reserved(store: Store) -> None:
+    for _ in range(51):  # 0 .. 5.0 s ahead
+        assert reserve(store, 0).reserved
+    refused = reserve(store, 0)
+    assert not refused.reserved and refused.wait_us == 5_100_000
+    assert reserve(store, 0, horizon_us=-1) == refused  # looking reserves nothing either
+    assert reserve(store, 100_000).reserved  # a tenth of a second later it is within reach
+
+
+def test_a_pause_holds_every_scope_until_it_ends(store: Store) -> None:
+    assert reserve(store, 0, "biz-a").wait_us == 0
+    paused = reserve(store, 0, "biz-a", horizon_us=-1, pause_ms=60_000)
+    assert not paused.reserved and paused.wait_us == 60_000_000
+    assert not reserve(store, 1_000_000, "biz-b").reserved  # another game's scope too
+    late = reserve(store, 59_000_000, "biz-b", horizon_us=HORIZON_US)
+    assert late.reserved and late.wait_us == 1_000_000
+
+
+def test_game_scopes_have_slots_of_their_own(store: Store) -> None:
+    a = [reserve(store, 0, "biz-a").wait_us for _ in range(3)]
+    b = [reserve(store, 0, "biz-b").wait_us for _ in range(3)]
+    assert a == b == [0, INTERVAL_US, 2 * INTERVAL_US]
+
+
+def test_a_hash_of_another_type_is_set_aside(store: Store, r: redis.Redis) -> None:
+    key = store.schema.limiter("nppa:app")
+    r.set(key, "junk")
+    slot = reserve(store, 0)
+    assert slot.reserved and slot.wait_us == 0
+    assert r.type(key) == b"hash"
+    assert r.llen(key.replace(":bucket", ":quarantine")) == 1
+
+
+def test_junk_fields_read_as_free(store: Store, r: redis.Redis) -> None:
+    key = store.schema.limiter("nppa:app")
+    r.hset(key, mapping={"t:": "nan", "paused_until": "soon"})
+    assert reserve(store, 0).wait_us == 0
+    assert reserve(store, 0).wait_us == INTERVAL_US
+
+
+# -- Permits over slots ----------------------------------------------------------------------
+
+def nppa_slots(store: Store, scope: str = "app") -> SharedSlots:
+    config = make_config("redis://127.0.0.1:1/0", sink={"kind": "nppa"},
+                         nppa={"app_id": "app-1", "secret_key": "0" * 32,
+                               "rate_limit_scope": scope},
+                         games={"g1": {"biz_id": "biz-1"}, "g2": {"biz_id": "biz-2"}})
+    limiter = make_limiter(config, store)
+    assert isinstance(limiter, SharedSlots)
+    return limiter
+
+
+def next_free_us(store: Store, scope: str = "") -> int:
+    """How far ahead the scope's next free slot is (on Redis TIME), looking only."""
+    key = store.schema.limiter("nppa:app-1")
+    return store.call(ReserveSlot(key, 1, scope, -1)).wait_us
+
+
+def test_every_request_takes_a_slot_when_it_is_sent(store: Store) -> None:
+    slots = nppa_slots(store)
+    permits = Permits(slots, slots)
+    stop = threading.Event()
+    assert next_free_us(store) == 0
+    claim = permits.take(8, stop, game="g1")  # a claim only looks
+    assert claim.granted == 8 and next_free_us(store) == 0
+    stop.set()  # so that no test sleeps: a slot reserved, and the sleep cut short
+    assert not permits.at_send("g1", stop)
+    assert not permits.one(stop, "g2")
+    # two slots were reserved, one interval (1 / 9.6 s) apart
+    assert 100_000 < next_free_us(store) <= 2 * 104_167
+
+
+def test_no_claim_while_paused_and_no_slot_beyond_the_horizon(store: Store) -> None:
+    slots = nppa_slots(store)
+    permits = Permits(slots, slots)
+    stop = threading.Event()
+    permits.pause(60.0, "g1")
+    assert permits.take(8, stop, game="g1").granted == 0
+    assert not permits.at_send("g1", stop)  # the batch goes back unsent
+    assert next_free_us(store) > SLOT_HORIZON_SECONDS * 1_000_000
+
+
+def test_game_scope_keys_slots_by_biz_id(store: Store) -> None:
+    slots = nppa_slots(store, "game")
+    stop = threading.Event()
+    stop.set()
+    permits = Permits(slots, slots)
+    permits.one(stop, "g1")
+    assert next_free_us(store, "biz-1") > 0
+    assert next_free_us(store, "biz-2") == 0 and next_free_us(store, "") == 0
+
+
+def test_a_spare_claim_waits_while_others_queue_for_slots(store: Store) -> None:
+    slots = nppa_slots(store)
+    permits = Permits(slots, slots)
+    stop = threading.Event()
+    assert permits.take(1, stop, wait=False, game="g1").granted == 1  # nobody ahead
+    stop.set()
+    permits.one(stop, "g1")  # one slot, taken now: nobody waits yet
+    assert permits.take(1, stop, wait=False, game="g1").granted == 1
+    permits.one(stop, "g1")  # a second, an interval ahead: a queue
+    assert permits.take(1, stop, wait=False, game="g1").granted == 0
+    assert permits.take(1, stop, wait=True, game="g1").granted == 1  # a full batch goes
+    assert permits.contended
+
+
+def test_without_slots_at_send_costs_nothing() -> None:
+    permits = Permits(Unlimited())
+    assert permits.at_send("g1", threading.Event())
