@@ -32,7 +32,8 @@ ALERTS = yaml.safe_load((ROOT / "config" / "deploy" / "prometheus-alerts.yml").r
 
 GAMES = 'games."<game>"'
 # A number as the docs write it: 86 400, 86,400 or 86400, maybe with decimals.
-NUMBER = re.compile(r"\d{1,3}(?:[ ,]\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
+# a minus sign only where it is not a dash between two numbers ("0-170")
+NUMBER = re.compile(r"(?:(?<!\d)-)?(?:\d{1,3}(?:[ ,]\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)")
 
 
 def config_sections() -> dict[str, type]:
