@@ -20,7 +20,7 @@ from reporter._constants import RETRIES_PER_LOOP
 from reporter._delivery.batches import Batches, new_id
 from reporter._delivery.body_limit import BodyLimit
 from reporter._delivery.lease import Lease, Leased
-from reporter._delivery.limiter import Permits
+from reporter._delivery.permits import Permits
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=30.0)

@@ -27,7 +27,7 @@ from reporter._delivery.gate import SinkGate
 from reporter._delivery.held import Held
 from reporter._delivery.hold import SendHold
 from reporter._delivery.lease import Lease, Leased, Result
-from reporter._delivery.limiter import Permits
+from reporter._delivery.permits import Permits
 from reporter._delivery.settling import Settler
 from reporter._senders.outcome import SendErrors
 

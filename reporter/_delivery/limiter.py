@@ -11,7 +11,8 @@ limiters:
   reporter process sharing the store draws from; works on a cluster (one key).
 
 The anti-addiction sink uses slots instead (``reporter._delivery.slots``: each request takes
-a slot of a GCRA in Redis right before it is sent); ``Permits`` serves both.
+a slot of a GCRA in Redis right before it is sent); ``reporter._delivery.permits`` serves
+both to the workers.
 
 A token bucket holds at most ``burst`` tokens and refills at ``rate`` per second.  Over any
 window of T seconds it grants at most ``burst + rate * T``; with ``burst = 1`` requests are
@@ -27,19 +28,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from collector.store import Store, TakeTokens
-from reporter._config import ReporterConfig
-from reporter._constants import CONTENDED_SECONDS, LIMITER_WAIT_SECONDS, NPPA_RATE_HEADROOM
-
-if TYPE_CHECKING:  # slots.py builds on Permit, defined here
-    from reporter._delivery.slots import SharedSlots
 
 Clock = Callable[[], float]  # seconds, monotonic
-# A slot is used only this close to its time (else let go for the next); how many tries.
-SLOT_LATE_SECONDS = 0.02
-SLOT_TRIES = 3
 # Requests stay scarce this long after a caller who would have waited was refused (as in
 # take_tokens.lua).
 SCARCE_SECONDS = 1.0
@@ -187,101 +180,6 @@ class SharedTokenBucket:
 
     def describe(self) -> str:
         return f"{self.rate:g} requests/s (burst {self.burst}) shared through Redis"
-
-
-class Permits:
-    """The limiter as the workers use it: a full batch waits for a token that is near, a
-    lingering game takes only one that is there, and a refusal of a full batch marks
-    requests as scarce (in any process) for a while.  With ``slots`` (the same limiter,
-    a ``SharedSlots``) a claim only looks, and each request takes its slot right before it
-    is sent (``at_send``, ``one``)."""
-
-    def __init__(self, limiter: ClaimLimiter, slots: SharedSlots | None = None) -> None:
-        self.limiter = limiter
-        self._slots = slots
-        self._scarce_at = float("-inf")
-        self.late_slots = 0  # slots let go because this process woke too late for them
-
-    @property
-    def limited(self) -> bool:
-        """Whether requests may be refused at all (workers then serve the fullest first)."""
-        return self.limiter.limited
-
-    @property
-    def contended(self) -> bool:
-        """Whether the limiter said lately that requests are scarce."""
-        return time.monotonic() - self._scarce_at < CONTENDED_SECONDS
-
-    def take(self, requests: int, stop: threading.Event, wait: bool = True, game: str = ""
-             ) -> Permit:
-        """Permission for up to ``requests`` requests.  With ``wait`` (a full batch), a token
-        that is near is waited for (a sweep's poll interval would leave the limit unused that
-        long); without, only a token that is there is taken.  With slots: whether to claim
-        (the slot is taken when the request goes)."""
-        permit = self.limiter.acquire(requests, spare=not wait, game=game)
-        if permit.scarce:
-            self._scarce_at = time.monotonic()
-        if permit.granted or not wait or self._slots is not None:
-            return permit
-        if permit.wait <= LIMITER_WAIT_SECONDS and not stop.wait(permit.wait):
-            permit = self.limiter.acquire(requests, game=game)
-        return permit
-
-    def at_send(self, game: str, stop: threading.Event) -> bool:
-        """Right before a batch's first request: with slots, its slot, slept for (False: none
-        within reach, or stopping); else nothing to do (its token came with the claim)."""
-        return self._slots is None or self._slot(game, stop)
-
-    def one(self, stop: threading.Event, game: str = "") -> bool:
-        """One more request (a half after a 413, a re-send after 1007, a probe)."""
-        if self._slots is not None:
-            return self._slot(game, stop)
-        return self.take(1, stop).granted > 0
-
-    def _slot(self, game: str, stop: threading.Event) -> bool:
-        """A slot, slept until.  A taker that wakes more than ``SLOT_LATE_SECONDS`` after its
-        slot (a busy host) lets it go and takes the next free one: sent late, its request
-        would arrive close to the next one's, and ten slots a second leave only a few ms
-        each to spare."""
-        assert self._slots is not None
-        for _ in range(SLOT_TRIES):
-            asked = time.monotonic()  # the slot is no earlier than this + its wait
-            slot = self._slots.reserve(game)
-            due = asked + slot.wait_us / 1_000_000
-            if slot.ahead > 0:
-                self._scarce_at = time.monotonic()
-            if not slot.reserved or stop.wait(max(0.0, due - time.monotonic())):
-                return False
-            if time.monotonic() - due <= SLOT_LATE_SECONDS:
-                return True
-            self.late_slots += 1
-        return False
-
-    def refund(self, requests: int) -> None:
-        if requests > 0:
-            self.limiter.refund(requests)
-
-    def pause(self, seconds: float, game: str = "") -> None:
-        self.limiter.pause(seconds, game)
-
-
-def make_limiter(config: ReporterConfig, store: Store) -> ClaimLimiter:
-    """The limiter ``[sink] requests_per_second`` and ``rate_limit_scope`` ask for; for the
-    anti-addiction sink, slots per app id (or per game's bizId) shared by every reporter,
-    spaced so that no second holds more than ``[nppa] requests_per_second``."""
-    from reporter._delivery.slots import SharedSlots  # here: it imports Permit
-
-    sink = config.sink
-    if sink.kind == "nppa":
-        nppa = config.nppa
-        return SharedSlots(store, bucket_name("nppa", nppa.app_id),
-                           nppa.requests_per_second * (1 - NPPA_RATE_HEADROOM),
-                           config.biz_id if nppa.rate_limit_scope == "game" else None)
-    if not sink.requests_per_second:
-        return Unlimited()
-    if sink.rate_limit_scope == "process":
-        return LocalTokenBucket(sink.requests_per_second, sink.request_burst)
-    return SharedTokenBucket(store, "sink", sink.requests_per_second, sink.request_burst)
 
 
 def bucket_name(kind: str, key: str) -> str:

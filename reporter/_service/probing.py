@@ -20,7 +20,7 @@ from collector.logs import RateLimitedLog
 from collector.store import HoldState
 from reporter._constants import HOLD_REMINDER_SECONDS
 from reporter._delivery.hold import SendHold, split_hold
-from reporter._delivery.limiter import Permits
+from reporter._delivery.permits import Permits
 from reporter._senders.outcome import DELIVERED, Outcome
 from reporter._senders.secrets import NPPA_KEY, Reread, SecretFile
 

@@ -37,7 +37,8 @@ from reporter._delivery.deliverer import Clock, Deliverer
 from reporter._delivery.gate import SinkGate
 from reporter._delivery.held import Held
 from reporter._delivery.hold import SendHold
-from reporter._delivery.limiter import Permits, bucket_name, make_limiter
+from reporter._delivery.limiter import bucket_name
+from reporter._delivery.permits import Permits, make_limiter
 from reporter._delivery.settling import Settler
 from reporter._delivery.slots import SharedSlots
 from reporter._monitoring.health import Health

@@ -18,7 +18,8 @@ from reporter._delivery.deliverer import Deliverer, send
 from reporter._delivery.gate import SinkGate
 from reporter._delivery.held import Held
 from reporter._delivery.lease import Lease, Leased, Result
-from reporter._delivery.limiter import ClaimLimiter, Permits, Unlimited
+from reporter._delivery.limiter import ClaimLimiter, Unlimited
+from reporter._delivery.permits import Permits
 from reporter._delivery.settling import Settler
 from reporter._senders.sender import Sender
 

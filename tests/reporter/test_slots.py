@@ -14,7 +14,8 @@ import pytest
 import redis
 
 from collector.store import KeySchema, ReserveSlot, Slot, Store
-from reporter._delivery.limiter import Permits, Unlimited, make_limiter
+from reporter._delivery.limiter import Unlimited
+from reporter._delivery.permits import Permits, make_limiter
 from reporter._delivery.slots import SLOT_HORIZON_SECONDS, SharedSlots
 from tests.reporter.helpers import make_config
 from tests.scriptcalls import store_of

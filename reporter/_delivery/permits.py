@@ -1,0 +1,121 @@
+"""Permits: the request limiter as the workers use it, and the limiter a config asks for.
+
+A token bucket (``reporter._delivery.limiter``) grants requests at claim time; slots
+(``reporter._delivery.slots``, the anti-addiction sink) are taken by each request right
+before it is sent, and a claim only looks.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from collector.store import Store
+from reporter._config import ReporterConfig
+from reporter._constants import CONTENDED_SECONDS, LIMITER_WAIT_SECONDS, NPPA_RATE_HEADROOM
+from reporter._delivery.limiter import (
+    ClaimLimiter,
+    LocalTokenBucket,
+    Permit,
+    SharedTokenBucket,
+    Unlimited,
+    bucket_name,
+)
+from reporter._delivery.slots import SharedSlots
+
+# A slot is used only this close to its time (else let go for the next); how many tries.
+SLOT_LATE_SECONDS = 0.02
+SLOT_TRIES = 3
+
+
+class Permits:
+    """The limiter as the workers use it: a full batch waits for a token that is near, a
+    lingering game takes only one that is there, and a refusal of a full batch marks
+    requests as scarce (in any process) for a while.  With ``slots`` (the same limiter,
+    a ``SharedSlots``) a claim only looks, and each request takes its slot right before it
+    is sent (``at_send``, ``one``)."""
+
+    def __init__(self, limiter: ClaimLimiter, slots: SharedSlots | None = None) -> None:
+        self.limiter = limiter
+        self._slots = slots
+        self._scarce_at = float("-inf")
+        self.late_slots = 0  # slots let go because this process woke too late for them
+
+    @property
+    def limited(self) -> bool:
+        """Whether requests may be refused at all (workers then serve the fullest first)."""
+        return self.limiter.limited
+
+    @property
+    def contended(self) -> bool:
+        """Whether the limiter said lately that requests are scarce."""
+        return time.monotonic() - self._scarce_at < CONTENDED_SECONDS
+
+    def take(self, requests: int, stop: threading.Event, wait: bool = True, game: str = ""
+             ) -> Permit:
+        """Permission for up to ``requests`` requests.  With ``wait`` (a full batch), a token
+        that is near is waited for (a sweep's poll interval would leave the limit unused that
+        long); without, only a token that is there is taken.  With slots: whether to claim
+        (the slot is taken when the request goes)."""
+        permit = self.limiter.acquire(requests, spare=not wait, game=game)
+        if permit.scarce:
+            self._scarce_at = time.monotonic()
+        if permit.granted or not wait or self._slots is not None:
+            return permit
+        if permit.wait <= LIMITER_WAIT_SECONDS and not stop.wait(permit.wait):
+            permit = self.limiter.acquire(requests, game=game)
+        return permit
+
+    def at_send(self, game: str, stop: threading.Event) -> bool:
+        """Right before a batch's first request: with slots, its slot, slept for (False: none
+        within reach, or stopping); else nothing to do (its token came with the claim)."""
+        return self._slots is None or self._slot(game, stop)
+
+    def one(self, stop: threading.Event, game: str = "") -> bool:
+        """One more request (a half after a 413, a re-send after 1007, a probe)."""
+        if self._slots is not None:
+            return self._slot(game, stop)
+        return self.take(1, stop).granted > 0
+
+    def _slot(self, game: str, stop: threading.Event) -> bool:
+        """A slot, slept until.  A taker that wakes more than ``SLOT_LATE_SECONDS`` after its
+        slot (a busy host) lets it go and takes the next free one: sent late, its request
+        would arrive close to the next one's, and ten slots a second leave only a few ms
+        each to spare."""
+        assert self._slots is not None
+        for _ in range(SLOT_TRIES):
+            asked = time.monotonic()  # the slot is no earlier than this + its wait
+            slot = self._slots.reserve(game)
+            due = asked + slot.wait_us / 1_000_000
+            if slot.ahead > 0:
+                self._scarce_at = time.monotonic()
+            if not slot.reserved or stop.wait(max(0.0, due - time.monotonic())):
+                return False
+            if time.monotonic() - due <= SLOT_LATE_SECONDS:
+                return True
+            self.late_slots += 1
+        return False
+
+    def refund(self, requests: int) -> None:
+        if requests > 0:
+            self.limiter.refund(requests)
+
+    def pause(self, seconds: float, game: str = "") -> None:
+        self.limiter.pause(seconds, game)
+
+
+def make_limiter(config: ReporterConfig, store: Store) -> ClaimLimiter:
+    """The limiter ``[sink] requests_per_second`` and ``rate_limit_scope`` ask for; for the
+    anti-addiction sink, slots per app id (or per game's bizId) shared by every reporter,
+    spaced so that no second holds more than ``[nppa] requests_per_second``."""
+    sink = config.sink
+    if sink.kind == "nppa":
+        nppa = config.nppa
+        return SharedSlots(store, bucket_name("nppa", nppa.app_id),
+                           nppa.requests_per_second * (1 - NPPA_RATE_HEADROOM),
+                           config.biz_id if nppa.rate_limit_scope == "game" else None)
+    if not sink.requests_per_second:
+        return Unlimited()
+    if sink.rate_limit_scope == "process":
+        return LocalTokenBucket(sink.requests_per_second, sink.request_burst)
+    return SharedTokenBucket(store, "sink", sink.requests_per_second, sink.request_burst)
