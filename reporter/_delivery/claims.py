@@ -98,7 +98,7 @@ class Claimer:
     def _malformed(self, game: str, count: int) -> None:
         self._counts.add({C.MALFORMED_ENTRIES: count, C.DEAD_EVENTS: count,
                           C.DEAD_BATCHES: count})
-        ratelog.log(logging.ERROR, f"malformed:{game}",
+        ratelog.log(logging.ERROR, "malformed",
                     "%d malformed entries in the buffer of game %r (not a collect time and one "
                     "line of event) were dead-lettered alone, reason 'malformed entry'; their "
                     "neighbours go on (see: telemetry-reporter dead list)", count, game)

@@ -34,14 +34,15 @@ _REASON_CODE = re.compile(r"(?:HTTP|nppa) \d{1,5}\b")
 
 def log_kind(outcome: Outcome) -> str:
     """What a log line about a failed batch is rate-limited by: the outcome's code (the HTTP
-    status or the transport error's type), its alert's name or the code its reason starts
-    with; never the endpoint's own text, which may differ at every answer (a request id)."""
+    status or the transport error's type) or the code its alert or reason starts with; never
+    the endpoint's own text, which may differ at every answer (a request id), nor a game's
+    name, which whoever writes to Redis chooses."""
     if outcome.code:
         return outcome.code[:40]
-    if outcome.alert:
-        return outcome.alert.partition(":")[0][:60]
-    code = _REASON_CODE.match(outcome.reason)
-    return code.group() if code else "other"
+    for text in (outcome.alert, outcome.reason):
+        if code := _REASON_CODE.match(text):
+            return code.group()
+    return "other"
 
 
 class Settler:
@@ -200,8 +201,9 @@ class Settler:
         leave it for ``status``."""
         self._counts.count(C.CONFIG_ERRORS)
         name = outcome.alert.partition(":")[0]
-        ratelog.log(logging.ERROR, f"alert:{name}", "batch %s of game %r refused (%s): %s; it is "
-                    "dead-lettered: replay it once fixed", batch.batch_id, batch.game,
+        ratelog.log(logging.ERROR, f"alert:{log_kind(outcome)}",
+                    "batch %s of game %r refused (%s): %s; it is dead-lettered: replay it once "
+                    "fixed", batch.batch_id, batch.game,
                     outcome.reason, outcome.alert,
                     extra=batch_fields(batch.game, batch.batch_id, reason=outcome.reason,
                                        alert=name))
@@ -240,7 +242,7 @@ class Settler:
                             C.MALFORMED_ENTRIES: malformed, C.DEAD_EVENTS: refused,
                             C.DEAD_BATCHES: 1})
             if malformed:
-                ratelog.log(logging.ERROR, f"malformed:{game}",
+                ratelog.log(logging.ERROR, "malformed",
                             "%d of %d events of batch %s of game %r are not one JSON value "
                             "each (written to Redis by something else than the SDK); never "
                             "sent, dead-lettered as %s, reason 'malformed entry'", malformed,
@@ -250,7 +252,7 @@ class Settler:
                                                dead_letter=settled.refused_id))
             if refused > malformed:
                 first = next(r for _, r in outcome.refused if r != MALFORMED)
-                ratelog.log(logging.ERROR, f"refused:{game}",
+                ratelog.log(logging.ERROR, "refused",
                             "endpoint refused %d of %d events of batch %s of game %r (first: "
                             "%s); dead-lettered as %s", refused - malformed, len(fresh.events),
                             batch_id, game, first, settled.refused_id,

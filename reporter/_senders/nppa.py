@@ -124,7 +124,7 @@ class NppaSender:
              ) -> Outcome:
         biz_id = self._biz_id(game)
         if not biz_id:
-            ratelog.log(logging.ERROR, f"biz:{game}", "game %r has events but no biz_id: set "
+            ratelog.log(logging.ERROR, "biz", "game %r has events but no biz_id: set "
                         '[games."%s"] biz_id (its batches are dead-lettered until then)',
                         game, game)
             return Outcome(REJECTED, f'game {game!r} has no biz_id: set [games."{game}"] '
@@ -166,7 +166,7 @@ class NppaSender:
         if not far:
             return []
         ahead = max(seconds for _, seconds in far)
-        ratelog.log(logging.ERROR, f"future:{game}",
+        ratelog.log(logging.ERROR, "future",
                     "%d events of game %r have a behaviour time (ot) up to %.0f s ahead of this "
                     "host's clock, more than [nppa] max_future_seconds (%g): the game server's "
                     "clock is wrong (check NTP there); they are dead-lettered", len(far), game,

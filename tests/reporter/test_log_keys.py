@@ -25,6 +25,7 @@ from tests.scriptcalls import Scripts
     (Outcome(RETRY, "nppa 4001 busy, trace 9a8b"), "nppa 4001"),
     (Outcome(RETRY, "HTTP 502"), "HTTP 502"),
     (Outcome(REJECTED, "request 7d1c refused: quota"), "other"),
+    (Outcome(REJECTED, "game 'g' has no biz_id", alert="no biz_id for game 'g'"), "other"),
 ])
 def test_the_kind_of_an_outcome_never_holds_the_endpoints_text(outcome: Outcome, kind: str
                                                                 ) -> None:
