@@ -21,6 +21,7 @@ from reporter._delivery.lease import Lease, Leased, Result
 from reporter._delivery.limiter import ClaimLimiter, Unlimited
 from reporter._delivery.permits import Permits
 from reporter._delivery.settling import Settler
+from reporter._delivery.slots import SharedSlots
 from reporter._senders.sender import Sender
 
 
@@ -48,7 +49,8 @@ class Delivery:
 def delivery_for(batches: Batches, sender: Sender, config: ReporterConfig,
                  clock: Callable[[], float], limiter: ClaimLimiter | None = None) -> Delivery:
     counts, held, gate = Tally(), Held(), SinkGate(0.01, 0.01)
-    permits = Permits(limiter or Unlimited())
+    permits = Permits(limiter or Unlimited(),
+                      limiter if isinstance(limiter, SharedSlots) else None)
     body_limit = BodyLimit(0, JSON_BODY)
     r = config.reporter
     claimer = Claimer(batches, permits, body_limit, counts, r.batch_size,

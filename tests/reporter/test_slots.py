@@ -9,16 +9,21 @@ from __future__ import annotations
 import itertools
 import random
 import threading
+import time
 
 import pytest
 import redis
 
 from collector.store import KeySchema, ReserveSlot, Slot, Store
+from reporter._delivery.batches import Batches
 from reporter._delivery.limiter import Unlimited
 from reporter._delivery.permits import Permits, make_limiter
 from reporter._delivery.slots import SLOT_HORIZON_SECONDS, SharedSlots
-from tests.reporter.helpers import make_config
-from tests.scriptcalls import store_of
+from reporter._senders.outcome import Outcome
+from tests.delivery.wiring import delivery_for
+from tests.reporter.helpers import make_config, numbered
+from tests.reporter.helpers import store as push
+from tests.scriptcalls import Scripts, store_of, store_on
 
 INTERVAL_US = 100_000  # 10 a second
 BASE_US = 1_700_000_000_000_000
@@ -178,6 +183,41 @@ def test_a_spare_claim_waits_while_others_queue_for_slots(store: Store) -> None:
     assert permits.take(1, stop, wait=False, game="g1").granted == 0
     assert permits.take(1, stop, wait=True, game="g1").granted == 1  # a full batch goes
     assert permits.contended
+
+
+class Sent:
+    def __init__(self) -> None:
+        self.batches: list[str] = []
+
+    def send(self, game: str, batch_id: str, events: object, attempt: int = 1) -> Outcome:
+        self.batches.append(batch_id)
+        return Outcome("delivered")
+
+    def describe(self) -> str:
+        return "recorder"
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_leased_batch_without_a_slot_goes_back_unsent(redis_url: str,
+                                                        client: redis.Redis) -> None:
+    """Claimed while its slot was near, then the endpoint said 1006 (a pause): the batches
+    are handed back unsent, no attempt charged, nothing left leased."""
+    config = make_config(redis_url, reporter={"linger_ms": 0, "max_batches_per_claim": 2})
+    batches = Batches(store_on(client, config), config)
+    slots = SharedSlots(batches.store, "nppa:app-1", 9.6)
+    sent = Sent()
+    delivery = delivery_for(batches, sent, config, time.time, slots)
+    keys = push(Scripts(client), batches.store.schema, "g", numbered("g", 256))
+    stop = threading.Event()
+    lease = delivery.claimer.claim(keys, "g", stop)
+    assert lease is not None and len(lease.batches) == 2
+    slots.pause(60.0)
+    assert delivery.deliverer.deliver(lease, stop) == []
+    assert sent.batches == []
+    assert delivery.counts.counted().get("batches_released") == 2
+    assert client.zcard(keys.inflight) == 0
 
 
 def test_without_slots_at_send_costs_nothing() -> None:
