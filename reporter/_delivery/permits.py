@@ -84,14 +84,17 @@ class Permits:
         each to spare."""
         assert self._slots is not None
         for _ in range(SLOT_TRIES):
-            asked = time.monotonic()  # the slot is no earlier than this + its wait
+            # The slot, on this clock, lies between asked + wait and answered + wait: sleep
+            # to the later (never early), send only if that is not too late for the earlier.
+            asked = time.monotonic()
             slot = self._slots.reserve(game)
-            due = asked + slot.wait_us / 1_000_000
+            answered = time.monotonic()
+            wait = slot.wait_us / 1_000_000
             if slot.ahead > 0:
-                self._scarce_at = time.monotonic()
-            if not slot.reserved or stop.wait(max(0.0, due - time.monotonic())):
+                self._scarce_at = answered
+            if not slot.reserved or stop.wait(max(0.0, answered + wait - time.monotonic())):
                 return False
-            if time.monotonic() - due <= SLOT_LATE_SECONDS:
+            if time.monotonic() - (asked + wait) <= SLOT_LATE_SECONDS:
                 return True
             self.late_slots += 1
         return False
