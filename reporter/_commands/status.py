@@ -271,9 +271,10 @@ def render_remembered(remembered: Sequence[Remembered]) -> list[str]:
     if not remembered:
         return []
     t = remembered_totals(remembered)
-    return ["", f"kept to answer repeats: {t['remembered_writes']} writes of "
-            f"{t['remembered_writers']} SDK writers, {t['dedup_keys']} dedup keys of "
-            f"{t['dedup_games']} games: about {_size(t['remembered_bytes_estimate'])} "
+    return ["", f"kept to answer repeats: {counted(t['remembered_writes'], 'write')} of "
+            f"{counted(t['remembered_writers'], 'SDK writer')}, "
+            f"{counted(t['dedup_keys'], 'dedup key')} of {counted(t['dedup_games'], 'game')}: "
+            f"about {_size(t['remembered_bytes_estimate'])} "
             "(columns writes kept and dedup keys)"]
 
 

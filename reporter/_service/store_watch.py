@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 
 from collector.counters import Counter
+from collector.logs import counted
 from collector.metrics import Metrics
 from collector.store import BackendFull, ShardKeys, Store
 from reporter._delivery.batches import new_id
@@ -66,7 +67,7 @@ class StoreWatch:
         lost = sum(events for _, events, _ in found)
         shards = sorted(shard for shard, _, _ in found)
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
-        message = (f"store reset detected at {when}, about {lost} events lost "
+        message = (f"store reset detected at {when}, about {counted(lost, 'event')} lost "
                    f"({_shard_list(shards)})")
         logger.error("%s: Redis lost what these shards held (a restart without persistence, "
                      "a flush, or a failover to a replica that lagged); they are in use again. "

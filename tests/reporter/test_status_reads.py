@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from collector import Collector
+from collector.logs import counted
 from collector.store import KeySchema, open_store
 from collector.store._remembered import DEDUP_KEY_BYTES, WRITE_RECORD_BYTES, WRITER_BYTES
 from reporter._commands.cli import main
@@ -120,8 +121,8 @@ def test_status_shows_the_writes_and_dedup_keys_each_shard_keeps(
 
     assert main(["status", "--config", path]) == 0
     text = capsys.readouterr().out
-    assert (f"kept to answer repeats: {writes} writes of {writers} SDK writers, 80 dedup keys "
-            "of 2 games: about") in text
+    assert (f"kept to answer repeats: {counted(writes, 'write')} of "
+            f"{counted(writers, 'SDK writer')}, 80 dedup keys of 2 games: about") in text
     header = next(line for line in text.splitlines() if line.startswith("shard "))
     assert header.split()[-4:] == ["writes", "kept", "dedup", "keys"]
 
