@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import threading
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -214,17 +215,26 @@ def test_long_paths_reset_by_the_client_leave_no_log_and_no_state(
         ) -> None:
     server = serve(handler)
     running.append(server)
+    assert httpx.get(url(server, "/echo"), timeout=WAIT).text == "/echo"
     keys = connections.ratelog.keys
-    with caplog.at_level(logging.DEBUG, logger="reporter"):
-        for i in range(100):
-            sock = connect(server, f"GET /{i}".encode() + b"a" * 60_000 + b" HTTP/1.1\r\n\r\n")
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                            struct.pack("ii", 1, 0))  # close sends a reset
-            sock.close()
-        assert httpx.get(url(server, "/echo"), timeout=WAIT).text == "/echo"
+    tracemalloc.start()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="reporter"):
+            before = tracemalloc.get_traced_memory()[0]
+            for i in range(100):
+                sock = connect(server, f"GET /{i}".encode() + b"a" * 60_000
+                               + b" HTTP/1.1\r\n\r\n")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                struct.pack("ii", 1, 0))  # close sends a reset
+                sock.close()
+            wait_until(lambda: server.open_connections == 0, timeout=WAIT, what="all closed")
+            kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 1_000_000  # 100 paths of 60 KB: nothing of them is kept
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert connections.ratelog.keys == keys
-    wait_until(lambda: server.open_connections == 0, timeout=WAIT, what="all closed")
+    assert httpx.get(url(server, "/echo"), timeout=WAIT).text == "/echo"
 
 
 def test_a_failing_handler_is_a_500_logged_once_under_one_key(
