@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import logging
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import httpx
 import orjson
@@ -30,6 +31,19 @@ ratelog = RateLimitedLog(logger, interval=60.0)
 ATTEMPT_HEADER = "X-Telemetry-Attempt"  # 1 for the first try of a batch, then 2, 3, ...
 # Bytes of an error answer's body read for the batch's reason, at most.
 REASON_BYTES = 1024
+_ATTEMPT = ATTEMPT_HEADER.encode()
+# Headers a request gets from httpx or from send() unless the client's headers hold them.
+_OWN = frozenset({"host", "content-length", "transfer-encoding", "idempotency-key",
+                  ATTEMPT_HEADER.lower()})
+
+
+class _Head(NamedTuple):
+    """The headers of every request: ``headers`` merged once (the client's and those read
+    from files); ``raw``, the same with Host first, as httpx would send them, or None when
+    httpx must build each request (see ``JsonSender._request``)."""
+
+    headers: httpx.Headers
+    raw: tuple[tuple[bytes, bytes], ...] | None
 
 
 def json_body(game: str, batch_id: str, events: Sequence[bytes]) -> bytes:
@@ -64,30 +78,46 @@ class JsonSender:
         self._request_url = httpx.URL(settings.url)
         self._where = endpoint_text(self._request_url)
         self._header_files = tuple(header_files)
-        self._request_headers = self._merged_headers()
+        self._head = self._request_head()
         self._request_extensions = {"timeout": timeout.as_dict()}
         for file in self._header_files:  # a value re-read from its file replaces the headers
             file.subscribe(self._swap_headers)
 
-    def _merged_headers(self) -> httpx.Headers:
+    def _request_head(self) -> _Head:
         headers = self._client.headers.copy()
         for file in self._header_files:
             headers[file.header] = file()
-        return headers
+        if not self._request_url.host or any(k.lower() in _OWN for k in headers):
+            return _Head(headers, None)
+        return _Head(headers, ((b"Host", self._request_url.netloc), *headers.raw))
 
     def _swap_headers(self) -> None:
-        self._request_headers = self._merged_headers()  # one assignment: requests see either
+        self._head = self._request_head()  # one assignment: requests see either
+
+    def _request(self, batch_id: str, attempt: int, body: bytes) -> httpx.Request:
+        """The request ``Client.post`` would build, header for header.  Built from the head
+        made once, it costs about a fifth of what ``httpx.Request`` takes to merge the
+        headers and add Host and Content-Length (about 20 us of CPU per POST); when the
+        configured headers hold one of those it adds, httpx builds it."""
+        head = self._head
+        if head.raw is None:
+            headers = head.headers.copy()
+            headers["Idempotency-Key"] = batch_id
+            headers[ATTEMPT_HEADER] = str(attempt)
+            return httpx.Request("POST", self._request_url, headers=headers, content=body,
+                                 extensions=self._request_extensions)
+        return httpx.Request(
+            "POST", self._request_url,
+            headers=[*head.raw, (b"Idempotency-Key", batch_id.encode()),
+                     (_ATTEMPT, b"%d" % attempt), (b"Content-Length", b"%d" % len(body))],
+            stream=httpx.ByteStream(body), extensions=self._request_extensions)
 
     def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1
              ) -> Outcome:
         body = json_body(game, batch_id, events)
         if self._gzip:
             body = gzip.compress(body, compresslevel=5)
-        headers = self._request_headers.copy()
-        headers["Idempotency-Key"] = batch_id
-        headers[ATTEMPT_HEADER] = str(attempt)
-        request = httpx.Request("POST", self._request_url, headers=headers, content=body,
-                                extensions=self._request_extensions)
+        request = self._request(batch_id, attempt, body)
         try:
             response = self._client.send(request, stream=True)
         except httpx.HTTPError as exc:

@@ -121,6 +121,35 @@ def test_every_request_carries_the_standard_headers_and_the_timeouts(
             "connect": 1.5, "read": 7.5, "write": 7.5, "pool": 7.5}
 
 
+def httpx_built(sender: JsonSender, recorded: httpx.Request) -> httpx.Request:
+    """The request httpx itself makes of what ``send`` had: the client's headers, the batch's
+    two, and the body given whole."""
+    headers = sender._client.headers.copy()
+    headers["Idempotency-Key"] = recorded.headers["Idempotency-Key"]
+    headers["X-Telemetry-Attempt"] = recorded.headers["X-Telemetry-Attempt"]
+    return httpx.Request("POST", URL, headers=headers, content=recorded.content)
+
+
+@pytest.mark.parametrize("sink", [
+    {}, {"gzip": True}, {"headers": {"X-Tenant": "acme", "Authorization": "Bearer t"}},
+    {"headers": {"Host": "other.invalid"}}, {"headers": {"Idempotency-Key": "mine"}},
+], ids=["default", "gzip", "headers", "own-host", "own-idempotency-key"])
+def test_the_request_is_the_one_httpx_would_build(sender_for: Callable[..., JsonSender],
+                                                   sink: dict[str, Any]) -> None:
+    # send() builds each request from a head made once; what goes out must not change:
+    # every header, in httpx's order (Host first, Content-Length last), and the body.
+    recorder = Recorder()
+    sender = sender_for(recorder, sink_config(**sink).sink)
+    sender.send("game-1", "batch-42.a", raw_events(), 3)
+
+    [request] = recorder.requests
+    expected = httpx_built(sender, request)
+    assert request.headers.raw == expected.headers.raw
+    assert request.content == expected.read()
+    assert request.method == "POST" and request.url == expected.url
+    assert type(request.stream) is type(expected.stream)
+
+
 def test_json_body_is_assembled_from_raw_bytes() -> None:
     body = json_body('odd "game"', "id", [b'{"a":1}', b"[2]"])
     assert json.loads(body) == {"game": 'odd "game"', "batch_id": "id",
