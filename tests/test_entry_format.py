@@ -16,10 +16,22 @@ from collector.store import (
 )
 
 
+def widths_read(script: str) -> set[int]:
+    """The prefix widths a script reads: ``string.sub(entry, 1, N)``, or a pattern anchored at
+    the start that captures N ``%d``."""
+    cut = {int(n) for n in re.findall(r"string\.sub\([a-z_]+, 1, (\d+)\)", script)}
+    matched = {len(d) // 2 for d in re.findall(r"'\^\(((?:%d)+)\)", script)}
+    return cut | matched
+
+
 def test_the_scripts_read_the_same_width() -> None:
-    widths = {int(n) for name in SCRIPT_NAMES
-              for n in re.findall(r"string\.sub\([a-z_]+, 1, (\d+)\)", script_text(name))}
+    widths = set().union(*(widths_read(script_text(name)) for name in SCRIPT_NAMES))
     assert widths == {ENTRY_TIME_DIGITS}
+
+
+def test_both_ways_of_reading_the_width_are_seen() -> None:
+    assert widths_read("local t = string.sub(entry, 1, 12)") == {12}
+    assert widths_read("local d = match(entry, '^(%d%d%d).')") == {3}
 
 
 def test_an_entry_round_trips() -> None:

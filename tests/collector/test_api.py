@@ -10,7 +10,8 @@ EXPECTED = {"BackendError", "BackendFull", "Collector", "ConfigError", "EventsDr
             "TelemetryConfig", "TelemetryError", "close", "collect", "flush", "set_on_error",
             "stats"}
 # Public doors for the reporter and advanced users; everything else is ``collector._*``.
-PUBLIC_MODULES = {"config", "counters", "logs", "metrics", "nppa", "prometheus", "store"}
+PUBLIC_MODULES = {"config", "counters", "logs", "metrics", "nppa", "prometheus", "store",
+                  "text"}
 
 
 def test_exports_are_pinned() -> None:
