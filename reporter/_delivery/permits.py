@@ -40,6 +40,7 @@ class Permits:
         self._slots = slots
         self._scarce_at = float("-inf")
         self.late_slots = 0  # slots let go because this process woke too late for them
+        self._due = threading.local()  # .at: the slot this thread took, on its clock
 
     @property
     def limited(self) -> bool:
@@ -95,9 +96,21 @@ class Permits:
             if not slot.reserved or stop.wait(max(0.0, answered + wait - time.monotonic())):
                 return False
             if time.monotonic() - (asked + wait) <= SLOT_LATE_SECONDS:
+                self._due.at = asked + wait
                 return True
             self.late_slots += 1
         return False
+
+    def on_time(self, game: str, stop: threading.Event) -> bool:
+        """Asked by the sender at the last moment before a request goes: is this thread
+        still within ``SLOT_LATE_SECONDS`` of the slot it took?  If not (it stalled on the
+        way: sealing, a busy host), a new slot, slept for; False if there is none within
+        reach or the process is stopping."""
+        due, self._due.at = getattr(self._due, "at", None), None
+        if self._slots is None or due is None or time.monotonic() - due <= SLOT_LATE_SECONDS:
+            return True
+        self.late_slots += 1
+        return self._slot(game, stop) and self.on_time(game, stop)
 
     def refund(self, requests: int) -> None:
         if requests > 0:

@@ -119,6 +119,9 @@ class NppaSender:
         # Asked before a re-send after 1007 (a request of its own, under the shared rate):
         # it waits for the request's slot; False (stopping, a pause) leaves the 1007 answer.
         self.pace: Callable[[str], bool] | None = None
+        # Asked at the last moment before every request: still at its slot?  (A stalled
+        # thread takes a new one; False: stopping or a pause, and the request is not sent.)
+        self.on_time: Callable[[str], bool] | None = None
 
     def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1
              ) -> Outcome:
@@ -202,6 +205,9 @@ class NppaSender:
         for again in (False, True):
             if again and self.pace is not None and not self.pace(game):
                 return outcome  # the 1007 answer: retried later
+            if self.on_time is not None and not self.on_time(game):
+                return Outcome(RETRY, "not sent: no request slot within reach (stopping, or "
+                               "a pause)")
             try:
                 response = self._post(biz_id, plain)
             except httpx.HTTPError as exc:

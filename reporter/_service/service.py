@@ -102,6 +102,7 @@ class ReporterService:
         if isinstance(self.sender, NppaSender):  # a re-send after 1007 takes a slot too
             permits, stop = self.permits, self.stop_event
             self.sender.pace = lambda game: permits.one(stop, game)
+            self.sender.on_time = lambda game: permits.on_time(game, stop)
         self.claimer = Claimer(self.batches, self.permits, self.body_limit, self.metrics,
                                r.batch_size, r.max_batches_per_claim)
         self.settler = Settler(self.batches, self.held, self.metrics)

@@ -220,6 +220,21 @@ def test_a_leased_batch_without_a_slot_goes_back_unsent(redis_url: str,
     assert client.zcard(keys.inflight) == 0
 
 
+def test_a_thread_that_stalled_after_its_slot_takes_a_new_one(store: Store) -> None:
+    slots = nppa_slots(store)
+    permits = Permits(slots, slots)
+    stop = threading.Event()
+    assert permits.on_time("g1", stop)  # no slot taken by this thread: nothing to check
+    assert permits.one(stop, "g1")  # the scope is idle: its slot is now, no sleep
+    assert permits.on_time("g1", stop)  # just taken: on time
+    permits._due.at = time.monotonic() - 1.0  # as if it stalled a second on the way
+    before = next_free_us(store)
+    stop.set()  # the new slot's sleep is cut short: no request
+    assert not permits.on_time("g1", stop)
+    assert permits.late_slots == 1
+    assert next_free_us(store) > before  # a new slot was reserved
+
+
 def test_without_slots_at_send_costs_nothing() -> None:
     permits = Permits(Unlimited())
     assert permits.at_send("g1", threading.Event())
