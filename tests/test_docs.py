@@ -219,3 +219,56 @@ def test_docs_name_no_missing_module_or_file(page: str) -> None:
     for path in re.findall(r"`((?:collector|reporter|lua|bench|config|tests)/[\w/.-]+\.\w+)`",
                            text):
         assert (ROOT / path).exists(), f"{page} names {path}, which does not exist"
+
+
+def test_benchmarks_md_has_a_section_and_a_row_for_every_bench_script() -> None:
+    text = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
+    scripts = sorted(p.name for p in (ROOT / "bench").glob("*.py") if not p.name.startswith("_"))
+    assert sorted(re.findall(r"^## bench/(\w+\.py)$", text, re.M)) == scripts
+    rows = re.findall(r"^\| \[bench/(\w+)\.py\]\(#bench(\w+)py\) \|", text, re.M)
+    assert sorted(f"{name}.py" for name, _ in rows) == scripts
+    for name, anchor in rows:
+        assert anchor == name, f"the row of {name}.py links to #bench{anchor}py"
+        section = text.split(f"\n## bench/{name}.py\n", 1)[1].split("\n## ", 1)[0]
+        assert "### Current figures" in section or "Figures: [" in section, (
+            f"bench/{name}.py: no current figures, nor a link to them")
+
+
+def slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    found: set[str] = set()
+    for heading in re.findall(r"^#+ (.+)$", text, re.M):
+        base = slug(heading)
+        name, n = base, 0
+        while name in found:  # a repeated heading gets -1, -2, ...
+            n += 1
+            name = f"{base}-{n}"
+        found.add(name)
+    return found
+
+
+PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in DOCS.glob("*.md"))]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_links_between_pages_resolve(page: str) -> None:
+    """Every relative link of README.md and docs/ names a file that exists and, with a
+    #fragment, a heading of that file."""
+    source = ROOT / page
+    text = re.sub(r"```.*?```", "", source.read_text(encoding="utf-8"), flags=re.S)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue  # http:, https:, mailto:
+        path, _, fragment = target.partition("#")
+        file = (source.parent / path).resolve() if path else source
+        if not file.exists() or (
+                fragment and file.suffix == ".md" and fragment not in anchors(file)):
+            broken.append(target)
+    assert not broken, f"{page}: {broken}"

@@ -311,7 +311,8 @@ def test_a_missing_variable_names_its_key_as_the_docs_spell_it(tmp_path: Path) -
 NEEDS = re.compile(r"^# Environment variables it needs: (.+)$", re.M)
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "config").glob("*.toml")))
+@pytest.mark.parametrize("name", sorted(str(p.relative_to(ROOT / "config"))
+                                        for p in (ROOT / "config").rglob("*.toml")))
 def test_every_shipped_config_file_lists_the_variables_it_needs(name: str) -> None:
     """The header line says which variables to set; loading without them names the same."""
     path = ROOT / "config" / name
