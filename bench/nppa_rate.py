@@ -30,15 +30,16 @@ the script works (``tests/test_benches.py`` runs it), not a measurement.  The ex
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import random
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from multiprocessing.sharedctypes import Synchronized
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -172,48 +173,35 @@ class Trickled:
     requests_per_second: float
 
 
-class Offer:
-    """Collects, in a thread, the busy game's items at ``busy_rate`` a second and each small
-    game's one item every ``period`` seconds (each at its own phase), for ``seconds``."""
+def offer(redis_url: str, busy_rate: float, small: Sequence[str], period: float,
+          seconds: float, offered: Synchronized[int]) -> None:
+    """Collect the busy game's items at ``busy_rate`` a second and each small game's one item
+    every ``period`` seconds (each at its own phase), for ``seconds``; ``offered`` counts
+    them.  Run in a process of its own, so that the mock's arrival times (in the bench's
+    process) do not wait for the collector's work."""
+    collector = collector_for(redis_url)
+    serial: dict[str, int] = {}
 
-    def __init__(self, collector: Collector, busy_rate: float, small: Sequence[str],
-                 period: float, seconds: float) -> None:
-        self.offered = 0
-        self._collector = collector
-        self._busy_rate = busy_rate
-        self._small = small
-        self._period = period
-        self._seconds = seconds
-        self._serial: dict[str, int] = {}
-        self._thread = threading.Thread(target=self._run, name="offer", daemon=True)
+    def add(game: str, count: int) -> None:
+        serial[game] = collect(collector, game, count, serial.get(game, 0))
+        offered.value += count
 
-    def start(self) -> Offer:
-        self._thread.start()
-        return self
-
-    def join(self) -> None:
-        self._thread.join()
-
-    def _add(self, game: str, count: int) -> None:
-        self._serial[game] = collect(self._collector, game, count, self._serial.get(game, 0))
-        self.offered += count
-
-    def _run(self) -> None:
-        rng = random.Random(7)
-        phase = {game: rng.uniform(0, self._period) for game in self._small}
-        start = time.monotonic()
-        busy_done = 0
-        next_of = dict(phase)
-        while (elapsed := time.monotonic() - start) < self._seconds:
-            due = int(elapsed * self._busy_rate) - busy_done
-            if due > 0:
-                self._add(BUSY, due)
-                busy_done += due
-            for game, at in next_of.items():
-                if at <= elapsed:
-                    self._add(game, 1)
-                    next_of[game] = at + self._period
-            time.sleep(0.05)
+    rng = random.Random(7)
+    next_of = {game: rng.uniform(0, period) for game in small}
+    start = time.monotonic()
+    busy_done = 0
+    while (elapsed := time.monotonic() - start) < seconds:
+        due = int(elapsed * busy_rate) - busy_done
+        if due > 0:
+            add(BUSY, due)
+            busy_done += due
+        for game, at in next_of.items():
+            if at <= elapsed:
+                add(game, 1)
+                next_of[game] = at + period
+        time.sleep(0.05)
+    assert collector.flush(timeout=60)
+    collector.close()
 
 
 def trickle(binary: str, reporters: int, busy_rate: float, small_games: int, period: float,
@@ -229,16 +217,18 @@ def trickle(binary: str, reporters: int, busy_rate: float, small_games: int, per
             path = tmp / "nppa.toml"
             path.write_text(config_text(server.url, endpoint, secret, games, 1000))
             collector = collector_for(server.url)
-            offer = Offer(collector, busy_rate, small, period, seconds)
-            offer._add(BUSY, BUSY_BACKLOG)
+            collect(collector, BUSY, BUSY_BACKLOG, 1_000_000)
             assert collector.flush(timeout=60)
-            with Reporters(tmp, path, reporters):
-                offer.start()
-                offer.join()
-                assert collector.flush(timeout=60)
-                # what is left goes within the freshness window, or never
-                wait_accepted(endpoint, offer.offered, 200)
             collector.close()
+            spawn = multiprocessing.get_context("spawn")
+            offered = spawn.Value("q", BUSY_BACKLOG)
+            with Reporters(tmp, path, reporters):
+                producer = spawn.Process(target=offer, args=(server.url, busy_rate, small,
+                                                             period, seconds, offered))
+                producer.start()
+                producer.join()
+                # what is left goes within the freshness window, or never
+                wait_accepted(endpoint, offered.value, 200)
             with endpoint.lock:
                 accepted = list(endpoint.accepted)
                 requests = list(endpoint.requests)
@@ -249,7 +239,7 @@ def trickle(binary: str, reporters: int, busy_rate: float, small_games: int, per
     busy_ages = [a.at - a.item["ot"] for a in accepted if a.biz_id == biz(BUSY)]
     taken = [r.at for r in requests if r.errcode == 0]
     span = max(max(taken) - min(taken), 1e-6) if taken else 1e-6
-    return Trickled(offer.offered, len(accepted), small_ages, busy_ages, busiest,
+    return Trickled(offered.value, len(accepted), small_ages, busy_ages, busiest,
                     sum(1 for r in requests if r.errcode == 1006), len(taken) / span)
 
 

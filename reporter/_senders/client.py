@@ -11,9 +11,10 @@ import httpx
 
 from collector import ConfigError
 from reporter._config import SinkSettings
-from reporter._senders.transport import NEED_BODY, Proxy, SocketTransport
+from reporter._senders.transport import BEFORE_SEND, NEED_BODY, Proxy, SocketTransport
 
-__all__ = ["NEED_BODY", "USER_AGENT", "http_client", "request_timeout", "ssl_context"]
+__all__ = ["BEFORE_SEND", "NEED_BODY", "USER_AGENT", "http_client", "request_timeout",
+           "ssl_context"]
 
 USER_AGENT = "telemetry-reporter/0.1"
 # Proxy schemes httpx's transport takes (socks5 needs the socksio package).

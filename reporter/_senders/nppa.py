@@ -30,7 +30,7 @@ from collector.config import mask_url
 from collector.logs import RateLimitedLog
 from collector.nppa import check_item
 from reporter._config import NppaSettings, SinkSettings
-from reporter._senders.client import NEED_BODY, http_client
+from reporter._senders.client import BEFORE_SEND, NEED_BODY, http_client
 from reporter._senders.nppa_wire import seal, signature
 from reporter._senders.outcome import (
     DELIVERED,
@@ -205,11 +205,8 @@ class NppaSender:
         for again in (False, True):
             if again and self.pace is not None and not self.pace(game):
                 return outcome  # the 1007 answer: retried later
-            if self.on_time is not None and not self.on_time(game):
-                return Outcome(RETRY, "not sent: no request slot within reach (stopping, or "
-                               "a pause)")
             try:
-                response = self._post(biz_id, plain)
+                response = self._post(biz_id, plain, game)
             except httpx.HTTPError as exc:
                 return Outcome(RETRY, f"{type(exc).__name__}: {exc}")
             outcome = classify(response.status_code, response.headers.get("Retry-After"),
@@ -220,15 +217,19 @@ class NppaSender:
                         "timestamps (1007); sending it again: check this host's clock (NTP)")
         return outcome
 
-    def _post(self, biz_id: str, plain: bytes) -> httpx.Response:
+    def _post(self, biz_id: str, plain: bytes, game: str = "") -> httpx.Response:
         secret = self._key()  # read once: the body is sealed and signed with the same key
         body = seal(secret, plain)  # a fresh nonce per attempt
         stamp = str(int(self._clock() * 1000))  # read once: the signed value is the sent one
         signed = {**self._query, "appId": self._app_id, "bizId": biz_id, "timestamps": stamp}
         headers = {"appId": self._app_id, "bizId": biz_id, "timestamps": stamp,
                    "sign": signature(secret, signed, body)}
+        extensions: dict[str, object] = {NEED_BODY: ANSWER_BYTES}
+        if self.on_time is not None:
+            on_time = self.on_time
+            extensions[BEFORE_SEND] = lambda: _at_slot(on_time, game)
         return self._client.post(self._url, content=body, headers=headers,
-                                 extensions={NEED_BODY: ANSWER_BYTES})
+                                 extensions=extensions)
 
     def _log_skew(self, ahead: float) -> None:
         if not self._skew_logged:
@@ -245,6 +246,16 @@ class NppaSender:
 
 
 _EXPIRED_REASON = "1007 request expired: timestamps too far from the system's clock"
+
+
+class NoSlot(httpx.TransportError):
+    """The request was not sent: no slot of the rate within reach (stopping, or a pause)."""
+
+
+def _at_slot(on_time: Callable[[str], bool], game: str) -> None:
+    """Right before the request's bytes go: still at its slot (or a new one)?"""
+    if not on_time(game):
+        raise NoSlot("not sent: no request slot within reach (stopping, or a pause)")
 
 
 def classify(status: int, retry_after: str | None, body: bytes, sent: Sequence[int],

@@ -37,7 +37,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -62,6 +62,10 @@ Origin = tuple[bytes, str, int]
 
 # A request extension: the caller needs the whole response body, at most this many bytes.
 NEED_BODY = "telemetry.need_body"
+# A request extension: a callable run once the connection is ready, right before the
+# request's bytes go (a shared rate's slot is checked there, after any connecting); it may
+# sleep, and raise an httpx error to send nothing.
+BEFORE_SEND = "telemetry.before_send"
 @dataclass(frozen=True, slots=True)
 class Proxy:
     """An HTTP proxy: where it listens and the ``Proxy-Authorization`` value, if any."""
@@ -127,6 +131,7 @@ class SocketTransport(httpx.BaseTransport):
         origin: Origin = (url.raw_scheme, url.host, url.port or _default_port(url))
         data = _request_bytes(request, self._proxy)
         need: int | None = request.extensions.get(NEED_BODY)
+        before: Callable[[], None] | None = request.extensions.get(BEFORE_SEND)
         wait = request.extensions.get("timeout", {}).get("pool", self._timeout)
         if not self._slots.acquire(timeout=wait):
             raise httpx.PoolTimeout(f"all connections busy for {wait} s", request=request)
@@ -134,7 +139,7 @@ class SocketTransport(httpx.BaseTransport):
             started = time.monotonic()
             try:
                 conn, (status, headers, content, keep) = self._exchange(
-                    origin, data, request.method, started + self._timeout, need)
+                    origin, data, request.method, started + self._timeout, need, before)
             except Expired as exc:
                 raise self._timed_out(request, exc.phase, started) from None
             except Closed:
@@ -154,11 +159,19 @@ class SocketTransport(httpx.BaseTransport):
         return httpx.Response(status, headers=headers, stream=_Body(content), request=request)
 
     def _exchange(self, origin: Origin, data: bytes, method: str, deadline: float,
-                  need: int | None) -> tuple[Connection, Answer]:
+                  need: int | None, before: Callable[[], None] | None = None
+                  ) -> tuple[Connection, Answer]:
         """Send the request and read the answer.  A reused connection that fails before any
         byte of a response came back was closed by the server as the request went out: the
         request goes again, at once, on a new connection."""
         conn, reused = self._connection(origin, deadline)
+        if before is not None:
+            try:
+                before()
+            except BaseException:
+                self._forget(conn)
+                self._keep(origin, conn)  # unused: as good as before
+                raise
         while True:
             try:
                 return conn, exchange(conn, data, method, need)

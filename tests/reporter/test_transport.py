@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from reporter._senders.transport import NEED_BODY, Proxy, SocketTransport
+from reporter._senders.transport import BEFORE_SEND, NEED_BODY, Proxy, SocketTransport
 from tests.markers import secret
 from tests.polling import wait_until
 from tests.rawhttp import (
@@ -69,6 +69,28 @@ def test_posts_the_request_and_keeps_the_connection(
     assert b"\r\nContent-Length: 7\r\n" in head
     assert b"\r\nHost: 127.0.0.1:" in head
     assert body == b'{"n":2}'
+
+
+def test_before_send_runs_with_the_connection_ready_and_can_stop_the_request(
+        serve: Serve, client: httpx.Client) -> None:
+    """A rate's slot is checked once the connection is made, right before the bytes go; an
+    error raised there sends nothing and keeps the connection."""
+    server = serve(always(OK))
+    seen: list[int] = []
+    before = {BEFORE_SEND: lambda: seen.append(len(server.requests))}
+    assert post(client, server, extensions=before).status_code == 200
+    assert seen == [0] and len(server.requests) == 1  # it ran before the request went
+    assert post(client, server, extensions=before).status_code == 200
+    assert seen == [0, 1] and server.connections == 1  # and on a kept connection too
+
+    def refuse() -> None:
+        raise httpx.ConnectError("no slot")
+
+    with pytest.raises(httpx.ConnectError, match="no slot"):
+        post(client, server, extensions={BEFORE_SEND: refuse})
+    assert len(server.requests) == 2  # nothing sent
+    assert post(client, server).status_code == 200
+    assert server.connections == 1  # the connection was kept for the next request
 
 
 @pytest.mark.parametrize("reply, content", [
