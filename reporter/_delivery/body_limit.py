@@ -66,8 +66,9 @@ class BodyLimit:
     ``[buffer] max_event_bytes`` in its envelope: an event the SDK took must still be a batch
     of its own).  A single event refused says nothing of the limit: it is dead-lettered alone.
     While lowered, one claim per ``probe_seconds`` is cut at twice the limit (at most
-    ``configured``); a larger body the endpoint takes raises the limit to it.  Every change
-    is logged once.
+    ``configured``); a body the endpoint takes that is an eighth larger than the limit or
+    more raises the limit to it (to ``configured`` when within an eighth of it).  Every
+    change is logged once.
     """
 
     def __init__(self, configured: int, model: BodyModel, endpoint: str = "",
@@ -109,7 +110,12 @@ class BodyLimit:
                 new = self._limit = lower
                 self._next_probe = self._clock() + self._probe_seconds
             elif accepted > old and old < self.configured:
-                new = self._limit = min(accepted, self.configured)
+                # Within an eighth of the configured limit is as good as there; a smaller
+                # step than an eighth is not worth a change (nor a log line a minute).
+                new = self.configured if accepted * 9 >= self.configured * 8 else accepted
+                if new < self.configured and new * 8 < old * 9:
+                    return
+                self._limit = new
             else:
                 return
         if new < old:

@@ -171,3 +171,43 @@ def test_one_oversized_event_does_not_stop_the_small_ones_after_it_going_in_full
     assert sorted(whole, reverse=True) == [128] * ((5000 - 127) // 128) + [tail]
     learned = [m for m in caplog.messages if "batches are now cut at" in m]
     assert len(learned) == 1 and f"cut at {floor} bytes" in learned[0], learned
+
+
+def test_the_limit_grows_back_once_the_endpoint_takes_larger_bodies_again(
+        redis_url: str, r: redis.Redis, make_endpoint: MakeEndpoint,
+        start_service: StartService, caplog: pytest.LogCaptureFixture) -> None:
+    """An endpoint that refuses bodies over 20,000 bytes, then takes up to 1 MiB again (its
+    proxy reconfigured): the probes raise the limit, doubling, back to max_batch_bytes, and
+    later batches are cut at it again; every change is logged once."""
+    caplog.set_level(logging.INFO, "reporter")
+    endpoint = make_endpoint(max_body_bytes=20_000)
+    config = make_config(redis_url, endpoint.url, buffer={"max_event_bytes": 16_384})
+    schema = schema_of(config)
+    push_sized(r, schema, GAME, [1000] * 256)
+    service = start_service(config)
+    wait_until(lambda: drained(r, schema), timeout=30)
+    assert service.body_limit.limit <= 20_000
+
+    endpoint.max_body_bytes = NGINX_DEFAULT
+    # Every claim may probe from now on: a test does not wait out the minute.
+    service.body_limit._probe_seconds = service.body_limit._next_probe = 0.0
+    seq = 256
+    while service.body_limit.limit < config.sink.max_batch_bytes:
+        assert seq < 256 * 8, service.body_limit.limit  # doubling: a few rounds at most
+        push_sized(r, schema, GAME, [10_000] * 128, first_seq=seq)
+        seq += 128
+        wait_until(lambda: drained(r, schema), timeout=30)
+    with endpoint.lock:
+        before = len(endpoint.request_headers)
+    push_sized(r, schema, GAME, [10_000] * 256, first_seq=seq)
+    seq += 256
+    final = wait_until(lambda: drained(r, schema), timeout=30)
+    assert_reconciled(final)
+    assert (final.summary()["delivered"], final.summary()["dead_events"]) == (seq, 0)
+    with endpoint.lock:
+        sizes = [int(h["Content-Length"]) for h in endpoint.request_headers[before:]]
+    assert len(sizes) == 3 and min(sizes[:2]) > 1_000_000 and max(sizes) <= NGINX_DEFAULT, sizes
+    changes = [m for m in caplog.messages if "batches are now cut at" in m]
+    assert 3 <= len(changes) <= 8, changes  # one lowering, then a few doublings
+    assert len(changes) == len(set(changes))  # each change once
+    assert f"cut at {config.sink.max_batch_bytes} bytes" in changes[-1]
