@@ -463,7 +463,7 @@ class Heartbeat(ScriptCall[int]):
 @dataclass(frozen=True, slots=True)
 class ReadShard(ScriptCall[list[Any]]):
     """A shard's whole state in one atomic read, with the buffers of ``games``; the reply
-    as the script returns it (``_views.read_shard`` reads it)."""
+    as the script returns it (``_shard_reads.read_shard`` reads it)."""
 
     script: ClassVar[str] = "read_shard"
     shard: ShardKeys

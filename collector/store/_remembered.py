@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from collector.store._backends import RedisClient
 
 from collector.store._keys import KeySchema
-from collector.store._views import PIPELINE_SHARDS, _count, _execute, _groups, _text
+from collector.store._read_replies import PIPELINE_SHARDS, as_count, as_text, execute, groups
 
 # Bytes Redis takes per entry, as measured (docs/benchmarks.md, "Dedup keys: what they
 # cost"): a dedup key of about 36 bytes in a game's seen set; a field of a shard's writes
@@ -61,13 +61,13 @@ def remembered(client: RedisClient, schema: KeySchema) -> list[Remembered]:
     """Every shard's remembered writes and dedup keys (see ``Remembered``)."""
     shards = schema.all_shards()
     counts: list[tuple[int, int]] = []
-    for group in _groups(shards, PIPELINE_SHARDS):
+    for group in groups(shards, PIPELINE_SHARDS):
         with client.pipeline(transaction=False) as pipe:
             for keys in group:
                 pipe.hlen(keys.writes)
                 pipe.zcard(keys.writers)
-            replies = _execute(pipe)
-        counts += [(_count(replies[2 * i]), _count(replies[2 * i + 1]))
+            replies = execute(pipe)
+        counts += [(as_count(replies[2 * i]), as_count(replies[2 * i + 1]))
                    for i in range(len(group))]
     keys_by_shard, games_by_shard = _dedup_keys(client, schema)
     return [Remembered(k.shard, writes, writers, keys_by_shard.get(k.shard, 0),
@@ -81,20 +81,20 @@ def _dedup_keys(client: RedisClient, schema: KeySchema) -> tuple[dict[int, int],
     seen = re.compile(rf"\{{{re.escape(schema.prefix)}:(\d+)\}}:seen:")
     found: list[tuple[int, Any]] = []
     for key in client.scan_iter(match=f"{{{schema.prefix}:*}}:seen:*", count=SCAN_COUNT):
-        match = seen.match(_text(key))
+        match = seen.match(as_text(key))
         if match and int(match.group(1)) < schema.shards:  # another deployment's: not ours
             found.append((int(match.group(1)), key))
     keys: dict[int, int] = {}
     games: dict[int, int] = {}
-    for group in _groups(found, PIPELINE_SHARDS):
+    for group in groups(found, PIPELINE_SHARDS):
         with client.pipeline(transaction=False) as pipe:
             for _, key in group:
                 pipe.zcard(key)
-            replies = _execute(pipe)
+            replies = execute(pipe)
         for (shard, _), n in zip(group, replies, strict=True):
-            if isinstance(n, ResponseError) or not _count(n):  # junk, or gone meanwhile
+            if isinstance(n, ResponseError) or not as_count(n):  # junk, or gone meanwhile
                 continue
-            keys[shard] = keys.get(shard, 0) + _count(n)
+            keys[shard] = keys.get(shard, 0) + as_count(n)
             games[shard] = games.get(shard, 0) + 1
     return keys, games
 

@@ -1,8 +1,9 @@
 """``Store``: the only code that talks to Redis.
 
 Script calls go through ``call`` (one, raising) and ``call_many`` (many in few socket writes,
-a result or an error each); reads return the views of ``_views``.  Every redis-py exception
-is translated into ``BackendUnavailable`` or ``BackendRefused`` here.
+a result or an error each); reads return the views of ``_views``, read by ``_shard_reads``,
+``_set_aside_reads`` and ``_deployment_reads``.  Every redis-py exception is translated into
+``BackendUnavailable`` or ``BackendRefused`` here.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, NoReturn, TypeVar
 from redis.exceptions import RedisClusterException, RedisError
 
 from collector._exceptions import BackendError, BackendUnreplicated
-from collector.store import _remembered, _views
+from collector.store import _deployment_reads, _remembered, _set_aside_reads, _shard_reads
 from collector.store._backends import Backend
 from collector.store._bulk import WireCall
 from collector.store._calls import Heartbeat, ReadShard, ScriptCall, SetAside
@@ -106,13 +107,13 @@ class Store:
 
     def ring(self, shard: ShardKeys, after: str, count: int) -> RingSlice:
         """Up to ``count`` active games named after ``after`` ('' = from the first)."""
-        found = self._read(_views.ring, shard, after, count)
+        found = self._read(_shard_reads.ring, shard, after, count)
         if found.junk or found.wrong_type:  # junk in the registry: the scripts set it aside
             self.call(SetAside(shard, found.junk))
-            found = self._read(_views.ring, shard, after, count)
+            found = self._read(_shard_reads.ring, shard, after, count)
         if found.legacy_ring:  # once per shard after an upgrade
             self._move_legacy_ring(shard)
-            found = self._read(_views.ring, shard, after, count)
+            found = self._read(_shard_reads.ring, shard, after, count)
         return found
 
     def _move_legacy_ring(self, shard: ShardKeys) -> None:
@@ -128,10 +129,10 @@ class Store:
             client.ltrim(shard.legacy_ring, len(names), -1)
 
     def game_states(self, shard: ShardKeys, games: list[str]) -> list[GameState]:
-        return self._read(_views.game_states, shard, games)
+        return self._read(_shard_reads.game_states, shard, games)
 
     def read_shard(self, shard: ShardKeys) -> ShardView:
-        return self._read(_views.read_shard, shard,
+        return self._read(_shard_reads.read_shard, shard,
                           lambda games: self.call(ReadShard(shard, games)))
 
     def read_shards(self) -> list[ShardView]:
@@ -144,16 +145,16 @@ class Store:
         the epoch), when given."""
         shards = [self.schema.for_game(game)] if game else self.schema.all_shards()
         out = [b for shard in shards
-               for b in self._read(_views.dead_batches, shard, limit, game, before)]
+               for b in self._read(_set_aside_reads.dead_batches, shard, limit, game, before)]
         return sorted(out, key=lambda b: b.dead_at)
 
     def quarantine(self, limit: int = 10) -> list[QuarantineRecord]:
         """The newest ``limit`` records of each shard's quarantine, newest first overall."""
-        return self._read(_views.quarantine, self.schema.all_shards(), limit)
+        return self._read(_set_aside_reads.quarantine, self.schema.all_shards(), limit)
 
     def quarantined(self, shard: ShardKeys, limit: int) -> list[QuarantineRecord]:
         """The newest ``limit`` records of one shard's quarantine, newest first."""
-        return self._read(_views.quarantine, [shard], limit)
+        return self._read(_set_aside_reads.quarantine, [shard], limit)
 
     def remembered(self) -> list[_remembered.Remembered]:
         """Each shard's remembered writes and dedup keys, counted (and the games' seen sets
@@ -163,12 +164,12 @@ class Store:
     def dead_listed(self, shards: Sequence[ShardKeys] | None = None) -> int:
         """Batches on the dead lists of ``shards`` (default: every shard), one LLEN per shard,
         pipelined."""
-        return self._read(_views.dead_listed,
+        return self._read(_set_aside_reads.dead_listed,
                           self.schema.all_shards() if shards is None else shards)
 
     def counters(self) -> dict[str, int]:
         """Every shard's counters added up, and nothing else: cheap for many shards."""
-        return self._read(_views.counters, self.schema.all_shards())
+        return self._read(_deployment_reads.counters, self.schema.all_shards())
 
     def find_batch(self, batch_id: str) -> ShardKeys | None:
         """The shard that has a batch with this id, if any."""
@@ -180,7 +181,7 @@ class Store:
         return None
 
     def batch(self, shard: ShardKeys, batch_id: str) -> BatchDetail | None:
-        return self._read(_views.batch_detail, shard, batch_id)
+        return self._read(_set_aside_reads.batch_detail, shard, batch_id)
 
     # -- cheap reads for the metrics ---------------------------------------------------------
 
@@ -192,23 +193,23 @@ class Store:
     def counter_totals(self, shards: Sequence[ShardKeys] | None = None) -> dict[str, int]:
         """The counters of ``shards`` (default: every shard) added up, by name: one HGETALL
         per shard, pipelined (1,024 shards per pipeline); nothing else is read."""
-        return self._read(_views.counter_totals,
+        return self._read(_deployment_reads.counter_totals,
                           self.schema.all_shards() if shards is None else shards)
 
     def shard_levels(self, shards: Sequence[ShardKeys], now_ms: int) -> list[ShardLevels]:
         """What ``shards`` hold now: games with their buffer length and oldest entry, and
         their batch counts; no batch metadata or payload is read (unlike ``read_shard``)."""
-        return self._read(_views.shard_levels, shards, now_ms)
+        return self._read(_shard_reads.shard_levels, shards, now_ms)
 
     def memory(self) -> list[MemoryUse]:
         """Each node's memory against its maxmemory (INFO memory and errorstats): the server,
         or every primary of a cluster."""
-        return self._read(_views.memory)
+        return self._read(_deployment_reads.memory)
 
     def live_reporters(self, now_ms: int) -> int:
         """Reporter processes in the registry whose heartbeat has not expired at ``now_ms``
         (each reporter's own clock)."""
-        return self._read(_views.live_reporters, self.schema.reporters, now_ms)
+        return self._read(_deployment_reads.live_reporters, self.schema.reporters, now_ms)
 
     # -- the reporter registry ---------------------------------------------------------------
 
@@ -235,15 +236,15 @@ class Store:
 
     def alerts(self) -> list[Alert]:
         """What endpoints refused that only the operator can fix, newest first."""
-        return self._read(_views.alerts, self.schema.alerts)
+        return self._read(_deployment_reads.alerts, self.schema.alerts)
 
     def shard_owners(self) -> list[str]:
         """The reporter holding each shard's lease, by shard number ('' for none)."""
-        return self._read(_views.shard_owners, self.schema.all_shards())
+        return self._read(_deployment_reads.shard_owners, self.schema.all_shards())
 
     def reporters(self) -> list[Reporter]:
         """The reporter registry as it is, expired heartbeats included."""
-        return self._read(_views.reporters, self.schema.reporters)
+        return self._read(_deployment_reads.reporters, self.schema.reporters)
 
     def leave(self, owner: str) -> None:
         with self._translated():

@@ -14,7 +14,7 @@ import redis
 from collector.counters import STORE
 from collector.store import BackendUnavailable, KeySchema, Store, open_store
 from collector.store import Cluster as ClusterBackend
-from collector.store._views import PIPELINE_SHARDS
+from collector.store._read_replies import PIPELINE_SHARDS
 from reporter._monitoring.accounting import read_totals
 from tests.reporter.helpers import make_config, now_ms, numbered, store
 from tests.scriptcalls import Scripts, store_of
