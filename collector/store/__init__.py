@@ -36,29 +36,19 @@ from collector._exceptions import (
     BackendUnreplicated,
 )
 from collector.store._backends import Backend, Cluster, SingleServer
-from collector.store._calls import (
+from collector.store._batch_calls import (
     Ack,
     Claim,
-    Collect,
     Extend,
-    Heartbeat,
-    Hold,
     Nack,
     NoteLate,
-    Purge,
-    PurgeIds,
-    ReadShard,
     Reap,
     Release,
-    Replay,
-    ReserveSlot,
-    ScriptCall,
-    SetAside,
     Settle,
-    ShardLease,
     TakeRetries,
-    TakeTokens,
 )
+from collector.store._collect_call import Collect
+from collector.store._dead_letter_calls import Purge, PurgeIds, Replay
 from collector.store._entries import (
     ENTRY_TIME_DIGITS,
     encode_entry,
@@ -79,6 +69,7 @@ from collector.store._keys import (
     validate_game,
 )
 from collector.store._modes import BACKENDS, backend_class, describe_settings, open_backend
+from collector.store._pacing_calls import Hold, ReserveSlot, TakeTokens
 from collector.store._remembered import Remembered, remembered_totals
 from collector.store._results import (
     Claimed,
@@ -95,9 +86,11 @@ from collector.store._results import (
     Stored,
     Tokens,
 )
+from collector.store._script_call import ScriptCall
 from collector.store._scripts import SCRIPT_NAMES, LuaScript, lua_script, script_text
 from collector.store._sentinel import Sentinel
 from collector.store._settings import RedisSettings, redis_problems, tls_notices
+from collector.store._shard_upkeep_calls import Heartbeat, ReadShard, SetAside, ShardLease
 from collector.store._store import Store, open_store
 from collector.store._views import (
     Alert,

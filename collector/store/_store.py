@@ -19,13 +19,14 @@ from collector._exceptions import BackendError, BackendUnreplicated
 from collector.store import _deployment_reads, _remembered, _set_aside_reads, _shard_reads
 from collector.store._backends import Backend
 from collector.store._bulk import WireCall
-from collector.store._calls import Heartbeat, ReadShard, ScriptCall, SetAside
 from collector.store._errors import NotReplicated, translate
 from collector.store._keys import KeySchema, ShardKeys
 from collector.store._modes import describe_settings, open_backend
 from collector.store._results import text
+from collector.store._script_call import ScriptCall
 from collector.store._scripts import lua_script
 from collector.store._settings import RedisSettings
+from collector.store._shard_upkeep_calls import Heartbeat, ReadShard, SetAside
 from collector.store._views import (
     Alert,
     BatchDetail,
