@@ -424,8 +424,8 @@ def _run(config: ReporterConfig) -> int:
     message, fields = stopped_line(stopped)
     logger.info("%s", message, extra=fields)
     if stopped.blocked_jobs:  # the interpreter would wait for their threads: do not
-        logger.warning("exiting without %d jobs blocked on Redis or the endpoint",
-                       len(stopped.blocked_jobs))
+        logger.warning("exiting without %s blocked on Redis or the endpoint",
+                       counted(len(stopped.blocked_jobs), "job"))
         logging.shutdown()
         os._exit(0)
     return 0
