@@ -41,7 +41,6 @@ class Permits:
         self._scarce_at = float("-inf")
         self.late_slots = 0  # slots let go because this process woke too late for them
         self._due = threading.local()  # .at: the slot this thread took, on its clock
-        self._paused_until = 0.0  # this process heard the endpoint's "too many" (monotonic)
 
     @property
     def limited(self) -> bool:
@@ -110,11 +109,7 @@ class Permits:
         way: sealing, a busy host), a new slot, slept for; False if there is none within
         reach or the process is stopping."""
         due, self._due.at = getattr(self._due, "at", None), None
-        if self._slots is None or due is None:
-            return True
-        if time.monotonic() < self._paused_until:  # heard 1006 while it slept: each extra
-            return False  # request would start the interface's throttle anew
-        if time.monotonic() - due <= SLOT_LATE_SECONDS:
+        if self._slots is None or due is None or time.monotonic() - due <= SLOT_LATE_SECONDS:
             return True
         self.late_slots += 1
         return self._slot(game, stop) and self.on_time(game, stop)
@@ -124,7 +119,6 @@ class Permits:
             self.limiter.refund(requests)
 
     def pause(self, seconds: float, game: str = "") -> None:
-        self._paused_until = max(self._paused_until, time.monotonic() + seconds)
         self.limiter.pause(seconds, game)
 
 

@@ -235,16 +235,6 @@ def test_a_thread_that_stalled_after_its_slot_takes_a_new_one(store: Store) -> N
     assert next_free_us(store) > before  # a new slot was reserved
 
 
-def test_a_thread_that_slept_through_a_1006_sends_nothing(store: Store) -> None:
-    """Its slot was taken before the pause; the request would start the throttle anew."""
-    slots = nppa_slots(store)
-    permits = Permits(slots, slots)
-    stop = threading.Event()
-    assert permits.one(stop, "g1")  # the scope is idle: its slot is now
-    permits.pause(60.0, "g1")  # another thread heard 1006 meanwhile
-    assert not permits.on_time("g1", stop)
-
-
 def test_without_slots_at_send_costs_nothing() -> None:
     permits = Permits(Unlimited())
     assert permits.at_send("g1", threading.Event())
