@@ -101,12 +101,13 @@ class ShardSweeper:
         if first_page:
             self._new_round(now_ms)
         states = self._store.game_states(self.keys, candidates)
-        if self._permits.limited:  # few requests: a deliberate order
+        limited = self._permits.limited
+        if limited:  # few requests: a deliberate order
             states.sort(key=lambda s: self.rank(s, now_ms))
         for state in states:
             if self._stop.is_set() or not self._gate.is_open():
                 return False
-            urgent = self._urgent(state, now_ms)
+            urgent = limited and self._urgent(state, now_ms)  # unlimited: nobody waits
             if urgent or self._is_ready(state, now_ms):
                 wait = (urgent or state.length >= self._r.batch_size
                         or self._permits.contended)  # else only a request that is there
