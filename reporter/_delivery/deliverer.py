@@ -71,11 +71,14 @@ class Deliverer:
 
     def _deliver_one(self, lease: Lease, batch: Leased, stop: threading.Event
                      ) -> Result | None:
-        """What became of the batch; None if it was not sent (no slot for its request)."""
+        """What became of the batch; None if it was not sent (no slot for its request, or the
+        gate closed while it waited for one)."""
         fresh = split_fresh(batch.entries, int(self._clock() * 1000), self._freshness)
         if not fresh.events:
             return self._settler.all_stale(lease.keys, lease.token, batch.batch_id, fresh.stale)
-        if not self._permits.at_send(batch.game, stop):
+        # The slot may be a while away: a hold or a failure heard meanwhile (by any thread)
+        # keeps the request back, handed back uncharged, as if no slot had been found.
+        if not self._permits.at_send(batch.game, stop) or not self._gate.is_open():
             return None
         sent = self._attempt.send(batch.game, batch.batch_id, fresh.events, batch.attempts + 1,
                                   lambda: self._permits.one(stop, batch.game))

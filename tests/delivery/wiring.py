@@ -47,8 +47,9 @@ class Delivery:
 
 
 def delivery_for(batches: Batches, sender: Sender, config: ReporterConfig,
-                 clock: Callable[[], float], limiter: ClaimLimiter | None = None) -> Delivery:
-    counts, held, gate = Tally(), Held(), SinkGate(0.01, 0.01)
+                 clock: Callable[[], float], limiter: ClaimLimiter | None = None,
+                 sending_held: Callable[[], bool] = lambda: False) -> Delivery:
+    counts, held, gate = Tally(), Held(), SinkGate(0.01, 0.01, held=sending_held)
     permits = Permits(limiter or Unlimited(),
                       limiter if isinstance(limiter, SharedSlots) else None)
     body_limit = BodyLimit(0, JSON_BODY)

@@ -235,6 +235,30 @@ def test_a_thread_that_stalled_after_its_slot_takes_a_new_one(store: Store) -> N
     assert next_free_us(store) > before  # a new slot was reserved
 
 
+def test_a_batch_waiting_for_its_slot_when_sending_is_held_goes_back_unsent(
+        redis_url: str, client: redis.Redis) -> None:
+    """Claimed, then waiting for a slot a few tenths of a second away, when another thread
+    hears an identity answer (the hold starts): at its slot the request is kept back and the
+    batch handed back, no attempt charged."""
+    config = make_config(redis_url, reporter={"linger_ms": 0, "max_batches_per_claim": 1})
+    batches = Batches(store_on(client, config), config)
+    slots = SharedSlots(batches.store, "nppa:app-1", 9.6)
+    held = threading.Event()
+    sent = Sent()
+    delivery = delivery_for(batches, sent, config, time.time, slots, held.is_set)
+    keys = push(Scripts(client), batches.store.schema, "g", numbered("g", 128))
+    stop = threading.Event()
+    lease = delivery.claimer.claim(keys, "g", stop)
+    assert lease is not None and len(lease.batches) == 1
+    for _ in range(4):  # the next free slot is about 0.4 s away
+        assert slots.reserve("g").reserved
+    threading.Timer(0.1, held.set).start()
+    assert delivery.deliverer.deliver(lease, stop) == []
+    assert sent.batches == []
+    assert delivery.counts.counted().get("batches_released") == 1
+    assert client.zcard(keys.inflight) == 0
+
+
 def test_without_slots_at_send_costs_nothing() -> None:
     permits = Permits(Unlimited())
     assert permits.at_send("g1", threading.Event())
