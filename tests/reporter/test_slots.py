@@ -227,11 +227,12 @@ def test_a_thread_that_stalled_after_its_slot_takes_a_new_one(store: Store) -> N
     assert permits.on_time("g1", stop)  # no slot taken by this thread: nothing to check
     assert permits.one(stop, "g1")  # the scope is idle: its slot is now, no sleep
     assert permits.on_time("g1", stop)  # just taken: on time
+    late = permits.late_slots  # a loaded host may have made those late already
     permits._due.at = time.monotonic() - 1.0  # as if it stalled a second on the way
     before = next_free_us(store)
     stop.set()  # the new slot's sleep is cut short: no request
     assert not permits.on_time("g1", stop)
-    assert permits.late_slots == 1
+    assert permits.late_slots == late + 1
     assert next_free_us(store) > before  # a new slot was reserved
 
 
