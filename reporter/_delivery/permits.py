@@ -26,6 +26,10 @@ from reporter._delivery.slots import SharedSlots
 # A slot is used only this close to its time (else let go for the next); how many tries.
 SLOT_LATE_SECONDS = 0.02
 SLOT_TRIES = 3
+# With a sender that checks its slot at the last moment (``on_time``), the thread wakes this
+# long before its slot, so that checking, sealing and signing the body happen before the
+# slot, not after it (on a loaded host they took 20-70 ms and the slot was let go).
+SLOT_LEAD_SECONDS = 0.05
 
 
 class Permits:
@@ -35,12 +39,15 @@ class Permits:
     a ``SharedSlots``) a claim only looks, and each request takes its slot right before it
     is sent (``at_send``, ``one``)."""
 
-    def __init__(self, limiter: ClaimLimiter, slots: SharedSlots | None = None) -> None:
+    def __init__(self, limiter: ClaimLimiter, slots: SharedSlots | None = None,
+                 lead: float = 0.0) -> None:
         self.limiter = limiter
         self._slots = slots
+        self._lead = lead  # > 0 only when every request goes through ``on_time``
         self._scarce_at = float("-inf")
         self.late_slots = 0  # slots let go because this process woke too late for them
-        self._due = threading.local()  # .at: the slot this thread took, on its clock
+        # .at: the slot this thread took, on its clock; .send_at: not before then
+        self._due = threading.local()
 
     @property
     def limited(self) -> bool:
@@ -84,32 +91,42 @@ class Permits:
         would arrive close to the next one's, and ten slots a second leave only a few ms
         each to spare."""
         assert self._slots is not None
+        self._due.at = None
         for _ in range(SLOT_TRIES):
-            # The slot, on this clock, lies between asked + wait and answered + wait: sleep
-            # to the later (never early), and take the middle for its time (a slow round
-            # trip to Redis is not lateness; half of it may be).
+            # The slot, on this clock, lies between asked + wait and answered + wait: send
+            # at the later (never early), and take the middle for its time (a slow round
+            # trip to Redis is not lateness; half of it may be).  Sleep until the lead
+            # before it: ``on_time`` sleeps the rest once the request is ready.
             asked = time.monotonic()
             slot = self._slots.reserve(game)
             answered = time.monotonic()
             wait = slot.wait_us / 1_000_000
             if slot.ahead > 0:
                 self._scarce_at = answered
-            if not slot.reserved or stop.wait(max(0.0, answered + wait - time.monotonic())):
+            send_at = answered + wait
+            if not slot.reserved or stop.wait(max(0.0, send_at - self._lead
+                                                  - time.monotonic())):
                 return False
             due = (asked + answered) / 2 + wait
             if time.monotonic() - due <= SLOT_LATE_SECONDS:
-                self._due.at = due
+                self._due.at, self._due.send_at = due, send_at
                 return True
             self.late_slots += 1
         return False
 
     def on_time(self, game: str, stop: threading.Event) -> bool:
-        """Asked by the sender at the last moment before a request goes: is this thread
-        still within ``SLOT_LATE_SECONDS`` of the slot it took?  If not (it stalled on the
-        way: sealing, a busy host), a new slot, slept for; False if there is none within
+        """Asked by the sender at the last moment before a request goes: the rest of the
+        sleep until the slot this thread took (woken ``lead`` early to get the request
+        ready), then is it still within ``SLOT_LATE_SECONDS`` of it?  If not (it stalled on
+        the way: sealing, a busy host), a new slot, slept for; False if there is none within
         reach or the process is stopping."""
         due, self._due.at = getattr(self._due, "at", None), None
-        if self._slots is None or due is None or time.monotonic() - due <= SLOT_LATE_SECONDS:
+        if self._slots is None or due is None:
+            return True
+        rest = self._due.send_at - time.monotonic()
+        if rest > 0 and stop.wait(rest):
+            return False
+        if time.monotonic() - due <= SLOT_LATE_SECONDS:
             return True
         self.late_slots += 1
         return self._slot(game, stop) and self.on_time(game, stop)

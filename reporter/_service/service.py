@@ -38,7 +38,7 @@ from reporter._delivery.gate import SinkGate
 from reporter._delivery.held import Held
 from reporter._delivery.hold import SendHold
 from reporter._delivery.limiter import bucket_name
-from reporter._delivery.permits import Permits, make_limiter
+from reporter._delivery.permits import SLOT_LEAD_SECONDS, Permits, make_limiter
 from reporter._delivery.settling import Settler
 from reporter._delivery.slots import SharedSlots
 from reporter._monitoring.health import Health
@@ -97,8 +97,13 @@ class ReporterService:
         self.body_limit = BodyLimit(config.sink.max_batch_bytes, body_model(config.sink.kind),
                                     config.nppa.base_url if config.sink.kind == "nppa"
                                     else config.sink.url, config.buffer.max_event_bytes)
+        nppa = isinstance(self.sender, NppaSender)
+        # Only the builtin transport asks ``on_time`` right before the bytes go, which
+        # sleeps the lead off: with any other, a thread sleeps all the way to its slot.
+        lead = nppa and transport is None and config.sink.transport == "builtin"
         self.permits = Permits(self.limiter,
-                               limiter if isinstance(limiter, SharedSlots) else None)
+                               limiter if isinstance(limiter, SharedSlots) else None,
+                               SLOT_LEAD_SECONDS if lead else 0.0)
         if isinstance(self.sender, NppaSender):  # a re-send after 1007 takes a slot too
             permits, stop = self.permits, self.stop_event
             self.sender.pace = lambda game: permits.one(stop, game)

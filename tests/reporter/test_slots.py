@@ -263,3 +263,30 @@ def test_a_batch_waiting_for_its_slot_when_sending_is_held_goes_back_unsent(
 def test_without_slots_at_send_costs_nothing() -> None:
     permits = Permits(Unlimited())
     assert permits.at_send("g1", threading.Event())
+
+
+def test_a_thread_woken_ahead_of_its_slot_sends_only_at_it(store: Store) -> None:
+    """With a lead, the thread wakes before its slot (to get the request ready while it
+    waits) and ``on_time`` sleeps the rest: the request is not sent before its slot."""
+    slots = nppa_slots(store)
+    permits = Permits(slots, slots, lead=1.0)
+    stop = threading.Event()
+    for _ in range(4):
+        slots.reserve("g1")  # four slots queued: the next is about 0.4 s away
+    assert permits.one(stop, "g1")  # within the lead: no sleep yet
+    send_at = permits._due.send_at
+    assert send_at > time.monotonic()  # ready ahead of the slot
+    assert permits.on_time("g1", stop)  # sleeps the rest
+    assert time.monotonic() >= send_at - 0.001
+
+
+def test_a_thread_stopped_while_sleeping_off_its_lead_does_not_send(store: Store) -> None:
+    slots = nppa_slots(store)
+    permits = Permits(slots, slots, lead=1.0)
+    stop = threading.Event()
+    for _ in range(4):
+        slots.reserve("g1")
+    assert permits.one(stop, "g1")  # woken ahead of its slot
+    stop.set()
+    assert not permits.on_time("g1", stop)
+    assert permits.late_slots == 0
