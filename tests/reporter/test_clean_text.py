@@ -159,6 +159,8 @@ class NppaItemRefusals:
         errmsg = f"{HOSTILE}\n{FORGED}"
 
         class Handler(BaseHTTPRequestHandler):
+            disable_nagle_algorithm = True  # small answers: no delayed-ACK wait
+
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 body = orjson.dumps({"errcode": 0, "errmsg": errmsg, "data": {"results": [
