@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import httpx
@@ -13,16 +13,30 @@ from collector import ConfigError
 from reporter._config import SinkSettings
 from reporter._senders.transport import BEFORE_SEND, NEED_BODY, Proxy, SocketTransport
 
-__all__ = ["BEFORE_SEND", "NEED_BODY", "USER_AGENT", "http_client", "request_timeout",
-           "ssl_context"]
+__all__ = ["BEFORE_SEND", "NEED_BODY", "USER_AGENT", "SinkClient", "http_client",
+           "request_timeout", "sink_client", "ssl_context"]
 
 USER_AGENT = "telemetry-reporter/0.1"
 # Proxy schemes httpx's transport takes (socks5 needs the socksio package).
 HTTPX_PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
 
 
+class SinkClient(NamedTuple):
+    """The ``httpx.Client`` and, unless httpx's own transport is in use, the transport under
+    it, for requests built in full by their sender (see ``JsonSender``)."""
+
+    client: httpx.Client
+    transport: httpx.BaseTransport | None
+
+
 def http_client(settings: SinkSettings, headers: Mapping[str, str],
                 transport: httpx.BaseTransport | None = None) -> httpx.Client:
+    """``sink_client(...).client``."""
+    return sink_client(settings, headers, transport).client
+
+
+def sink_client(settings: SinkSettings, headers: Mapping[str, str],
+                transport: httpx.BaseTransport | None = None) -> SinkClient:
     """A client with ``[sink]``'s timeouts, connection bound, TLS, proxy and transport
     (``builtin``: the reporter's own keep-alive pool, with ``[sink] proxy`` if set; ``httpx``:
     httpcore, with ``[sink] proxy`` or else proxies from the environment), sending
@@ -40,7 +54,7 @@ def http_client(settings: SinkSettings, headers: Mapping[str, str],
     elif transport is None:
         options = {"verify": tls if tls is not None else True,
                    "proxy": settings.proxy or None}
-    return httpx.Client(
+    client = httpx.Client(
         headers={"User-Agent": USER_AGENT, **headers},
         timeout=request_timeout(settings),
         limits=httpx.Limits(max_connections=settings.max_connections,
@@ -50,6 +64,8 @@ def http_client(settings: SinkSettings, headers: Mapping[str, str],
         trust_env=not builtin,
         **options,
     )
+    # httpx's transport may be one of several (proxies mounted from the environment).
+    return SinkClient(client, transport if builtin else None)
 
 
 def request_timeout(settings: SinkSettings) -> httpx.Timeout:

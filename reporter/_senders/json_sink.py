@@ -13,7 +13,7 @@ import orjson
 from collector.config import mask_url
 from collector.logs import RateLimitedLog
 from reporter._config import SinkSettings
-from reporter._senders.client import http_client, request_timeout
+from reporter._senders.client import request_timeout, sink_client
 from reporter._senders.outcome import (
     DELIVERED,
     RETRY,
@@ -72,10 +72,14 @@ class JsonSender:
         if settings.gzip:
             headers["Content-Encoding"] = "gzip"
         timeout = request_timeout(settings)
-        self._client = http_client(settings, headers, transport)
+        self._client, direct = sink_client(settings, headers, transport)
         # What Client.post() would work out again for every request (parsing the URL, merging
         # the client's headers, the timeout), done once: about 40 us of CPU per POST.
         self._request_url = httpx.URL(settings.url)
+        # Straight to the transport unless the URL holds credentials (Client.send turns
+        # them into Basic auth).
+        url = self._request_url
+        self._transport = None if url.username or url.password else direct
         self._where = endpoint_text(self._request_url)
         self._header_files = tuple(header_files)
         self._head = self._request_head()
@@ -119,7 +123,13 @@ class JsonSender:
             body = gzip.compress(body, compresslevel=5)
         request = self._request(batch_id, attempt, body)
         try:
-            response = self._client.send(request, stream=True)
+            if self._transport is not None:
+                # The request is whole (headers, timeout): what Client.send adds on the way
+                # to the transport (auth and redirect flows, none here, and a cookie jar that
+                # no request reads) cost about a tenth of the reporter's CPU per POST.
+                response = self._transport.handle_request(request)
+            else:
+                response = self._client.send(request, stream=True)
         except httpx.HTTPError as exc:
             return classify_transport_error(exc)
         try:

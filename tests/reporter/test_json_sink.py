@@ -150,6 +150,20 @@ def test_the_request_is_the_one_httpx_would_build(sender_for: Callable[..., Json
     assert type(request.stream) is type(expected.stream)
 
 
+@pytest.mark.parametrize("transport", ["builtin", "httpx"])
+def test_credentials_in_the_url_are_sent_as_basic_auth(sender_for: Callable[..., JsonSender],
+                                                       transport: str) -> None:
+    # Requests go straight to the transport only when nothing of the client's is missed:
+    # the URL's user and password become an Authorization header, as httpx makes them.
+    recorder = Recorder()
+    url = "http://ingest-user:s3cr%40t@ingest.invalid/v1/events"
+    sender = sender_for(recorder, sink_config(url=url, transport=transport).sink)
+    sender.send("g", "b", raw_events())
+    [request] = recorder.requests
+    assert request.headers["Authorization"] == httpx.BasicAuth(
+        "ingest-user", "s3cr@t")._auth_header
+
+
 def test_json_body_is_assembled_from_raw_bytes() -> None:
     body = json_body('odd "game"', "id", [b'{"a":1}', b"[2]"])
     assert json.loads(body) == {"game": 'odd "game"', "batch_id": "id",
