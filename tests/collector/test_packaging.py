@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # telemetry-collector` never compiles anything. Check a package's files on PyPI before adding
 # it here.
 WHEELS_EVERYWHERE = {"redis", "hiredis", "orjson", "httpx", "apscheduler", "cryptography",
-                     "prometheus-client", "h11"}
+                     "prometheus-client", "h11", "msgspec"}
 # Published advisories against the dependencies: the first fixed version, and the advisory.
 # The floors in pyproject.toml must admit none of the versions before it.
 ADVISORIES = {

@@ -14,6 +14,7 @@ import redis
 from collector import Collector
 from collector.counters import Counter as C
 from collector.store import encode_entry
+from reporter._delivery.attempt import malformed
 from reporter._senders.outcome import MALFORMED
 from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
@@ -122,7 +123,7 @@ def test_a_forged_envelope_written_to_redis_never_reaches_the_endpoint_as_anothe
         redis_url: str, r: redis.Redis, make_endpoint: MakeEndpoint,
         start_service: StartService) -> None:
     """The bytes the SDK refuses, pushed straight into an attacker's list: the reporter
-    parses every event before it builds a body, dead-letters that one alone as a malformed
+    checks every event before it builds a body, dead-letters that one alone as a malformed
     entry (counted), and delivers its neighbours and the victim's own events as they are."""
     endpoint = make_endpoint()
     config = make_config(redis_url, endpoint.url)
@@ -157,3 +158,22 @@ def test_a_forged_envelope_written_to_redis_never_reaches_the_endpoint_as_anothe
     [dead] = service.store.dead_batches(10)
     assert (dead.game, dead.events, dead.reason) == ("attacker", 1, MALFORMED)
     assert r.hget(keys.payloads, dead.batch_id) == forged
+
+
+# Texts that are exactly one JSON value, and texts that are not, as the reporter meets them.
+ONE_VALUE = [b'{"a":1}', b' {"a":[1,{"b":null}]} ', b'"\xe4\xb8\x80"', b"-0", b"true",
+             b"123456789012345678901234567890", b'{"a":1,"a":2}', b"[" * 200 + b"]" * 200]
+NOT_ONE_VALUE = [FORGED, b"1,2", b'{"a":1}{"b":2}', b"", b" ", b'{"a":1,}', b'"\\ud800"',
+                 b'"\xff"', b'"\xed\xa0\x80"', b'{"a":"\x01"}', b"\xef\xbb\xbf{}", b"nul",
+                 b"[" * 100_000]
+
+
+def test_the_reporter_finds_exactly_the_events_that_are_not_one_json_value() -> None:
+    events = [e for pair in zip(ONE_VALUE, NOT_ONE_VALUE, strict=False) for e in pair]
+    events += NOT_ONE_VALUE[len(ONE_VALUE):]
+    expected = [i for i, e in enumerate(events) if e in NOT_ONE_VALUE]
+    assert malformed(events) == expected
+    assert malformed(ONE_VALUE) == []
+    for bad in NOT_ONE_VALUE:  # alone, and among well-formed neighbours
+        assert malformed([bad]) == [0]
+        assert malformed([*ONE_VALUE, bad, *ONE_VALUE]) == [len(ONE_VALUE)]
