@@ -21,7 +21,7 @@ from collector._dedup import Dedup
 from collector._exceptions import BackendError, BackendFull, BackendUnreplicated
 from collector._flusher import Flusher, reason
 from collector._on_error import ErrorReport, OnError, check_callback
-from collector._one_value import SCALARS, check_one_value
+from collector._one_value import NOT_ONE_VALUE, ONE_VALUE, check_one_value, check_utf8
 from collector._writer import Writer
 from collector.counters import SDK, SDK_GAUGES, Counter, Gauge
 from collector.logs import RateLimitedLog, counted
@@ -156,21 +156,30 @@ class Collector:
             data = orjson.dumps(event)
         except TypeError as exc:
             raise TypeError(f"event for game {game!r} is not JSON-serialisable: {exc}") from None
-        # 10: b"\n".  A dict of scalars is one JSON value: only other events are looked at.
-        if ((len(data) > self._max_event_bytes or 10 in data
-                or not SCALARS.issuperset(map(type, event.values())))
-                and self._refused(game, event, data)):
-            return 0
+        if ((len(data) > self._max_event_bytes or 10 in data or not data.isascii())
+                and self._refused(game, data)):
+            return 0  # 10: b"\n"
+        try:  # a fragment could forge the reporter's envelope: see collector._one_value
+            ONE_VALUE.decode(data)
+        except NOT_ONE_VALUE:
+            check_one_value(game, data)
         entry = _time_prefix() + data
         if dedup_key is not None or self._dedup_fields:
             entry = self._dedup.keyed(game, event, dedup_key, entry)
         if self._direct:
             return self._collect_direct(game, entry)
         waiting = self._buffer.append(game, entry)  # refused (-1) once close() has finished
+        if waiting == FLUSH_SOON_EVENTS or waiting < 0 or not self._flushing:
+            return self._appended(game, waiting)
+        return 0
+
+    def _appended(self, game: str, waiting: int) -> int:
+        """After an append that has the flusher to wake or start, or that the closed buffer
+        refused."""
+        if waiting < 0:
+            return self._drop_closed(game)
         if waiting == FLUSH_SOON_EVENTS:
             self._wake.set()
-        elif waiting < 0:
-            return self._drop_closed(game)
         if not self._flushing:
             self._start()
         return 0
@@ -186,16 +195,17 @@ class Collector:
         if len(self._known_games) < KNOWN_GAMES_LIMIT:
             self._known_games.add(game)
 
-    def _refused(self, game: str, event: dict[str, Any], data: bytes) -> bool:
+    def _refused(self, game: str, data: bytes) -> bool:
         """Whether the event is dropped (counted) for its size; raises ``TypeError`` for raw
-        JSON that spans lines or is not exactly one JSON value."""
+        JSON that spans lines or is not UTF-8."""
+        if not data.isascii():
+            check_utf8(game, data)
         if 10 in data:  # orjson writes no raw newline itself: raw passthrough put it there
             raise TypeError(f"event for game {game!r} holds raw JSON (orjson.Fragment) with a "
                             "newline; pass the value itself, or raw JSON on one line")
         if len(data) > self._max_event_bytes:
             self._refuse_large(game, len(data))
             return True
-        check_one_value(game, event, data)
         return False
 
     def _refuse_large(self, game: str, size: int) -> None:

@@ -177,3 +177,15 @@ def test_the_reporter_finds_exactly_the_events_that_are_not_one_json_value() -> 
     for bad in NOT_ONE_VALUE:  # alone, and among well-formed neighbours
         assert malformed([bad]) == [0]
         assert malformed([*ONE_VALUE, bad, *ONE_VALUE]) == [len(ONE_VALUE)]
+
+
+@pytest.mark.parametrize("raw", [b'"\xff"', b'{"a":"\xed\xa0\x80"}'])
+def test_raw_json_that_is_not_utf8_is_refused_by_the_sdk(raw: bytes) -> None:
+    c = Collector(disabled=True)
+    try:
+        with pytest.raises(TypeError, match=r"raw JSON .* not UTF-8"):
+            c.collect("attacker", {"x": orjson.Fragment(raw)})
+        c.collect("attacker", {"x": orjson.Fragment('"玩家一"'.encode()), "名字": "🎮"})
+        assert c.stats()["accepted"] == 1
+    finally:
+        c.close()
