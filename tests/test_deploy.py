@@ -343,6 +343,15 @@ SCENARIOS: list[tuple[str, dict[str, str], str, dict[str, str] | None]] = [
                               "0 60 120 180 240 300"}, "4m",
      {"summary": "sending to the anti-addiction interface has been held for 4m 0s"}),
     ("TelemetrySendingHeld", {'telemetry_sending_held_seconds{cause=""}': "0x5"}, "4m", None),
+    ("TelemetryMetricsServerShedding",
+     {'telemetry_metrics_connections_dropped_total{reason="over_cap"}': "0 0 40x8"}, "5m", {}),
+    ("TelemetryMetricsServerShedding",
+     {'telemetry_metrics_accept_errors_total{code="EMFILE"}': "0 0 3x8"}, "5m", {}),
+    # a scanner's half-sent and malformed requests: dropped by deadline, no alert
+    ("TelemetryMetricsServerShedding",
+     {'telemetry_metrics_connections_dropped_total{reason="deadline"}': "0 0 50x8",
+      'telemetry_metrics_connections_dropped_total{reason="bad_request"}': "0 0 9x8"}, "5m",
+     None),
 ]
 
 

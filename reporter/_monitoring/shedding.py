@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 OVER_CAP, DEADLINE, BAD_REQUEST = "over_cap", "deadline", "bad_request"
 DROP_REASONS = (OVER_CAP, DEADLINE, BAD_REQUEST)
+# Served at 0 from the start: Prometheus's increase() cannot see the first count of a series
+# that appears with it, and running out of descriptors is what an alert must not miss.
+ACCEPT_ERRORS_SHOWN = ("EMFILE", "ENFILE")
 
 
 @dataclass(frozen=True)
@@ -24,7 +27,7 @@ class Counts:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._dropped = dict.fromkeys(DROP_REASONS, 0)
-        self._accept_errors: dict[str, int] = {}
+        self._accept_errors = dict.fromkeys(ACCEPT_ERRORS_SHOWN, 0)
 
     def drop(self, reason: str) -> None:
         with self._lock:
