@@ -20,8 +20,8 @@ NOT_ONE_VALUE = (msgspec.DecodeError, RecursionError)
 
 def check_one_value(game: str, data: bytes) -> None:
     """Raise ``TypeError`` unless ``data`` is exactly one JSON value, with orjson's reason.
-    The slow path, for an event the skip refused: a value nested deeper than the caller's
-    recursion budget allows the skip is still taken."""
+    The slow path, for an event the skip refused: it also takes a deeply nested value that
+    the skip refused only for lack of room on the caller's stack."""
     try:
         orjson.loads(data)
     except orjson.JSONDecodeError as exc:

@@ -187,7 +187,9 @@ def malformed(events: Sequence[bytes]) -> list[int]:
     try:
         deque(map(_ONE_VALUE.decode, events), maxlen=0)  # the usual case: every one is
         # No multi-byte sequence spans two events: each one ends in an ASCII byte.
-        b"".join(events).decode()
+        joined = b"".join(events)
+        if not joined.isascii():
+            joined.decode()
     except _NOT_ONE_VALUE:
         return [i for i, event in enumerate(events) if not _is_one_value(event)]
     return []
