@@ -91,7 +91,8 @@ EXPECTED: dict[str, list[str | re.Pattern[str]]] = {
     ],
     "metrics_flood": [
         "metrics flood:", "events collected / delivered", "/healthz during the flood: answered",
-        "open files: before / during (max) / after", "dropped by the server, over_cap",
+        "open files: before / during (max) / after", "less Redis/endpoint clients: before/after",
+        "dropped by the server, over_cap",
         re.compile(r"requests with 60 KB paths: RSS growth +[-\d.]+ MB, ERROR lines \d+"),
     ],
     "collect": [
