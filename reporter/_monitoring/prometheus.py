@@ -32,6 +32,10 @@ G = Gauge
 SEND_ERRORS = "telemetry_send_errors"
 SEND_ERRORS_HELP = ("Requests to the endpoint that failed (a retry or a rejection), by code: "
                     "the HTTP status, or the transport error's type (ConnectError, ReadTimeout)")
+# Slots of the shared request rate ([sink] rate_limit_scope) this process let go.
+LATE_SLOTS = "telemetry_late_slots"
+LATE_SLOTS_HELP = ("Slots of the shared request rate this process let go because a thread "
+                   "was more than 20 ms late for its own (a busy host); it took another")
 HELP = {
     G.OWNED_SHARDS: "Shards this reporter process holds the lease of, and sweeps",
     G.HOT_GAMES_SERVED: "Hot games ([reporter.hot_games]) whose shard this process holds, so "
@@ -76,8 +80,10 @@ class ReporterMetrics:
     def __init__(self, process: PrometheusMetrics, readings: RedisReadings,
                  limiter: WatchedLimiter, shards: int, top_games: int,
                  send_errors: Callable[[], Mapping[str, int]] = dict,
-                 hold: SendHold | None = None) -> None:
+                 hold: SendHold | None = None,
+                 late_slots: Callable[[], int] = lambda: 0) -> None:
         self._hold = hold
+        self._late_slots = late_slots
         self._process = process
         self._send_errors = send_errors
         self._readings = readings
@@ -104,15 +110,16 @@ class ReporterMetrics:
                 gauge(G.REDIS_MEMORY_MAX_BYTES, m.maximum, {"node": m.node})
             gauge(G.REDIS_REFUSING_WRITES, 1 if reading.refusing_writes else 0)
             self._levels(out, reading)
-        return [*out.families(), self._errors()]
+        return [*out.families(), *self._own_counters()]
 
-    def _errors(self) -> Metric:
+    def _own_counters(self) -> list[Metric]:
         from prometheus_client.metrics_core import CounterMetricFamily
 
-        family = CounterMetricFamily(SEND_ERRORS, SEND_ERRORS_HELP, labels=["code"])
+        errors = CounterMetricFamily(SEND_ERRORS, SEND_ERRORS_HELP, labels=["code"])
         for code, count in sorted(self._send_errors().items()):
-            family.add_metric([code], count)
-        return family
+            errors.add_metric([code], count)
+        late = CounterMetricFamily(LATE_SLOTS, LATE_SLOTS_HELP, value=self._late_slots())
+        return [errors, late]
 
     def _levels(self, out: Exposition, reading: Reading) -> None:
         gauge, shards = out.gauge, reading.shards
@@ -145,12 +152,14 @@ class MetricsEndpoint:
                  owned: Callable[[], frozenset[int]], limiter: WatchedLimiter,
                  health: Health, send_errors: Callable[[], Mapping[str, int]] = dict,
                  clock: Callable[[], float] = time.time,
-                 hold: SendHold | None = None) -> None:
+                 hold: SendHold | None = None,
+                 late_slots: Callable[[], int] = lambda: 0) -> None:
         m = config.metrics
         self.process = PrometheusMetrics(REPORTER)
         self.readings = RedisReadings(store, owned, m.cache_seconds, wall=clock)
         collector = ReporterMetrics(self.process, self.readings, limiter,
-                                    store.schema.shards, m.top_games, send_errors, hold)
+                                    store.schema.shards, m.top_games, send_errors, hold,
+                                    late_slots)
         self.server = MetricsServer(listen_address(m.listen), collector, health,
                                     Limits(max_connections=m.max_connections), m.error_details)
 

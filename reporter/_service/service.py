@@ -85,7 +85,8 @@ class ReporterService:
                      if config.sink.kind == "nppa" else None)
         self.endpoint = (MetricsEndpoint(config, self.store, self.ownership.owned,
                                          self.limiter, self.health, self.send_errors.read,
-                                         hold=self.hold)
+                                         hold=self.hold,
+                                         late_slots=lambda: self.permits.late_slots)
                          if config.metrics.listen else None)
         self.tally = Tally()  # this process's counts: the stopped: line
         self.metrics = fan_out(self.tally, metrics,

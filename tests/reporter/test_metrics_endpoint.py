@@ -22,7 +22,7 @@ from collector.prometheus import exposed_name
 from reporter._config import ReporterConfig, listen_address
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._exceptions import ReporterError
-from reporter._monitoring.prometheus import SEND_ERRORS
+from reporter._monitoring.prometheus import LATE_SLOTS, SEND_ERRORS
 from reporter._monitoring.server import SERVER_COUNTERS
 from reporter._service.service import ReporterService
 from tests.config_files import write
@@ -193,6 +193,16 @@ def test_failed_requests_are_counted_by_code(redis_url: str, make_service: MakeS
     assert family_types(service)["telemetry_send_errors"] == "counter"
 
 
+def test_late_slots_are_served_as_the_permits_count_them(redis_url: str,
+                                                         make_service: MakeService) -> None:
+    service = make_service(metrics_config(redis_url))
+    service.start()
+    assert value(scrape(service), "telemetry_late_slots_total") == 0
+    service.permits.late_slots += 3  # as threads late for their slots count them
+    assert value(scrape(service), "telemetry_late_slots_total") == 3
+    assert family_types(service)["telemetry_late_slots"] == "counter"
+
+
 def test_operations_md_lists_every_gauge_and_histogram_served() -> None:
     text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
     block = text.split("<!-- metrics:start -->")[1].split("<!-- metrics:end -->")[0]
@@ -200,7 +210,7 @@ def test_operations_md_lists_every_gauge_and_histogram_served() -> None:
     assert len(documented) == len(set(documented))
     assert set(documented) == ({exposed_name(g) for g in METRICS_GAUGES}
                                | {exposed_name(h) for h in Histogram}
-                               | {f"{SEND_ERRORS}_total"}
+                               | {f"{SEND_ERRORS}_total", f"{LATE_SLOTS}_total"}
                                | {f"{name}_total" for name in SERVER_COUNTERS})
 
 
