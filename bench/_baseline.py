@@ -61,8 +61,11 @@ def preload_baseline(client: redis.Redis, games: list[str], per_game: int, cap: 
             stamp = b"%013d" % (time.time_ns() // 1_000_000)
             for game in games:
                 entry = stamp + orjson.dumps(make_event(seq, int(stamp)))
-                script(keys=(baseline_queue(game), BASELINE_REGISTRY), args=(game, cap, entry),
-                       client=pipe)
+                script(
+                    keys=(baseline_queue(game), BASELINE_REGISTRY),
+                    args=(game, cap, entry),
+                    client=pipe,
+                )
                 seq += 1
                 if seq % 2000 == 0:
                     pipe.execute()
@@ -80,8 +83,9 @@ def baseline_left(client: redis.Redis, games: Sequence[str]) -> int:
 # -- reporting (child process) --------------------------------------------------------------------
 
 
-def _baseline_pass(client: redis.Redis, http: httpx.Client, url: str, max_age_ms: int
-                   ) -> tuple[int, int, int]:
+def _baseline_pass(
+    client: redis.Redis, http: httpx.Client, url: str, max_age_ms: int
+) -> tuple[int, int, int]:
     """One pass over the registry: (events drained, stale dropped, POSTs)."""
     drained = stale = posts = 0
     for raw_game in client.smembers(BASELINE_REGISTRY):
@@ -97,10 +101,20 @@ def _baseline_pass(client: redis.Redis, http: httpx.Client, url: str, max_age_ms
         fresh = [e[13:] for e in entries if now_ms - int(e[:13]) <= max_age_ms]
         stale += len(entries) - len(fresh)
         if fresh:
-            body = b"".join((b'{"game":', orjson.dumps(game), b',"batch_id":"',
-                             uuid.uuid4().hex.encode(), b'","events":[', b",".join(fresh), b"]}"))
-            http.post(url, content=body,
-                      headers={"Content-Type": "application/json"}).raise_for_status()
+            body = b"".join(
+                (
+                    b'{"game":',
+                    orjson.dumps(game),
+                    b',"batch_id":"',
+                    uuid.uuid4().hex.encode(),
+                    b'","events":[',
+                    b",".join(fresh),
+                    b"]}",
+                )
+            )
+            http.post(
+                url, content=body, headers={"Content-Type": "application/json"}
+            ).raise_for_status()
             posts += 1
     return drained, stale, posts
 

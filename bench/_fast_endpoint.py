@@ -73,13 +73,24 @@ class EndpointTally:
             latency[now_ms - event["t"]] += 1
 
     def count(self) -> dict[str, Any]:
-        return {"events": self.events, "batches": self.batches, "last": self.last,
-                "dup_events": self.dup_events, "bad": self.bad}
+        return {
+            "events": self.events,
+            "batches": self.batches,
+            "last": self.last,
+            "dup_events": self.dup_events,
+            "bad": self.bad,
+        }
 
     def stats(self) -> dict[str, Any]:
-        return {**self.count(), "dup_batches": self.dup_batches, "max_batch": self.max_batch,
-                "first": self.first, "per_second": dict(self.per_second),
-                "latency": dict(self.latency), "cpu": time.process_time()}
+        return {
+            **self.count(),
+            "dup_batches": self.dup_batches,
+            "max_batch": self.max_batch,
+            "first": self.first,
+            "per_second": dict(self.per_second),
+            "latency": dict(self.latency),
+            "cpu": time.process_time(),
+        }
 
 
 OK_REPLY = b'{"ok":true}'
@@ -87,8 +98,11 @@ OK_REPLY = b'{"ok":true}'
 
 def _reply(status: int, body: bytes) -> bytes:
     reason = b"OK" if status == 200 else b"Not Found"
-    return (b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-            % (status, reason, len(body)) + body)
+    return (
+        b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+        % (status, reason, len(body))
+        + body
+    )
 
 
 def _route(tally: EndpointTally, method: bytes, path: bytes, body: bytes) -> bytes:
@@ -112,8 +126,9 @@ def _content_length(head: bytes) -> int:
     return 0
 
 
-async def _serve_connection(tally: EndpointTally, reader: asyncio.StreamReader,
-                            writer: asyncio.StreamWriter) -> None:
+async def _serve_connection(
+    tally: EndpointTally, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
@@ -150,8 +165,11 @@ class GameTally(EndpointTally):
             minute[(now_ms - event["t"]) // 100 * 100] += 1
 
     def stats(self) -> dict[str, Any]:
-        return {**super().stats(), "per_game": dict(self.per_game),
-                "by_minute": {m: dict(h) for m, h in self.by_minute.items()}}
+        return {
+            **super().stats(),
+            "per_game": dict(self.per_game),
+            "by_minute": {m: dict(h) for m, h in self.by_minute.items()},
+        }
 
 
 async def _endpoint(conn: Connection, tally: EndpointTally | None = None) -> None:
@@ -190,8 +208,7 @@ class FastEndpoint:
     def __init__(self, per_game: bool = False) -> None:
         parent, child = MP.Pipe()
         target = game_endpoint_main if per_game else fast_endpoint_main
-        self.proc = MP.Process(target=target, args=(child,), daemon=True,
-                               name="bench-endpoint")
+        self.proc = MP.Process(target=target, args=(child,), daemon=True, name="bench-endpoint")
         self.proc.start()
         if not parent.poll(30):
             raise RuntimeError("endpoint did not start")
@@ -238,8 +255,7 @@ def endpoint_capacity(url: str, client: str = "httpx", seconds: float = 2.0) -> 
     start = time.perf_counter()
     end = start + seconds
     while time.perf_counter() < end:
-        post(b'{"game":"cap","batch_id":"%s","events":[%s]}' % (uuid.uuid4().hex.encode(),
-                                                               events))
+        post(b'{"game":"cap","batch_id":"%s","events":[%s]}' % (uuid.uuid4().hex.encode(), events))
         posts += 1
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     return Capacity(posts * BATCH / wall, cpu / posts * 1e6)

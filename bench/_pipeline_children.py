@@ -43,8 +43,9 @@ def our_reporter_main(raw: Raw, conn: Connection) -> None:
     conn.send(("done", {"cpu": time.process_time() - cpu, "counts": counts}))
 
 
-def collector_main(kind: str, raw: Raw, schedule: list[str], rate: float, seconds: float,
-                   conn: Connection) -> None:
+def collector_main(
+    kind: str, raw: Raw, schedule: list[str], rate: float, seconds: float, conn: Connection
+) -> None:
     """The game side: ``Collector.collect()`` (ours) or a script call per event (baseline)."""
     config = make_config(raw)
     collector: Collector | None = None
@@ -58,8 +59,9 @@ def collector_main(kind: str, raw: Raw, schedule: list[str], rate: float, second
     cpu = time.process_time()
     conn.send(("started", time.time()))
     sent, elapsed, worst = paced(collect, schedule, rate, seconds)
-    conn.send(("generated", {"sent": sent, "elapsed": elapsed, "worst_lag": worst,
-                             "end": time.time()}))
+    conn.send(
+        ("generated", {"sent": sent, "elapsed": elapsed, "worst_lag": worst, "end": time.time()})
+    )
     stats: dict[str, int] = {"accepted": sent}
     if collector is not None:
         collector.flush(SETTLE_TIMEOUT_S)
@@ -73,8 +75,9 @@ class Child:
 
     def __init__(self, target: Callable[..., None], *args: Any, name: str) -> None:
         self.conn, child = MP.Pipe()
-        self.proc: BaseProcess = MP.Process(target=target, args=(*args, child), daemon=True,
-                                            name=name)
+        self.proc: BaseProcess = MP.Process(
+            target=target, args=(*args, child), daemon=True, name=name
+        )
         self.proc.start()
         self.pid = int(self.expect("ready", 60))
 

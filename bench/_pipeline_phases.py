@@ -50,7 +50,6 @@ _DEFAULTS = ReporterConfig()
 SCHEMA = KeySchema(_DEFAULTS.redis.key_prefix, _DEFAULTS.redis.shards)
 
 
-
 @dataclass
 class Context:
     args: argparse.Namespace
@@ -76,9 +75,25 @@ def profiled(pid: int, out: Path | None, name: str) -> Iterator[None]:
         yield
         return
     target = out / f"{name}.txt"
-    proc = subprocess.Popen([str(PY_SPY), "record", "--pid", str(pid), "--rate", "200",
-                             "--format", "raw", "--gil", "--threads", "--nonblocking", "--output",
-                             str(target)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            str(PY_SPY),
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            "200",
+            "--format",
+            "raw",
+            "--gil",
+            "--threads",
+            "--nonblocking",
+            "--output",
+            str(target),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         yield
     finally:
@@ -93,8 +108,14 @@ def profiled(pid: int, out: Path | None, name: str) -> Iterator[None]:
 def preload_ours(raw: Raw, games: list[str], per_game: int) -> int:
     """Store every event through the collector; its buffer holds them all, so none drop."""
     total = len(games) * per_game
-    preload = {**raw, "collector": {**raw["collector"], "max_buffer_events": total,
-                                    "max_buffer_bytes": 64 * 1024 ** 3}}
+    preload = {
+        **raw,
+        "collector": {
+            **raw["collector"],
+            "max_buffer_events": total,
+            "max_buffer_bytes": 64 * 1024**3,
+        },
+    }
     collector = Collector(config=make_config(preload))
     seq = 0
     try:
@@ -129,15 +150,26 @@ def run_drain(kind: str, ctx: Context) -> DrainResult:
     games = preload_games(ctx.args.games)
     per_game = -(-ctx.args.events // (len(games) * BATCH)) * BATCH  # whole batches per game
     cap = per_game * 2
-    raw = our_raw(ctx.server.url, ctx.endpoint.url, cap=cap, linger_ms=ctx.args.linger_ms,
-                  hot_games={}, reporter=ctx.reporter_overrides)
+    raw = our_raw(
+        ctx.server.url,
+        ctx.endpoint.url,
+        cap=cap,
+        linger_ms=ctx.args.linger_ms,
+        hot_games={},
+        reporter=ctx.reporter_overrides,
+    )
     if kind == "ours":
         n = preload_ours(raw, games, per_game)
         child = Child(our_reporter_main, raw, name="reporter")
     else:
         n = preload_baseline(ctx.client, games, per_game, cap)
-        child = Child(baseline_drain_main, ctx.server.url, ctx.endpoint.url,
-                      int(raw["reporter"]["max_age_seconds"] * 1000), name="baseline-drain")
+        child = Child(
+            baseline_drain_main,
+            ctx.server.url,
+            ctx.endpoint.url,
+            int(raw["reporter"]["max_age_seconds"] * 1000),
+            name="baseline-drain",
+        )
     result = DrainResult(n)
     try:
         redis0 = redis_cpu(ctx.client)
@@ -153,9 +185,11 @@ def run_drain(kind: str, ctx: Context) -> DrainResult:
     result.seconds = float(count["last"]) - started if count["last"] else 0.0
     result.batches = int(stats["batches"])
     result.duplicates = int(stats["dup_events"])
-    result.cpu.parts = {"reporter": float(done["cpu"]),
-                        "redis": redis_cpu(ctx.client) - redis0,
-                        "endpoint": float(stats["cpu"]) - endpoint0}
+    result.cpu.parts = {
+        "reporter": float(done["cpu"]),
+        "redis": redis_cpu(ctx.client) - redis0,
+        "endpoint": float(stats["cpu"]) - endpoint0,
+    }
     return result
 
 
@@ -174,8 +208,9 @@ def settle(kind: str, ctx: Context, expected: int, games: Sequence[str]) -> floa
     return time.monotonic() - start
 
 
-def steady_rate(per_second: Mapping[str, int], start: float, end: float, skip: int
-                ) -> tuple[float, int]:
+def steady_rate(
+    per_second: Mapping[str, int], start: float, end: float, skip: int
+) -> tuple[float, int]:
     """Mean and minimum of whole seconds' deliveries from ``start + skip`` to ``end``."""
     first, last = int(start) + 1 + skip, int(end) - 1
     seconds = [int(per_second.get(str(s), 0)) for s in range(first, last + 1)]
@@ -190,17 +225,29 @@ def run_e2e(kind: str, ctx: Context) -> E2EResult:
     ctx.client.flushall()
     ctx.endpoint.reset()
     schedule = game_schedule(args.e2e_games, args.hot_share)
-    raw = our_raw(ctx.server.url, ctx.endpoint.url, cap=args.cap, linger_ms=args.linger_ms,
-                  hot_games={HOT_GAME: HOT_THREADS}, reporter=ctx.reporter_overrides)
+    raw = our_raw(
+        ctx.server.url,
+        ctx.endpoint.url,
+        cap=args.cap,
+        linger_ms=args.linger_ms,
+        hot_games={HOT_GAME: HOT_THREADS},
+        reporter=ctx.reporter_overrides,
+    )
     if kind == "ours":
         reporter = Child(our_reporter_main, raw, name="reporter")
     else:
-        reporter = Child(baseline_drain_main, ctx.server.url, ctx.endpoint.url,
-                         int(raw["reporter"]["max_age_seconds"] * 1000), name="baseline-drain")
+        reporter = Child(
+            baseline_drain_main,
+            ctx.server.url,
+            ctx.endpoint.url,
+            int(raw["reporter"]["max_age_seconds"] * 1000),
+            name="baseline-drain",
+        )
     result = E2EResult(args.rate, args.seconds)
     try:
-        collector = Child(collector_main, kind, raw, schedule, args.rate, args.seconds,
-                          name="collector")
+        collector = Child(
+            collector_main, kind, raw, schedule, args.rate, args.seconds, name="collector"
+        )
         redis0 = redis_cpu(ctx.client)
         endpoint0 = float(ctx.endpoint.stats()["cpu"])
         reporter.go()
@@ -216,17 +263,28 @@ def run_e2e(kind: str, ctx: Context) -> E2EResult:
     finally:
         reporter.close()
     _fill_e2e(result, kind, ctx, generated, collected, at_end, stats, t0, sorted(set(schedule)))
-    result.cpu.parts = {"collector": float(collected["cpu"]), "reporter": float(done["cpu"]),
-                        "redis": redis_cpu(ctx.client) - redis0,
-                        "endpoint": float(stats["cpu"]) - endpoint0}
+    result.cpu.parts = {
+        "collector": float(collected["cpu"]),
+        "reporter": float(done["cpu"]),
+        "redis": redis_cpu(ctx.client) - redis0,
+        "endpoint": float(stats["cpu"]) - endpoint0,
+    }
     if kind != "ours":
         result.drops["stale (drain)"] = int(done["counts"].get("stale", 0))
     return result
 
 
-def _fill_e2e(result: E2EResult, kind: str, ctx: Context, generated: Mapping[str, Any],
-              collected: Mapping[str, Any], at_end: Mapping[str, Any], stats: Mapping[str, Any],
-              t0: float, games: Sequence[str]) -> None:
+def _fill_e2e(
+    result: E2EResult,
+    kind: str,
+    ctx: Context,
+    generated: Mapping[str, Any],
+    collected: Mapping[str, Any],
+    at_end: Mapping[str, Any],
+    stats: Mapping[str, Any],
+    t0: float,
+    games: Sequence[str],
+) -> None:
     sdk = collected["stats"]
     result.collected = int(sdk[vocab.Counter.ACCEPTED])
     result.collect_elapsed = float(generated["elapsed"])
@@ -237,7 +295,8 @@ def _fill_e2e(result: E2EResult, kind: str, ctx: Context, generated: Mapping[str
     result.backlog_at_end = int(generated["sent"]) - int(at_end["events"])
     skip = 2 if result.seconds >= 10 else 0
     result.steady_rate, result.min_second = steady_rate(
-        stats["per_second"], t0, float(generated["end"]), skip)
+        stats["per_second"], t0, float(generated["end"]), skip
+    )
     result.latency = Counter({int(k): int(v) for k, v in stats["latency"].items()})
     if kind == "ours":
         totals: Totals = read_totals(Store(SingleServer(ctx.client), SCHEMA))
@@ -251,5 +310,3 @@ def _fill_e2e(result: E2EResult, kind: str, ctx: Context, generated: Mapping[str
         result.left = totals.buffered + totals.pending_events
     else:
         result.left = baseline_left(ctx.client, games)
-
-

@@ -120,24 +120,39 @@ def drain_rows(ours: DrainResult, base: DrainResult | None) -> list[Row]:
         ("1. drain+POST events/s (1 process)", lambda r: fmt_rate(r.rate), True),
         ("   events pre-loaded / received", lambda r: f"{r.events:,} / {r.received:,}", False),
         ("   start -> last event received (s)", lambda r: f"{r.seconds:.2f}", False),
-        ("   POSTs / mean events per POST",
-         lambda r: f"{r.batches:,} / {r.received / max(1, r.batches):.1f}", False),
+        (
+            "   POSTs / mean events per POST",
+            lambda r: f"{r.batches:,} / {r.received / max(1, r.batches):.1f}",
+            False,
+        ),
         ("   duplicate events received", lambda r: f"{r.duplicates:,}", False),
     ]
-    rows = [(label, cell(fn, ours), cell(fn, base),
-             ratio(ours.rate, base.rate) if with_ratio and base else "") for label, fn,
-            with_ratio in specs]
+    rows = [
+        (
+            label,
+            cell(fn, ours),
+            cell(fn, base),
+            ratio(ours.rate, base.rate) if with_ratio and base else "",
+        )
+        for label, fn, with_ratio in specs
+    ]
     for name in ("reporter", "redis", "endpoint"):
-        rows.append((f"   CPU s per 100k events: {name}", _cpu(ours, name),
-                     _cpu(base, name) if base else "-", ""))
-    rows.append(("   reporter process: cores busy", _busy(ours), _busy(base) if base else "-",
-                 ""))
+        rows.append(
+            (
+                f"   CPU s per 100k events: {name}",
+                _cpu(ours, name),
+                _cpu(base, name) if base else "-",
+                "",
+            )
+        )
+    rows.append(("   reporter process: cores busy", _busy(ours), _busy(base) if base else "-", ""))
     return rows
 
 
 def median_pair(pairs: Sequence[dict[str, DrainResult]]) -> dict[str, DrainResult]:
     """The round whose ours/baseline ratio is the median (the lower middle one of an even
     count); without a baseline, the round with the median rate of ours."""
+
     def key(pair: dict[str, DrainResult]) -> float:
         base = pair.get("baseline")
         return pair["ours"].rate / base.rate if base and base.rate else pair["ours"].rate
@@ -151,9 +166,11 @@ def print_rounds(pairs: Sequence[dict[str, DrainResult]]) -> None:
     ratios = [p["ours"].rate / p["baseline"].rate if p["baseline"].rate else 0.0 for p in pairs]
     middle = median_pair(pairs)
     chosen = middle["ours"].rate / middle["baseline"].rate if middle["baseline"].rate else 0.0
-    print(f"drain+POST ours/base by round (order alternating): "
-          f"{' '.join(f'{r:.2f}x' for r in ratios)}; median {chosen:.2f}x over "
-          f"{len(ratios)} round{'s' if len(ratios) > 1 else ''}")
+    print(
+        f"drain+POST ours/base by round (order alternating): "
+        f"{' '.join(f'{r:.2f}x' for r in ratios)}; median {chosen:.2f}x over "
+        f"{len(ratios)} round{'s' if len(ratios) > 1 else ''}"
+    )
 
 
 def _busy(r: DrainResult) -> str:
@@ -164,8 +181,11 @@ def e2e_rows(ours: E2EResult, base: E2EResult | None) -> list[Row]:
     specs: list[tuple[str, Callable[[E2EResult], str], Callable[[E2EResult], float] | None]] = [
         ("2. offered events/s", lambda r: fmt_rate(r.offered), None),
         ("   collected events/s", lambda r: fmt_rate(r.collect_rate), lambda r: r.collect_rate),
-        ("   delivered events/s (steady mean)", lambda r: fmt_rate(r.steady_rate),
-         lambda r: r.steady_rate),
+        (
+            "   delivered events/s (steady mean)",
+            lambda r: fmt_rate(r.steady_rate),
+            lambda r: r.steady_rate,
+        ),
         ("   delivered in the worst whole second", lambda r: f"{r.min_second:,}", None),
         ("   collector worst lag behind schedule", lambda r: f"{r.worst_lag:,} events", None),
         ("   collected", lambda r: f"{r.collected:,}", None),
@@ -176,19 +196,34 @@ def e2e_rows(ours: E2EResult, base: E2EResult | None) -> list[Row]:
         ("   duplicate events received", lambda r: f"{r.duplicates:,}", None),
         ("   backlog when collecting stopped", lambda r: f"{r.backlog_at_end:,}", None),
         ("   time to drain it (s)", lambda r: f"{r.settle_s:.2f}", None),
-        ("   POSTs / mean events per POST",
-         lambda r: f"{r.batches:,} / {r.delivered / max(1, r.batches):.1f}", None),
+        (
+            "   POSTs / mean events per POST",
+            lambda r: f"{r.batches:,} / {r.delivered / max(1, r.batches):.1f}",
+            None,
+        ),
         ("3. latency p50 (ms)", lambda r: f"{r.pct(0.5):,.0f}", lambda r: r.pct(0.5)),
         ("   latency p99 (ms)", lambda r: f"{r.pct(0.99):,.0f}", lambda r: r.pct(0.99)),
         ("   latency max (ms)", lambda r: f"{r.pct(1.0):,.0f}", None),
     ]
     rows: list[Row] = []
     for label, fn, num in specs:
-        rows.append((label, fn(ours), fn(base) if base else "-",
-                     ratio(num(ours), num(base)) if num and base else ""))
+        rows.append(
+            (
+                label,
+                fn(ours),
+                fn(base) if base else "-",
+                ratio(num(ours), num(base)) if num and base else "",
+            )
+        )
     for name in ("collector", "reporter", "redis", "endpoint"):
-        rows.append((f"   CPU s per 100k events: {name}",
-                     _cpu(ours, name), _cpu(base, name) if base else "-", ""))
+        rows.append(
+            (
+                f"   CPU s per 100k events: {name}",
+                _cpu(ours, name),
+                _cpu(base, name) if base else "-",
+                "",
+            )
+        )
     return rows
 
 
@@ -210,23 +245,37 @@ def print_table(rows: Sequence[Row]) -> None:
         print(f"{label:<{width}}{a:>{cols[0]}}{b:>{cols[1]}}{c:>{cols[2]}}")
 
 
-def print_checks(drain: DrainResult | None, e2e: E2EResult | None, linger_ms: int,
-                 rate: float) -> None:
+def print_checks(
+    drain: DrainResult | None, e2e: E2EResult | None, linger_ms: int, rate: float
+) -> None:
     checks: list[tuple[str, str, bool]] = []
     if drain is not None:
-        checks.append((f"drain+POST >= {TARGET_DRAIN_PER_S:,} events/s, one reporter process",
-                       f"{drain.rate:,.0f}/s", drain.rate >= TARGET_DRAIN_PER_S))
+        checks.append(
+            (
+                f"drain+POST >= {TARGET_DRAIN_PER_S:,} events/s, one reporter process",
+                f"{drain.rate:,.0f}/s",
+                drain.rate >= TARGET_DRAIN_PER_S,
+            )
+        )
     if e2e is not None:
-        kept_up = (e2e.collect_rate >= RATE_TOLERANCE * TARGET_E2E_PER_S
-                   and e2e.steady_rate >= RATE_TOLERANCE * TARGET_E2E_PER_S
-                   and e2e.backlog_at_end <= rate * (linger_ms + LATENCY_SLACK_MS) / 1000)
-        checks.append((f"end-to-end >= {TARGET_E2E_PER_S:,} events/s for {e2e.seconds:g} s",
-                       f"{e2e.steady_rate:,.0f}/s", kept_up and e2e.seconds >= 60))
+        kept_up = (
+            e2e.collect_rate >= RATE_TOLERANCE * TARGET_E2E_PER_S
+            and e2e.steady_rate >= RATE_TOLERANCE * TARGET_E2E_PER_S
+            and e2e.backlog_at_end <= rate * (linger_ms + LATENCY_SLACK_MS) / 1000
+        )
+        checks.append(
+            (
+                f"end-to-end >= {TARGET_E2E_PER_S:,} events/s for {e2e.seconds:g} s",
+                f"{e2e.steady_rate:,.0f}/s",
+                kept_up and e2e.seconds >= 60,
+            )
+        )
         checks.append(("no loss beyond counted drops", f"{e2e.lost:,} lost", e2e.lost == 0))
         limit = linger_ms + LATENCY_SLACK_MS
         p99 = e2e.pct(0.99)
-        checks.append((f"latency p99 <= linger + 1 s = {limit:,} ms", f"{p99:,.0f} ms",
-                       p99 <= limit))
+        checks.append(
+            (f"latency p99 <= linger + 1 s = {limit:,} ms", f"{p99:,.0f} ms", p99 <= limit)
+        )
     width = max((len(c[0]) for c in checks), default=0) + 2
     for label, value, ok in checks:
         print(f"{label:<{width}}{value:>14}  {verdict(ok)}")

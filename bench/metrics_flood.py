@@ -92,8 +92,11 @@ def flood_kinds(pid: int, clients_to: set[int]) -> list[str]:
     """``file_kinds`` but the process's own connections to the ports in ``clients_to``
     (Redis, the endpoint): their pools open more connections when a slowed process has more
     calls at once, and keep them, which says nothing of what the flood left."""
-    return [k for k in file_kinds(pid)
-            if not ((m := re.fullmatch(r"\d+->(\d+)", k)) and int(m.group(1)) in clients_to)]
+    return [
+        k
+        for k in file_kinds(pid)
+        if not ((m := re.fullmatch(r"\d+->(\d+)", k)) and int(m.group(1)) in clients_to)
+    ]
 
 
 def rss_kb(pid: int) -> int:
@@ -235,8 +238,9 @@ def long_paths(address: tuple[str, int]) -> int:
             sock = socket.create_connection(address, timeout=5)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             with contextlib.suppress(OSError):
-                sock.sendall(f"GET /{i}/".encode() + b"x" * LONG_PATH_BYTES
-                             + b" HTTP/1.1\r\nHost: r\r\n\r\n")
+                sock.sendall(
+                    f"GET /{i}/".encode() + b"x" * LONG_PATH_BYTES + b" HTTP/1.1\r\nHost: r\r\n\r\n"
+                )
             sock.close()
     return sent
 
@@ -258,10 +262,15 @@ def print_dropped(address: tuple[str, int]) -> None:
         print(f"  /metrics not answered: {exc}")
         return
     for reason in ("over_cap", "deadline", "bad_request"):
-        found = re.search(rf'telemetry_metrics_connections_dropped_total{{reason="{reason}"}} '
-                          r"(\S+)", metrics)
-        print(f"  dropped by the server, {reason:<12}        "
-              f"{float(found.group(1)) if found else 0:,.0f}")
+        found = re.search(
+            rf'telemetry_metrics_connections_dropped_total{{reason="{reason}"}} '
+            r"(\S+)",
+            metrics,
+        )
+        print(
+            f"  dropped by the server, {reason:<12}        "
+            f"{float(found.group(1)) if found else 0:,.0f}"
+        )
 
 
 def long_path_phase(address: tuple[str, int], pid: int, log: Path) -> bool:
@@ -271,8 +280,10 @@ def long_path_phase(address: tuple[str, int], pid: int, log: Path) -> bool:
     growth_mb = (rss_kb(pid) - rss_before) / 1024
     logged = error_lines(log) - errors_before
     ok = growth_mb < 5 and logged <= 3 and sent == LONG_PATHS
-    print(f"  {sent} requests with 60 KB paths: RSS growth  {growth_mb:.1f} MB, "
-          f"ERROR lines {logged}  {'PASS' if ok else 'FAIL'} (target < 5 MB, <= 3)")
+    print(
+        f"  {sent} requests with 60 KB paths: RSS growth  {growth_mb:.1f} MB, "
+        f"ERROR lines {logged}  {'PASS' if ok else 'FAIL'} (target < 5 MB, <= 3)"
+    )
     print(f"  reporter ERROR lines in the whole run      {error_lines(log)}")
     return ok
 
@@ -293,8 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, args.connections + 512), hard))
 
     binary = next(iter(server_binaries().values()))
-    with tempfile.TemporaryDirectory(prefix="metrics-flood-") as tmp, \
-            LocalEndpoint() as endpoint:
+    with tempfile.TemporaryDirectory(prefix="metrics-flood-") as tmp, LocalEndpoint() as endpoint:
         server = Server(binary).start()
         try:
             return run(args, Path(tmp), server, endpoint)
@@ -306,17 +316,22 @@ def run(args: argparse.Namespace, tmp: Path, server: Server, endpoint: LocalEndp
     port = free_port()
     address = ("127.0.0.1", port)
     path = tmp / "reporter.toml"
-    path.write_text(f'[redis]\nurl = "{server.url}"\nshards = 4\n'
-                    "[reporter]\nlinger_ms = 200\npoll_interval_ms = 20\n"
-                    f'[sink]\nurl = "{endpoint.url}"\n'
-                    f'[metrics]\nlisten = "127.0.0.1:{port}"\n')
+    path.write_text(
+        f'[redis]\nurl = "{server.url}"\nshards = 4\n'
+        "[reporter]\nlinger_ms = 200\npoll_interval_ms = 20\n"
+        f'[sink]\nurl = "{endpoint.url}"\n'
+        f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
+    )
     config = ReporterConfig.load(str(path), env={})
     log = tmp / "reporter.log"
     with open(log, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-c", LIMITED_REPORTER, "run", "--config",
-                                 str(path)], cwd=ROOT,
-                                env={**env_without_telemetry(), "PYTHONPATH": str(ROOT)},
-                                stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", LIMITED_REPORTER, "run", "--config", str(path)],
+            cwd=ROOT,
+            env={**env_without_telemetry(), "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     try:
         deadline = time.monotonic() + 60
         while probe(address) is None:
@@ -331,14 +346,22 @@ def run(args: argparse.Namespace, tmp: Path, server: Server, endpoint: LocalEndp
         proc.wait(60)
 
 
-def measure(args: argparse.Namespace, proc: subprocess.Popen[bytes], address: tuple[str, int],
-            config: ReporterConfig, endpoint: LocalEndpoint, log: Path) -> int:
+def measure(
+    args: argparse.Namespace,
+    proc: subprocess.Popen[bytes],
+    address: tuple[str, int],
+    config: ReporterConfig,
+    endpoint: LocalEndpoint,
+    log: Path,
+) -> int:
     pid = proc.pid
     latencies: list[float | None] = []
-    print(f"metrics flood: {args.connections} connections ({args.connections // 2} idle, "
-          f"{args.connections - args.connections // 2} half-sent) for {args.seconds:g} s, "
-          f"reporter file limit {FILE_LIMIT}, {args.rate} events/s collected; load average "
-          f"{os.getloadavg()[0]:.1f}")
+    print(
+        f"metrics flood: {args.connections} connections ({args.connections // 2} idle, "
+        f"{args.connections - args.connections // 2} half-sent) for {args.seconds:g} s, "
+        f"reporter file limit {FILE_LIMIT}, {args.rate} events/s collected; load average "
+        f"{os.getloadavg()[0]:.1f}"
+    )
     flood = Flood(address, args.connections)
     stop = threading.Event()
 
@@ -353,8 +376,7 @@ def measure(args: argparse.Namespace, proc: subprocess.Popen[bytes], address: tu
         while not endpoint.events() and time.monotonic() < warm:
             time.sleep(0.1)
         time.sleep(2)
-        clients_to = {urlsplit(config.redis.url).port or 6379,
-                      urlsplit(config.sink.url).port or 80}
+        clients_to = {urlsplit(config.redis.url).port or 6379, urlsplit(config.sink.url).port or 80}
         files_before = files_during = open_files(pid)
         kinds_before = flood_kinds(pid, clients_to)
         prober = threading.Thread(target=probing, daemon=True)
@@ -381,16 +403,26 @@ def measure(args: argparse.Namespace, proc: subprocess.Popen[bytes], address: tu
     ok_files = len(kinds_after) <= len(kinds_before)
     if not ok_files:
         print(f"  open after the flood, not before: {sorted(set(kinds_after) - set(kinds_before))}")
-    print(f"  connections opened by the flood            {flood.opened:,} "
-          f"({flood.failed:,} connects failed)")
-    print(f"  events collected / delivered               {collected:,} / {delivered:,}  "
-          f"{'PASS' if ok_events else 'FAIL'}")
-    print(f"  /healthz during the flood: answered        {len(answered)} of {len(latencies)}, "
-          f"worst {worst:.3f} s  {'PASS' if ok_health else 'FAIL'} (target < 2 s)")
-    print(f"  open files: before / during (max) / after  {files_before} / {files_during} / "
-          f"{files_after}")
-    print(f"  less Redis/endpoint clients: before/after  {len(kinds_before)} / "
-          f"{len(kinds_after)}  {'PASS' if ok_files else 'FAIL'}")
+    print(
+        f"  connections opened by the flood            {flood.opened:,} "
+        f"({flood.failed:,} connects failed)"
+    )
+    print(
+        f"  events collected / delivered               {collected:,} / {delivered:,}  "
+        f"{'PASS' if ok_events else 'FAIL'}"
+    )
+    print(
+        f"  /healthz during the flood: answered        {len(answered)} of {len(latencies)}, "
+        f"worst {worst:.3f} s  {'PASS' if ok_health else 'FAIL'} (target < 2 s)"
+    )
+    print(
+        f"  open files: before / during (max) / after  {files_before} / {files_during} / "
+        f"{files_after}"
+    )
+    print(
+        f"  less Redis/endpoint clients: before/after  {len(kinds_before)} / "
+        f"{len(kinds_after)}  {'PASS' if ok_files else 'FAIL'}"
+    )
     ok_paths = long_path_phase(address, pid, log)
     print_dropped(address)
     print(f"  load average at the end                    {os.getloadavg()[0]:.1f}")

@@ -57,8 +57,11 @@ def scenario_games(scenario: str, per_game: int, little_games: int) -> dict[str,
     """Events to store per game name."""
     if scenario == "backlog":
         return {f"game-{i}": per_game for i in range(4)}
-    return {"big-0": per_game, "big-1": per_game,
-            **{f"small-{i:03d}": LITTLE_GAME_EVENTS for i in range(little_games)}}
+    return {
+        "big-0": per_game,
+        "big-1": per_game,
+        **{f"small-{i:03d}": LITTLE_GAME_EVENTS for i in range(little_games)},
+    }
 
 
 @dataclass
@@ -73,18 +76,24 @@ class Result:
     full_first: float  # items/s of the games with full batches, until their last item
 
     def row(self) -> str:
-        return (f"{self.scenario:8} {self.reporters:>9} {self.items / self.seconds:>10,.0f} "
-                f"{self.requests / self.seconds:>10.2f} {self.items / self.requests:>14.1f} "
-                f"{self.busiest:>14} {self.throttled:>6} {self.full_first:>12,.0f}")
+        return (
+            f"{self.scenario:8} {self.reporters:>9} {self.items / self.seconds:>10,.0f} "
+            f"{self.requests / self.seconds:>10.2f} {self.items / self.requests:>14.1f} "
+            f"{self.busiest:>14} {self.throttled:>6} {self.full_first:>12,.0f}"
+        )
 
 
-def config_text(redis_url: str, endpoint: NppaEndpoint, secret: str,
-                games: dict[str, int]) -> str:
-    lines = [f'[redis]\nurl = "{redis_url}"\nshards = 16', "[buffer]",
-             "max_events_per_game = 100000", "[reporter]", "linger_ms = 1000",
-             "poll_interval_ms = 20", '[sink]\nkind = "nppa"',
-             f'[nppa]\nbase_url = "{endpoint.url}"\napp_id = "{APP_ID}"\n'
-             f'secret_key = "{secret}"']
+def config_text(redis_url: str, endpoint: NppaEndpoint, secret: str, games: dict[str, int]) -> str:
+    lines = [
+        f'[redis]\nurl = "{redis_url}"\nshards = 16',
+        "[buffer]",
+        "max_events_per_game = 100000",
+        "[reporter]",
+        "linger_ms = 1000",
+        "poll_interval_ms = 20",
+        '[sink]\nkind = "nppa"',
+        f'[nppa]\nbase_url = "{endpoint.url}"\napp_id = "{APP_ID}"\nsecret_key = "{secret}"',
+    ]
     lines += [f'[games."{game}"]\nbiz_id = "biz-{i}"' for i, game in enumerate(games)]
     return "\n".join(lines) + "\n"
 
@@ -121,17 +130,23 @@ def run(binary: str, reporters: int, scenario: str, games: dict[str, int]) -> Re
     server = Server(binary).start()
     tmp = Path(tempfile.mkdtemp(prefix="telemetry-bench-nppa-"))
     procs: list[subprocess.Popen[bytes]] = []
-    with NppaEndpoint(app_id=APP_ID, secret_key=secret,
-                      biz_ids=[f"biz-{i}" for i in range(len(games))]) as endpoint:
+    with NppaEndpoint(
+        app_id=APP_ID, secret_key=secret, biz_ids=[f"biz-{i}" for i in range(len(games))]
+    ) as endpoint:
         try:
             path = tmp / "nppa.toml"
             path.write_text(config_text(server.url, endpoint, secret, games))
             total = backlog(server.url, games)
             for i in range(reporters):
                 with open(tmp / f"reporter{i}.log", "wb") as log:
-                    procs.append(subprocess.Popen(
-                        [sys.executable, "-m", "reporter", "run", "--config", str(path)],
-                        cwd=ROOT, stdout=log, stderr=log))
+                    procs.append(
+                        subprocess.Popen(
+                            [sys.executable, "-m", "reporter", "run", "--config", str(path)],
+                            cwd=ROOT,
+                            stdout=log,
+                            stderr=log,
+                        )
+                    )
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
                 with endpoint.lock:
@@ -152,25 +167,41 @@ def run(binary: str, reporters: int, scenario: str, games: dict[str, int]) -> Re
     big = {f"biz-{i}" for i, count in enumerate(games.values()) if count >= 128}
     big_times = [a.at for a in accepted if a.biz_id in big]
     full_first = len(big_times) / max(max(big_times) - first, 1e-6)
-    return Result(reporters, scenario, len(accepted), max(last - first, 1e-6), len(taken),
-                  sum(1 for r in requests if r.errcode == 1006),
-                  busiest_second([r.at for r in requests]), full_first)
+    return Result(
+        reporters,
+        scenario,
+        len(accepted),
+        max(last - first, 1e-6),
+        len(taken),
+        sum(1 for r in requests if r.errcode == 1006),
+        busiest_second([r.at for r in requests]),
+        full_first,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reporters", type=int, nargs="+", default=[1, 3])
     ap.add_argument("--scenario", choices=SCENARIOS, nargs="+", default=list(SCENARIOS))
-    ap.add_argument("--events-per-game", type=int, default=6400,
-                    help="events of each big game (6400)")
-    ap.add_argument("--little-games", type=int, default=200,
-                    help=f"games of {LITTLE_GAME_EVENTS} events in the mixed scenario (200)")
+    ap.add_argument(
+        "--events-per-game", type=int, default=6400, help="events of each big game (6400)"
+    )
+    ap.add_argument(
+        "--little-games",
+        type=int,
+        default=200,
+        help=f"games of {LITTLE_GAME_EVENTS} events in the mixed scenario (200)",
+    )
     args = parse_with_small(ap, argv, SMALL)
     binary = server_binaries().get("redis") or server_binaries()["valkey"]
-    print("bench/nppa.py: reporters draining a backlog to a mock of the interface "
-          "(10 requests/s, 128 items each)")
-    print(f"{'scenario':8} {'reporters':>9} {'items/s':>10} {'requests/s':>10} "
-          f"{'items/request':>14} {'busiest second':>14} {'1006':>6} {'full games/s':>12}")
+    print(
+        "bench/nppa.py: reporters draining a backlog to a mock of the interface "
+        "(10 requests/s, 128 items each)"
+    )
+    print(
+        f"{'scenario':8} {'reporters':>9} {'items/s':>10} {'requests/s':>10} "
+        f"{'items/request':>14} {'busiest second':>14} {'1006':>6} {'full games/s':>12}"
+    )
     ok = everything = True
     for scenario in args.scenario:
         games = scenario_games(scenario, args.events_per_game, args.little_games)
@@ -183,8 +214,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             # batches must still go first (the small games take a share of the tokens that
             # fall free, so allow them a tenth).
             ok &= result.full_first >= (1200 if scenario == "backlog" else 1080)
-    print("PASS" if ok else "FAIL: full batches under 1,200 items/s (1,080 mixed), over 10 "
-          "requests in a second, or a 1006")
+    print(
+        "PASS"
+        if ok
+        else "FAIL: full batches under 1,200 items/s (1,080 mixed), over 10 "
+        "requests in a second, or a 1006"
+    )
     if not everything:
         print("FAIL: not every item was accepted")
     return 0 if everything and (ok or args.small) else 1

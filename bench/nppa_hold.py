@@ -59,8 +59,9 @@ PREFIX = "bench"
 class Run:
     """One reporter process with its config, Redis and mock, for one scenario."""
 
-    def __init__(self, server: Server, endpoint: NppaEndpoint, tmp: Path, small: bool,
-                 late: str = "") -> None:
+    def __init__(
+        self, server: Server, endpoint: NppaEndpoint, tmp: Path, small: bool, late: str = ""
+    ) -> None:
         self.server, self.endpoint, self.tmp = server, endpoint, tmp
         self.key = tmp / "nppa.key"
         self.key.write_text(OLD + "\n")
@@ -74,7 +75,9 @@ class Run:
             f'[sink]\nkind = "nppa"\n[nppa]\nbase_url = "{endpoint.url}"\napp_id = "{APP}"\n'
             f'secret_key_file = "{self.key}"\nprobe_interval_seconds = {self.probe}\n'
             f'late_behaviour = "{late or "drop"}"\n'
-            + ("freshness_margin_seconds = 165.0\n" if small and late else "") + games)
+            + ("freshness_margin_seconds = 165.0\n" if small and late else "")
+            + games
+        )
         self.config = ReporterConfig.load(str(self.path), env={})
         self.store = store_of(server.client(), KeySchema(PREFIX, 4))
         self.proc: subprocess.Popen[bytes] | None = None
@@ -90,8 +93,11 @@ class Run:
         with open(self.tmp / "reporter.log", "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "reporter", "run", "--config", str(self.path)],
-                cwd=ROOT, env={**env_without_telemetry(), "PYTHONPATH": str(ROOT)},
-                stdout=subprocess.DEVNULL, stderr=log)
+                cwd=ROOT,
+                env={**env_without_telemetry(), "PYTHONPATH": str(ROOT)},
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
 
     def stop(self) -> int:
         assert self.proc is not None
@@ -116,10 +122,24 @@ class Run:
         return read_totals(self.store).counter(name)
 
     def status(self) -> dict[str, object]:
-        out = subprocess.run([sys.executable, "-m", "reporter", "status", "--json",
-                              "--no-shards", "--config", str(self.path)], cwd=ROOT,
-                             env={**env_without_telemetry(), "PYTHONPATH": str(ROOT)},
-                             capture_output=True, text=True, timeout=60, check=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "reporter",
+                "status",
+                "--json",
+                "--no-shards",
+                "--config",
+                str(self.path),
+            ],
+            cwd=ROOT,
+            env={**env_without_telemetry(), "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         found: dict[str, object] = json.loads(out.stdout)
         return found
 
@@ -136,8 +156,15 @@ def wait(condition: Callable[[], object], seconds: float) -> float | None:
 
 def key(run: Run, small: bool) -> list[tuple[str, bool, str]]:
     now = int(time.time())
-    run.collect([(f"game-{i % 4}", (nppa.login if i % 8 < 4 else nppa.logout)(
-        si=f"s{i // 8}-{i % 4}", ot=now, pi=PI)) for i in range(2000)])
+    run.collect(
+        [
+            (
+                f"game-{i % 4}",
+                (nppa.login if i % 8 < 4 else nppa.logout)(si=f"s{i // 8}-{i % 4}", ot=now, pi=PI),
+            )
+            for i in range(2000)
+        ]
+    )
     run.start()
     held_after = wait(run.held, 30)
     began = time.monotonic()
@@ -155,15 +182,22 @@ def key(run: Run, small: bool) -> list[tuple[str, bool, str]]:
     took = None if drained is None else time.monotonic() - fixed
     return [
         ("held", held_after is not None, f"after {held_after or 0:.1f} s"),
-        ("status names 1011", isinstance(hold, dict) and hold.get("cause") == "nppa 1011",
-         f"hold: {hold}"),
-        ("at most one request per probe interval", probes <= allowed,
-         f"{probes} requests in {held_for:.0f} s held, "
-         f"probe interval {run.probe:g} s"),
+        (
+            "status names 1011",
+            isinstance(hold, dict) and hold.get("cause") == "nppa 1011",
+            f"hold: {hold}",
+        ),
+        (
+            "at most one request per probe interval",
+            probes <= allowed,
+            f"{probes} requests in {held_for:.0f} s held, probe interval {run.probe:g} s",
+        ),
         ("no dead letter", dead == 0, f"dead_events {dead}"),
-        ("2,000 accepted within 30 s of SIGHUP, same process",
-         took is not None and took <= 30 and same,
-         f"{'-' if took is None else f'{took:.1f} s'}, same process: {same}"),
+        (
+            "2,000 accepted within 30 s of SIGHUP, same process",
+            took is not None and took <= 30 and same,
+            f"{'-' if took is None else f'{took:.1f} s'}, same process: {same}",
+        ),
     ]
 
 
@@ -173,17 +207,23 @@ def late(run: Run, small: bool, behaviour: str) -> list[tuple[str, bool, str]]:
     now = int(time.time())
     lead = hold_seconds - 3  # in the window when collected, out of it before the hold ends
     login, logout = now - window + lead, now - window + lead + 2
-    run.collect([("game-0", nppa.login(si=f"s{i:04d}", ot=login, pi=PI)) for i in range(300)]
-                + [("game-0", nppa.logout(si=f"s{i:04d}", ot=logout, pi=PI))
-                   for i in range(300)])
+    run.collect(
+        [("game-0", nppa.login(si=f"s{i:04d}", ot=login, pi=PI)) for i in range(300)]
+        + [("game-0", nppa.logout(si=f"s{i:04d}", ot=logout, pi=PI)) for i in range(300)]
+    )
     run.start()
     wait(run.held, 30)
     time.sleep(max(0.0, now + hold_seconds - time.time()))
     run.fix_key()
     if behaviour == "drop":
         stale = wait(lambda: run.counter("stale") == 600, 60)
-        return [("600 counted stale, none sent", stale is not None and run.accepted() == 0,
-                 f"stale {run.counter('stale')}, accepted {run.accepted()}")]
+        return [
+            (
+                "600 counted stale, none sent",
+                stale is not None and run.accepted() == 0,
+                f"stale {run.counter('stale')}, accepted {run.accepted()}",
+            )
+        ]
     done = wait(lambda: run.accepted() == 600, 60)
     with run.endpoint.lock:
         items = [a.item for a in run.endpoint.accepted]
@@ -191,36 +231,59 @@ def late(run: Run, small: bool, behaviour: str) -> list[tuple[str, bool, str]]:
     for item in items:
         times[item["si"]][item["bt"]] = item["ot"]
     ordered = all(t.get(0, 0) >= t.get(1, 0) for t in times.values())
-    return [("all 600 accepted", done is not None, f"accepted {run.accepted()}"),
-            ("each logout's ot not before its login's", ordered and len(times) == 300,
-             f"{len(times)} sessions"),
-            ("counted as late_sent", wait(lambda: run.counter("late_sent") == 600, 10)
-             is not None, f"late_sent {run.counter('late_sent')}")]
+    return [
+        ("all 600 accepted", done is not None, f"accepted {run.accepted()}"),
+        (
+            "each logout's ot not before its login's",
+            ordered and len(times) == 300,
+            f"{len(times)} sessions",
+        ),
+        (
+            "counted as late_sent",
+            wait(lambda: run.counter("late_sent") == 600, 10) is not None,
+            f"late_sent {run.counter('late_sent')}",
+        ),
+    ]
 
 
 def future(run: Run, small: bool) -> list[tuple[str, bool, str]]:
     run.key.write_text(NEW + "\n")
     now = int(time.time())
-    run.collect([("game-1", nppa.login(si=f"f{i}", ot=now + 3600, pi=PI)) for i in range(50)]
-                + [("game-1", nppa.login(si=f"n{i}", ot=now, pi=PI)) for i in range(50)])
+    run.collect(
+        [("game-1", nppa.login(si=f"f{i}", ot=now + 3600, pi=PI)) for i in range(50)]
+        + [("game-1", nppa.login(si=f"n{i}", ot=now, pi=PI)) for i in range(50)]
+    )
     run.start()
     dead = wait(lambda: run.counter("dead_events") == 50, 60)
-    return [("an hour ahead: dead-lettered within a minute", dead is not None,
-             f"{'-' if dead is None else f'{dead:.1f} s'}"),
-            ("the fresh neighbours accepted", wait(lambda: run.accepted() == 50, 30)
-             is not None, f"accepted {run.accepted()}")]
+    return [
+        (
+            "an hour ahead: dead-lettered within a minute",
+            dead is not None,
+            f"{'-' if dead is None else f'{dead:.1f} s'}",
+        ),
+        (
+            "the fresh neighbours accepted",
+            wait(lambda: run.accepted() == 50, 30) is not None,
+            f"accepted {run.accepted()}",
+        ),
+    ]
 
 
 def json_sink(server: Server, tmp: Path) -> list[tuple[str, bool, str]]:
     with LocalEndpoint() as endpoint:
         path = tmp / "json.toml"
-        path.write_text(f'[redis]\nurl = "{server.url}"\nkey_prefix = "{PREFIX}"\n'
-                        f'[sink]\nurl = "{endpoint.url}"\n')
+        path.write_text(
+            f'[redis]\nurl = "{server.url}"\nkey_prefix = "{PREFIX}"\n'
+            f'[sink]\nurl = "{endpoint.url}"\n'
+        )
         with open(tmp / "json.log", "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "reporter", "run", "--config",
-                                     str(path)], cwd=ROOT,
-                                    env={**env_without_telemetry(), "PYTHONPATH": str(ROOT)},
-                                    stdout=subprocess.DEVNULL, stderr=log)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "reporter", "run", "--config", str(path)],
+                cwd=ROOT,
+                env={**env_without_telemetry(), "PYTHONPATH": str(ROOT)},
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         wait(lambda: "telemetry-reporter: config" in (tmp / "json.log").read_text(), 60)
         proc.send_signal(signal.SIGHUP)
         time.sleep(1)
@@ -228,8 +291,13 @@ def json_sink(server: Server, tmp: Path) -> list[tuple[str, bool, str]]:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(60)
     logged = "SIGHUP: nothing to re-read" in (tmp / "json.log").read_text()
-    return [("a json reporter survives SIGHUP", alive and code == 0 and logged,
-             f"alive after SIGHUP: {alive}, exit {code}, logged: {logged}")]
+    return [
+        (
+            "a json reporter survives SIGHUP",
+            alive and code == 0 and logged,
+            f"alive after SIGHUP: {alive}, exit {code}, logged: {logged}",
+        )
+    ]
 
 
 def main() -> int:
@@ -248,10 +316,14 @@ def main() -> int:
             if scenario == "json":
                 checks = json_sink(server, tmp)
             else:
-                with NppaEndpoint(app_id=APP, secret_key=NEW,
-                                  biz_ids=GAMES.values()) as endpoint:
-                    run = Run(server, endpoint, tmp, args.small,
-                              scenario if scenario in ("resend", "drop") else "")
+                with NppaEndpoint(app_id=APP, secret_key=NEW, biz_ids=GAMES.values()) as endpoint:
+                    run = Run(
+                        server,
+                        endpoint,
+                        tmp,
+                        args.small,
+                        scenario if scenario in ("resend", "drop") else "",
+                    )
                     try:
                         if scenario == "key":
                             checks = key(run, args.small)

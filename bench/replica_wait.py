@@ -42,8 +42,14 @@ SMALL = {"events": 5000, "sync_events": 300, "games": 10, "rounds": 1}
 
 def store_rate(url: str, wait: int, mode: str, events: int, games: int) -> float:
     """Events/s from the first collect() until flush() says every event is stored."""
-    with Collector(url=url, wait_for_replicas=wait, wait_timeout_ms=1000, mode=mode,
-                   max_events_per_game=events, max_buffer_events=events) as c:
+    with Collector(
+        url=url,
+        wait_for_replicas=wait,
+        wait_timeout_ms=1000,
+        mode=mode,
+        max_events_per_game=events,
+        max_buffer_events=events,
+    ) as c:
         names = [f"game-{i}" for i in range(games)]
         for name in names:  # warm: connection, scripts, names
             c.collect(name, {"warm": 1})
@@ -68,11 +74,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_with_small(ap, argv, SMALL)
     binary = server_binaries().get("redis") or server_binaries()["valkey"]
     primary = Server(binary).start()
-    replica = Server(binary, extra=["--replicaof", "127.0.0.1", str(primary.port),
-                                    "--repl-diskless-sync-delay", "0"]).start()
+    replica = Server(
+        binary,
+        extra=["--replicaof", "127.0.0.1", str(primary.port), "--repl-diskless-sync-delay", "0"],
+    ).start()
     try:
-        wait_until(lambda: replica.client().info("replication")["master_link_status"] == "up",
-                   what="the replica to sync")
+        wait_until(
+            lambda: replica.client().info("replication")["master_link_status"] == "up",
+            what="the replica to sync",
+        )
         rates: dict[tuple[str, int], list[float]] = {}
         for _ in range(args.rounds):
             for mode, events in (("background", args.events), ("sync", args.sync_events)):
@@ -80,13 +90,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                     primary.client().flushall()
                     rate = store_rate(primary.url, wait, mode, events, args.games)
                     rates.setdefault((mode, wait), []).append(rate)
-        print(f"collect-to-store, primary + 1 replica on loopback, {args.games} games, "
-              f"median of {args.rounds} rounds")
+        print(
+            f"collect-to-store, primary + 1 replica on loopback, {args.games} games, "
+            f"median of {args.rounds} rounds"
+        )
         for mode, events in (("background", args.events), ("sync", args.sync_events)):
             off = statistics.median(rates[(mode, 0)])
             on = statistics.median(rates[(mode, 1)])
-            print(f"  {mode:<10} {events:>7} events  wait_for_replicas=0: {off:>9,.0f}/s  "
-                  f"=1: {on:>9,.0f}/s  ratio {on / off:.2f}")
+            print(
+                f"  {mode:<10} {events:>7} events  wait_for_replicas=0: {off:>9,.0f}/s  "
+                f"=1: {on:>9,.0f}/s  ratio {on / off:.2f}"
+            )
     finally:
         replica.cleanup()
         primary.cleanup()

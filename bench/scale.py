@@ -66,11 +66,25 @@ from tests.servers import Server, server_binaries  # noqa: E402
 FORBIDDEN_PORT = 6379  # the machine's own Redis; never touched
 PARTS = ("trickle", "sweep", "memory", "status")
 # --small: every part, in seconds.
-SMALL = {"seconds": 3.0, "warmup": 0.0, "rate": 500.0, "games": 100, "linger_ms": 500,
-         "poll_ms": 100, "workers": 2, "cap": 5000, "sweep_games": "100,1000",
-         "sweep_active": 50, "memory_events": 20_000, "memory_games": 20,
-         "kept_writers": 20,
-         "status_shards": 256, "status_games": 200, "status_runs": 1, "status_dead": 100}
+SMALL = {
+    "seconds": 3.0,
+    "warmup": 0.0,
+    "rate": 500.0,
+    "games": 100,
+    "linger_ms": 500,
+    "poll_ms": 100,
+    "workers": 2,
+    "cap": 5000,
+    "sweep_games": "100,1000",
+    "sweep_active": 50,
+    "memory_events": 20_000,
+    "memory_games": 20,
+    "kept_writers": 20,
+    "status_shards": 256,
+    "status_games": 200,
+    "status_runs": 1,
+    "status_dead": 100,
+}
 
 
 @dataclass
@@ -104,48 +118,84 @@ def trickle(args: argparse.Namespace) -> list[Check]:
     endpoint = FastEndpoint(per_game=True)
     try:
         reporter = {"poll_interval_ms": args.poll_ms, "workers": args.workers}
-        raw = our_raw(server.url, endpoint.url, cap=args.cap, linger_ms=args.linger_ms,
-                      hot_games={HOT: args.hot_threads}, reporter=reporter)
-        print(f"trickle: {args.rate:,.0f} events/s offered over {args.games:,} games + {HOT} "
-              f"at {args.hot_share:.0%} ({args.hot_threads} threads), {args.warmup:g} s "
-              f"warm-up + {args.seconds:g} s, "
-              f"{args.reporters} reporter process(es); reporter: shards "
-              f"{raw['redis']['shards']}, workers {args.workers}, linger_ms {args.linger_ms}, "
-              f"poll_interval_ms {args.poll_ms}, other settings default", flush=True)
-        result = run_trickle(raw, endpoint, games=args.games, hot_share=args.hot_share,
-                             rate=args.rate, seconds=args.seconds, reporters=args.reporters,
-                             settle=args.linger_ms / 1000 + 120, warmup=args.warmup)
+        raw = our_raw(
+            server.url,
+            endpoint.url,
+            cap=args.cap,
+            linger_ms=args.linger_ms,
+            hot_games={HOT: args.hot_threads},
+            reporter=reporter,
+        )
+        print(
+            f"trickle: {args.rate:,.0f} events/s offered over {args.games:,} games + {HOT} "
+            f"at {args.hot_share:.0%} ({args.hot_threads} threads), {args.warmup:g} s "
+            f"warm-up + {args.seconds:g} s, "
+            f"{args.reporters} reporter process(es); reporter: shards "
+            f"{raw['redis']['shards']}, workers {args.workers}, linger_ms {args.linger_ms}, "
+            f"poll_interval_ms {args.poll_ms}, other settings default",
+            flush=True,
+        )
+        result = run_trickle(
+            raw,
+            endpoint,
+            games=args.games,
+            hot_share=args.hot_share,
+            rate=args.rate,
+            seconds=args.seconds,
+            reporters=args.reporters,
+            settle=args.linger_ms / 1000 + 120,
+            warmup=args.warmup,
+        )
     finally:
         endpoint.stop()
         server.cleanup()
     loads = [v for _, v in result.load]
-    print(f"  collected {result.sent:,} in {result.seconds:.1f} s "
-          f"({result.sent / result.seconds:,.0f}/s); SDK counters {result.collector_stats}")
-    print(f"  delivered {result.delivered:,} unique events ({result.duplicates:,} duplicates), "
-          f"{result.games_expected - len(result.games_short):,} of {result.games_expected:,} "
-          f"games complete; backlog gone {result.drain_after_s:.1f} s after the last collect")
+    print(
+        f"  collected {result.sent:,} in {result.seconds:.1f} s "
+        f"({result.sent / result.seconds:,.0f}/s); SDK counters {result.collector_stats}"
+    )
+    print(
+        f"  delivered {result.delivered:,} unique events ({result.duplicates:,} duplicates), "
+        f"{result.games_expected - len(result.games_short):,} of {result.games_expected:,} "
+        f"games complete; backlog gone {result.drain_after_s:.1f} s after the last collect"
+    )
     for game, want, got in result.games_short[:5]:
         print(f"    short: {game} expected {want}, delivered {got}")
-    print(f"  collect-to-delivery ms: p50 {result.p50_ms:,}, p99 {result.p99_ms:,}, max "
-          f"{result.max_ms:,}; p99 after the {args.warmup:g} s warm-up "
-          f"{result.p99_after_warmup_ms:,}; p99 by minute of delivery: "
-          f"{', '.join(f'{p:,}' for p in result.p99_by_minute)}")
+    print(
+        f"  collect-to-delivery ms: p50 {result.p50_ms:,}, p99 {result.p99_ms:,}, max "
+        f"{result.max_ms:,}; p99 after the {args.warmup:g} s warm-up "
+        f"{result.p99_after_warmup_ms:,}; p99 by minute of delivery: "
+        f"{', '.join(f'{p:,}' for p in result.p99_by_minute)}"
+    )
     early_at = args.warmup + args.seconds * 0.2
     early, late = rss_at(result, early_at), result.rss[-1][1]
-    print(f"  reporter RSS MiB at {early_at:.0f} s: {[k / 1024 for k in early]}, at the end: "
-          f"{[round(k / 1024, 1) for k in late]}; reporter CPU s: "
-          f"{[round(c, 1) for c in result.reporter_cpu]}")
-    print(f"  load average (1 min) during the run: min {min(loads):.1f}, median "
-          f"{sorted(loads)[len(loads) // 2]:.1f}, max {max(loads):.1f}")
+    print(
+        f"  reporter RSS MiB at {early_at:.0f} s: {[k / 1024 for k in early]}, at the end: "
+        f"{[round(k / 1024, 1) for k in late]}; reporter CPU s: "
+        f"{[round(c, 1) for c in result.reporter_cpu]}"
+    )
+    print(
+        f"  load average (1 min) during the run: min {min(loads):.1f}, median "
+        f"{sorted(loads)[len(loads) // 2]:.1f}, max {max(loads):.1f}"
+    )
     checks = [
-        Check("every game's events delivered", not result.games_short
-              and result.delivered == result.collector_stats[Counter.STORED], target=False),
-        Check(f"p99 <= linger + 2 s ({args.linger_ms + 2000:,} ms), whole run",
-              result.p99_ms <= args.linger_ms + 2000),
-        Check(f"p99 <= linger + 2 s ({args.linger_ms + 2000:,} ms), after the warm-up",
-              result.p99_after_warmup_ms <= args.linger_ms + 2000),
-        Check("reporter RSS at the end within 10 % of 20 % past the warm-up",
-              all(b <= a * 1.1 for a, b in zip(early, late, strict=True))),
+        Check(
+            "every game's events delivered",
+            not result.games_short and result.delivered == result.collector_stats[Counter.STORED],
+            target=False,
+        ),
+        Check(
+            f"p99 <= linger + 2 s ({args.linger_ms + 2000:,} ms), whole run",
+            result.p99_ms <= args.linger_ms + 2000,
+        ),
+        Check(
+            f"p99 <= linger + 2 s ({args.linger_ms + 2000:,} ms), after the warm-up",
+            result.p99_after_warmup_ms <= args.linger_ms + 2000,
+        ),
+        Check(
+            "reporter RSS at the end within 10 % of 20 % past the warm-up",
+            all(b <= a * 1.1 for a, b in zip(early, late, strict=True)),
+        ),
     ]
     for check in checks:
         check.show()
@@ -156,25 +206,34 @@ def sweep(args: argparse.Namespace) -> list[Check]:
     server = start_server()
     try:
         client = server.client()
-        print(f"sweep: shards {args.sweep_shards}; {args.sweep_active:,} games with events in "
-              "the 'few' column; times are the median of 5 rounds over every shard; "
-              "un-register: server time of claim.lua on an empty game (SREM + ZREM), old LREM: "
-              "LREM over a list as long as a shard's ring", flush=True)
-        print(f"  {'registered':>10} {'all active: s':>14} {'listed':>8} {'few active: s':>14} "
-              f"{'listed':>8} {'un-register us':>15} {'old LREM us':>12}")
+        print(
+            f"sweep: shards {args.sweep_shards}; {args.sweep_active:,} games with events in "
+            "the 'few' column; times are the median of 5 rounds over every shard; "
+            "un-register: server time of claim.lua on an empty game (SREM + ZREM), old LREM: "
+            "LREM over a list as long as a shard's ring",
+            flush=True,
+        )
+        print(
+            f"  {'registered':>10} {'all active: s':>14} {'listed':>8} {'few active: s':>14} "
+            f"{'listed':>8} {'un-register us':>15} {'old LREM us':>12}"
+        )
         rows = []
         for n in args.sweep_games:
             row = sweep_row(client, server.url, n, args.sweep_active, args.sweep_shards)
             rows.append(row)
             unregister = f"{row.unregister_us:.1f}" if n > args.sweep_active else "-"
-            print(f"  {n:>10,} {row.all_active_s:>14.4f} {row.all_active_listed:>8,} "
-                  f"{row.few_active_s:>14.4f} {row.few_active_listed:>8,} "
-                  f"{unregister:>15} {row.lrem_us:>12.1f}", flush=True)
+            print(
+                f"  {n:>10,} {row.all_active_s:>14.4f} {row.all_active_listed:>8,} "
+                f"{row.few_active_s:>14.4f} {row.few_active_listed:>8,} "
+                f"{unregister:>15} {row.lrem_us:>12.1f}",
+                flush=True,
+            )
     finally:
         server.cleanup()
     few = [r.few_active_s for r in rows]
-    check = Check("sweep with few active flat (max <= 2x min) across registered",
-                  max(few) <= 2 * min(few))
+    check = Check(
+        "sweep with few active flat (max <= 2x min) across registered", max(few) <= 2 * min(few)
+    )
     check.show()
     return [check]
 
@@ -182,16 +241,24 @@ def sweep(args: argparse.Namespace) -> list[Check]:
 def memory(args: argparse.Namespace) -> list[Check]:
     project, plain = start_server(), start_server()
     try:
-        result = memory_side_by_side(project.client(), project.url, plain.client(),
-                                     args.memory_events, args.memory_games, args.sweep_shards)
+        result = memory_side_by_side(
+            project.client(),
+            project.url,
+            plain.client(),
+            args.memory_events,
+            args.memory_games,
+            args.sweep_shards,
+        )
     finally:
         project.cleanup()
         plain.cleanup()
     ratio = result.project_bytes_per_event / result.plain_bytes_per_event
-    print(f"memory: {result.events:,} events over {result.games:,} games, entries of "
-          f"{result.entry_bytes:.0f} bytes on average; used_memory growth per event: project "
-          f"{result.project_bytes_per_event:.1f} bytes, plain lists "
-          f"{result.plain_bytes_per_event:.1f} bytes, ratio {ratio:.3f}")
+    print(
+        f"memory: {result.events:,} events over {result.games:,} games, entries of "
+        f"{result.entry_bytes:.0f} bytes on average; used_memory growth per event: project "
+        f"{result.project_bytes_per_event:.1f} bytes, plain lists "
+        f"{result.plain_bytes_per_event:.1f} bytes, ratio {ratio:.3f}"
+    )
     check = Check("project within 1.1x of plain lists", ratio <= 1.1)
     check.show()
     server = start_server()
@@ -199,21 +266,26 @@ def memory(args: argparse.Namespace) -> list[Check]:
         kept = written_once_memory(server.url, args.kept_writers, 16)
     finally:
         server.cleanup()
-    print(f"written-once memory: {kept.writers:,} writers with {kept.writes_each} writes "
-          f"each in a shard: {kept.record_bytes:.1f} bytes per remembered write, "
-          f"{kept.writer_bytes:.1f} bytes per writer")
+    print(
+        f"written-once memory: {kept.writers:,} writers with {kept.writes_each} writes "
+        f"each in a shard: {kept.record_bytes:.1f} bytes per remembered write, "
+        f"{kept.writer_bytes:.1f} bytes per writer"
+    )
     return [check]
 
 
 def status(args: argparse.Namespace) -> list[Check]:
     server = start_server()
     try:
-        result = status_no_shards(server.client(), server.url, args.status_shards,
-                                  args.status_games, args.status_runs)
+        result = status_no_shards(
+            server.client(), server.url, args.status_shards, args.status_games, args.status_runs
+        )
     finally:
         server.cleanup()
-    print(f"status --no-shards: {result.shards:,} shards, {result.games:,} games: "
-          f"{', '.join(f'{s:.2f}' for s in result.seconds)} s ({result.lines} lines printed)")
+    print(
+        f"status --no-shards: {result.shards:,} shards, {result.games:,} games: "
+        f"{', '.join(f'{s:.2f}' for s in result.seconds)} s ({result.lines} lines printed)"
+    )
     check = Check("under 2 s", max(result.seconds) < 2)
     check.show()
     server = start_server()
@@ -221,53 +293,70 @@ def status(args: argparse.Namespace) -> list[Check]:
         none, dead = (status_with_dead(server.url, n) for n in (0, args.status_dead))
     finally:
         server.cleanup()
-    print(f"status with dead letters: read_shard of a shard holding {dead.dead:,} dead letters "
-          f"{dead.server_ms:.3f} ms of Redis time (median of 20; {none.server_ms:.3f} ms "
-          f"holding none); a full status read {dead.status_seconds * 1000:.1f} ms "
-          f"({none.status_seconds * 1000:.1f} ms)")
+    print(
+        f"status with dead letters: read_shard of a shard holding {dead.dead:,} dead letters "
+        f"{dead.server_ms:.3f} ms of Redis time (median of 20; {none.server_ms:.3f} ms "
+        f"holding none); a full status read {dead.status_seconds * 1000:.1f} ms "
+        f"({none.status_seconds * 1000:.1f} ms)"
+    )
     return [check]
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", choices=PARTS, action="append",
-                   help="run only this part (repeatable)")
-    p.add_argument("--seconds", type=float, default=600.0,
-                   help="trickle duration after the warm-up (600)")
-    p.add_argument("--warmup", type=float, default=60.0,
-                   help="trickle warm-up before it, whole minutes (60)")
+    p.add_argument("--only", choices=PARTS, action="append", help="run only this part (repeatable)")
+    p.add_argument(
+        "--seconds", type=float, default=600.0, help="trickle duration after the warm-up (600)"
+    )
+    p.add_argument(
+        "--warmup", type=float, default=60.0, help="trickle warm-up before it, whole minutes (60)"
+    )
     p.add_argument("--rate", type=float, default=10_000, help="offered events/s (10000)")
     p.add_argument("--games", type=int, default=10_000, help="cold games (10000)")
     p.add_argument("--hot-share", type=float, default=0.2, help="hot game's share (0.2)")
     p.add_argument("--hot-threads", type=int, default=2, help="hot game's pool (2)")
     p.add_argument("--linger-ms", type=int, default=10_000, help="[reporter] linger_ms (10000)")
-    p.add_argument("--poll-ms", type=int, default=500,
-                   help="[reporter] poll_interval_ms (500)")
+    p.add_argument("--poll-ms", type=int, default=500, help="[reporter] poll_interval_ms (500)")
     p.add_argument("--workers", type=int, default=4, help="[reporter] workers (4)")
     p.add_argument("--reporters", type=int, default=1, help="reporter processes (1)")
     p.add_argument("--cap", type=int, default=20_000, help="max_events_per_game (20000)")
-    p.add_argument("--sweep-games", type=lambda s: [int(x) for x in s.split(",")],
-                   default=[1_000, 10_000, 100_000], help="registered games (1000,10000,100000)")
+    p.add_argument(
+        "--sweep-games",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[1_000, 10_000, 100_000],
+        help="registered games (1000,10000,100000)",
+    )
     p.add_argument("--sweep-active", type=int, default=1_000)
     p.add_argument("--sweep-shards", type=int, default=16, help="shards of sweep and memory (16)")
     p.add_argument("--memory-events", type=int, default=1_000_000)
     p.add_argument("--memory-games", type=int, default=1_000)
-    p.add_argument("--kept-writers", type=int, default=1_000,
-                   help="SDK writers remembered in a shard, 16 writes each (1000)")
+    p.add_argument(
+        "--kept-writers",
+        type=int,
+        default=1_000,
+        help="SDK writers remembered in a shard, 16 writes each (1000)",
+    )
     p.add_argument("--status-shards", type=int, default=16_384)
     p.add_argument("--status-games", type=int, default=10_000)
     p.add_argument("--status-runs", type=int, default=3, help="status processes timed (3)")
-    p.add_argument("--status-dead", type=int, default=2_000,
-                   help="dead letters in one shard for status's reads (2000)")
+    p.add_argument(
+        "--status-dead",
+        type=int,
+        default=2_000,
+        help="dead letters in one shard for status's reads (2000)",
+    )
     return parse_with_small(p, argv, SMALL)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     parts = args.only or list(PARTS)
-    print(f"bench/scale.py  {datetime.now(UTC):%Y-%m-%d %H:%M} UTC  "
-          f"{platform.python_implementation()} {platform.python_version()}, "
-          f"{os.cpu_count()} CPUs; load average at the start: {load()}", flush=True)
+    print(
+        f"bench/scale.py  {datetime.now(UTC):%Y-%m-%d %H:%M} UTC  "
+        f"{platform.python_implementation()} {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs; load average at the start: {load()}",
+        flush=True,
+    )
     run = {"trickle": trickle, "sweep": sweep, "memory": memory, "status": status}
     checks = [check for part in parts for check in run[part](args)]
     print(f"load average at the end: {load()}")

@@ -45,8 +45,10 @@ from tests.servers import Server, server_binaries  # noqa: E402
 def measure(client: redis.Redis, calls: int) -> dict[str, list[int]]:
     store = Store(SingleServer(client), KeySchema("bench", 1))
     keys = store.schema.shard(0)
-    entry = encode_entry(int(time.time() * 1000), orjson.dumps(
-        {"game": "g", "player": "p-123456", "type": "login", "n": 1}))
+    entry = encode_entry(
+        int(time.time() * 1000),
+        orjson.dumps({"game": "g", "player": "p-123456", "type": "login", "n": 1}),
+    )
 
     def usec() -> int:
         stats: dict[str, Any] = client.info("commandstats")
@@ -57,17 +59,21 @@ def measure(client: redis.Redis, calls: int) -> dict[str, list[int]]:
         result = store.call(request)
         return result, usec() - before
 
-    out: dict[str, list[int]] = {"collect, 1 event": [], "collect, 100 events": [],
-                                 "claim, 4 x 128": [], "ack": []}
+    out: dict[str, list[int]] = {
+        "collect, 1 event": [],
+        "collect, 100 events": [],
+        "claim, 4 x 128": [],
+        "ack": [],
+    }
     for _ in range(calls):
         out["collect, 1 event"].append(timed(Collect(keys, "h", [entry], 10**7, 3600))[1])
     for _ in range(calls):
-        out["collect, 100 events"].append(
-            timed(Collect(keys, "g", [entry] * 100, 10**7, 3600))[1])
+        out["collect, 100 events"].append(timed(Collect(keys, "g", [entry] * 100, 10**7, 3600))[1])
     while True:
         token = uuid.uuid4().hex
-        claimed, spent = timed(Claim(keys, "g", uuid.uuid4().hex, token, 128, 4, 60_000,
-                                     600_000, 0, 100))
+        claimed, spent = timed(
+            Claim(keys, "g", uuid.uuid4().hex, token, 128, 4, 60_000, 600_000, 0, 100)
+        )
         if not claimed.batches:
             break
         if len(claimed.batches) == 4:
@@ -89,8 +95,10 @@ def main() -> int:
         version = client.info("server").get("redis_version", "?")
         print(f"bench/script_cost.py  {args.server} {version}; server-side us per call")
         for name, spent in measure(client, args.calls).items():
-            print(f"  {name:22s} median {statistics.median(spent):7.1f}  min {min(spent):5d}"
-                  f"  ({len(spent)} calls)")
+            print(
+                f"  {name:22s} median {statistics.median(spent):7.1f}  min {min(spent):5d}"
+                f"  ({len(spent)} calls)"
+            )
     finally:
         server.cleanup()
     return 0

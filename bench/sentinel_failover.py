@@ -50,9 +50,16 @@ def one_run(binary: str, args: argparse.Namespace) -> FailoverRun:
         service = ReporterService(config)
         service.start()
         try:
-            return run_failover(group, config, endpoint, games=GAMES, rate=args.rate,
-                                kill_after_delivered=args.kill_after,
-                                after_failover_seconds=args.after, how=args.how)
+            return run_failover(
+                group,
+                config,
+                endpoint,
+                games=GAMES,
+                rate=args.rate,
+                kill_after_delivered=args.kill_after,
+                after_failover_seconds=args.after,
+                how=args.how,
+            )
         finally:
             service.stop(grace=0)
             service.store.close()
@@ -65,10 +72,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--rate", type=int, default=2000, help="events per second")
-    parser.add_argument("--kill-after", type=int, default=10_000,
-                        help="events delivered before the primary is killed")
-    parser.add_argument("--after", type=float, default=8.0,
-                        help="seconds of collecting after the promotion")
+    parser.add_argument(
+        "--kill-after",
+        type=int,
+        default=10_000,
+        help="events delivered before the primary is killed",
+    )
+    parser.add_argument(
+        "--after", type=float, default=8.0, help="seconds of collecting after the promotion"
+    )
     parser.add_argument("--how", choices=("kill", "demote"), default="kill")
     parser.add_argument("--wait-for-replicas", type=int, default=0)
     args = parse_with_small(parser, argv, SMALL)
@@ -81,8 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         collected += len(run.collected)
         missing += len(run.missing)
         duplicates += run.duplicates
-    print(f"total over {args.runs} runs: {collected} collected, {missing} missing "
-          f"({100 * missing / max(collected, 1):.3f}%), {duplicates} duplicates")
+    print(
+        f"total over {args.runs} runs: {collected} collected, {missing} missing "
+        f"({100 * missing / max(collected, 1):.3f}%), {duplicates} duplicates"
+    )
     return 0
 
 

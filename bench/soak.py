@@ -51,8 +51,14 @@ SMALL = {"seconds": 6.0, "rate": 1000, "outage_seconds": 1.0, "reporter_down_sec
 
 def produce(url: str, rate: int, seconds: float, out: str) -> None:
     """Producer process: collect ``rate`` events/s with unique ids, then report stats."""
-    collector = Collector(url=url, socket_timeout_seconds=0.5, connect_timeout_seconds=0.5,
-                          retry_max_delay_ms=500, max_events_per_game=200_000, shards=8)
+    collector = Collector(
+        url=url,
+        socket_timeout_seconds=0.5,
+        connect_timeout_seconds=0.5,
+        retry_max_delay_ms=500,
+        max_events_per_game=200_000,
+        shards=8,
+    )
     sent = 0
     started = time.monotonic()
     stop = threading.Event()
@@ -108,18 +114,30 @@ class Outage:
 
 def start_reporter(config: Path, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "ab") as fh:
-        return subprocess.Popen([sys.executable, "-m", "reporter", "run", "--config",
-                                 str(config)], cwd=ROOT, stdout=fh, stderr=fh)
+        return subprocess.Popen(
+            [sys.executable, "-m", "reporter", "run", "--config", str(config)],
+            cwd=ROOT,
+            stdout=fh,
+            stderr=fh,
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=540.0, help="traffic duration (540)")
     ap.add_argument("--rate", type=int, default=10_000, help="events per second (10000)")
-    ap.add_argument("--outage-seconds", type=float, default=30.0,
-                    help="how long the Redis server is down, and the endpoint failing (30)")
-    ap.add_argument("--reporter-down-seconds", type=float, default=5.0,
-                    help="how long the SIGKILLed reporter stays down (5)")
+    ap.add_argument(
+        "--outage-seconds",
+        type=float,
+        default=30.0,
+        help="how long the Redis server is down, and the endpoint failing (30)",
+    )
+    ap.add_argument(
+        "--reporter-down-seconds",
+        type=float,
+        default=5.0,
+        help="how long the SIGKILLed reporter stays down (5)",
+    )
     args = parse_with_small(ap, argv, SMALL)
     binary = server_binaries().get("redis") or server_binaries()["valkey"]
     server = Server(binary, extra=["--appendonly", "yes", "--appendfsync", "always"]).start()
@@ -135,8 +153,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[{time.monotonic() - t0:6.1f}s] {msg}", flush=True)
 
     reporters = [start_reporter(config, tmp / f"reporter{i}.log") for i in range(2)]
-    producer = subprocess.Popen([sys.executable, __file__, "--produce", server.url,
-                                 str(args.rate), str(args.seconds), str(stats_file)], cwd=ROOT)
+    producer = subprocess.Popen(
+        [
+            sys.executable,
+            __file__,
+            "--produce",
+            server.url,
+            str(args.rate),
+            str(args.seconds),
+            str(stats_file),
+        ],
+        cwd=ROOT,
+    )
     s, off, down = args.seconds, args.outage_seconds, args.reporter_down_seconds
     schedule = [
         (0.2 * s, f"kill the Redis server (SIGKILL) for {off:g} s", "redis_down"),
@@ -165,8 +193,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def act(action: str, server: Server, outage: Outage,
-        reporters: list[subprocess.Popen[bytes]], config: Path, tmp: Path) -> None:
+def act(
+    action: str,
+    server: Server,
+    outage: Outage,
+    reporters: list[subprocess.Popen[bytes]],
+    config: Path,
+    tmp: Path,
+) -> None:
     if action == "redis_down":
         server.stop()
     elif action == "redis_up":
@@ -180,8 +214,14 @@ def act(action: str, server: Server, outage: Outage,
         reporters[0] = start_reporter(config, tmp / "reporter0.log")
 
 
-def reconcile(server: Server, endpoint: LocalEndpoint, reporters: list[subprocess.Popen[bytes]],
-              stats_file: Path, outage: Outage, say: Any) -> int:
+def reconcile(
+    server: Server,
+    endpoint: LocalEndpoint,
+    reporters: list[subprocess.Popen[bytes]],
+    stats_file: Path,
+    outage: Outage,
+    say: Any,
+) -> int:
     client = redis.Redis.from_url(server.url)
     schema = KeySchema(ReporterConfig().redis.key_prefix, 8)
     deadline = time.monotonic() + 180
@@ -198,8 +238,13 @@ def reconcile(server: Server, endpoint: LocalEndpoint, reporters: list[subproces
     ids = [e["id"] for e in endpoint.events()]
     distinct = len(set(ids))
     c = totals.counter
-    counted_drops = (produced[Counter.DROPPED_BUFFER_FULL] + produced[Counter.DROPPED_AT_CLOSE]
-                     + c(Counter.EVICTED) + c(Counter.STALE) + totals.dead_now)
+    counted_drops = (
+        produced[Counter.DROPPED_BUFFER_FULL]
+        + produced[Counter.DROPPED_AT_CLOSE]
+        + c(Counter.EVICTED)
+        + c(Counter.STALE)
+        + totals.dead_now
+    )
     rows = {
         "accepted by collect()": produced[Counter.ACCEPTED],
         "SDK dropped (buffer full + at close)": produced[Counter.DROPPED_BUFFER_FULL]
@@ -214,8 +259,7 @@ def reconcile(server: Server, endpoint: LocalEndpoint, reporters: list[subproces
         "received, distinct ids": distinct,
         "duplicates received": len(ids) - distinct,
         "requests refused during outage": outage.refused,
-        "batches retried / reaped":
-            f"{c(Counter.BATCHES_RETRIED)} / {c(Counter.BATCHES_REAPED)}",
+        "batches retried / reaped": f"{c(Counter.BATCHES_RETRIED)} / {c(Counter.BATCHES_REAPED)}",
         "still buffered or pending": totals.buffered + totals.pending_events,
         "Redis unaccounted": totals.unaccounted,
         "reporter exit codes (SIGTERM)": codes,
@@ -225,8 +269,10 @@ def reconcile(server: Server, endpoint: LocalEndpoint, reporters: list[subproces
         print(f"  {name:<{width}}  {value}")
     missing = produced[Counter.ACCEPTED] - distinct - counted_drops
     ok = missing <= 0 and totals.unaccounted == 0 and codes == [0, 0]
-    say(f"accepted - distinct received - counted drops = {missing}: "
-        + ("RECONCILED" if ok else "NOT RECONCILED"))
+    say(
+        f"accepted - distinct received - counted drops = {missing}: "
+        + ("RECONCILED" if ok else "NOT RECONCILED")
+    )
     return 0 if ok else 1
 
 

@@ -69,10 +69,17 @@ SMALL = {"events": 3000, "seconds": 3.0, "kill_primary_at": 1.0, "kill_reporter_
 
 def produce(url: str, wait: int, events: int, seconds: float, out: str) -> None:
     """Producer process: ``events`` collect() calls paced over ``seconds``, then its stats."""
-    collector = Collector(url=url, cluster=True, shards=SHARDS, wait_for_replicas=wait,
-                          wait_timeout_ms=500, socket_timeout_seconds=1.0,
-                          connect_timeout_seconds=0.5, retry_max_delay_ms=500,
-                          max_events_per_game=200_000)
+    collector = Collector(
+        url=url,
+        cluster=True,
+        shards=SHARDS,
+        wait_for_replicas=wait,
+        wait_timeout_ms=500,
+        socket_timeout_seconds=1.0,
+        connect_timeout_seconds=0.5,
+        retry_max_delay_ms=500,
+        max_events_per_game=200_000,
+    )
     sent = 0
     print("producing", flush=True)  # the kills are timed from here
     started = time.monotonic()
@@ -124,8 +131,12 @@ def _kill_left(procs: list[subprocess.Popen[Any]]) -> None:
 
 def start_reporter(config: Path, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "ab") as fh:
-        return subprocess.Popen([sys.executable, "-m", "reporter", "run", "--config",
-                                 str(config)], cwd=ROOT, stdout=fh, stderr=fh)
+        return subprocess.Popen(
+            [sys.executable, "-m", "reporter", "run", "--config", str(config)],
+            cwd=ROOT,
+            stdout=fh,
+            stderr=fh,
+        )
 
 
 def reporter_counts(log: Path) -> dict[str, int]:
@@ -140,8 +151,9 @@ def reporter_counts(log: Path) -> dict[str, int]:
     return counts
 
 
-def run(wait: int, events: int, seconds: float, kill_at: float, kill_reporter_at: float,
-        lag: float) -> dict[str, Any]:
+def run(
+    wait: int, events: int, seconds: float, kill_at: float, kill_reporter_at: float, lag: float
+) -> dict[str, Any]:
     binary = server_binaries().get("redis") or server_binaries()["valkey"]
     cluster = Cluster(binary, replicas=1).start()
     endpoint = LocalEndpoint().start()
@@ -158,9 +170,21 @@ def run(wait: int, events: int, seconds: float, kill_at: float, kill_reporter_at
 
     logs = [tmp / f"reporter{i}.log" for i in range(3)]
     reporters = [start_reporter(config, log) for log in logs]
-    producer = subprocess.Popen([sys.executable, __file__, "--produce", cluster.primaries[1].url,
-                                 str(wait), str(events), str(seconds), str(stats_file)],
-                                cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    producer = subprocess.Popen(
+        [
+            sys.executable,
+            __file__,
+            "--produce",
+            cluster.primaries[1].url,
+            str(wait),
+            str(events),
+            str(seconds),
+            str(stats_file),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     # On a loaded host a process takes seconds to start: the clock starts with the traffic.
     assert producer.stdout is not None and producer.stdout.readline().strip() == "producing"
     started_after = time.monotonic() - t0
@@ -176,8 +200,10 @@ def run(wait: int, events: int, seconds: float, kill_at: float, kill_reporter_at
         say(f"first events delivered {under_way:.1f} s after the processes started")
         time.sleep(max(0.0, kill_at - lag - (time.monotonic() - t0)))
         if lag:
-            say(f"cut the link to the replica on port {replica.port} {lag * 1000:g} ms "
-                "before the kill")
+            say(
+                f"cut the link to the replica on port {replica.port} {lag * 1000:g} ms "
+                "before the kill"
+            )
             assert replica.proc is not None
             replica.proc.send_signal(signal.SIGSTOP)  # so that it cannot reconnect
             victim.client().client_kill_filter(_type="replica")
@@ -221,11 +247,18 @@ def _failover(cluster: Cluster, victim: Any, say: Any) -> None:
     say(f"node on port {victim.port} back, as a replica")
 
 
-def reconcile(cluster: Cluster, endpoint: LocalEndpoint, reporters: list[Any], logs: list[Path],
-              stats_file: Path, say: Any) -> dict[str, Any]:
+def reconcile(
+    cluster: Cluster,
+    endpoint: LocalEndpoint,
+    reporters: list[Any],
+    logs: list[Path],
+    stats_file: Path,
+    say: Any,
+) -> dict[str, Any]:
     settings = TelemetryConfig.default().redis
-    settings = type(settings)(**{**settings.__dict__, "url": cluster.url, "cluster": True,
-                                 "shards": SHARDS})
+    settings = type(settings)(
+        **{**settings.__dict__, "url": cluster.url, "cluster": True, "shards": SHARDS}
+    )
     store = open_store(settings)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -239,58 +272,82 @@ def reconcile(cluster: Cluster, endpoint: LocalEndpoint, reporters: list[Any], l
     totals = read_totals(store)
     store.close()
     produced = json.loads(stats_file.read_text())
-    received = [(r.idempotency_key, e["id"]) for r in endpoint.received if r.status == 200
-                for e in r.events]
+    received = [
+        (r.idempotency_key, e["id"]) for r in endpoint.received if r.status == 200 for e in r.events
+    ]
     ids = Counter(i for _, i in received)
     keys_of: dict[int, set[str]] = defaultdict(set)
     for key, i in received:
         keys_of[i].add(key)
     same_batch = sum(n - len(keys_of[i]) for i, n in ids.items())
     c = totals.counter
-    counted = (produced[C.DROPPED_BUFFER_FULL] + produced[C.DROPPED_AT_CLOSE] + c(C.EVICTED)
-               + c(C.MERGED) + c(C.STALE) + totals.dead_now)
+    counted = (
+        produced[C.DROPPED_BUFFER_FULL]
+        + produced[C.DROPPED_AT_CLOSE]
+        + c(C.EVICTED)
+        + c(C.MERGED)
+        + c(C.STALE)
+        + totals.dead_now
+    )
     lost = produced[C.ACCEPTED] - len(ids) - counted
     reported = [reporter_counts(log) for log in logs[1:]]
     return {
         "collected": produced[C.ACCEPTED],
         "delivered": len(ids),
         "duplicates": len(received) - len(ids),
-        "duplicates, % of delivered": round(100 * (len(received) - len(ids))
-                                            / max(len(ids), 1), 2),
+        "duplicates, % of delivered": round(100 * (len(received) - len(ids)) / max(len(ids), 1), 2),
         "duplicates in the same batch (same Idempotency-Key)": same_batch,
         "lost": max(lost, 0),
         "counted (dropped, evicted, merged, stale, dead)": counted,
         "SDK unreplicated_writes": produced[C.UNREPLICATED_WRITES],
         "SDK backend_errors": produced[C.BACKEND_ERRORS],
-        "reporters 1-2 batches_unreplicated": sum(r.get(C.BATCHES_UNREPLICATED, 0)
-                                                  for r in reported),
-        "reporters 1-2 acks_unreplicated": sum(r.get(C.ACKS_UNREPLICATED, 0)
-                                               for r in reported),
+        "reporters 1-2 batches_unreplicated": sum(
+            r.get(C.BATCHES_UNREPLICATED, 0) for r in reported
+        ),
+        "reporters 1-2 acks_unreplicated": sum(r.get(C.ACKS_UNREPLICATED, 0) for r in reported),
         "still buffered or pending": totals.buffered + totals.pending_events,
         "events older than the endpoint saw (wrong ids)": sum(
-            1 for i in ids if not 0 <= i < produced[C.ACCEPTED]),
+            1 for i in ids if not 0 <= i < produced[C.ACCEPTED]
+        ),
     }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--wait-for-replicas", type=int, action="append",
-                    help="[redis] wait_for_replicas (repeat for several runs; default: 0 and 1)")
+    ap.add_argument(
+        "--wait-for-replicas",
+        type=int,
+        action="append",
+        help="[redis] wait_for_replicas (repeat for several runs; default: 0 and 1)",
+    )
     ap.add_argument("--events", type=int, default=30_000)
     ap.add_argument("--seconds", type=float, default=15.0, help="traffic duration")
     ap.add_argument("--kill-primary-at", type=float, default=5.0)
     ap.add_argument("--kill-reporter-at", type=float, default=8.0)
-    ap.add_argument("--replica-lag-ms", type=float, default=0.0,
-                    help="cut the killed primary's link to its replica this long before the "
-                         "kill (a replica that lags, as on a slow or broken link)")
+    ap.add_argument(
+        "--replica-lag-ms",
+        type=float,
+        default=0.0,
+        help="cut the killed primary's link to its replica this long before the "
+        "kill (a replica that lags, as on a slow or broken link)",
+    )
     args = parse_with_small(ap, argv, SMALL, also="one run, --wait-for-replicas 1")
     failed = False
     for wait in args.wait_for_replicas or ([1] if args.small else [0, 1]):
-        print(f"wait_for_replicas = {wait}: {args.events} events over {args.seconds:g} s, "
-              f"3 reporters, primary killed at {args.kill_primary_at:g} s, reporter 0 at "
-              f"{args.kill_reporter_at:g} s, replica lag {args.replica_lag_ms:g} ms", flush=True)
-        rows = run(wait, args.events, args.seconds, args.kill_primary_at, args.kill_reporter_at,
-                   args.replica_lag_ms / 1000)
+        print(
+            f"wait_for_replicas = {wait}: {args.events} events over {args.seconds:g} s, "
+            f"3 reporters, primary killed at {args.kill_primary_at:g} s, reporter 0 at "
+            f"{args.kill_reporter_at:g} s, replica lag {args.replica_lag_ms:g} ms",
+            flush=True,
+        )
+        rows = run(
+            wait,
+            args.events,
+            args.seconds,
+            args.kill_primary_at,
+            args.kill_reporter_at,
+            args.replica_lag_ms / 1000,
+        )
         width = max(map(len, rows))
         for name, value in rows.items():
             print(f"    {name:<{width}}  {value}")
@@ -300,7 +357,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--produce":
-        produce(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]),
-                sys.argv[6])
+        produce(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), sys.argv[6])
         sys.exit(0)
     sys.exit(main())

@@ -144,8 +144,7 @@ class EventBuffer:
                 queue.extendleft(reversed(entries))
                 self._order.extendleft([game] * len(entries))
                 self.bytes += sum(map(len, entries))
-            while self._order and (len(self._order) > self.limit
-                                   or self.bytes > self.max_bytes):
+            while self._order and (len(self._order) > self.limit or self.bytes > self.max_bytes):
                 self._drop_oldest()
 
     def _drop_oldest(self) -> None:

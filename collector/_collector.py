@@ -50,18 +50,32 @@ def _time_prefix() -> bytes:
     _prefix = (ms, text)
     return text
 
+
 # Keyword arguments of Collector() and the config section each one sets.
 _KEYWORDS = {
-    "url": "redis", "cluster": "redis", "key_prefix": "redis", "shards": "redis",
-    "socket_timeout_seconds": "redis", "connect_timeout_seconds": "redis",
-    "sentinels": "redis", "sentinel_service": "redis", "sentinel_password": "redis",
-    "wait_for_replicas": "redis", "wait_timeout_ms": "redis",
-    "mode": "collector", "max_buffer_events": "collector", "max_buffer_bytes": "collector",
+    "url": "redis",
+    "cluster": "redis",
+    "key_prefix": "redis",
+    "shards": "redis",
+    "socket_timeout_seconds": "redis",
+    "connect_timeout_seconds": "redis",
+    "sentinels": "redis",
+    "sentinel_service": "redis",
+    "sentinel_password": "redis",
+    "wait_for_replicas": "redis",
+    "wait_timeout_ms": "redis",
+    "mode": "collector",
+    "max_buffer_events": "collector",
+    "max_buffer_bytes": "collector",
     "flush_interval_ms": "collector",
-    "close_timeout_seconds": "collector", "retry_max_delay_ms": "collector",
+    "close_timeout_seconds": "collector",
+    "retry_max_delay_ms": "collector",
     "disabled": "collector",
-    "max_events_per_game": "buffer", "ttl_seconds": "buffer", "max_event_bytes": "buffer",
-    "dedup_fields": "buffer", "dedup_window_seconds": "buffer",
+    "max_events_per_game": "buffer",
+    "ttl_seconds": "buffer",
+    "max_event_bytes": "buffer",
+    "dedup_fields": "buffer",
+    "dedup_window_seconds": "buffer",
 }
 
 
@@ -79,20 +93,27 @@ class Collector:
     events (``EventsDropped``) off the hot path; see ``collector._on_error``.
     """
 
-    def __init__(self, *, config: TelemetryConfig | None = None, store: Store | None = None,
-                 metrics: Metrics = NO_METRICS, on_error: OnError | None = None,
-                 **settings: Any) -> None:
+    def __init__(
+        self,
+        *,
+        config: TelemetryConfig | None = None,
+        store: Store | None = None,
+        metrics: Metrics = NO_METRICS,
+        on_error: OnError | None = None,
+        **settings: Any,
+    ) -> None:
         base = config or TelemetryConfig.default()
         if settings:
             raw = raw_settings(base)
             for key, value in settings.items():
                 if key not in _KEYWORDS:
-                    raise TypeError(f"Collector() got an unexpected keyword argument {key!r}; "
-                                    f"expected one of {', '.join(_KEYWORDS)}")
+                    raise TypeError(
+                        f"Collector() got an unexpected keyword argument {key!r}; "
+                        f"expected one of {', '.join(_KEYWORDS)}"
+                    )
                 raw[_KEYWORDS[key]][key] = value
             source = base.source
-            base = build_config(raw, ARGUMENTS_SOURCE, env={}, interpolate=False,
-                                cls=type(base))
+            base = build_config(raw, ARGUMENTS_SOURCE, env={}, interpolate=False, cls=type(base))
             base = dataclasses.replace(base, source=f"{ARGUMENTS_SOURCE} over {source}")
         self.config = base
         self._server = store.describe() if store is not None else describe_settings(base.redis)
@@ -103,8 +124,9 @@ class Collector:
         self._max_event_bytes = base.buffer.max_event_bytes
         self._dedup = Dedup(base)
         self._dedup_fields = self._dedup.configured  # read on the hot path
-        self._buffer = EventBuffer(base.collector.max_buffer_events,
-                                   base.collector.max_buffer_bytes)
+        self._buffer = EventBuffer(
+            base.collector.max_buffer_events, base.collector.max_buffer_bytes
+        )
         self._known_games: set[str] = set()
         self._store = store
         self._writer: Writer | None = None
@@ -129,8 +151,7 @@ class Collector:
 
     # -- the hot path -------------------------------------------------------------------------
 
-    def collect(self, game: str, event: Mapping[str, Any], dedup_key: str | None = None
-                ) -> int:
+    def collect(self, game: str, event: Mapping[str, Any], dedup_key: str | None = None) -> int:
         """Record one event of ``game``.
 
         With ``dedup_key`` (or, without, the values of the game's ``[buffer] dedup_fields``
@@ -156,8 +177,9 @@ class Collector:
             data = orjson.dumps(event)
         except TypeError as exc:
             raise TypeError(f"event for game {game!r} is not JSON-serialisable: {exc}") from None
-        if ((len(data) > self._max_event_bytes or 10 in data or not data.isascii())
-                and self._refused(game, data)):
+        if (
+            len(data) > self._max_event_bytes or 10 in data or not data.isascii()
+        ) and self._refused(game, data):
             return 0  # 10: b"\n"
         try:  # a fragment could forge the reporter's envelope: see collector._one_value
             ONE_VALUE.decode(data)
@@ -186,8 +208,9 @@ class Collector:
 
     def _drop_closed(self, game: str) -> int:
         self._counts.count(Counter.DROPPED_CLOSED)
-        self._ratelog.log(logging.WARNING, "closed",
-                          "collect() after close(): event of game %r dropped", game)
+        self._ratelog.log(
+            logging.WARNING, "closed", "collect() after close(): event of game %r dropped", game
+        )
         return 0
 
     def _admit(self, game: str) -> None:
@@ -201,8 +224,10 @@ class Collector:
         if not data.isascii():
             check_utf8(game, data)
         if 10 in data:  # orjson writes no raw newline itself: raw passthrough put it there
-            raise TypeError(f"event for game {game!r} holds raw JSON (orjson.Fragment) with a "
-                            "newline; pass the value itself, or raw JSON on one line")
+            raise TypeError(
+                f"event for game {game!r} holds raw JSON (orjson.Fragment) with a "
+                "newline; pass the value itself, or raw JSON on one line"
+            )
         if len(data) > self._max_event_bytes:
             self._refuse_large(game, len(data))
             return True
@@ -212,9 +237,12 @@ class Collector:
         self._counts.count(Counter.DROPPED_TOO_LARGE)
         self._buffer.note(Counter.DROPPED_TOO_LARGE, game)
         self._ratelog.log(
-            logging.WARNING, f"large:{game}",
+            logging.WARNING,
+            f"large:{game}",
             "event of game %r dropped: %d bytes of JSON, over [buffer] max_event_bytes = %d",
-            game, size, self._max_event_bytes,
+            game,
+            size,
+            self._max_event_bytes,
         )
         if self._direct:  # no flusher to defer to, and not the hot path: tell on_error now
             self._report.drops(self._buffer.take_drops())
@@ -246,8 +274,14 @@ class Collector:
                 self._counts.count(Counter.UNREPLICATED_WRITES)
             kind = type(exc) if isinstance(exc, BackendError) else BackendError
             raise kind(f"could not store event of game {game!r}: {reason(exc)}") from exc
-        self._counts.add({Counter.ACCEPTED: 1, Counter.STORED: result.stored,
-                          Counter.EVICTED: result.evicted, Counter.MERGED: result.merged})
+        self._counts.add(
+            {
+                Counter.ACCEPTED: 1,
+                Counter.STORED: result.stored,
+                Counter.EVICTED: result.evicted,
+                Counter.MERGED: result.merged,
+            }
+        )
         return result.evicted
 
     # -- background mode ----------------------------------------------------------------------
@@ -257,26 +291,36 @@ class Collector:
             store = self._store if self._store is not None else open_store(self.config.redis)
             # Say once which Redis and why, loudly when nobody chose it.
             if self._store is None and self.config.unconfigured():
-                logger.warning("writing to %s (config: %s): no config file, "
-                               "$TELEMETRY_CONFIG, TELEMETRY_REDIS_URL or url= chose it",
-                               self._server, self.config_source)
+                logger.warning(
+                    "writing to %s (config: %s): no config file, "
+                    "$TELEMETRY_CONFIG, TELEMETRY_REDIS_URL or url= chose it",
+                    self._server,
+                    self.config_source,
+                )
             else:
-                logger.info("writing to %s (config: %s)", self._server,
-                            self.config_source)
-            self._writer = Writer(store, self.config.cap_for, self.config.ttl_for,
-                                  self._store_reset, self.config.dedup_window_for,
-                                  keep_unconfirmed=not self._direct)
+                logger.info("writing to %s (config: %s)", self._server, self.config_source)
+            self._writer = Writer(
+                store,
+                self.config.cap_for,
+                self.config.ttl_for,
+                self._store_reset,
+                self.config.dedup_window_for,
+                keep_unconfirmed=not self._direct,
+            )
         return self._writer
 
     def _store_reset(self, shards: list[int]) -> None:
         """A write found shards whose data vanished since this process last wrote there."""
         self._counts.count(Counter.STORE_RESETS)
         self._ratelog.log(
-            logging.ERROR, "store-reset",
+            logging.ERROR,
+            "store-reset",
             "store reset: %s of %s lost their data since this process last wrote "
             "there (Redis restarted without persistence, was flushed, or failed over to an "
             "empty replica); the events buffered there are gone (the reporter logs how many)",
-            counted(len(shards), "shard"), self._server)
+            counted(len(shards), "shard"),
+            self._server,
+        )
 
     def _start(self, closing: bool = False) -> None:
         """Start the flusher thread; after close() only to write what is left."""
@@ -315,8 +359,9 @@ class Collector:
         if left:
             count = sum(left.values())
             self._counts.count(Counter.DROPPED_AT_CLOSE, count)
-            logger.warning("collector closed with %d events not stored (Redis: %s)",
-                           count, self._server)
+            logger.warning(
+                "collector closed with %d events not stored (Redis: %s)", count, self._server
+            )
         # Drops the flusher had no round left to report, then what close() dropped.
         self._report.drops(self._buffer.take_drops())
         self._report.drops({Counter.DROPPED_AT_CLOSE: left})
@@ -344,8 +389,10 @@ class Collector:
         if not self._direct:  # sync mode counts what it stores, disabled what it discards
             counts.watch(Counter.ACCEPTED, lambda: buffer.accepted_total)
         counts.watch(Counter.DROPPED_BUFFER_FULL, lambda: buffer.dropped_total)
-        counts.watch(Gauge.BUFFERED, lambda: len(buffer) + self._flusher.in_flush
-                     + self._flusher.unconfirmed_events)
+        counts.watch(
+            Gauge.BUFFERED,
+            lambda: len(buffer) + self._flusher.in_flush + self._flusher.unconfirmed_events,
+        )
         counts.watch(Gauge.UNCONFIRMED_WRITES, lambda: self._flusher.unconfirmed_writes)
         return tally, counts
 
@@ -366,8 +413,7 @@ class Collector:
 
     def __repr__(self) -> str:
         disabled = ", disabled=True" if self._disabled else ""
-        return (f"Collector(mode={self.config.collector.mode!r}{disabled}, "
-                f"redis={self._server!r})")
+        return f"Collector(mode={self.config.collector.mode!r}{disabled}, redis={self._server!r})"
 
     def _new_flusher(self) -> None:
         """Counts, log and flusher of a new collector, or of one in a forked child (the
@@ -376,9 +422,15 @@ class Collector:
         self._ratelog = RateLimitedLog(logger)
         self._report = ErrorReport(self._on_error, self._ratelog)
         c = self.config.collector
-        self._flusher = Flusher(self._buffer, self._get_writer, self._counts, self._ratelog,
-                                self._report, c.flush_interval_ms / 1000,
-                                c.retry_max_delay_ms / 1000)
+        self._flusher = Flusher(
+            self._buffer,
+            self._get_writer,
+            self._counts,
+            self._ratelog,
+            self._report,
+            c.flush_interval_ms / 1000,
+            c.retry_max_delay_ms / 1000,
+        )
         self._wake = self._flusher.wake
         self._flushing = False  # whether the flusher was started (read on the hot path)
 
@@ -393,8 +445,7 @@ class Collector:
 
 def _as_dict(game: str, event: object) -> dict[str, Any]:
     if not isinstance(event, Mapping):
-        raise TypeError(f"event for game {game!r} must be a mapping, "
-                        f"got {type(event).__name__}")
+        raise TypeError(f"event for game {game!r} must be a mapping, got {type(event).__name__}")
     return dict(event)
 
 

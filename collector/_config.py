@@ -26,6 +26,7 @@ from collector.store import RedisSettings, redis_problems, tls_notices
 
 C = TypeVar("C", bound="TelemetryConfig")
 
+
 @dataclass(frozen=True)
 class BufferSettings:
     max_events_per_game: int = setting(1000, lo=1, hi=10_000_000)
@@ -44,7 +45,7 @@ class CollectorSettings:
     max_buffer_events: int = setting(100_000, lo=1, hi=100_000_000)
     # Bytes of entries (event JSON and time) the in-process buffer holds: 100,000 events of
     # 32 KB would be 3.3 GB inside a game server during a Redis outage.
-    max_buffer_bytes: int = setting(64 * 1024 * 1024, lo=64 * 1024, hi=64 * 1024 ** 3)
+    max_buffer_bytes: int = setting(64 * 1024 * 1024, lo=64 * 1024, hi=64 * 1024**3)
     flush_interval_ms: int = setting(50, lo=1, hi=60_000)
     close_timeout_seconds: float = setting(5.0, lo=0, hi=600)
     retry_max_delay_ms: int = setting(5000, lo=10, hi=600_000)
@@ -78,8 +79,14 @@ class TelemetryConfig:
     """
 
     # Sections of the shared file that belong to the reporter: skipped here, unread.
-    OTHER_SECTIONS: ClassVar[tuple[str, ...]] = ("reporter", "sink", "retry", "dead", "nppa",
-                                                  "metrics")
+    OTHER_SECTIONS: ClassVar[tuple[str, ...]] = (
+        "reporter",
+        "sink",
+        "retry",
+        "dead",
+        "nppa",
+        "metrics",
+    )
 
     redis: RedisSettings = field(default_factory=RedisSettings)
     buffer: BufferSettings = field(default_factory=BufferSettings)
@@ -102,8 +109,10 @@ class TelemetryConfig:
     def unconfigured(self) -> bool:
         """Built-in or packaged defaults with the default Redis URL: nobody said which Redis
         (no file, no ``$TELEMETRY_CONFIG``, no ``TELEMETRY_REDIS_URL``, no ``url=``)."""
-        return (self.source in (DEFAULTS_SOURCE, _config_loader.PACKAGED_SOURCE)
-                and self.redis.url == RedisSettings().url)
+        return (
+            self.source in (DEFAULTS_SOURCE, _config_loader.PACKAGED_SOURCE)
+            and self.redis.url == RedisSettings().url
+        )
 
     def check(self, where: Where) -> None:
         """Rules that tie keys together, or need more than a range; raise ``ConfigError``
@@ -118,22 +127,25 @@ class TelemetryConfig:
                 f"{where('collector', 'max_buffer_bytes')}: [collector] max_buffer_bytes: "
                 f"expected at least twice [buffer] max_event_bytes "
                 f"({2 * self.buffer.max_event_bytes}) so the largest events fit, found "
-                f"{self.collector.max_buffer_bytes}")
+                f"{self.collector.max_buffer_bytes}"
+            )
         tables = [("buffer", "[buffer]", self.buffer.dedup_fields)]
-        tables += [("games", f'[games."{game}"]', s.dedup_fields)
-                   for game, s in self.games.items()]
+        tables += [("games", f'[games."{game}"]', s.dedup_fields) for game, s in self.games.items()]
         for section, table, fields in tables:
             wrong = _dedup_fields_problem(fields)
             if wrong is not None:
-                raise ConfigError(f"{where(section, 'dedup_fields')}: {table} dedup_fields: "
-                                  f"{wrong}")
+                raise ConfigError(
+                    f"{where(section, 'dedup_fields')}: {table} dedup_fields: {wrong}"
+                )
 
     def advise(self, where: Where) -> list[str]:
         """What is valid but risky, for a warning (``check-config`` prints these on stderr,
         ``run`` logs them): TLS verification switched off.  A subclass adds its own."""
-        return [f"{where('redis', 'url')}: [redis] url: {notice}: anyone on the network path "
-                f"can pose as the server and read the traffic, the password included"
-                for notice in tls_notices(self.redis.url)]
+        return [
+            f"{where('redis', 'url')}: [redis] url: {notice}: anyone on the network path "
+            f"can pose as the server and read the traffic, the password included"
+            for notice in tls_notices(self.redis.url)
+        ]
 
     def cap_for(self, game: str) -> int:
         override = self.games.get(game)
@@ -181,17 +193,24 @@ def _dedup_fields_problem(fields: tuple[str, ...]) -> str | None:
     return None
 
 
-def load_config(path: str | os.PathLike[str] | None = None,
-                env: Mapping[str, str] | None = None,
-                cls: type[C] = TelemetryConfig) -> C:  # type: ignore[assignment]
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    cls: type[C] = TelemetryConfig,  # type: ignore[assignment]
+) -> C:
     """``cls.load(path, env)``: the file (else ``$TELEMETRY_CONFIG``, else the packaged
     default) plus environment overrides, validated."""
     return _config_loader.load_config(path, env, cls)
 
 
-def build_config(raw: Mapping[str, Any], source: str, env: Mapping[str, str] | None = None,
-                 *, interpolate: bool = True,
-                 cls: type[C] = TelemetryConfig) -> C:  # type: ignore[assignment]
+def build_config(
+    raw: Mapping[str, Any],
+    source: str,
+    env: Mapping[str, str] | None = None,
+    *,
+    interpolate: bool = True,
+    cls: type[C] = TelemetryConfig,  # type: ignore[assignment]
+) -> C:
     """Validate already-parsed data (from TOML or keyword arguments) into a ``cls``;
     ``source`` names it in errors."""
     return _config_loader.build_config(raw, source, env, interpolate=interpolate, cls=cls)

@@ -35,7 +35,6 @@ GAMES = "games"
 PACKAGED_SOURCE = f"<packaged {DEFAULT_CONFIG_NAME}>"
 
 
-
 class ConfigClass(Protocol):
     """What the loader needs of a config class: dataclass fields, each section a dataclass,
     ``games`` a mapping of game name to a dataclass of per-game keys, plus ``source`` and
@@ -66,8 +65,11 @@ def default_config_text() -> str:
 def sections_of(cls: type[ConfigClass]) -> dict[str, type]:
     """A config class's sections: its dataclass-typed fields, by name."""
     hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)
-            if dataclasses.is_dataclass(hints[f.name])}
+    return {
+        f.name: hints[f.name]
+        for f in dataclasses.fields(cls)
+        if dataclasses.is_dataclass(hints[f.name])
+    }
 
 
 def games_settings_of(cls: type[ConfigClass]) -> type:
@@ -76,8 +78,9 @@ def games_settings_of(cls: type[ConfigClass]) -> type:
     return game_cls
 
 
-def load_config(path: str | os.PathLike[str] | None, env: Mapping[str, str] | None,
-                cls: type[C]) -> C:
+def load_config(
+    path: str | os.PathLike[str] | None, env: Mapping[str, str] | None, cls: type[C]
+) -> C:
     env = os.environ if env is None else env
     path = path or env.get(CONFIG_ENV) or None
     if path is None:
@@ -104,12 +107,18 @@ def _read_text(source: str) -> str:
         line = data.count(b"\n", 0, exc.start) + 1
         raise ConfigError(
             f"{source}: not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line} "
-            f"(offset {exc.start}); a TOML file is UTF-8") from None
+            f"(offset {exc.start}); a TOML file is UTF-8"
+        ) from None
 
 
-def build_config(raw: Mapping[str, Any], source: str, env: Mapping[str, str] | None = None,
-                 *, interpolate: bool = True,
-                 cls: type[C]) -> C:
+def build_config(
+    raw: Mapping[str, Any],
+    source: str,
+    env: Mapping[str, str] | None = None,
+    *,
+    interpolate: bool = True,
+    cls: type[C],
+) -> C:
     """Validate already-parsed data (from TOML or keyword arguments) into a ``cls``."""
     env = os.environ if env is None else env
     if interpolate:
@@ -121,15 +130,17 @@ def build_config(raw: Mapping[str, Any], source: str, env: Mapping[str, str] | N
     for name in raw:
         if name not in known:
             raise ConfigError(
-                f"{source}: unknown section [{name}]; expected one of {', '.join(known)}")
+                f"{source}: unknown section [{name}]; expected one of {', '.join(known)}"
+            )
     values: dict[str, Any] = {}
     notices: list[str] = []
     for name, section in sections.items():
         table = raw.get(name, {})
         if not isinstance(table, Mapping):
             raise ConfigError(f"{source}: [{name}] must be a table, found {_echo(table)}")
-        values[name] = _build_section(section, name, table, source, overrides.get(name, {}),
-                                      notices)
+        values[name] = _build_section(
+            section, name, table, source, overrides.get(name, {}), notices
+        )
     values[GAMES] = _build_games(raw.get(GAMES, {}), source, games_settings_of(cls))
     config = cls(**values, source=source, notices=tuple(notices))
 
@@ -155,12 +166,16 @@ def raw_settings(config: ConfigClass) -> dict[str, dict[str, Any]]:
     return raw
 
 
-def _unset_variables(value: Any, env: Mapping[str, str], path: tuple[str, ...]
-                     ) -> list[tuple[str, str]]:
+def _unset_variables(
+    value: Any, env: Mapping[str, str], path: tuple[str, ...]
+) -> list[tuple[str, str]]:
     """Every ``${NAME}`` in ``value`` whose variable is not set: (name, key), in file order."""
     if isinstance(value, str):
-        return [(name, _key_name(path)) for match in _INTERPOLATION.finditer(value)
-                if (name := match.group(1)) is not None and name not in env]
+        return [
+            (name, _key_name(path))
+            for match in _INTERPOLATION.finditer(value)
+            if (name := match.group(1)) is not None and name not in env
+        ]
     if isinstance(value, Mapping):
         return [m for k, v in value.items() for m in _unset_variables(v, env, (*path, k))]
     if isinstance(value, list):
@@ -171,14 +186,15 @@ def _unset_variables(value: Any, env: Mapping[str, str], path: tuple[str, ...]
 def _key_name(path: tuple[str, ...]) -> str:
     """A key as the docs and the other errors spell it: ``[redis] url``,
     ``[sink.headers] Authorization``, ``[games."farm"] biz_id``."""
+
     def part(name: str) -> str:
         return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else f'"{name}"'
+
     *table, key = path or ("",)
     return f"[{'.'.join(part(t) for t in table)}] {part(key)}" if table else part(key)
 
 
-def _refuse_unset_variables(raw: Mapping[str, Any], source: str, env: Mapping[str, str]
-                            ) -> None:
+def _refuse_unset_variables(raw: Mapping[str, Any], source: str, env: Mapping[str, str]) -> None:
     """One error naming every unset variable the file refers to, so one run shows them all."""
     missing = _unset_variables(raw, env, ())
     if not missing:
@@ -186,16 +202,14 @@ def _refuse_unset_variables(raw: Mapping[str, Any], source: str, env: Mapping[st
     names = list(dict.fromkeys(name for name, _ in missing))
     uses = "; ".join(f"${{{name}}} at {key}" for name, key in missing)
     noun = "variable is" if len(names) == 1 else "variables are"
-    raise ConfigError(f"{source}: {uses}: the environment {noun} not set: "
-                      f"{', '.join(names)}")
+    raise ConfigError(f"{source}: {uses}: the environment {noun} not set: {', '.join(names)}")
 
 
 def _interpolate(value: Any, env: Mapping[str, str]) -> Any:
     """``${NAME}`` replaced by the variable (every one is set: refused before), ``$$`` by
     ``$``."""
     if isinstance(value, str):
-        return _INTERPOLATION.sub(lambda m: "$" if m.group(1) is None else env[m.group(1)],
-                                  value)
+        return _INTERPOLATION.sub(lambda m: "$" if m.group(1) is None else env[m.group(1)], value)
     if isinstance(value, Mapping):
         return {k: _interpolate(v, env) for k, v in value.items()}
     if isinstance(value, list):
@@ -203,14 +217,15 @@ def _interpolate(value: Any, env: Mapping[str, str]) -> Any:
     return value
 
 
-def _env_overrides(env: Mapping[str, str], sections: Mapping[str, type]
-                   ) -> dict[str, dict[str, tuple[str, str]]]:
+def _env_overrides(
+    env: Mapping[str, str], sections: Mapping[str, type]
+) -> dict[str, dict[str, tuple[str, str]]]:
     """``TELEMETRY_REDIS_URL=...`` -> {"redis": {"url": ("TELEMETRY_REDIS_URL", "...")}}."""
     out: dict[str, dict[str, tuple[str, str]]] = {}
     for var, value in env.items():
         if not var.startswith(ENV_PREFIX) or var == CONFIG_ENV:
             continue
-        rest = var[len(ENV_PREFIX):].lower()
+        rest = var[len(ENV_PREFIX) :].lower()
         section, _, key = rest.partition("_")
         if section not in sections or not key:
             continue  # not ours: other readers and tools use TELEMETRY_* too
@@ -224,8 +239,14 @@ def _env_overrides(env: Mapping[str, str], sections: Mapping[str, type]
     return out
 
 
-def _build_section(cls: type, name: str, table: Mapping[str, Any], source: str,
-                   overrides: Mapping[str, tuple[str, str]], notices: list[str]) -> Any:
+def _build_section(
+    cls: type,
+    name: str,
+    table: Mapping[str, Any],
+    source: str,
+    overrides: Mapping[str, tuple[str, str]],
+    notices: list[str],
+) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     others = getattr(cls, "OTHER_KEYS", ())  # another reader's keys in the same table
@@ -246,8 +267,10 @@ def _build_section(cls: type, name: str, table: Mapping[str, Any], source: str,
             continue
         renamed = (f.metadata.get("renamed") or {}).get(value) if isinstance(value, str) else None
         if renamed is not None:
-            notices.append(f"{where}: [{name}] {key}: {value!r} is a deprecated name for "
-                           f"{renamed!r}; write {renamed!r}")
+            notices.append(
+                f"{where}: [{name}] {key}: {value!r} is a deprecated name for "
+                f"{renamed!r}; write {renamed!r}"
+            )
             value = renamed
         values[key] = _check_value(value, hints[key], f.metadata, where, f"[{name}] {key}")
     return cls(**values)
@@ -263,8 +286,7 @@ def _build_games(table: Any, source: str, cls: type) -> Mapping[str, Any]:
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{source}: [games.{game!r}]: {exc}") from None
         if not isinstance(section, Mapping):
-            raise ConfigError(
-                f'{source}: [games."{game}"] must be a table, found {_echo(section)}')
+            raise ConfigError(f'{source}: [games."{game}"] must be a table, found {_echo(section)}')
         games[game] = _build_section(cls, f'games."{game}"', section, source, {}, [])
     return MappingProxyType(games)
 
@@ -300,19 +322,25 @@ def _check_value(value: Any, tp: Any, meta: Mapping[str, Any], where: str, key: 
         if not isinstance(value, list | tuple):
             raise _mismatch(value, _describe(tp), where, key, meta)
         item_type = typing.get_args(tp)[0]
-        return tuple(_check_value(v, item_type, meta, where, f"{key}[{i}]")
-                     for i, v in enumerate(value))
+        return tuple(
+            _check_value(v, item_type, meta, where, f"{key}[{i}]") for i, v in enumerate(value)
+        )
     if typing.get_origin(tp) is not None:  # Mapping[str, X]
         if not isinstance(value, Mapping):
             raise _mismatch(value, _describe(tp), where, key, meta)
         item_type = typing.get_args(tp)[1]
-        return MappingProxyType({
-            str(k): _check_value(v, item_type, meta, where, f"{key}.{k}") for k, v in value.items()
-        })
+        return MappingProxyType(
+            {
+                str(k): _check_value(v, item_type, meta, where, f"{key}.{k}")
+                for k, v in value.items()
+            }
+        )
     if tp is bool or tp is str:
         return _check_plain(value, tp, meta, where, key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or (
-        tp is int and not isinstance(value, int)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (tp is int and not isinstance(value, int))
     ):
         raise _mismatch(value, _describe(tp), where, key, meta)
     lo, hi = meta.get("lo"), meta.get("hi")
@@ -334,8 +362,9 @@ def _check_plain(value: Any, tp: type, meta: Mapping[str, Any], where: str, key:
     return value
 
 
-def _mismatch(value: Any, expected: str, where: str, key: str, meta: Mapping[str, Any]
-              ) -> ConfigError:
+def _mismatch(
+    value: Any, expected: str, where: str, key: str, meta: Mapping[str, Any]
+) -> ConfigError:
     """The error for a wrong value; a secret's value is never echoed, only its kind."""
     secret = meta.get("secret")
     found = f"a {type(value).__name__} (not shown: a secret)" if secret else _echo(value)

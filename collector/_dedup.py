@@ -24,18 +24,20 @@ class Dedup:
 
     def __init__(self, config: TelemetryConfig) -> None:
         self._default = config.buffer.dedup_fields
-        self._games = {game: s.dedup_fields for game, s in config.games.items()
-                       if s.dedup_fields}
+        self._games = {game: s.dedup_fields for game, s in config.games.items() if s.dedup_fields}
         # Whether any game has dedup_fields: collect() asks this flag, nothing more.
         self.configured = bool(self._default or self._games)
 
-    def keyed(self, game: str, event: Mapping[str, Any], dedup_key: str | None,
-              entry: bytes) -> bytes:
+    def keyed(
+        self, game: str, event: Mapping[str, Any], dedup_key: str | None, entry: bytes
+    ) -> bytes:
         """``entry`` with the event's dedup key in front, or as it is if it has none."""
         if dedup_key is not None:
             if type(dedup_key) is not str:
-                raise TypeError(f"dedup_key for game {game!r} must be a str, got "
-                                f"{type(dedup_key).__name__}: {dedup_key!r:.80}")
+                raise TypeError(
+                    f"dedup_key for game {game!r} must be a str, got "
+                    f"{type(dedup_key).__name__}: {dedup_key!r:.80}"
+                )
             if not dedup_key:
                 raise ValueError(f"dedup_key for game {game!r} is empty; pass None for no key")
             return keyed_entry(orjson.dumps(dedup_key), entry)

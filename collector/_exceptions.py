@@ -84,11 +84,13 @@ class EventsDropped(TelemetryError):
         self.reason = reason
         self.count = count
         self.games: Mapping[str, int] = MappingProxyType(
-            {game: n for game, n in games.items() if n > 0})
+            {game: n for game, n in games.items() if n > 0}
+        )
         self.game = next(iter(self.games)) if len(self.games) == 1 else None
         events = "event" if count == 1 else "events"
-        super().__init__(f"{count} {events} {_WHY.get(reason, str(reason))} "
-                         f"({_by_game(self.games)})")
+        super().__init__(
+            f"{count} {events} {_WHY.get(reason, str(reason))} ({_by_game(self.games)})"
+        )
 
     def __reduce__(self) -> tuple[object, ...]:
         return type(self), (self.reason, self.count, dict(self.games))
@@ -96,7 +98,7 @@ class EventsDropped(TelemetryError):
 
 _WHY = {
     Counter.DROPPED_BUFFER_FULL: "dropped: the in-process buffer was full "
-                                 "([collector] max_buffer_events or max_buffer_bytes)",
+    "([collector] max_buffer_events or max_buffer_bytes)",
     Counter.DROPPED_TOO_LARGE: "refused: larger than [buffer] max_event_bytes",
     Counter.DROPPED_AT_CLOSE: "dropped: still buffered when close() ran out of time",
 }

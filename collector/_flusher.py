@@ -37,9 +37,17 @@ Clock = Callable[[], float]  # monotonic seconds
 
 
 class Flusher:
-    def __init__(self, buffer: EventBuffer, writer: Callable[[], Writer], counts: Metrics,
-                 ratelog: RateLimitedLog, report: ErrorReport, interval: float,
-                 longest: float, clock: Clock = time.monotonic) -> None:
+    def __init__(
+        self,
+        buffer: EventBuffer,
+        writer: Callable[[], Writer],
+        counts: Metrics,
+        ratelog: RateLimitedLog,
+        report: ErrorReport,
+        interval: float,
+        longest: float,
+        clock: Clock = time.monotonic,
+    ) -> None:
         self._buffer = buffer
         self._writer = writer
         self._counts = counts
@@ -78,7 +86,8 @@ class Flusher:
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(
-                    target=self._run, name="telemetry-collector-flusher", daemon=True)
+                    target=self._run, name="telemetry-collector-flusher", daemon=True
+                )
                 self._thread.start()
 
     def flush(self, timeout: float) -> bool:
@@ -118,8 +127,9 @@ class Flusher:
             self.wake.clear()
             ok = self._round()
             if self._stop.is_set() and (
-                    (not len(self._buffer) and not self.unconfirmed_writes)
-                    or self._clock() >= self._deadline):
+                (not len(self._buffer) and not self.unconfirmed_writes)
+                or self._clock() >= self._deadline
+            ):
                 return
             if ok:
                 delay = self._interval
@@ -151,38 +161,53 @@ class Flusher:
             if result.failed or any(result.failed_pending.values()):
                 self._buffer.put_back(result.failed, result.failed_pending)
             self.in_flush = 0
-            self._counts.add({Counter.STORED: result.stored, Counter.EVICTED: result.evicted,
-                              Counter.MERGED: result.merged, Counter.FLUSHES: 1})
+            self._counts.add(
+                {
+                    Counter.STORED: result.stored,
+                    Counter.EVICTED: result.evicted,
+                    Counter.MERGED: result.merged,
+                    Counter.FLUSHES: 1,
+                }
+            )
             if result.refused_oom:
                 self._counts.count(Counter.REFUSED_OOM, result.refused_oom)
             if result.unreplicated:
                 self._counts.count(Counter.UNREPLICATED_WRITES, result.unreplicated)
             if result.error is not None:
-                self._failed(result.error, sum(map(len, result.failed.values()))
-                             + result.unconfirmed_events)
+                self._failed(
+                    result.error, sum(map(len, result.failed.values())) + result.unconfirmed_events
+                )
                 return False
             if result.unconfirmed_writes:  # answered, yet still unconfirmed: never spin
                 return False
             self._ratelog.reset("backend")
-            if (self._buffer.unreported
-                    and self._clock() - self._drops_reported >= DROPS_REPORT_SECONDS):
+            if (
+                self._buffer.unreported
+                and self._clock() - self._drops_reported >= DROPS_REPORT_SECONDS
+            ):
                 self._report_drops()  # a long round (a steady flood) still reports
 
     def _failed(self, exc: Exception, count: int) -> None:
         self._counts.count(Counter.BACKEND_ERRORS)
         if isinstance(exc, BackendFull):
             self._ratelog.log(
-                logging.WARNING, "backend",
+                logging.WARNING,
+                "backend",
                 "Redis is full (maxmemory): %d events not stored, kept here; %d buffered, "
                 "retrying with backoff (one call per full shard) until the reporters drain "
                 "it (%s)",
-                count, len(self._buffer), reason(exc),
+                count,
+                len(self._buffer),
+                reason(exc),
             )
         else:
             self._ratelog.log(
-                logging.WARNING, "backend",
+                logging.WARNING,
+                "backend",
                 "cannot store %d events (%s); %d buffered, retrying with backoff",
-                count, reason(exc), len(self._buffer),
+                count,
+                reason(exc),
+                len(self._buffer),
             )
         self._report.failed_write(exc, count, reason(exc))
         self._report_drops()  # putting the events back may have overfilled the buffer

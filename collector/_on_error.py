@@ -24,8 +24,10 @@ OnError = Callable[[TelemetryError, int], object]
 def check_callback(callback: object) -> OnError | None:
     """``callback`` if it can be called (or is None); ``TypeError`` naming it otherwise."""
     if callback is not None and not callable(callback):
-        raise TypeError(f"on_error must be a callable taking (error, count) or None, "
-                        f"got {type(callback).__name__}")
+        raise TypeError(
+            f"on_error must be a callable taking (error, count) or None, "
+            f"got {type(callback).__name__}"
+        )
     return callback
 
 
@@ -43,9 +45,13 @@ class ErrorReport:
         try:
             callback(error, count)
         except Exception:  # the host's bug must not stop the flusher or close()
-            self._ratelog.log(logging.ERROR, "on_error",
-                              "the on_error callback raised (ignored) while told: %s", error,
-                              exc_info=True)
+            self._ratelog.log(
+                logging.ERROR,
+                "on_error",
+                "the on_error callback raised (ignored) while told: %s",
+                error,
+                exc_info=True,
+            )
 
     def failed_write(self, exc: Exception, count: int, reason: str) -> None:
         """A write of ``count`` events failed with ``exc``: hand on a ``BackendError``."""

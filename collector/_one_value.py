@@ -27,7 +27,8 @@ def check_one_value(game: str, data: bytes) -> None:
     except orjson.JSONDecodeError as exc:
         raise TypeError(
             f"event for game {game!r} holds raw JSON (orjson.Fragment) that is not exactly one "
-            f"JSON value ({exc}); pass the value itself, or one whole JSON value") from None
+            f"JSON value ({exc}); pass the value itself, or one whole JSON value"
+        ) from None
 
 
 def check_utf8(game: str, data: bytes) -> None:
@@ -37,4 +38,5 @@ def check_utf8(game: str, data: bytes) -> None:
     except UnicodeDecodeError as exc:
         raise TypeError(
             f"event for game {game!r} holds raw JSON (orjson.Fragment) that is not UTF-8 "
-            f"({exc.reason} at byte {exc.start}); pass the value itself") from None
+            f"({exc.reason} at byte {exc.start}); pass the value itself"
+        ) from None

@@ -21,9 +21,15 @@ from collector.logs import HIDDEN, mask, mask_headers, mask_url
 Where = Callable[[str, str], str]
 
 
-def setting(default: Any, *, lo: float | None = None, hi: float | None = None,
-            choices: tuple[str, ...] = (), secret: bool = False,
-            renamed: Mapping[str, str] | None = None) -> Any:
+def setting(
+    default: Any,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    choices: tuple[str, ...] = (),
+    secret: bool = False,
+    renamed: Mapping[str, str] | None = None,
+) -> Any:
     """A dataclass field with its allowed range; the loader reads the metadata.  ``renamed``
     maps old values to the choices that replaced them (accepted, with a notice)."""
     meta = {"lo": lo, "hi": hi, "choices": choices, "secret": secret, "renamed": renamed}
@@ -65,5 +71,7 @@ def _shown(value: Any) -> Any:
 
 
 def section_dict(section: Any) -> dict[str, Any]:
-    return {f.name: (_mask if f.metadata.get("secret") else _shown)(getattr(section, f.name))
-            for f in dataclasses.fields(section)}
+    return {
+        f.name: (_mask if f.metadata.get("secret") else _shown)(getattr(section, f.name))
+        for f in dataclasses.fields(section)
+    }

@@ -62,8 +62,9 @@ class WriteResult:
     reset_shards: list[int] = field(default_factory=list)
 
 
-def plan_calls(queues: Mapping[str, Sequence[bytes]], pending: Pending,
-               cap_for: Callable[[str], int]) -> list[Call]:
+def plan_calls(
+    queues: Mapping[str, Sequence[bytes]], pending: Pending, cap_for: Callable[[str], int]
+) -> list[Call]:
     """One call per game (more for a game with over EVENTS_PER_CALL events or CALL_BYTES
     bytes of them), drop counts riding on the game's first call.
 
@@ -78,12 +79,16 @@ def plan_calls(queues: Mapping[str, Sequence[bytes]], pending: Pending,
         entries = list(queues.get(game, ()))
         thinned = max(0, len(entries) - cap_for(game))
         parts = _cut(entries[thinned:])
-        calls.append(Call(
-            game, parts[0], thinned + pending[Counter.EVICTED].get(game, 0),
-            pending[Counter.DROPPED_BUFFER_FULL].get(game, 0),
-            pending[Counter.DROPPED_TOO_LARGE].get(game, 0),
-            entries[:thinned],
-        ))
+        calls.append(
+            Call(
+                game,
+                parts[0],
+                thinned + pending[Counter.EVICTED].get(game, 0),
+                pending[Counter.DROPPED_BUFFER_FULL].get(game, 0),
+                pending[Counter.DROPPED_TOO_LARGE].get(game, 0),
+                entries[:thinned],
+            )
+        )
         calls.extend(Call(game, part) for part in parts[1:])
     return calls
 
@@ -120,11 +125,15 @@ class Writer:
     is given up instead.
     """
 
-    def __init__(self, store: Store, cap_for: Callable[[str], int],
-                 ttl_for: Callable[[str], int],
-                 on_reset: Callable[[list[int]], None] = lambda shards: None,
-                 window_for: Callable[[str], int] = lambda game: 0,
-                 keep_unconfirmed: bool = True) -> None:
+    def __init__(
+        self,
+        store: Store,
+        cap_for: Callable[[str], int],
+        ttl_for: Callable[[str], int],
+        on_reset: Callable[[list[int]], None] = lambda shards: None,
+        window_for: Callable[[str], int] = lambda game: 0,
+        keep_unconfirmed: bool = True,
+    ) -> None:
         self.store = store
         self._schema = store.schema
         self._cap_for = cap_for
@@ -177,11 +186,18 @@ class Writer:
         self._send(calls, shards, first, identity, replies)
         if later:
             answered = self._answered(shards, first, replies)
-            self._send(calls, shards, self._window(
-                calls, shards, [i for i in later if shards[i].shard in answered]),
-                identity, replies)
-        self._full = {keys.shard for keys, reply in zip(shards, replies, strict=True)
-                      if isinstance(reply, BackendFull)}
+            self._send(
+                calls,
+                shards,
+                self._window(calls, shards, [i for i in later if shards[i].shard in answered]),
+                identity,
+                replies,
+            )
+        self._full = {
+            keys.shard
+            for keys, reply in zip(shards, replies, strict=True)
+            if isinstance(reply, BackendFull)
+        }
         result = self._settle(calls, shards, replies)
         for keys, reply in zip(shards, replies, strict=True):
             if isinstance(reply, Stored):
@@ -215,8 +231,7 @@ class Writer:
                 started.add(shard)
         return self._window(calls, shards, first), later
 
-    def _window(self, calls: list[Call], shards: list[ShardKeys], which: list[int]
-                ) -> list[int]:
+    def _window(self, calls: list[Call], shards: list[ShardKeys], which: list[int]) -> list[int]:
         """``which``, without the new calls that would put a shard's writes without an answer
         at ``WRITES_PER_WRITER`` or more (they wait for a later round)."""
         room: dict[int, int] = {}
@@ -225,8 +240,9 @@ class Writer:
             shard = shards[i].shard
             if calls[i].seq == 0:
                 if shard not in room:
-                    room[shard] = WRITES_PER_WRITER - (self._next.get(shard, 1)
-                                                       - self._lowest(shard))
+                    room[shard] = WRITES_PER_WRITER - (
+                        self._next.get(shard, 1) - self._lowest(shard)
+                    )
                 if room[shard] <= 0:
                     continue
                 room[shard] -= 1
@@ -239,14 +255,21 @@ class Writer:
         return unsure[0].seq if unsure else self._next.get(shard, 1)
 
     @staticmethod
-    def _answered(shards: list[ShardKeys], sent: list[int],
-                  replies: list[Stored | BackendError | None]) -> set[int]:
+    def _answered(
+        shards: list[ShardKeys], sent: list[int], replies: list[Stored | BackendError | None]
+    ) -> set[int]:
         """Shards every one of whose calls in ``sent`` was answered."""
         failed = {shards[i].shard for i in sent if not isinstance(replies[i], Stored)}
         return {shards[i].shard for i in sent} - failed
 
-    def _send(self, calls: list[Call], shards: list[ShardKeys], which: Sequence[int],
-              identity: str, replies: list[Stored | BackendError | None]) -> None:
+    def _send(
+        self,
+        calls: list[Call],
+        shards: list[ShardKeys],
+        which: Sequence[int],
+        identity: str,
+        replies: list[Stored | BackendError | None],
+    ) -> None:
         if not which:
             return
         low: dict[int, int] = {}
@@ -273,16 +296,35 @@ class Writer:
                 for i in which:
                     self._sending[shards[i].shard].discard(calls[i].seq)
 
-    def _call(self, calls: list[Call], shards: list[ShardKeys], which: Sequence[int],
-              identity: str, replies: list[Stored | BackendError | None],
-              low: dict[int, int]) -> None:
+    def _call(
+        self,
+        calls: list[Call],
+        shards: list[ShardKeys],
+        which: Sequence[int],
+        identity: str,
+        replies: list[Stored | BackendError | None],
+        low: dict[int, int],
+    ) -> None:
         requests = []
         for i in which:
             c, keys = calls[i], shards[i]
-            requests.append(Collect(
-                keys, c.game, c.entries, self._cap_for(c.game), self._ttl_for(c.game),
-                c.pre_evicted, c.dropped_buffer_full, c.dropped_too_large, identity,
-                self.writer_id, c.seq, low[keys.shard], self._window_for(c.game) * 1000))
+            requests.append(
+                Collect(
+                    keys,
+                    c.game,
+                    c.entries,
+                    self._cap_for(c.game),
+                    self._ttl_for(c.game),
+                    c.pre_evicted,
+                    c.dropped_buffer_full,
+                    c.dropped_too_large,
+                    identity,
+                    self.writer_id,
+                    c.seq,
+                    low[keys.shard],
+                    self._window_for(c.game) * 1000,
+                )
+            )
         got: Sequence[Stored | BackendError]
         try:
             got = self.store.call_many(requests)
@@ -291,12 +333,17 @@ class Writer:
         for i, reply in zip(which, got, strict=True):
             replies[i] = reply
 
-    def _settle(self, calls: list[Call], shards: list[ShardKeys],
-                replies: list[Stored | BackendError | None]) -> WriteResult:
+    def _settle(
+        self,
+        calls: list[Call],
+        shards: list[ShardKeys],
+        replies: list[Stored | BackendError | None],
+    ) -> WriteResult:
         """Sum what was stored; keep the calls whose outcome is unknown; collect what surely
         was not stored (refused, or held back: None) so it can be put back and sent again."""
-        was_unsure = ({id(c) for cs in self._unconfirmed.values() for c in cs}
-                      if self._unconfirmed else set())
+        was_unsure = (
+            {id(c) for cs in self._unconfirmed.values() for c in cs} if self._unconfirmed else set()
+        )
         unsure: dict[int, list[Call]] = {}
         result = WriteResult()
         for c, keys, reply in zip(calls, shards, replies, strict=True):
@@ -313,7 +360,8 @@ class Writer:
             if reply is not None:  # None is held back
                 result.error = reply
             if id(c) in was_unsure or (
-                    self._keep and isinstance(reply, BackendUnavailable) and c.seq):
+                self._keep and isinstance(reply, BackendUnavailable) and c.seq
+            ):
                 unsure.setdefault(keys.shard, []).append(c)
             else:
                 fail(result, c)

@@ -35,8 +35,17 @@ HIDDEN = "***"
 # credential: "pass" covers password and passwd, "key" api_key and apikey, "auth"
 # Authorization and Proxy-Authorization, "token" access_token.  So does a name with a word
 # that starts with "sig" (sig, signature, X-Amz-Signature; not "design").
-CREDENTIAL_WORDS = ("pass", "pwd", "token", "key", "secret", "auth", "credential", "session",
-                    "cookie")
+CREDENTIAL_WORDS = (
+    "pass",
+    "pwd",
+    "token",
+    "key",
+    "secret",
+    "auth",
+    "credential",
+    "session",
+    "cookie",
+)
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z0-9]+(?![a-z])")
 
 # "//userinfo@" in a URL: everything up to the last "@" before the host's end (a raw "@" in a
@@ -45,8 +54,9 @@ _USERINFO = re.compile(r"//([^/?#\s'\"<>]*)@")
 # "name=value" after "?", "&", ";" or "#" (a query string or an OAuth-style fragment).
 _PARAM = re.compile(r"([?&;#])([^=&;#\s'\"<>]+)=([^&;#\s'\"<>]*)")
 # An authorization scheme and its credentials, wherever they appear ("Bearer abc").
-_SCHEME_CREDENTIALS = re.compile(r"\b(Bearer|Basic|Digest|Token|Negotiate)\s+([^\s'\",;]+)",
-                                 re.IGNORECASE)
+_SCHEME_CREDENTIALS = re.compile(
+    r"\b(Bearer|Basic|Digest|Token|Negotiate)\s+([^\s'\",;]+)", re.IGNORECASE
+)
 # A quoted name and value as a dict repr shows them: 'X-Api-Key': 'abc'.
 _QUOTED_ITEM = re.compile(r"(['\"])([^'\"]{1,100})\1(\s*:\s*)(['\"])(.*?)\4")
 
@@ -82,7 +92,7 @@ def mask_url(url: str) -> str:
         netloc = re.match(r"[^/?#\s]*", url)
         if netloc and "@" in netloc.group():
             userinfo, _, rest = netloc.group().rpartition("@")
-            url = f"{_hide_userinfo(userinfo)}@{rest}{url[netloc.end():]}"
+            url = f"{_hide_userinfo(userinfo)}@{rest}{url[netloc.end() :]}"
     return mask(url)
 
 
@@ -90,8 +100,10 @@ def mask_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """Headers as they may be shown: the value of every header whose name carries a
     credential (``Authorization``, ``Proxy-Authorization``, ``Cookie``, ``X-Api-Key``, ...) is
     ``***``; the other values go through ``mask``."""
-    return {name: HIDDEN if is_credential_name(name) else mask(str(value))
-            for name, value in headers.items()}
+    return {
+        name: HIDDEN if is_credential_name(name) else mask(str(value))
+        for name, value in headers.items()
+    }
 
 
 def _hide_userinfo(userinfo: str) -> str:
@@ -130,8 +142,13 @@ class RateLimitedLog:
     KEY_CHARS = 100
     OVERFLOW = "(other kinds)"
 
-    def __init__(self, logger: logging.Logger, interval: float = 60.0,
-                 max_keys: int = 256, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        logger: logging.Logger,
+        interval: float = 60.0,
+        max_keys: int = 256,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._logger = logger
         self._clock = clock
         self._interval = interval
@@ -141,10 +158,17 @@ class RateLimitedLog:
         self._suppressed: dict[str, int] = {}
         self._forgotten = 0  # held back under keys forgotten since the last line
 
-    def log(self, level: int, key: str, msg: str, *args: object, exc_info: bool = False,
-            extra: Mapping[str, object] | None = None) -> None:
+    def log(
+        self,
+        level: int,
+        key: str,
+        msg: str,
+        *args: object,
+        exc_info: bool = False,
+        extra: Mapping[str, object] | None = None,
+    ) -> None:
         now = self._clock()
-        key = key[:self.KEY_CHARS]
+        key = key[: self.KEY_CHARS]
         with self._lock:
             if key not in self._last and len(self._last) >= self._max_keys:
                 self._forget_idle(now)
@@ -178,7 +202,7 @@ class RateLimitedLog:
             return len(self._last)
 
     def reset(self, key: str) -> None:
-        key = key[:self.KEY_CHARS]
+        key = key[: self.KEY_CHARS]
         with self._lock:
             self._last.pop(key, None)
             self._suppressed.pop(key, None)

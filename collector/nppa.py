@@ -33,8 +33,9 @@ _MS_THRESHOLD = 100_000_000_000
 __all__ = ["GUEST", "LOGIN", "LOGOUT", "VERIFIED", "behavior", "check_item", "login", "logout"]
 
 
-def behavior(*, si: str, bt: int, ot: int, ct: int, pi: str | None = None,
-             di: str | None = None) -> dict[str, Any]:
+def behavior(
+    *, si: str, bt: int, ot: int, ct: int, pi: str | None = None, di: str | None = None
+) -> dict[str, Any]:
     """One behaviour event, checked: ``ValueError`` names the field the interface would
     refuse."""
     event: dict[str, Any] = {"si": si, "bt": bt, "ot": ot, "ct": ct}
@@ -45,14 +46,12 @@ def behavior(*, si: str, bt: int, ot: int, ct: int, pi: str | None = None,
     return check_item(event)
 
 
-def login(*, si: str, ot: int, pi: str | None = None, di: str | None = None
-          ) -> dict[str, Any]:
+def login(*, si: str, ot: int, pi: str | None = None, di: str | None = None) -> dict[str, Any]:
     """A login: a verified player with ``pi``, or a guest with ``di``."""
     return behavior(si=si, bt=LOGIN, ot=ot, ct=_player_type(pi, di), pi=pi, di=di)
 
 
-def logout(*, si: str, ot: int, pi: str | None = None, di: str | None = None
-           ) -> dict[str, Any]:
+def logout(*, si: str, ot: int, pi: str | None = None, di: str | None = None) -> dict[str, Any]:
     """A logout: a verified player with ``pi``, or a guest with ``di``."""
     return behavior(si=si, bt=LOGOUT, ot=ot, ct=_player_type(pi, di), pi=pi, di=di)
 
@@ -62,45 +61,56 @@ def check_item(event: Mapping[str, Any]) -> dict[str, Any]:
     ``ValueError`` naming the field and what is wrong."""
     si, bt, ot, ct = (event.get(k) for k in ("si", "bt", "ot", "ct"))
     if not isinstance(si, str) or not 1 <= len(si.encode()) <= MAX_SI_BYTES:
-        raise ValueError(f"si: expected a session id of 1 to {MAX_SI_BYTES} bytes, "
-                         f"found {_shown(si)}")
+        raise ValueError(
+            f"si: expected a session id of 1 to {MAX_SI_BYTES} bytes, found {_shown(si)}"
+        )
     if _not_int(bt) or bt not in (LOGIN, LOGOUT):
         raise ValueError(f"bt: expected 1 (login) or 0 (logout), found {_shown(bt)}")
     _check_ot(ot)
     if _not_int(ct) or ct not in (VERIFIED, GUEST):
-        raise ValueError(f"ct: expected 0 (verified player, with pi) or 2 (guest, with di), "
-                         f"found {_shown(ct)}")
+        raise ValueError(
+            f"ct: expected 0 (verified player, with pi) or 2 (guest, with di), found {_shown(ct)}"
+        )
     item: dict[str, Any] = {"si": si, "bt": bt, "ot": ot, "ct": ct}
     if ct == VERIFIED:
         pi = event.get("pi")
         if not isinstance(pi, str) or len(pi) != PI_LENGTH:
-            raise ValueError(f"pi: a verified player (ct=0) needs pi, the {PI_LENGTH}-character "
-                             f"id from the identity check, found {_shown(pi)}")
+            raise ValueError(
+                f"pi: a verified player (ct=0) needs pi, the {PI_LENGTH}-character "
+                f"id from the identity check, found {_shown(pi)}"
+            )
         item["pi"] = pi
     else:
         di = event.get("di")
         if not isinstance(di, str) or not 1 <= len(di) <= MAX_DI_LENGTH:
-            raise ValueError(f"di: a guest (ct=2) needs di, a device id of 1 to "
-                             f"{MAX_DI_LENGTH} characters, found {_shown(di)}")
+            raise ValueError(
+                f"di: a guest (ct=2) needs di, a device id of 1 to "
+                f"{MAX_DI_LENGTH} characters, found {_shown(di)}"
+            )
         item["di"] = di
     return item
 
 
 def _check_ot(ot: object) -> None:
     if not isinstance(ot, int) or isinstance(ot, bool):
-        raise ValueError(f"ot: expected the behaviour time as whole seconds since the epoch "
-                         f"(an int), found {_shown(ot)}")
+        raise ValueError(
+            f"ot: expected the behaviour time as whole seconds since the epoch "
+            f"(an int), found {_shown(ot)}"
+        )
     if ot >= _MS_THRESHOLD:
-        raise ValueError(f"ot: {ot} looks like milliseconds; the interface wants whole "
-                         f"seconds since the epoch (for example int(time.time()))")
+        raise ValueError(
+            f"ot: {ot} looks like milliseconds; the interface wants whole "
+            f"seconds since the epoch (for example int(time.time()))"
+        )
     if ot <= 0:
         raise ValueError(f"ot: expected seconds since the epoch, found {ot}")
 
 
 def _player_type(pi: str | None, di: str | None) -> int:
     if (pi is None) == (di is None):
-        raise ValueError("pi or di: give pi for a verified player or di for a guest, "
-                         "exactly one of them")
+        raise ValueError(
+            "pi or di: give pi for a verified player or di for a guest, exactly one of them"
+        )
     return VERIFIED if pi is not None else GUEST
 
 

@@ -41,16 +41,31 @@ PROCESS = "process"
 CLUSTER = "cluster"
 # Upper bounds of the buckets (le), without +Inf.
 BUCKETS: dict[Histogram, tuple[float, ...]] = {
-    Histogram.POST_DURATION_SECONDS: (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                                      10.0, 30.0, 60.0),
+    Histogram.POST_DURATION_SECONDS: (
+        0.005,
+        0.01,
+        0.025,
+        0.05,
+        0.1,
+        0.25,
+        0.5,
+        1.0,
+        2.5,
+        5.0,
+        10.0,
+        30.0,
+        60.0,
+    ),
     Histogram.BATCH_SIZE_EVENTS: (1, 2, 4, 8, 16, 32, 64, 96, 127, 128),
 }
 HELP: dict[Histogram, str] = {
     Histogram.POST_DURATION_SECONDS: "Seconds one request to the endpoint took, answered or not",
     Histogram.BATCH_SIZE_EVENTS: "Events in one request to the endpoint (128 at most)",
 }
-INSTALL_HINT = ("collector.prometheus needs prometheus-client, which this installation lacks: "
-                "pip install prometheus-client")
+INSTALL_HINT = (
+    "collector.prometheus needs prometheus-client, which this installation lacks: "
+    "pip install prometheus-client"
+)
 
 Reader = Callable[[], float]
 
@@ -120,12 +135,16 @@ class Exposition:
     def counter(self, name: Counter, value: float, scope: str = PROCESS) -> None:
         self._counters.setdefault(name, {})[scope] = value
 
-    def gauge(self, name: Gauge, value: float, labels: Mapping[str, str] | None = None,
-              help: str = "") -> None:
+    def gauge(
+        self, name: Gauge, value: float, labels: Mapping[str, str] | None = None, help: str = ""
+    ) -> None:
         labels = labels or {}
         metric = exposed_name(name)
-        doc = help or self._help.get(name) or (
-            f"The level {str(name)!r} (docs/delivery.md, docs/operations.md)")
+        doc = (
+            help
+            or self._help.get(name)
+            or (f"The level {str(name)!r} (docs/delivery.md, docs/operations.md)")
+        )
         _, names, samples = self._gauges.setdefault(metric, (doc, tuple(labels), []))
         if tuple(labels) != names:
             raise ValueError(f"{metric}: labels {tuple(labels)} after {names}")
@@ -144,8 +163,11 @@ class Exposition:
         out: list[Metric] = []
         for counter, by_scope in sorted(self._counters.items()):
             family = CounterMetricFamily(
-                exposed_name(counter), f"The count {str(counter)!r} (docs/delivery.md); scope: "
-                "this process, or every shard in Redis (cluster)", labels=["scope"])
+                exposed_name(counter),
+                f"The count {str(counter)!r} (docs/delivery.md); scope: "
+                "this process, or every shard in Redis (cluster)",
+                labels=["scope"],
+            )
             for scope, value in sorted(by_scope.items()):
                 family.add_metric([scope], value)
             out.append(family)
@@ -155,11 +177,14 @@ class Exposition:
                 gauge.add_metric(values, value)
             out.append(gauge)
         for histogram, b in sorted(self._histograms.items()):
-            out.append(HistogramMetricFamily(
-                exposed_name(histogram), HELP[histogram],
-                buckets=[(_le(le), n) for le, n in zip(b.bounds, b.cumulative,
-                                                                   strict=True)],
-                sum_value=b.total))
+            out.append(
+                HistogramMetricFamily(
+                    exposed_name(histogram),
+                    HELP[histogram],
+                    buckets=[(_le(le), n) for le, n in zip(b.bounds, b.cumulative, strict=True)],
+                    sum_value=b.total,
+                )
+            )
         return out
 
 

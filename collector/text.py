@@ -11,6 +11,7 @@ from __future__ import annotations
 
 __all__ = ["printable", "printable_json"]
 
+
 def printable(text: str, keep: str = "") -> str:
     """``text`` with every character that is not printable written as its escape (``\\x1b``,
     ``\\n``, ``\\u202e``), except those in ``keep`` (``"\\n"`` for a text of several lines).
@@ -37,8 +38,7 @@ def printable_json(text: str) -> str:
     same JSON value."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() or c in _JSON_SPACE else _json_escape(c)
-                   for c in text)
+    return "".join(c if c.isprintable() or c in _JSON_SPACE else _json_escape(c) for c in text)
 
 
 def _json_escape(char: str) -> str:

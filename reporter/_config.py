@@ -59,8 +59,7 @@ class SinkSettings(MaskedRepr):
     connect_timeout_seconds: float = setting(2.0, lo=0.05, hi=300)
     max_connections: int = setting(32, lo=1, hi=1000)
     gzip: bool = setting(False)
-    transport: str = setting("builtin", choices=("builtin", "httpx"),
-                             renamed={"stdlib": "builtin"})
+    transport: str = setting("builtin", choices=("builtin", "httpx"), renamed={"stdlib": "builtin"})
     keepalive_expiry_seconds: float = setting(4.0, lo=0, hi=300)
     ca_file: str = setting("")
     client_cert_file: str = setting("")
@@ -135,8 +134,7 @@ class ReporterConfig(TelemetryConfig):
 
     OTHER_SECTIONS: ClassVar[tuple[str, ...]] = ()
 
-    games: Mapping[str, ReporterGameSettings] = field(
-        default_factory=lambda: MappingProxyType({}))
+    games: Mapping[str, ReporterGameSettings] = field(default_factory=lambda: MappingProxyType({}))
     reporter: ReporterSettings = field(default_factory=ReporterSettings)
     sink: SinkSettings = field(default_factory=SinkSettings)
     retry: RetrySettings = field(default_factory=RetrySettings)
@@ -163,15 +161,20 @@ class ReporterConfig(TelemetryConfig):
         advice = super().advise(where)
         nppa = self.nppa
         if self.sink.kind == "nppa" and nppa.late_behaviour == "resend":
-            short = min([self.buffer.ttl_seconds,
-                         *(g.ttl_seconds for g in self.games.values() if g.ttl_seconds)])
+            short = min(
+                [
+                    self.buffer.ttl_seconds,
+                    *(g.ttl_seconds for g in self.games.values() if g.ttl_seconds),
+                ]
+            )
             if short < nppa.late_max_age_seconds:
                 advice.append(
                     f"{where('nppa', 'late_max_age_seconds')}: [nppa] late_max_age_seconds "
                     f"({nppa.late_max_age_seconds:g}) is longer than a buffer's ttl_seconds "
                     f"({short}): a game that gets no new event for that long loses its "
                     "buffered events (unaccounted) before they could be resent; raise [buffer] "
-                    "ttl_seconds")
+                    "ttl_seconds"
+                )
         return advice
 
     def check(self, where: Where) -> None:
@@ -183,13 +186,16 @@ class ReporterConfig(TelemetryConfig):
             try:
                 listen_address(self.metrics.listen)
             except ValueError as exc:
-                raise ConfigError(f"{where('metrics', 'listen')}: [metrics] listen: {exc}"
-                                  ) from None
+                raise ConfigError(
+                    f"{where('metrics', 'listen')}: [metrics] listen: {exc}"
+                ) from None
         max_age = self.reporter.max_age_seconds
-        ttls = [(where("buffer", "ttl_seconds"), "[buffer] ttl_seconds",
-                 self.buffer.ttl_seconds)]
-        ttls += [(self.source, f'[games."{g}"] ttl_seconds', s.ttl_seconds)
-                 for g, s in self.games.items() if s.ttl_seconds]
+        ttls = [(where("buffer", "ttl_seconds"), "[buffer] ttl_seconds", self.buffer.ttl_seconds)]
+        ttls += [
+            (self.source, f'[games."{g}"] ttl_seconds', s.ttl_seconds)
+            for g, s in self.games.items()
+            if s.ttl_seconds
+        ]
         for origin, key, ttl in ttls:
             if ttl <= max_age:
                 raise ConfigError(
@@ -213,7 +219,8 @@ class ReporterConfig(TelemetryConfig):
                 validate_game(game)
             except ValueError as exc:
                 raise ConfigError(
-                    f"{where('reporter', 'hot_games')}: [reporter.hot_games] {exc}") from None
+                    f"{where('reporter', 'hot_games')}: [reporter.hot_games] {exc}"
+                ) from None
 
 
 def sink_problems(config: ReporterConfig) -> list[str]:
@@ -221,9 +228,11 @@ def sink_problems(config: ReporterConfig) -> list[str]:
     sender needs ``[sink] url``.  Each problem is one line, worded like a ``ConfigError``
     (``status`` and ``dead`` do not call this: they never POST)."""
     if config.sink.kind == "json" and not config.sink.url:
-        return [f'{config.source}: [sink] url: required with [sink] kind = "json" (the ingest '
-                "endpoint, an absolute http:// or https:// URL; set it in the file or with "
-                "TELEMETRY_SINK_URL), found nothing"]
+        return [
+            f'{config.source}: [sink] url: required with [sink] kind = "json" (the ingest '
+            "endpoint, an absolute http:// or https:// URL; set it in the file or with "
+            "TELEMETRY_SINK_URL), found nothing"
+        ]
     return []
 
 
@@ -248,26 +257,31 @@ def _check_sink(sink: SinkSettings, where: Where) -> None:
     """The endpoint's URL if one is set, the headers as they will go on the wire (after
     ``${VAR}`` expansion), and one credential at most.  Secret values are never echoed."""
     if sink.url and (problem := http_url_problem(sink.url)):
-        raise ConfigError(f"{where('sink', 'url')}: [sink] url: {problem}, found "
-                          f"{mask_url(sink.url)!r}")
+        raise ConfigError(
+            f"{where('sink', 'url')}: [sink] url: {problem}, found {mask_url(sink.url)!r}"
+        )
     for name, value in sink.headers.items():
         if not _HEADER_NAME.fullmatch(name):
             raise ConfigError(
                 f"{where('sink', 'headers')}: [sink] headers: {name!r} is not a header name: "
-                "expected letters, digits and !#$%&'*+-.^_`|~ (an HTTP token)")
+                "expected letters, digits and !#$%&'*+-.^_`|~ (an HTTP token)"
+            )
         if bad := _BAD_HEADER_CHAR.search(value):
             raise ConfigError(
                 f"{where('sink', 'headers')}: [sink] headers.{name}: expected printable ASCII "
                 f"text (no CR, LF, NUL or other control character), found {bad.group()!a} "
-                f"at character {bad.start() + 1} of the value (not shown)")
+                f"at character {bad.start() + 1} of the value (not shown)"
+            )
     _check_header_files(sink, where)
-    has_authorization = any(name.lower() == "authorization"
-                            for name in (*sink.headers, *sink.header_files))
+    has_authorization = any(
+        name.lower() == "authorization" for name in (*sink.headers, *sink.header_files)
+    )
     if sink.url and has_authorization and httpx.URL(sink.url).userinfo:
         raise ConfigError(
             f"{where('sink', 'url')}: [sink] url: carries credentials "
             f"({mask_url(sink.url)!r}) and [sink] headers has an Authorization header: two "
-            "credentials, and the URL's would replace the header; keep one (the header)")
+            "credentials, and the URL's would replace the header; keep one (the header)"
+        )
 
 
 def _check_header_files(sink: SinkSettings, where: Where) -> None:
@@ -279,10 +293,12 @@ def _check_header_files(sink: SinkSettings, where: Where) -> None:
         if not _HEADER_NAME.fullmatch(name):
             raise ConfigError(
                 f"{origin}: [sink] header_files: {name!r} is not a header name: expected "
-                "letters, digits and !#$%&'*+-.^_`|~ (an HTTP token)")
+                "letters, digits and !#$%&'*+-.^_`|~ (an HTTP token)"
+            )
         if name.lower() in set_inline:
-            raise ConfigError(f"{origin}: [sink] header_files.{name}: also in [sink] headers; "
-                              "keep one")
+            raise ConfigError(
+                f"{origin}: [sink] header_files.{name}: also in [sink] headers; keep one"
+            )
         try:
             read_header_file(path)
         except ValueError as exc:
@@ -292,29 +308,36 @@ def _check_header_files(sink: SinkSettings, where: Where) -> None:
 def _check_nppa(nppa: NppaSettings, where: Where) -> None:
     """What the anti-addiction sender needs; a secret is never echoed."""
     if problem := http_url_problem(nppa.base_url):
-        raise ConfigError(f"{where('nppa', 'base_url')}: [nppa] base_url: {problem}, found "
-                          f"{mask_url(nppa.base_url)!r}")
+        raise ConfigError(
+            f"{where('nppa', 'base_url')}: [nppa] base_url: {problem}, found "
+            f"{mask_url(nppa.base_url)!r}"
+        )
     if not nppa.app_id:
-        raise ConfigError(f"{where('nppa', 'app_id')}: [nppa] app_id: required with [sink] "
-                          f'kind = "nppa" (the app id the system issued)')
+        raise ConfigError(
+            f"{where('nppa', 'app_id')}: [nppa] app_id: required with [sink] "
+            f'kind = "nppa" (the app id the system issued)'
+        )
     if nppa.secret_key_file:
         if nppa.secret_key:
             raise ConfigError(
                 f"{where('nppa', 'secret_key_file')}: [nppa] secret_key_file: set it or "
                 "secret_key, not both (the file is re-read on SIGHUP and when it changes; "
-                "secret_key is read once)")
+                "secret_key is read once)"
+            )
         try:
             read_key_file(nppa.secret_key_file)
         except ValueError as exc:
-            raise ConfigError(f"{where('nppa', 'secret_key_file')}: [nppa] secret_key_file: "
-                              f"{exc}") from None
+            raise ConfigError(
+                f"{where('nppa', 'secret_key_file')}: [nppa] secret_key_file: {exc}"
+            ) from None
         return
     if not _HEX_KEY.fullmatch(nppa.secret_key):
         raise ConfigError(
             f"{where('nppa', 'secret_key')}: [nppa] secret_key: expected 32 hex characters "
-            f"(the 16-byte key as issued; usually \"${{NPPA_SECRET_KEY}}\"), found "
-            f"{len(nppa.secret_key)} characters" + (
-                "" if len(nppa.secret_key) != 32 else " that are not all hex digits"))
+            f'(the 16-byte key as issued; usually "${{NPPA_SECRET_KEY}}"), found '
+            f"{len(nppa.secret_key)} characters"
+            + ("" if len(nppa.secret_key) != 32 else " that are not all hex digits")
+        )
 
 
 def read_key_file(path: str) -> str:
@@ -327,7 +350,8 @@ def read_key_file(path: str) -> str:
         raise ValueError(
             f"{path!r} does not hold a key: expected 32 hex characters (surrounding "
             f"whitespace is ignored), found {len(key)} characters"
-            + ("" if len(key) != 32 else " that are not all hex digits"))
+            + ("" if len(key) != 32 else " that are not all hex digits")
+        )
     return key
 
 
@@ -338,9 +362,11 @@ def read_header_file(path: str) -> str:
     if not value:
         raise ValueError(f"{path!r} is empty: expected the header's value")
     if bad := _BAD_HEADER_CHAR.search(value):
-        raise ValueError(f"{path!r}: expected printable ASCII text (no CR, LF, NUL or other "
-                         f"control character), found {bad.group()!a} at character "
-                         f"{bad.start() + 1} of the value (not shown)")
+        raise ValueError(
+            f"{path!r}: expected printable ASCII text (no CR, LF, NUL or other "
+            f"control character), found {bad.group()!a} at character "
+            f"{bad.start() + 1} of the value (not shown)"
+        )
     return value
 
 
@@ -355,8 +381,7 @@ def _read_small_file(path: str) -> str:
     except OSError as exc:
         raise ValueError(f"cannot read {path!r}: {exc.strerror or exc}") from None
     if len(data) > _SECRET_FILE_BYTES:
-        raise ValueError(f"{path!r} is larger than {_SECRET_FILE_BYTES} bytes: not a secret "
-                         "file")
+        raise ValueError(f"{path!r} is larger than {_SECRET_FILE_BYTES} bytes: not a secret file")
     try:
         return data.decode("ascii")
     except UnicodeDecodeError:
@@ -372,8 +397,15 @@ def listen_address(text: str) -> tuple[str, int]:
         host = host[1:-1]
     elif ":" in host:
         host = ""  # an IPv6 address needs its brackets
-    if not sep or not host or not port.isdigit() or int(port) > 65535 or any(
-            c.isspace() or c in "/[]" for c in host):
-        raise ValueError(f'expected "host:port" such as "127.0.0.1:9464" (or "" for no '
-                         f"metrics endpoint), found {text!r}")
+    if (
+        not sep
+        or not host
+        or not port.isdigit()
+        or int(port) > 65535
+        or any(c.isspace() or c in "/[]" for c in host)
+    ):
+        raise ValueError(
+            f'expected "host:port" such as "127.0.0.1:9464" (or "" for no '
+            f"metrics endpoint), found {text!r}"
+        )
     return host, int(port)

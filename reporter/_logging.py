@@ -36,39 +36,56 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 QUIET_LOGGERS = ("httpx", "httpcore", "apscheduler", "hpack", "urllib3", "redis")
 # Header and query parameter names whose values are secrets (check-config's words, and a few
 # that signed URLs use: sig=, code=, X-Amz-Credential=).
-SECRET_WORDS = ("auth", "token", "key", "secret", "cookie", "sig", "pass", "pwd", "code",
-                "credential")
+SECRET_WORDS = (
+    "auth",
+    "token",
+    "key",
+    "secret",
+    "cookie",
+    "sig",
+    "pass",
+    "pwd",
+    "code",
+    "credential",
+)
 MASK = "***"
 _MIN_SECRET = 4  # shorter values would mask ordinary words; no credential is that short
 _HTTP_STATUS = re.compile(r"HTTP (\d{3})\b")
 
 # A LogRecord's own attributes: anything else on a record came from ``extra=``.
 _RECORD_FIELDS = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
-    "message", "asctime", "taskName"}
+    "message",
+    "asctime",
+    "taskName",
+}
 
 
-def log_settings(level: str | None, fmt: str | None, env: Mapping[str, str]
-                 ) -> tuple[str, str]:
+def log_settings(level: str | None, fmt: str | None, env: Mapping[str, str]) -> tuple[str, str]:
     """The level and format: the command line's, else the environment's, else info/text.
     ``ValueError`` names a bad environment value."""
-    return (_choice(level, env, LEVEL_ENV, LEVELS, "info"),
-            _choice(fmt, env, FORMAT_ENV, FORMATS, "text"))
+    return (
+        _choice(level, env, LEVEL_ENV, LEVELS, "info"),
+        _choice(fmt, env, FORMAT_ENV, FORMATS, "text"),
+    )
 
 
-def _choice(given: str | None, env: Mapping[str, str], var: str, allowed: tuple[str, ...],
-            default: str) -> str:
+def _choice(
+    given: str | None, env: Mapping[str, str], var: str, allowed: tuple[str, ...], default: str
+) -> str:
     if given:
         return given
     value = env.get(var, "").strip().lower()
     if not value:
         return default
     if value not in allowed:
-        raise ValueError(f"environment variable {var}: expected one of {', '.join(allowed)}, "
-                         f"found {env[var]!r}")
+        raise ValueError(
+            f"environment variable {var}: expected one of {', '.join(allowed)}, found {env[var]!r}"
+        )
     return value
 
 
 # -- secrets -----------------------------------------------------------------------------------
+
 
 class Redactor:
     """Replaces known secret values with ``***`` in text; the values are added once the config
@@ -110,8 +127,9 @@ def url_secrets(url: str) -> list[str]:
         found = [parts.password or ""]
     except ValueError:  # not a URL we can read: the whole value is treated as secret
         return [url]
-    return found + [value for name, value in parse_qsl(parts.query, keep_blank_values=True)
-                    if secret_name(name)]
+    return found + [
+        value for name, value in parse_qsl(parts.query, keep_blank_values=True) if secret_name(name)
+    ]
 
 
 def header_secrets(headers: Mapping[str, str]) -> list[str]:
@@ -127,9 +145,12 @@ def header_secrets(headers: Mapping[str, str]) -> list[str]:
 def config_secrets(config: Any) -> list[str]:
     """Every secret of a ``ReporterConfig``: the Redis and sink URLs' passwords and query
     values, secret headers, the anti-addiction key."""
-    secrets = [*url_secrets(config.redis.url), config.redis.sentinel_password,
-               *url_secrets(config.sink.url),
-               *header_secrets(config.sink.headers)]
+    secrets = [
+        *url_secrets(config.redis.url),
+        config.redis.sentinel_password,
+        *url_secrets(config.sink.url),
+        *header_secrets(config.sink.headers),
+    ]
     nppa = getattr(config, "nppa", None)
     if nppa is not None:
         secrets += [nppa.secret_key, *url_secrets(nppa.base_url)]
@@ -153,15 +174,21 @@ def masked_url(url: str) -> str:
     if password is not None:
         host = (parts.hostname or "") + (f":{port}" if port is not None else "")
         netloc = f"{parts.username or ''}:{MASK}@{host}"
-    query = "&".join(f"{key}={MASK}" for key, _ in parse_qsl(parts.query,
-                                                             keep_blank_values=True))
+    query = "&".join(f"{key}={MASK}" for key, _ in parse_qsl(parts.query, keep_blank_values=True))
     return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 # -- structured fields -------------------------------------------------------------------------
 
-def batch_fields(game: str, batch_id: str, shard: int | None = None, attempt: int | None = None,
-                 reason: str = "", **more: object) -> dict[str, object]:
+
+def batch_fields(
+    game: str,
+    batch_id: str,
+    shard: int | None = None,
+    attempt: int | None = None,
+    reason: str = "",
+    **more: object,
+) -> dict[str, object]:
     """The ``extra=`` of a log line about one batch; ``status_code`` is read from an
     ``HTTP nnn`` reason."""
     fields: dict[str, object] = {"game": game, "batch_id": batch_id}
@@ -178,14 +205,16 @@ def batch_fields(game: str, batch_id: str, shard: int | None = None, attempt: in
 
 # -- formatters and the handler ----------------------------------------------------------------
 
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time (UTC, ISO 8601), level, logger, message, the record's
     ``extra`` fields, and ``exception`` with the traceback when there is one."""
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(
-                timespec="milliseconds").replace("+00:00", "Z"),
+            "time": datetime.fromtimestamp(record.created, UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),

@@ -17,9 +17,13 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], align: str =
     align = align or "l" + "r" * (len(headers) - 1)
     cells = [[printable(str(c)) for c in row] for row in (headers, *rows)]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) if a == "l" else c.rjust(w)
-                       for c, w, a in zip(row, widths, align, strict=True)).rstrip()
-             for row in cells]
+    lines = [
+        "  ".join(
+            c.ljust(w) if a == "l" else c.rjust(w)
+            for c, w, a in zip(row, widths, align, strict=True)
+        ).rstrip()
+        for row in cells
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 

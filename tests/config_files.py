@@ -16,8 +16,9 @@ def write(tmp_path: Path, text: str, name: str = "telemetry.toml") -> Path:
     return path
 
 
-def load_error(path: Path, env: Mapping[str, str] | None = None,
-               cls: type[TelemetryConfig] = TelemetryConfig) -> str:
+def load_error(
+    path: Path, env: Mapping[str, str] | None = None, cls: type[TelemetryConfig] = TelemetryConfig
+) -> str:
     """The message of the ConfigError that loading ``path`` as ``cls`` raises."""
     with pytest.raises(ConfigError) as info:
         cls.load(str(path), env={} if env is None else env)

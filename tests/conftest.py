@@ -55,8 +55,9 @@ def cluster() -> Iterator[Cluster]:
 def sentinel_group() -> Iterator[SentinelGroup]:
     """A primary, one replica and three sentinels of redis-server (``--sentinel``) that ask
     for a password (``group.password``), private to the test: it may kill the primary."""
-    group = SentinelGroup(BINARIES.get("redis") or BINARIES["valkey"],
-                          password="sentinel-test-secret").start()
+    group = SentinelGroup(
+        BINARIES.get("redis") or BINARIES["valkey"], password="sentinel-test-secret"
+    ).start()
     yield group
     group.cleanup()
 
@@ -92,10 +93,17 @@ def prometheus_binary() -> str:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Say it loudly when the tests that need Prometheus did not run."""
     for outcome, verb in (("skipped", "SKIPPED"), ("error", "FAILED")):
-        missed = [r for r in terminalreporter.stats.get(outcome, [])
-                  if prometheus.NEEDS_PROMETHEUS in str(getattr(r, "longrepr", ""))]
+        missed = [
+            r
+            for r in terminalreporter.stats.get(outcome, [])
+            if prometheus.NEEDS_PROMETHEUS in str(getattr(r, "longrepr", ""))
+        ]
         if missed:
             tests = "1 test that needs" if len(missed) == 1 else f"{len(missed)} tests that need"
             terminalreporter.write_sep(
-                "=", f"{tests} Prometheus {verb}: promtool or "
-                f"prometheus is not on PATH; {prometheus.HOW_TO_RUN}", yellow=True, bold=True)
+                "=",
+                f"{tests} Prometheus {verb}: promtool or "
+                f"prometheus is not on PATH; {prometheus.HOW_TO_RUN}",
+                yellow=True,
+                bold=True,
+            )

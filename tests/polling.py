@@ -7,8 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, step: float = 0.01,
-               what: str = "condition") -> Any:
+def wait_until(
+    predicate: Callable[[], Any], timeout: float = 20.0, step: float = 0.01, what: str = "condition"
+) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:

@@ -27,8 +27,10 @@ from tests.servers import free_port
 
 # Every skip and CI failure of a missing tool starts with this; the summary counts them.
 NEEDS_PROMETHEUS = "needs Prometheus"
-HOW_TO_RUN = ("install Debian's prometheus package (`make test-deploy` does, then runs these "
-              "tests; docs/operations.md, \"Testing the alerts and the dashboard\")")
+HOW_TO_RUN = (
+    "install Debian's prometheus package (`make test-deploy` does, then runs these "
+    'tests; docs/operations.md, "Testing the alerts and the dashboard")'
+)
 
 
 def under_ci() -> bool:
@@ -43,8 +45,11 @@ def tool(name: str) -> str:
         return found
     message = f"{NEEDS_PROMETHEUS}: {name} is not on PATH; {HOW_TO_RUN}"
     if under_ci():
-        pytest.fail(f"{message}. Under CI (CI={os.environ['CI']!r}) these tests must run, "
-                    "not skip: .ci/run installs the package", pytrace=False)
+        pytest.fail(
+            f"{message}. Under CI (CI={os.environ['CI']!r}) these tests must run, "
+            "not skip: .ci/run installs the package",
+            pytrace=False,
+        )
     pytest.skip(message)
 
 
@@ -59,12 +64,20 @@ class Prometheus:
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="telemetry-test-prometheus-"))
         self.config = self.dir / "prometheus.yml"
-        self.config.write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s",
-                       "evaluation_interval": "1s"},
-            "scrape_configs": [{"job_name": self.JOB,
-                                "static_configs": [{"targets": list(targets)}]}],
-        }))
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {
+                        "scrape_interval": "1s",
+                        "scrape_timeout": "1s",
+                        "evaluation_interval": "1s",
+                    },
+                    "scrape_configs": [
+                        {"job_name": self.JOB, "static_configs": [{"targets": list(targets)}]}
+                    ],
+                }
+            )
+        )
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -74,10 +87,17 @@ class Prometheus:
     def start(self, timeout: float = 30.0) -> Prometheus:
         with open(self.dir / "prometheus.log", "ab") as log:
             self.proc = subprocess.Popen(
-                [self.binary, f"--config.file={self.config}",
-                 f"--storage.tsdb.path={self.dir / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                [
+                    self.binary,
+                    f"--config.file={self.config}",
+                    f"--storage.tsdb.path={self.dir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--log.level=warn",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -103,11 +123,13 @@ class Prometheus:
             raise ValueError(f"{body.get('errorType')}: {body.get('error')}")
         return body["data"]
 
-    def query_range(self, expr: str, start: float, end: float, step: float = 1.0
-                    ) -> list[dict[str, Any]]:
+    def query_range(
+        self, expr: str, start: float, end: float, step: float = 1.0
+    ) -> list[dict[str, Any]]:
         """The series ``expr`` gives over [start, end], as Grafana asks for a panel."""
-        data = self.api("query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}",
-                        step=f"{step}")
+        data = self.api(
+            "query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step=f"{step}"
+        )
         assert data["resultType"] == "matrix"
         result: list[dict[str, Any]] = data["result"]
         return result

@@ -32,22 +32,26 @@ def always(reply: bytes | Act | None) -> Script:
 def trickle(data: bytes, interval: float, then: bytes = b"") -> Act:
     """Send ``data`` one byte every ``interval`` seconds, then ``then`` at once; the
     connection stays open for the next request."""
+
     def act(sock: socket.socket, stop: threading.Event) -> bool:
         for i in range(len(data)):
             if stop.wait(interval if i else 0):
                 return False
-            sock.sendall(data[i:i + 1])
+            sock.sendall(data[i : i + 1])
         if then:
             sock.sendall(then)
         return True
+
     return act
 
 
 def after(first: bytes, act: Act) -> Act:
     """Send ``first`` at once, then do ``act``."""
+
     def both(sock: socket.socket, stop: threading.Event) -> bool:
         sock.sendall(first)
         return act(sock, stop)
+
     return both
 
 
@@ -59,6 +63,7 @@ def hang(sock: socket.socket, stop: threading.Event) -> bool:
 def then_hold(data: bytes) -> Act:
     """Send ``data``, then keep the connection open, reading nothing more, until the peer
     closes it or the server stops."""
+
     def act(sock: socket.socket, stop: threading.Event) -> bool:
         if data:
             sock.sendall(data)
@@ -72,6 +77,7 @@ def then_hold(data: bytes) -> Act:
             except OSError:
                 return False
         return False
+
     return act
 
 
@@ -86,8 +92,14 @@ class RawServer:
     request (head and Content-Length body) and answers from ``script``; with ``tls``, over
     TLS.  Records the requests and counts connections."""
 
-    def __init__(self, script: Script, *, close_after_reply: bool = False,
-                 reset_on_accept: int = 0, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        script: Script,
+        *,
+        close_after_reply: bool = False,
+        reset_on_accept: int = 0,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.script = script
         self.close_after_reply = close_after_reply
         self.reset_on_accept = reset_on_accept

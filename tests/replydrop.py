@@ -35,8 +35,9 @@ class ReplyDropper:
 
     def client(self) -> redis.Redis:
         """A client through the relay that sends a call again once after a lost reply."""
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5,
-                           retry=Retry(NoBackoff(), 1))
+        return redis.Redis(
+            host="127.0.0.1", port=self.port, socket_timeout=5, retry=Retry(NoBackoff(), 1)
+        )
 
     def _accept(self) -> None:
         self._listener.settimeout(0.1)

@@ -83,8 +83,7 @@ def _bindable(port: int) -> bool:
 class Server:
     """One server process; ``stop()``/``start()`` keep the port so clients can reconnect."""
 
-    def __init__(self, binary: str, *, port: int | None = None,
-                 extra: Sequence[str] = ()) -> None:
+    def __init__(self, binary: str, *, port: int | None = None, extra: Sequence[str] = ()) -> None:
         self.binary = binary
         self.port = port or free_port()
         self.extra = list(extra)
@@ -96,9 +95,22 @@ class Server:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def command(self) -> list[str]:
-        return [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
-                "--save", "", "--appendonly", "no", "--dir", str(self.dir),
-                "--logfile", str(self.dir / "server.log"), *self.extra]
+        return [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.dir),
+            "--logfile",
+            str(self.dir / "server.log"),
+            *self.extra,
+        ]
 
     def start(self, timeout: float = 10.0) -> Server:
         args = self.command()
@@ -159,8 +171,7 @@ class Cluster:
         if replicas:
             # A replica's first full sync starts at once, not after the default 5 s wait for
             # more replicas to share it.
-            extra += ["--cluster-replica-validity-factor", "0",
-                      "--repl-diskless-sync-delay", "0"]
+            extra += ["--cluster-replica-validity-factor", "0", "--repl-diskless-sync-delay", "0"]
         self.primaries = [Server(binary, extra=extra) for _ in range(size)]
         self.replicas = [Server(binary, extra=extra) for _ in range(size * replicas)]
         self.nodes = self.primaries + self.replicas
@@ -187,8 +198,12 @@ class Cluster:
             primary = self.primaries[i % len(self.primaries)]
             primary_id = _text(primary.client().execute_command("CLUSTER", "MYID"))
             # A replica can only follow a primary it already knows of.
-            wait_until_true(lambda r=replica, p=primary_id: p in _text(
-                r.client().execute_command("CLUSTER", "NODES")), "replica to meet its primary")
+            wait_until_true(
+                lambda r=replica, p=primary_id: (
+                    p in _text(r.client().execute_command("CLUSTER", "NODES"))
+                ),
+                "replica to meet its primary",
+            )
             replica.client().execute_command("CLUSTER", "REPLICATE", primary_id)
         for replica in self.replicas:
             wait_until_true(lambda r=replica: _linked(r), "replica to sync with its primary")
@@ -198,9 +213,12 @@ class Cluster:
         """Wait until every live node says the cluster is ok and knows every node."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if all(b"cluster_state:ok" in n.client().execute_command("CLUSTER", "INFO")
-                   and _knows_all(n.client(), len(self.nodes))
-                   for n in self.nodes if n.proc is not None):
+            if all(
+                b"cluster_state:ok" in n.client().execute_command("CLUSTER", "INFO")
+                and _knows_all(n.client(), len(self.nodes))
+                for n in self.nodes
+                if n.proc is not None
+            ):
                 return
             time.sleep(0.1)
         raise RuntimeError(message)
@@ -223,8 +241,14 @@ class Cluster:
         live node agrees the cluster is ok; the new primary."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            promoted = [n for n in self.nodes if n.proc is not None and _is_primary(n)
-                        and n in self.replicas and n not in self._promoted]
+            promoted = [
+                n
+                for n in self.nodes
+                if n.proc is not None
+                and _is_primary(n)
+                and n in self.replicas
+                and n not in self._promoted
+            ]
             if promoted:
                 try:
                     self._wait_ok("", timeout=1.0)
@@ -239,8 +263,10 @@ class Cluster:
         """Restart a killed node with its cluster config: it comes back as a replica of the
         primary that took over, and syncs."""
         node.start()
-        wait_until_true(lambda: not _is_primary(node) and _linked(node),
-                        "the restarted node to sync as a replica")
+        wait_until_true(
+            lambda: not _is_primary(node) and _linked(node),
+            "the restarted node to sync as a replica",
+        )
 
     def cleanup(self) -> None:
         for node in self.nodes:
@@ -287,8 +313,16 @@ SERVICE = "telemetry-primary"
 class SentinelNode(Server):
     """``redis-server --sentinel``: it rewrites its config file, so each has its own."""
 
-    def __init__(self, binary: str, primary_port: int, *, quorum: int,
-                 down_after_ms: int, failover_timeout_ms: int, password: str = "") -> None:
+    def __init__(
+        self,
+        binary: str,
+        primary_port: int,
+        *,
+        quorum: int,
+        down_after_ms: int,
+        failover_timeout_ms: int,
+        password: str = "",
+    ) -> None:
         super().__init__(binary)
         self.password = password
         self.conf = self.dir / "sentinel.conf"
@@ -299,7 +333,8 @@ class SentinelNode(Server):
             f"sentinel monitor {SERVICE} 127.0.0.1 {primary_port} {quorum}\n"
             f"sentinel down-after-milliseconds {SERVICE} {down_after_ms}\n"
             f"sentinel failover-timeout {SERVICE} {failover_timeout_ms}\n"
-            f"sentinel parallel-syncs {SERVICE} 1\n")
+            f"sentinel parallel-syncs {SERVICE} 1\n"
+        )
 
     def command(self) -> list[str]:
         return [self.binary, str(self.conf), "--sentinel"]
@@ -331,21 +366,35 @@ class SentinelGroup:
     ports: a failover starts ``down_after_ms`` after the primary stops answering.  With a
     ``password`` the sentinels ask for it (the data nodes ask for none)."""
 
-    def __init__(self, binary: str, *, replicas: int = 1, sentinels: int = 3,
-                 down_after_ms: int = 1000, failover_timeout_ms: int = 3000,
-                 password: str = "") -> None:
+    def __init__(
+        self,
+        binary: str,
+        *,
+        replicas: int = 1,
+        sentinels: int = 3,
+        down_after_ms: int = 1000,
+        failover_timeout_ms: int = 3000,
+        password: str = "",
+    ) -> None:
         self.password = password
         # A replica's first sync would wait 5 s for others to share a diskless transfer.
         quick = ["--repl-diskless-sync-delay", "0"]
         self.primary = Server(binary, extra=quick)
-        self.replicas = [Server(binary, extra=[*quick, "--replicaof", "127.0.0.1",
-                                               str(self.primary.port)])
-                         for _ in range(replicas)]
-        self.sentinels = [SentinelNode(binary, self.primary.port, quorum=2,
-                                       down_after_ms=down_after_ms,
-                                       failover_timeout_ms=failover_timeout_ms,
-                                       password=password)
-                          for _ in range(sentinels)]
+        self.replicas = [
+            Server(binary, extra=[*quick, "--replicaof", "127.0.0.1", str(self.primary.port)])
+            for _ in range(replicas)
+        ]
+        self.sentinels = [
+            SentinelNode(
+                binary,
+                self.primary.port,
+                quorum=2,
+                down_after_ms=down_after_ms,
+                failover_timeout_ms=failover_timeout_ms,
+                password=password,
+            )
+            for _ in range(sentinels)
+        ]
         self.service = SERVICE
 
     @property
@@ -378,8 +427,10 @@ class SentinelGroup:
         while not all(_sees(s, others, replicas) for s in self.sentinels):
             if time.monotonic() >= deadline:
                 seen = [_seen(s) for s in self.sentinels]
-                raise RuntimeError(f"timed out waiting for sentinels that see {others} other "
-                                   f"sentinels and {replicas} replicas; they see {seen}")
+                raise RuntimeError(
+                    f"timed out waiting for sentinels that see {others} other "
+                    f"sentinels and {replicas} replicas; they see {seen}"
+                )
             time.sleep(0.05)
         return self
 
@@ -420,8 +471,7 @@ def _seen(sentinel: SentinelNode) -> object:
         state = sentinel.master_state()
     except redis.exceptions.RedisError as exc:
         return repr(exc)
-    return {k: state.get(k) for k in ("ip", "port", "flags", "num-other-sentinels",
-                                      "num-slaves")}
+    return {k: state.get(k) for k in ("ip", "port", "flags", "num-other-sentinels", "num-slaves")}
 
 
 def _sees(sentinel: SentinelNode, others: int, replicas: int) -> bool:

@@ -31,57 +31,97 @@ RUN_TIMEOUT_S = 240.0
 # The longest runs first, so that the three at a time end close together.
 EXPECTED: dict[str, list[str | re.Pattern[str]]] = {
     "soak_cluster": [
-        "wait_for_replicas = 1:", "SIGKILL the primary",
-        "SIGKILL reporter 0", "promoted", "counted (dropped, evicted, merged, stale, dead)",
-        "SDK unreplicated_writes", "reporters 1-2 batches_unreplicated",
+        "wait_for_replicas = 1:",
+        "SIGKILL the primary",
+        "SIGKILL reporter 0",
+        "promoted",
+        "counted (dropped, evicted, merged, stale, dead)",
+        "SDK unreplicated_writes",
+        "reporters 1-2 batches_unreplicated",
         re.compile(r"^ +still buffered or pending +0$", re.M),
     ],
     "pipeline": [
-        "endpoint, one client thread", "1. drain+POST events/s (1 process)",
-        "   events pre-loaded / received", "drain+POST ours/base by round",
-        "2. offered events/s", "   counted drops",
-        "   still buffered after settling", "   LOST (not delivered, not counted)",
-        "3. latency p50 (ms)", "   CPU s per 100k events: collector",
+        "endpoint, one client thread",
+        "1. drain+POST events/s (1 process)",
+        "   events pre-loaded / received",
+        "drain+POST ours/base by round",
+        "2. offered events/s",
+        "   counted drops",
+        "   still buffered after settling",
+        "   LOST (not delivered, not counted)",
+        "3. latency p50 (ms)",
+        "   CPU s per 100k events: collector",
         re.compile(r"no loss beyond counted drops +0 lost +PASS"),
     ],
     "scale": [
-        "trickle:", "every game's events delivered", "sweep:", "un-register us",
-        "memory:", "used_memory growth per event", "written-once memory:",
+        "trickle:",
+        "every game's events delivered",
+        "sweep:",
+        "un-register us",
+        "memory:",
+        "used_memory growth per event",
+        "written-once memory:",
         "status --no-shards:",
         "status with dead letters:",
     ],
     "persistence": [
-        "setting: none,", "setting: aof everysec,", "setting: aof always,", "reporter resets:",
-        "reported lost:", "sdk resets:",
+        "setting: none,",
+        "setting: aof everysec,",
+        "setting: aof always,",
+        "reporter resets:",
+        "reported lost:",
+        "sdk resets:",
     ],
     "soak": [
-        "kill the Redis server", "endpoint outage", "SIGKILL reporter 0",
-        "accepted by collect()", "dead-lettered", "batches retried / reaped",
-        "Redis unaccounted", ": RECONCILED",
+        "kill the Redis server",
+        "endpoint outage",
+        "SIGKILL reporter 0",
+        "accepted by collect()",
+        "dead-lettered",
+        "batches retried / reaped",
+        "Redis unaccounted",
+        ": RECONCILED",
     ],
     "nppa": [
-        "items/request", "busiest second", "full games/s",
-        re.compile(r"^backlog ", re.M), re.compile(r"^mixed ", re.M),
+        "items/request",
+        "busiest second",
+        "full games/s",
+        re.compile(r"^backlog ", re.M),
+        re.compile(r"^mixed ", re.M),
     ],
     "nppa_rate": [
-        "rate: a backlog of", "max requests in a sliding second", "trickle: busy game",
-        "small games' age at the interface s: p50", "never delivered 0",
+        "rate: a backlog of",
+        "max requests in a sliding second",
+        "trickle: busy game",
+        "small games' age at the interface s: p50",
+        "never delivered 0",
         re.compile(r"^ +2 +[\d,]+ +[\d.]+ +\d+ +\d+$", re.M),
     ],
     "nppa_hold": [
-        "held: after", "status names 1011", "at most one request per probe interval",
-        "all 600 accepted", "600 counted stale, none sent", "an hour ahead",
-        "a json reporter survives SIGHUP", re.compile(r"^PASS$", re.M),
+        "held: after",
+        "status names 1011",
+        "at most one request per probe interval",
+        "all 600 accepted",
+        "600 counted stale, none sent",
+        "an hour ahead",
+        "a json reporter survives SIGHUP",
+        re.compile(r"^PASS$", re.M),
     ],
     "script_cost": [
-        "server-side us per call", re.compile(r"^  collect.* median .* min .*calls\)$", re.M),
-        "claim", "ack",
+        "server-side us per call",
+        re.compile(r"^  collect.* median .* min .*calls\)$", re.M),
+        "claim",
+        "ack",
     ],
     "sentinel_failover": [
-        "run 1: sentinel failover (kill", "total over 1 runs:", "missing",
+        "run 1: sentinel failover (kill",
+        "total over 1 runs:",
+        "missing",
     ],
     "memory_full": [
-        "claim growth, entries of", "drain at maxmemory", "refused_oom",
+        "claim growth, entries of",
+        "drain at maxmemory",
+        "refused_oom",
         "peak used_memory during the drain",
         re.compile(r"delivered ([\d,]+) distinct of \1\n"),
     ],
@@ -90,14 +130,22 @@ EXPECTED: dict[str, list[str | re.Pattern[str]]] = {
         re.compile(r"sync +\d+ events +wait_for_replicas=0: .* ratio"),
     ],
     "metrics_flood": [
-        "metrics flood:", "events collected / delivered", "/healthz during the flood: answered",
-        "open files: before / during (max) / after", "less Redis/endpoint clients: before/after",
+        "metrics flood:",
+        "events collected / delivered",
+        "/healthz during the flood: answered",
+        "open files: before / during (max) / after",
+        "less Redis/endpoint clients: before/after",
         "dropped by the server, over_cap",
         re.compile(r"requests with 60 KB paths: RSS growth +[-\d.]+ MB, ERROR lines \d+"),
     ],
     "collect": [
-        "background", "baseline", "collect() p50 (us)", "stored events/s",
-        "script commands / event", "dropped_buffer_full", "redis: evicted",
+        "background",
+        "baseline",
+        "collect() p50 (us)",
+        "stored events/s",
+        "script commands / event",
+        "dropped_buffer_full",
+        "redis: evicted",
         "nothing dropped, evicted or missing",
     ],
 }
@@ -111,17 +159,25 @@ class Run:
     stderr: str
 
     def describe(self) -> str:
-        return (f"{' '.join(self.args)} exited {self.returncode}\n--- stdout (end)\n"
-                f"{self.stdout[-4000:]}\n--- stderr (end)\n{self.stderr[-4000:]}")
+        return (
+            f"{' '.join(self.args)} exited {self.returncode}\n--- stdout (end)\n"
+            f"{self.stdout[-4000:]}\n--- stderr (end)\n{self.stderr[-4000:]}"
+        )
 
 
 def run_small(script: str) -> Run:
     """The script in its small mode, in a process group of its own: on a timeout the servers
     and processes it started go with it."""
     args = [sys.executable, str(BENCH / f"{script}.py"), "--small"]
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True,
-                            env={**os.environ, "NO_COLOR": "1"})
+    proc = subprocess.Popen(
+        args,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     try:
         out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -135,9 +191,13 @@ def run_small(script: str) -> Run:
 def runs(request: pytest.FixtureRequest) -> Iterator[dict[str, Future[Run]]]:
     """Every selected script started (three at a time) before the first test waits."""
     here = Path(str(request.node.path))
-    selected = [item.callspec.params["script"] for item in request.session.items
-                if Path(str(item.path)) == here and hasattr(item, "callspec")
-                and "script" in item.callspec.params]
+    selected = [
+        item.callspec.params["script"]
+        for item in request.session.items
+        if Path(str(item.path)) == here
+        and hasattr(item, "callspec")
+        and "script" in item.callspec.params
+    ]
     with ThreadPoolExecutor(PARALLEL, thread_name_prefix="bench") as pool:
         futures = {name: pool.submit(run_small, name) for name in selected}
         yield futures
@@ -154,6 +214,9 @@ def test_every_bench_script_is_run_here() -> None:
 def test_small_mode_runs_to_the_end(script: str, runs: dict[str, Future[Run]]) -> None:
     run = runs[script].result()
     assert run.returncode == 0, run.describe()
-    missing = [e if isinstance(e, str) else e.pattern for e in EXPECTED[script]
-               if (e not in run.stdout if isinstance(e, str) else not e.search(run.stdout))]
+    missing = [
+        e if isinstance(e, str) else e.pattern
+        for e in EXPECTED[script]
+        if (e not in run.stdout if isinstance(e, str) else not e.search(run.stdout))
+    ]
     assert not missing, f"not printed: {missing}\n{run.describe()}"

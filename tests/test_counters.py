@@ -41,8 +41,7 @@ def test_the_metrics_endpoint_serves_gauges_of_the_vocabulary_once() -> None:
 
 def test_the_scripts_write_exactly_the_store_counters() -> None:
     increments = re.compile(r"HINCRBY', (?:KEYS\[\d+\]|stats|guard\.stats), '([a-z_]+)'")
-    written = {name for script in SCRIPT_NAMES
-               for name in increments.findall(script_text(script))}
+    written = {name for script in SCRIPT_NAMES for name in increments.findall(script_text(script))}
     assert written == set(STORE)
 
 
@@ -103,7 +102,8 @@ def test_demo_summary_rows_are_named_by_the_vocabulary() -> None:
     ours = [n for n in names if not n.startswith(("endpoint: ", "latency "))]
     assert set(ours) <= VOCABULARY
     assert {Counter.ACCEPTED, Counter.DELIVERED, Counter.DEAD_EVENTS, Gauge.UNACCOUNTED} <= set(
-        ours)
+        ours
+    )
     assert len(names) == len(set(names))
 
 
@@ -123,9 +123,14 @@ def test_docs_list_every_counter_gauge_and_histogram_once() -> None:
 def test_docs_say_where_each_counter_is_kept() -> None:
     text = (ROOT / "docs" / "delivery.md").read_text(encoding="utf-8")
     block = text.split("<!-- counters:start -->")[1].split("<!-- counters:end -->")[0]
-    kept = {name: {k.strip() for k in where.split(",")} for name, where in
-            re.findall(r"^\| `([a-z_]+)` \| ([^|]+) \|", block, re.MULTILINE)}
+    kept = {
+        name: {k.strip() for k in where.split(",")}
+        for name, where in re.findall(r"^\| `([a-z_]+)` \| ([^|]+) \|", block, re.MULTILINE)
+    }
     for counter in Counter:
-        expected = {place for place, names in (("SDK", SDK), ("Redis", STORE),
-                                               ("reporter", REPORTER)) if counter in names}
+        expected = {
+            place
+            for place, names in (("SDK", SDK), ("Redis", STORE), ("reporter", REPORTER))
+            if counter in names
+        }
         assert kept[counter] == expected, counter

@@ -76,7 +76,7 @@ def test_the_image_runs_as_an_unprivileged_user() -> None:
     assert user not in {"root", "0"} and group not in {"root", "0"}
     names = [name for name, _ in RUNTIME]
     assert names.index("USER") < names.index("ENTRYPOINT")
-    assert names[names.index("USER"):].count("RUN") == 0  # nothing runs as root after it
+    assert names[names.index("USER") :].count("RUN") == 0  # nothing runs as root after it
 
 
 def test_the_entry_point_runs_the_reporter_with_the_mounted_config() -> None:
@@ -103,8 +103,10 @@ def test_the_image_python_satisfies_requires_python() -> None:
     [arg] = [args for args in args_of(STAGES[0], "ARG") if args.startswith("PYTHON_VERSION=")]
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert arg.split("=")[1] in SpecifierSet(pyproject["project"]["requires-python"])
-    assert all(args_of(stage, "FROM")[0].startswith("python:${PYTHON_VERSION}-slim")
-               for stage in STAGES[1:])
+    assert all(
+        args_of(stage, "FROM")[0].startswith("python:${PYTHON_VERSION}-slim")
+        for stage in STAGES[1:]
+    )
 
 
 def test_the_build_context_keeps_what_the_dockerfile_copies() -> None:
@@ -137,8 +139,9 @@ def seconds(span: str) -> float:
 
 
 def mounted_config(compose: dict[str, Any]) -> Path:
-    [volume] = [v for v in compose["services"]["reporter"]["volumes"]
-                if v.split(":")[1] == CONFIG_PATH]
+    [volume] = [
+        v for v in compose["services"]["reporter"]["volumes"] if v.split(":")[1] == CONFIG_PATH
+    ]
     source, _, mode = volume.split(":")
     assert mode == "ro"
     return (DEPLOY / source).resolve()
@@ -150,8 +153,7 @@ def test_compose_builds_the_reporter_from_the_repository(compose: dict[str, Any]
     assert (ROOT / build["dockerfile"]) == DEPLOY / "Dockerfile"
 
 
-def test_compose_mounts_a_valid_config_that_points_at_its_redis(compose: dict[str, Any]
-                                                                ) -> None:
+def test_compose_mounts_a_valid_config_that_points_at_its_redis(compose: dict[str, Any]) -> None:
     reporter = compose["services"]["reporter"]
     env = {k: interpolated(str(v)) for k, v in reporter["environment"].items()}
     config = ReporterConfig.load(str(mounted_config(compose)), env=env)
@@ -301,57 +303,117 @@ SCENARIOS: list[tuple[str, dict[str, str], str, dict[str, str] | None]] = [
     ("TelemetryDeadLettersOverflowing", {"telemetry_dead_dropped_total": "3x10"}, "5m", None),
     ("TelemetryStaleDrops", {"telemetry_stale_total": "0 0 5x8"}, "5m", {}),
     ("TelemetryStaleDrops", {"telemetry_stale_total": "0x10"}, "5m", None),
-    ("TelemetryOldestEventAging", {"telemetry_oldest_event_age_seconds": "150x5"}, "3m",
-     {"summary": "the oldest buffered event is 2m 30s old"}),
+    (
+        "TelemetryOldestEventAging",
+        {"telemetry_oldest_event_age_seconds": "150x5"},
+        "3m",
+        {"summary": "the oldest buffered event is 2m 30s old"},
+    ),
     ("TelemetryOldestEventAging", {"telemetry_oldest_event_age_seconds": "60x5"}, "3m", None),
     # closed for backoff pauses with a probe every fourth minute: closed most of the time
-    ("TelemetrySinkGateClosed", {"telemetry_sink_gate_open": "0 0 0 1 " * 5}, "18m",
-     {"summary": "r1 has paused sending for most of 10 minutes"}),
+    (
+        "TelemetrySinkGateClosed",
+        {"telemetry_sink_gate_open": "0 0 0 1 " * 5},
+        "18m",
+        {"summary": "r1 has paused sending for most of 10 minutes"},
+    ),
     ("TelemetrySinkGateClosed", {"telemetry_sink_gate_open": "1 1 0 1 " * 5}, "18m", None),
-    ("TelemetryShardWithoutOwner", {"telemetry_owned_shards": "8x5",
-                                    'telemetry_owned_shards{instance="r2"}': "6x5"}, "4m",
-     {"summary": "14 of 16 shards have an owner: the others are not being sent"}),
-    ("TelemetryShardWithoutOwner", {"telemetry_owned_shards": "8x5",
-                                    'telemetry_owned_shards{instance="r2"}': "8x5"}, "4m",
-     None),
+    (
+        "TelemetryShardWithoutOwner",
+        {"telemetry_owned_shards": "8x5", 'telemetry_owned_shards{instance="r2"}': "6x5"},
+        "4m",
+        {"summary": "14 of 16 shards have an owner: the others are not being sent"},
+    ),
+    (
+        "TelemetryShardWithoutOwner",
+        {"telemetry_owned_shards": "8x5", 'telemetry_owned_shards{instance="r2"}': "8x5"},
+        "4m",
+        None,
+    ),
     ("TelemetryNoReporter", {"telemetry_live_reporters": "0x5"}, "4m", {}),
     # three reporters, then two for 10 minutes (for: 5m)
-    ("TelemetryReporterLost", {"telemetry_live_reporters": "3x10 2x10"}, "20m",
-     {"summary": "2 reporters live, fewer than in the last hour"}),
+    (
+        "TelemetryReporterLost",
+        {"telemetry_live_reporters": "3x10 2x10"},
+        "20m",
+        {"summary": "2 reporters live, fewer than in the last hour"},
+    ),
     # one gone for 3 minutes only, then back
     ("TelemetryReporterLost", {"telemetry_live_reporters": "3x10 2x3 3x5"}, "13m", None),
     # a scale-down from 3 to 2 an hour ago: the alert has cleared
     ("TelemetryReporterLost", {"telemetry_live_reporters": "3x5 2x70"}, "75m", None),
     # r1 stops serving one of its two hot games (a restart with a shorter list)
-    ("TelemetryHotGameUnserved", {"telemetry_hot_games_served": "2x10 1x10",
-                                  'telemetry_hot_games_served{instance="r2"}': "1x20"}, "15m",
-     {"summary": "2 hot games have their pool running, fewer than in the last hour"}),
+    (
+        "TelemetryHotGameUnserved",
+        {
+            "telemetry_hot_games_served": "2x10 1x10",
+            'telemetry_hot_games_served{instance="r2"}': "1x20",
+        },
+        "15m",
+        {"summary": "2 hot games have their pool running, fewer than in the last hour"},
+    ),
     # a hot game's shard moves from r1 to r2: served all along
-    ("TelemetryHotGameUnserved", {"telemetry_hot_games_served": "2x10 1x10",
-                                  'telemetry_hot_games_served{instance="r2"}': "1x10 2x10"},
-     "15m", None),
+    (
+        "TelemetryHotGameUnserved",
+        {
+            "telemetry_hot_games_served": "2x10 1x10",
+            'telemetry_hot_games_served{instance="r2"}': "1x10 2x10",
+        },
+        "15m",
+        None,
+    ),
     ("TelemetryRedisFull", {"telemetry_redis_refusing_writes": "1x5"}, "3m", {}),
     ("TelemetryRedisFull", {"telemetry_redis_refusing_writes": "0x5"}, "3m", None),
-    ("TelemetryRedisMemoryHigh", {"telemetry_redis_memory_used_bytes": "90x10",
-                                  "telemetry_redis_memory_max_bytes": "100x10"}, "7m",
-     {"summary": "a Redis node uses 90% of its maxmemory"}),
-    ("TelemetryRedisMemoryHigh", {"telemetry_redis_memory_used_bytes": "90x10",
-                                  "telemetry_redis_memory_max_bytes": "0x10"}, "7m", None),
-    ("TelemetryNoReporter", {"telemetry_owned_shards": "16x5",
-                             "telemetry_live_reporters": "1x5"}, "4m", None),
-    ("TelemetrySendingHeld", {'telemetry_sending_held_seconds{cause="nppa 1011"}':
-                              "0 60 120 180 240 300"}, "4m",
-     {"summary": "sending to the anti-addiction interface has been held for 4m 0s"}),
+    (
+        "TelemetryRedisMemoryHigh",
+        {
+            "telemetry_redis_memory_used_bytes": "90x10",
+            "telemetry_redis_memory_max_bytes": "100x10",
+        },
+        "7m",
+        {"summary": "a Redis node uses 90% of its maxmemory"},
+    ),
+    (
+        "TelemetryRedisMemoryHigh",
+        {"telemetry_redis_memory_used_bytes": "90x10", "telemetry_redis_memory_max_bytes": "0x10"},
+        "7m",
+        None,
+    ),
+    (
+        "TelemetryNoReporter",
+        {"telemetry_owned_shards": "16x5", "telemetry_live_reporters": "1x5"},
+        "4m",
+        None,
+    ),
+    (
+        "TelemetrySendingHeld",
+        {'telemetry_sending_held_seconds{cause="nppa 1011"}': "0 60 120 180 240 300"},
+        "4m",
+        {"summary": "sending to the anti-addiction interface has been held for 4m 0s"},
+    ),
     ("TelemetrySendingHeld", {'telemetry_sending_held_seconds{cause=""}': "0x5"}, "4m", None),
-    ("TelemetryMetricsServerShedding",
-     {'telemetry_metrics_connections_dropped_total{reason="over_cap"}': "0 0 40x8"}, "5m", {}),
-    ("TelemetryMetricsServerShedding",
-     {'telemetry_metrics_accept_errors_total{code="EMFILE"}': "0 0 3x8"}, "5m", {}),
+    (
+        "TelemetryMetricsServerShedding",
+        {'telemetry_metrics_connections_dropped_total{reason="over_cap"}': "0 0 40x8"},
+        "5m",
+        {},
+    ),
+    (
+        "TelemetryMetricsServerShedding",
+        {'telemetry_metrics_accept_errors_total{code="EMFILE"}': "0 0 3x8"},
+        "5m",
+        {},
+    ),
     # a scanner's half-sent and malformed requests: dropped by deadline, no alert
-    ("TelemetryMetricsServerShedding",
-     {'telemetry_metrics_connections_dropped_total{reason="deadline"}': "0 0 50x8",
-      'telemetry_metrics_connections_dropped_total{reason="bad_request"}': "0 0 9x8"}, "5m",
-     None),
+    (
+        "TelemetryMetricsServerShedding",
+        {
+            'telemetry_metrics_connections_dropped_total{reason="deadline"}': "0 0 50x8",
+            'telemetry_metrics_connections_dropped_total{reason="bad_request"}': "0 0 9x8",
+        },
+        "5m",
+        None,
+    ),
 ]
 
 
@@ -364,28 +426,64 @@ def test_every_rule_has_a_firing_and_a_quiet_scenario(rules: list[dict[str, Any]
     assert fires | quiet == names
 
 
-def test_prometheus_evaluates_the_rules_as_documented(rules: list[dict[str, Any]],
-                                                      promtool: str, tmp_path: Path) -> None:
+def test_prometheus_evaluates_the_rules_as_documented(
+    rules: list[dict[str, Any]], promtool: str, tmp_path: Path
+) -> None:
     rule_file = DEPLOY / "prometheus-alerts.yml"
-    check = subprocess.run([promtool, "check", "rules", str(rule_file)], capture_output=True,
-                           text=True, timeout=60, check=False)
+    check = subprocess.run(
+        [promtool, "check", "rules", str(rule_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     by_name = {rule["alert"]: rule for rule in rules}
     tests = []
     for alert, series, at, rendered in SCENARIOS:
         rule = by_name[alert]
-        fired = [] if rendered is None else [{
-            "exp_labels": {**rule["labels"], **({"instance": "r1"} if "instance" in
-                                                 rule["annotations"]["summary"] else {})},
-            "exp_annotations": {**rule["annotations"], **rendered}}]
-        tests.append({"interval": "1m", "input_series": [
-            {"series": name if "{" in name else f'{name}{{instance="r1"}}', "values": values}
-            for name, values in series.items()],
-            "alert_rule_test": [{"eval_time": at, "alertname": alert, "exp_alerts": fired}]})
+        fired = (
+            []
+            if rendered is None
+            else [
+                {
+                    "exp_labels": {
+                        **rule["labels"],
+                        **(
+                            {"instance": "r1"}
+                            if "instance" in rule["annotations"]["summary"]
+                            else {}
+                        ),
+                    },
+                    "exp_annotations": {**rule["annotations"], **rendered},
+                }
+            ]
+        )
+        tests.append(
+            {
+                "interval": "1m",
+                "input_series": [
+                    {
+                        "series": name if "{" in name else f'{name}{{instance="r1"}}',
+                        "values": values,
+                    }
+                    for name, values in series.items()
+                ],
+                "alert_rule_test": [{"eval_time": at, "alertname": alert, "exp_alerts": fired}],
+            }
+        )
     unit = tmp_path / "alerts.test.yml"
-    unit.write_text(yaml.safe_dump({"rule_files": [str(rule_file)],
-                                    "evaluation_interval": "1m", "tests": tests}))
-    proc = subprocess.run([promtool, "test", "rules", str(unit)], capture_output=True,
-                          text=True, timeout=60, check=False)
+    unit.write_text(
+        yaml.safe_dump(
+            {"rule_files": [str(rule_file)], "evaluation_interval": "1m", "tests": tests}
+        )
+    )
+    proc = subprocess.run(
+        [promtool, "test", "rules", str(unit)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "SUCCESS" in proc.stdout, proc.stdout[-2000:]

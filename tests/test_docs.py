@@ -27,8 +27,9 @@ CONFIGURATION = (DOCS / "configuration.md").read_text(encoding="utf-8")
 SDK_DOC = (DOCS / "sdk.md").read_text(encoding="utf-8")
 OPERATIONS = (DOCS / "operations.md").read_text(encoding="utf-8")
 SHIPPED_TOML = (ROOT / "config" / "telemetry.toml").read_text(encoding="utf-8")
-ALERTS = yaml.safe_load((ROOT / "config" / "deploy" / "prometheus-alerts.yml").read_text(
-    encoding="utf-8"))
+ALERTS = yaml.safe_load(
+    (ROOT / "config" / "deploy" / "prometheus-alerts.yml").read_text(encoding="utf-8")
+)
 
 GAMES = 'games."<game>"'
 # A number as the docs write it: 86 400, 86,400 or 86400, maybe with decimals.
@@ -55,8 +56,13 @@ def as_toml(value: Any) -> str:
     if isinstance(value, str):
         return json.dumps(value)
     if isinstance(value, Mapping):
-        return "{}" if not value else "{ " + ", ".join(
-            f"{json.dumps(k)} = {as_toml(v)}" for k, v in value.items()) + " }"
+        return (
+            "{}"
+            if not value
+            else "{ "
+            + ", ".join(f"{json.dumps(k)} = {as_toml(v)}" for k, v in value.items())
+            + " }"
+        )
     if isinstance(value, tuple | list):
         return "[" + ", ".join(as_toml(v) for v in value) + "]"
     return repr(value)
@@ -70,7 +76,7 @@ def doc_tables() -> dict[str, dict[str, list[str]]]:
     """docs/configuration.md's ``### `[section]` `` tables: section -> key -> its cells."""
     tables: dict[str, dict[str, list[str]]] = {}
     for block in CONFIGURATION.split("\n### `[")[1:]:
-        name = block[:block.index("]`")]
+        name = block[: block.index("]`")]
         rows = {}
         for line in block.splitlines():
             if line.startswith("| `"):
@@ -101,8 +107,10 @@ def test_configuration_md_documents_every_key_with_its_default_and_range() -> No
             if meta.get("lo") is not None:
                 found = [number(n) for n in NUMBER.findall(allowed)][:2]
                 if found != [meta["lo"], meta["hi"]]:
-                    problems.append(f"[{name}] {key}: range {allowed!r}, the code's is "
-                                    f"{meta['lo']:g} to {meta['hi']:g}")
+                    problems.append(
+                        f"[{name}] {key}: range {allowed!r}, the code's is "
+                        f"{meta['lo']:g} to {meta['hi']:g}"
+                    )
             for choice in meta.get("choices") or ():
                 if f'"{choice}"' not in allowed:
                     problems.append(f"[{name}] {key}: range {allowed!r} lacks {choice!r}")
@@ -138,14 +146,16 @@ def test_the_shipped_file_states_each_range_the_code_enforces() -> None:
         if stated is None:
             problems.append(f"[{section}] {key}: no (lo-hi) range in its comment")
         elif [float(stated.group(1)), float(stated.group(2))] != [meta["lo"], meta["hi"]]:
-            problems.append(f"[{section}] {key}: comment says {stated.group(0)}, the code "
-                            f"{meta['lo']:g}-{meta['hi']:g}")
+            problems.append(
+                f"[{section}] {key}: comment says {stated.group(0)}, the code "
+                f"{meta['lo']:g}-{meta['hi']:g}"
+            )
     assert not problems, "\n".join(problems)
     assert len(seen) > 60  # the parse found the file's keys
 
 
 def test_sdk_md_lists_every_collector_keyword_under_its_section() -> None:
-    table = SDK_DOC[SDK_DOC.index("| section | keywords |"):]
+    table = SDK_DOC[SDK_DOC.index("| section | keywords |") :]
     documented = {}
     for line in table.splitlines()[2:]:
         if not line.startswith("| `["):
@@ -157,7 +167,7 @@ def test_sdk_md_lists_every_collector_keyword_under_its_section() -> None:
 
 
 def test_sdk_md_lists_every_stats_counter() -> None:
-    table = SDK_DOC[SDK_DOC.index("| counter | meaning |"):]
+    table = SDK_DOC[SDK_DOC.index("| counter | meaning |") :]
     documented = []
     for line in table.splitlines()[2:]:
         if not line.startswith("| `"):
@@ -177,8 +187,9 @@ def duration_words(rule: Mapping[str, str]) -> list[str]:
 
 
 def rows_naming(name: str) -> list[str]:
-    return [line for line in OPERATIONS.splitlines()
-            if line.startswith("|") and f"`{name}`" in line]
+    return [
+        line for line in OPERATIONS.splitlines() if line.startswith("|") and f"`{name}`" in line
+    ]
 
 
 def test_operations_md_lists_every_shipped_alert_as_it_is() -> None:
@@ -201,8 +212,11 @@ def test_every_expression_naming_an_alert_is_the_shipped_one() -> None:
     for name, rule in rules().items():
         expr = " ".join(rule["expr"].split())
         for row in rows_naming(name):
-            expressions = [e for e in re.findall(r"`([^`]+)`", row)
-                           if "telemetry_" in e and re.search(r"[<>=]", e)]
+            expressions = [
+                e
+                for e in re.findall(r"`([^`]+)`", row)
+                if "telemetry_" in e and re.search(r"[<>=]", e)
+            ]
             if not expressions:
                 continue
             checked += 1
@@ -216,8 +230,9 @@ def test_every_expression_naming_an_alert_is_the_shipped_one() -> None:
 def test_docs_name_no_missing_module_or_file(page: str) -> None:
     """Paths of the project's own modules and scripts that a page names exist."""
     text = (DOCS / page).read_text(encoding="utf-8")
-    for path in re.findall(r"`((?:collector|reporter|lua|bench|config|tests)/[\w/.-]+\.\w+)`",
-                           text):
+    for path in re.findall(
+        r"`((?:collector|reporter|lua|bench|config|tests)/[\w/.-]+\.\w+)`", text
+    ):
         assert (ROOT / path).exists(), f"{page} names {path}, which does not exist"
 
 
@@ -231,7 +246,8 @@ def test_benchmarks_md_has_a_section_and_a_row_for_every_bench_script() -> None:
         assert anchor == name, f"the row of {name}.py links to #bench{anchor}py"
         section = text.split(f"\n## bench/{name}.py\n", 1)[1].split("\n## ", 1)[0]
         assert "### Current figures" in section or "Figures: [" in section, (
-            f"bench/{name}.py: no current figures, nor a link to them")
+            f"bench/{name}.py: no current figures, nor a link to them"
+        )
 
 
 def slug(heading: str) -> str:
@@ -269,6 +285,7 @@ def test_links_between_pages_resolve(page: str) -> None:
         path, _, fragment = target.partition("#")
         file = (source.parent / path).resolve() if path else source
         if not file.exists() or (
-                fragment and file.suffix == ".md" and fragment not in anchors(file)):
+            fragment and file.suffix == ".md" and fragment not in anchors(file)
+        ):
             broken.append(target)
     assert not broken, f"{page}: {broken}"

@@ -23,8 +23,10 @@ MASKED = [
     (f"https://h/i?pwd={S};session={S}", "https://h/i?pwd=***;session=***"),
     (f"found ['Bearer {S}']", "found ['Bearer ***']"),
     (f"Authorization: Basic {S}", "Authorization: Basic ***"),
-    (f"{{'X-Api-Credential': '{S}', 'X-Team': 'games'}}",
-     "{'X-Api-Credential': '***', 'X-Team': 'games'}"),
+    (
+        f"{{'X-Api-Credential': '{S}', 'X-Team': 'games'}}",
+        "{'X-Api-Credential': '***', 'X-Team': 'games'}",
+    ),
     (f"cannot reach http://u:{S}@h:80/x: refused", "cannot reach http://u:***@h:80/x: refused"),
     (f"http//u:{S}@host/x", "http//u:***@host/x"),
 ]
@@ -36,44 +38,98 @@ def test_mask_hides_every_credential_form(text: str, shown: str) -> None:
     assert S not in mask_url(text)
 
 
-@pytest.mark.parametrize("text", [
-    "redis://cache:6379/0", "https://ingest.example/v1/events?game=a&design=b", "",
-    "a@b and x=y", "http://127.0.0.1:8080/ingest", "unix:///run/redis.sock?db=2",
-    "event of game 'g@h' dropped: 40000 bytes",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "redis://cache:6379/0",
+        "https://ingest.example/v1/events?game=a&design=b",
+        "",
+        "a@b and x=y",
+        "http://127.0.0.1:8080/ingest",
+        "unix:///run/redis.sock?db=2",
+        "event of game 'g@h' dropped: 40000 bytes",
+    ],
+)
 def test_mask_leaves_the_rest_alone(text: str) -> None:
     assert mask(text) == text
 
 
-@pytest.mark.parametrize(("url", "shown"), [
-    (f"user:{S}@host:80/x", "user:***@host:80/x"),
-    (f"{S}@host/x", "***@host/x"),
-    (f"host/x?key={S}", "host/x?key=***"),
-])
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (f"user:{S}@host:80/x", "user:***@host:80/x"),
+        (f"{S}@host/x", "***@host/x"),
+        (f"host/x?key={S}", "host/x?key=***"),
+    ],
+)
 def test_mask_url_handles_urls_without_a_scheme(url: str, shown: str) -> None:
     assert mask_url(url) == shown
     assert config_mask_url(url) == shown  # the config's name for it is the same function
 
 
-@pytest.mark.parametrize("name", [
-    "Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie", "X-Api-Key", "x-api-key",
-    "X-Api-Credential", "X-Auth-Token", "X-Signature", "X-Session-Id", "X-Client-Secret",
-    "password", "pass", "pwd", "token", "access_token", "key", "api_key", "apikey", "secret",
-    "signature", "sig", "auth", "credential", "session",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Authorization",
+        "Proxy-Authorization",
+        "Cookie",
+        "Set-Cookie",
+        "X-Api-Key",
+        "x-api-key",
+        "X-Api-Credential",
+        "X-Auth-Token",
+        "X-Signature",
+        "X-Session-Id",
+        "X-Client-Secret",
+        "password",
+        "pass",
+        "pwd",
+        "token",
+        "access_token",
+        "key",
+        "api_key",
+        "apikey",
+        "secret",
+        "signature",
+        "sig",
+        "auth",
+        "credential",
+        "session",
+    ],
+)
 def test_credential_names(name: str) -> None:
     assert is_credential_name(name)
 
 
-@pytest.mark.parametrize("name", ["X-Team", "Content-Type", "db", "design", "ssl_cert_reqs",
-                                  "socket_keepalive", "game", "User-Agent"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "X-Team",
+        "Content-Type",
+        "db",
+        "design",
+        "ssl_cert_reqs",
+        "socket_keepalive",
+        "game",
+        "User-Agent",
+    ],
+)
 def test_other_names(name: str) -> None:
     assert not is_credential_name(name)
 
 
 def test_mask_headers() -> None:
-    headers = {"Authorization": f"Bearer {S}", "X-Api-Credential": S, "Cookie": f"sid={S}",
-               "X-Team": "games", "X-Note": f"see https://u:{S}@h/"}
+    headers = {
+        "Authorization": f"Bearer {S}",
+        "X-Api-Credential": S,
+        "Cookie": f"sid={S}",
+        "X-Team": "games",
+        "X-Note": f"see https://u:{S}@h/",
+    }
     assert mask_headers(headers) == {
-        "Authorization": "***", "X-Api-Credential": "***", "Cookie": "***",
-        "X-Team": "games", "X-Note": "see https://u:***@h/"}
+        "Authorization": "***",
+        "X-Api-Credential": "***",
+        "Cookie": "***",
+        "X-Team": "games",
+        "X-Note": "see https://u:***@h/",
+    }

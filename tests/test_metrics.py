@@ -57,8 +57,12 @@ def test_a_collector_reports_its_counts_and_levels(redis_url: str) -> None:
     assert metrics.counted[Counter.DROPPED_TOO_LARGE] == stats["dropped_too_large"] == 1
     assert metrics.counted[Counter.FLUSHES] >= 1
     assert set(metrics.counted) <= set(SDK)
-    assert set(metrics.watched) == {Counter.ACCEPTED, Counter.DROPPED_BUFFER_FULL,
-                                    Gauge.BUFFERED, Gauge.UNCONFIRMED_WRITES}
+    assert set(metrics.watched) == {
+        Counter.ACCEPTED,
+        Counter.DROPPED_BUFFER_FULL,
+        Gauge.BUFFERED,
+        Gauge.UNCONFIRMED_WRITES,
+    }
     assert metrics.watched[Counter.ACCEPTED]() == 10  # type: ignore[operator]
 
 
@@ -76,8 +80,12 @@ def test_a_tally_can_be_the_injected_metrics(redis_url: str) -> None:
 def test_a_reporter_reports_its_counts_and_levels(redis_url: str, r: redis.Redis) -> None:
     metrics = Recording()
     with LocalEndpoint() as endpoint:
-        config = make_config(redis_url, sink_url=endpoint.url, shards=2,
-                             reporter={"linger_ms": 0, "poll_interval_ms": 20})
+        config = make_config(
+            redis_url,
+            sink_url=endpoint.url,
+            shards=2,
+            reporter={"linger_ms": 0, "poll_interval_ms": 20},
+        )
         c = Collector(config=config)
         service = ReporterService(config, metrics=metrics)
         try:
@@ -85,8 +93,7 @@ def test_a_reporter_reports_its_counts_and_levels(redis_url: str, r: redis.Redis
                 c.collect("g", {"i": i})
             assert c.flush(timeout=10)
             service.start()
-            wait_until(lambda: metrics.counted.get(Counter.DELIVERED) == 300,
-                       what="300 delivered")
+            wait_until(lambda: metrics.counted.get(Counter.DELIVERED) == 300, what="300 delivered")
             levels = {name: read() for name, read in metrics.watched.items()}  # type: ignore[operator]
             counts = service.stop().counts
         finally:
@@ -94,8 +101,12 @@ def test_a_reporter_reports_its_counts_and_levels(redis_url: str, r: redis.Redis
                 service.stop(grace=0)
             c.close(timeout=1)
             service.store.close()
-    assert set(metrics.watched) == {Gauge.HELD_BATCHES, Gauge.OWNED_SHARDS,
-                                    Gauge.HOT_GAMES_SERVED, Gauge.SINK_GATE_OPEN}
+    assert set(metrics.watched) == {
+        Gauge.HELD_BATCHES,
+        Gauge.OWNED_SHARDS,
+        Gauge.HOT_GAMES_SERVED,
+        Gauge.SINK_GATE_OPEN,
+    }
     assert levels[Gauge.OWNED_SHARDS] == 2 and levels[Gauge.SINK_GATE_OPEN] == 1
     assert set(metrics.counted) <= set(REPORTER)
     assert counts["delivered"] == metrics.counted[Counter.DELIVERED] == 300

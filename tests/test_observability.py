@@ -105,27 +105,35 @@ class Scene:
         """The name of every sample /metrics serves now."""
         assert self.service.endpoint is not None
         text = httpx.get(f"{self.service.endpoint.url}/metrics", timeout=10).text
-        return {s.name for family in text_string_to_metric_families(text)
-                for s in family.samples}
+        return {s.name for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 @pytest.fixture(scope="module")
 def scene() -> Iterator[Scene]:
-    redis_server = Server(BINARIES.get("redis") or BINARIES["valkey"],
-                          extra=["--maxmemory", "256mb", "--maxmemory-policy", "noeviction"])
+    redis_server = Server(
+        BINARIES.get("redis") or BINARIES["valkey"],
+        extra=["--maxmemory", "256mb", "--maxmemory-policy", "noeviction"],
+    )
     redis_server.start()
     try:
         with LocalEndpoint(respond) as endpoint:
             config = make_config(
-                redis_server.url, sink_url=endpoint.url,
-                metrics={"listen": f"127.0.0.1:{free_port()}", "cache_seconds": 0.0,
-                         "top_games": 5},
-                reporter={"linger_ms": 300, "poll_interval_ms": 20,
-                          "hot_games": {GAMES[0]: 1}},
-                sink={"requests_per_second": 40.0, "request_burst": 2,
-                      "rate_limit_scope": "process"},
+                redis_server.url,
+                sink_url=endpoint.url,
+                metrics={
+                    "listen": f"127.0.0.1:{free_port()}",
+                    "cache_seconds": 0.0,
+                    "top_games": 5,
+                },
+                reporter={"linger_ms": 300, "poll_interval_ms": 20, "hot_games": {GAMES[0]: 1}},
+                sink={
+                    "requests_per_second": 40.0,
+                    "request_burst": 2,
+                    "rate_limit_scope": "process",
+                },
                 retry={"initial_delay_ms": 50, "max_delay_ms": 200, "max_attempts": 3},
-                dead={"max_batches": 2})
+                dead={"max_batches": 2},
+            )
             service = ReporterService(config)
             service.start()
             try:
@@ -144,14 +152,16 @@ def dashboard() -> dict[str, Any]:
 
 def queries() -> list[tuple[str, str]]:
     """(panel title, query) of every panel's every target."""
-    return [(panel["title"], target["expr"]) for panel in dashboard()["panels"]
-            for target in panel.get("targets", [])]
+    return [
+        (panel["title"], target["expr"])
+        for panel in dashboard()["panels"]
+        for target in panel.get("targets", [])
+    ]
 
 
 def rule_exprs() -> list[tuple[str, str]]:
     loaded = yaml.safe_load((DEPLOY / "prometheus-alerts.yml").read_text(encoding="utf-8"))
-    return [(rule["alert"], rule["expr"]) for group in loaded["groups"]
-            for rule in group["rules"]]
+    return [(rule["alert"], rule["expr"]) for group in loaded["groups"] for rule in group["rules"]]
 
 
 def names_in(expr: str) -> set[str]:
@@ -167,8 +177,11 @@ def filled_in(expr: str, variables: dict[str, str]) -> str:
 
 def dashboard_variables() -> dict[str, str]:
     """The dashboard's own variables at their defaults, and Grafana's."""
-    own = {f"${v['name']}": str(v["current"]["value"])
-           for v in dashboard()["templating"]["list"] if v["type"] != "datasource"}
+    own = {
+        f"${v['name']}": str(v["current"]["value"])
+        for v in dashboard()["templating"]["list"]
+        if v["type"] != "datasource"
+    }
     return {**GRAFANA_VARIABLES, **own}
 
 
@@ -177,8 +190,11 @@ def dashboard_variables() -> dict[str, str]:
 
 @pytest.mark.parametrize("source", ["rules", "dashboard"])
 def test_every_metric_read_is_one_a_running_reporter_serves(scene: Scene, source: str) -> None:
-    used = {name: what for what, expr in (rule_exprs() if source == "rules" else queries())
-            for name in names_in(expr)}
+    used = {
+        name: what
+        for what, expr in (rule_exprs() if source == "rules" else queries())
+        for name in names_in(expr)
+    }
     assert used
     # The labelled series (top games, errors by code) appear once the workload reaches them.
     missing: dict[str, str] = {}
@@ -219,14 +235,22 @@ def test_the_dashboard_is_importable() -> None:
 
 def test_the_dashboard_shows_what_operations_asks_for() -> None:
     read = set().union(*(names_in(expr) for _, expr in queries()))
-    for name in ["telemetry_delivered_total", "telemetry_post_duration_seconds_bucket",
-                 "telemetry_buffered", "telemetry_game_buffered",
-                 "telemetry_game_oldest_event_age_seconds", "telemetry_stale_total",
-                 "telemetry_evicted_total", "telemetry_merged_total",
-                 "telemetry_dead_events_total", "telemetry_send_errors_total",
-                 "telemetry_limiter_wait_seconds",
-                 "telemetry_redis_memory_used_bytes", "telemetry_live_reporters",
-                 "telemetry_owned_shards"]:
+    for name in [
+        "telemetry_delivered_total",
+        "telemetry_post_duration_seconds_bucket",
+        "telemetry_buffered",
+        "telemetry_game_buffered",
+        "telemetry_game_oldest_event_age_seconds",
+        "telemetry_stale_total",
+        "telemetry_evicted_total",
+        "telemetry_merged_total",
+        "telemetry_dead_events_total",
+        "telemetry_send_errors_total",
+        "telemetry_limiter_wait_seconds",
+        "telemetry_redis_memory_used_bytes",
+        "telemetry_live_reporters",
+        "telemetry_owned_shards",
+    ]:
         assert name in read, name
 
 
@@ -257,14 +281,15 @@ def test_prometheus_answers_every_panel_query(scene: Scene, prometheus: Promethe
     try:
         wait_until(all_answered, timeout=60, step=1.0, what="data for every panel")
     except AssertionError:
-        pytest.fail(f"queries without data after a minute of scrapes: {empty}\n"
-                    f"{prometheus.log()}")
+        pytest.fail(f"queries without data after a minute of scrapes: {empty}\n{prometheus.log()}")
     up = prometheus.query_range(f'up{{job="{Prometheus.JOB}"}}', scene.started, time.time())
     assert {s["metric"]["instance"] for s in up} == {scene.target}
 
 
 def test_a_query_that_does_not_parse_is_an_error_not_an_empty_answer(
-        prometheus: Prometheus) -> None:
+    prometheus: Prometheus,
+) -> None:
     with pytest.raises(ValueError, match="bad_data"):
-        prometheus.query_range("sum(rate(telemetry_delivered_total[5s])", time.time() - 10,
-                               time.time())
+        prometheus.query_range(
+            "sum(rate(telemetry_delivered_total[5s])", time.time() - 10, time.time()
+        )

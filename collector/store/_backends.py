@@ -139,8 +139,7 @@ class Cluster(Backend):
                 continue
             by_node.setdefault(node.name, (node, []))[1].append(i)
         for node, numbers in by_node.values():
-            got = run_calls(client.get_redis_connection(node), [calls[i] for i in numbers],
-                            *wait)
+            got = run_calls(client.get_redis_connection(node), [calls[i] for i in numbers], *wait)
             for i, reply in zip(numbers, got, strict=True):
                 replies[i] = reply
         refreshed = False

@@ -48,20 +48,45 @@ class Claim(ScriptCall[Claimed]):
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.queue(self.game), s.active, s.ring, s.inflight, s.batches, s.payloads,
-                s.stats, s.dead, s.quarantine, s.receipt(self.batch_id))
+        return (
+            s.queue(self.game),
+            s.active,
+            s.ring,
+            s.inflight,
+            s.batches,
+            s.payloads,
+            s.stats,
+            s.dead,
+            s.quarantine,
+            s.receipt(self.batch_id),
+        )
 
     def args(self) -> Sequence[Any]:
-        return (self.game, self.batch_id, self.token, self.batch_size, self.max_batches,
-                self.lease_ms, self.max_age_ms, self.linger_ms, self.max_bytes,
-                self.event_overhead, self.dead_max)
+        return (
+            self.game,
+            self.batch_id,
+            self.token,
+            self.batch_size,
+            self.max_batches,
+            self.lease_ms,
+            self.max_age_ms,
+            self.linger_ms,
+            self.max_bytes,
+            self.event_overhead,
+            self.dead_max,
+        )
 
     def parse(self, reply: Any) -> Claimed:
         pairs = reply[3:]
-        return Claimed(int(reply[0]), int(reply[1]), [
-            ClaimedBatch(text(pairs[i]), split_entries(pairs[i + 1]))
-            for i in range(0, len(pairs), 2)
-        ], int(reply[2]))
+        return Claimed(
+            int(reply[0]),
+            int(reply[1]),
+            [
+                ClaimedBatch(text(pairs[i]), split_entries(pairs[i + 1]))
+                for i in range(0, len(pairs), 2)
+            ],
+            int(reply[2]),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,16 +104,24 @@ class TakeRetries(ScriptCall[list[RetryBatch]]):
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.retry, s.inflight, s.batches, s.payloads, s.stats, s.quarantine,
-                s.receipt(self.token))
+        return (
+            s.retry,
+            s.inflight,
+            s.batches,
+            s.payloads,
+            s.stats,
+            s.quarantine,
+            s.receipt(self.token),
+        )
 
     def args(self) -> Sequence[Any]:
         return (self.token, self.lease_ms, self.limit, self.game)
 
     def parse(self, reply: Any) -> list[RetryBatch]:
         return [
-            RetryBatch(text(reply[i]), text(reply[i + 1]), int(reply[i + 2]),
-                       split_entries(reply[i + 3]))
+            RetryBatch(
+                text(reply[i]), text(reply[i + 1]), int(reply[i + 2]), split_entries(reply[i + 3])
+            )
             for i in range(0, len(reply), 4)
         ]
 
@@ -109,8 +142,7 @@ class Ack(ScriptCall[int]):
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.inflight, s.batches, s.payloads, s.stats, s.quarantine,
-                s.receipt(self.batch_id))
+        return (s.inflight, s.batches, s.payloads, s.stats, s.quarantine, s.receipt(self.batch_id))
 
     def args(self) -> Sequence[Any]:
         return (self.batch_id, self.token, self.stale)
@@ -137,14 +169,31 @@ class Nack(ScriptCall[NackResult]):
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.inflight, s.batches, s.payloads, s.retry, s.dead, s.stats, s.quarantine,
-                s.receipt(self.batch_id))
+        return (
+            s.inflight,
+            s.batches,
+            s.payloads,
+            s.retry,
+            s.dead,
+            s.stats,
+            s.quarantine,
+            s.receipt(self.batch_id),
+        )
 
     def args(self) -> Sequence[Any]:
         p = self.policy
-        return (self.batch_id, self.token, int(self.permanent), self.min_delay_ms,
-                p.initial_ms, p.max_ms, p.max_attempts, repr(self.jitter), p.dead_max,
-                self.reason[:500])
+        return (
+            self.batch_id,
+            self.token,
+            int(self.permanent),
+            self.min_delay_ms,
+            p.initial_ms,
+            p.max_ms,
+            p.max_attempts,
+            repr(self.jitter),
+            p.dead_max,
+            self.reason[:500],
+        )
 
     def parse(self, reply: Any) -> NackResult:
         return NackResult(text(reply[0]), int(reply[1]))
@@ -172,22 +221,40 @@ class Settle(ScriptCall[Settled]):
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.inflight, s.batches, s.payloads, s.retry, s.dead, s.stats, s.quarantine,
-                s.receipt(self.batch_id))
+        return (
+            s.inflight,
+            s.batches,
+            s.payloads,
+            s.retry,
+            s.dead,
+            s.stats,
+            s.quarantine,
+            s.receipt(self.batch_id),
+        )
 
     def args(self) -> Sequence[Any]:
         p = self.policy
         refused: list[Any] = []
         for position, reason in self.refused:
             refused += (position + 1, reason[:200])
-        return (self.batch_id, self.token, self.stale, self.min_delay_ms, p.initial_ms,
-                p.max_ms, p.max_attempts, repr(self.jitter), p.dead_max, self.reason[:500],
-                ",".join(str(position + 1) for position in self.retry), len(self.refused),
-                *refused)
+        return (
+            self.batch_id,
+            self.token,
+            self.stale,
+            self.min_delay_ms,
+            p.initial_ms,
+            p.max_ms,
+            p.max_attempts,
+            repr(self.jitter),
+            p.dead_max,
+            self.reason[:500],
+            ",".join(str(position + 1) for position in self.retry),
+            len(self.refused),
+            *refused,
+        )
 
     def parse(self, reply: Any) -> Settled:
-        return Settled(int(reply[0]), text(reply[1]), text(reply[2]), int(reply[3]),
-                       text(reply[4]))
+        return Settled(int(reply[0]), text(reply[1]), text(reply[2]), int(reply[3]), text(reply[4]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,8 +290,15 @@ class Release(ScriptCall[bool]):
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.inflight, s.batches, s.retry, s.stats, s.payloads, s.quarantine,
-                s.receipt(self.batch_id))
+        return (
+            s.inflight,
+            s.batches,
+            s.retry,
+            s.stats,
+            s.payloads,
+            s.quarantine,
+            s.receipt(self.batch_id),
+        )
 
     def args(self) -> Sequence[Any]:
         return (self.batch_id, self.token)

@@ -30,8 +30,9 @@ from collector.store._scripts import LuaScript
 WireCall = tuple[LuaScript, Sequence[str], Sequence[Any]]
 
 
-def run_calls(client: redis.Redis, calls: Sequence[WireCall], replicas: int = 0,
-              timeout_ms: int = 0) -> list[Any]:
+def run_calls(
+    client: redis.Redis, calls: Sequence[WireCall], replicas: int = 0, timeout_ms: int = 0
+) -> list[Any]:
     """Run every call on ``client``; one reply per call, in order.
 
     A reply is the script's result, the ``ResponseError`` the server refused the call with,
@@ -60,9 +61,13 @@ def run_calls(client: redis.Redis, calls: Sequence[WireCall], replicas: int = 0,
     return replies
 
 
-def _resend(client: redis.Redis, calls: Sequence[WireCall], replies: list[Any],
-            kind: type[Exception] | tuple[type[Exception], ...], wait: tuple[int, int]
-            ) -> bool:
+def _resend(
+    client: redis.Redis,
+    calls: Sequence[WireCall],
+    replies: list[Any],
+    kind: type[Exception] | tuple[type[Exception], ...],
+    wait: tuple[int, int],
+) -> bool:
     """Send again the calls whose reply is a ``kind`` error; False if there were none."""
     again = [i for i, reply in enumerate(replies) if isinstance(reply, kind)]
     if not again:  # the usual case: not even a connection from the pool
@@ -72,8 +77,9 @@ def _resend(client: redis.Redis, calls: Sequence[WireCall], replies: list[Any],
     return bool(again)
 
 
-def _send(client: redis.Redis, calls: Sequence[WireCall], wait: tuple[int, int] = (0, 0)
-          ) -> list[Any]:
+def _send(
+    client: redis.Redis, calls: Sequence[WireCall], wait: tuple[int, int] = (0, 0)
+) -> list[Any]:
     replies: list[Any] = []
     pool = client.connection_pool
     conn: Any = None
@@ -119,8 +125,9 @@ def _confirm(conn: Any, replies: list[Any], replicas: int, timeout_ms: int) -> N
             replies[i] = NotReplicated(reply, acked, replicas, timeout_ms)
 
 
-def _writes(conn: Any, calls: Sequence[WireCall], wait: tuple[int, int] = (0, 0)
-            ) -> Iterator[tuple[int, list[bytes]]]:
+def _writes(
+    conn: Any, calls: Sequence[WireCall], wait: tuple[int, int] = (0, 0)
+) -> Iterator[tuple[int, list[bytes]]]:
     """Packed commands in groups of about WRITE_BYTES: (number of script calls, chunks); the
     WAIT, if any, rides at the end of the last group (its reply is read apart)."""
     count, chunks, size = 0, [], 0

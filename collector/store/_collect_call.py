@@ -53,15 +53,37 @@ class Collect(ScriptCall[Stored]):
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.queue(self.game), s.active, s.ring, s.stats, s.marker, s.quarantine,
-                s.writes, s.writers, s.seen(self.game))
+        return (
+            s.queue(self.game),
+            s.active,
+            s.ring,
+            s.stats,
+            s.marker,
+            s.quarantine,
+            s.writes,
+            s.writers,
+            s.seen(self.game),
+        )
 
     def args(self) -> Sequence[Any]:
-        return (self.game, self.cap, self.ttl_seconds, self.pre_evicted,
-                self.dropped_buffer_full, self.dropped_too_large, join_entries(self.entries),
-                self.identity, self.writer, self.seq, self.low, WRITES_REMEMBERED_MS,
-                WRITERS_PER_SHARD, WRITES_PER_WRITER, self.dedup_window_ms,
-                DEDUP_KEYS_PER_GAME)
+        return (
+            self.game,
+            self.cap,
+            self.ttl_seconds,
+            self.pre_evicted,
+            self.dropped_buffer_full,
+            self.dropped_too_large,
+            join_entries(self.entries),
+            self.identity,
+            self.writer,
+            self.seq,
+            self.low,
+            WRITES_REMEMBERED_MS,
+            WRITERS_PER_SHARD,
+            WRITES_PER_WRITER,
+            self.dedup_window_ms,
+            DEDUP_KEYS_PER_GAME,
+        )
 
     def parse(self, reply: Any) -> Stored:
         return Stored(int(reply[0]), text(reply[1]), int(reply[2]), bool(reply[3]))

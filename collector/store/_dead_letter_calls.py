@@ -30,8 +30,7 @@ class Replay(ScriptCall[Replayed]):
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.dead, s.batches, s.retry, s.stats, s.payloads, s.quarantine,
-                s.receipt(self.call))
+        return (s.dead, s.batches, s.retry, s.stats, s.payloads, s.quarantine, s.receipt(self.call))
 
     def args(self) -> Sequence[Any]:
         return (self.batch_id, self.limit, self.max_bytes, self.event_overhead)

@@ -25,14 +25,13 @@ from collector.store._views import Alert, MemoryUse, Reporter
 from collector.text import printable
 
 
-def counters(client: RedisClient, shards: Sequence[ShardKeys], chunk: int = 1000
-             ) -> dict[str, int]:
+def counters(client: RedisClient, shards: Sequence[ShardKeys], chunk: int = 1000) -> dict[str, int]:
     """The counters of ``shards`` added up: one HGETALL each, pipelined ``chunk`` shards at a
     time (no ring, no batch or game reads: cheap whatever the number of games)."""
     totals: dict[str, int] = {}
     for i in range(0, len(shards), chunk):
         with client.pipeline(transaction=False) as pipe:
-            for keys in shards[i:i + chunk]:
+            for keys in shards[i : i + chunk]:
                 pipe.hgetall(keys.stats)
             _add_counters(totals, execute(pipe))
     return totals
@@ -71,8 +70,14 @@ def alerts(client: RedisClient, key: str) -> list[Alert]:
             record = None
         if not isinstance(record, dict):
             record = {"message": f"(unreadable: {as_text(value)[:100]!r})"}
-        out.append(Alert(printable(name), printable(str(record.get("message", ""))),
-                         seconds(record.get("at")), as_count(raw.get(f"{name}#count"))))
+        out.append(
+            Alert(
+                printable(name),
+                printable(str(record.get("message", ""))),
+                seconds(record.get("at")),
+                as_count(raw.get(f"{name}#count")),
+            )
+        )
     return sorted(out, key=lambda a: -a.at)
 
 
@@ -99,10 +104,15 @@ def memory(client: RedisClient) -> list[MemoryUse]:
         info: dict[str, Any] = node.info("memory", "errorstats")
         name = known or _server_name(node)
         oom = info.get("errorstat_OOM") or {}
-        out.append(MemoryUse(
-            name, int(info.get("used_memory", 0)) - int(info.get("mem_not_counted_for_evict", 0)),
-            int(info.get("maxmemory", 0)), str(info.get("maxmemory_policy", "")),
-            int(oom.get("count", 0)) if isinstance(oom, dict) else 0))
+        out.append(
+            MemoryUse(
+                name,
+                int(info.get("used_memory", 0)) - int(info.get("mem_not_counted_for_evict", 0)),
+                int(info.get("maxmemory", 0)),
+                str(info.get("maxmemory_policy", "")),
+                int(oom.get("count", 0)) if isinstance(oom, dict) else 0,
+            )
+        )
     return out
 
 
@@ -126,8 +136,10 @@ def shard_owners(client: RedisClient, shards: Sequence[ShardKeys]) -> list[str]:
         with client.pipeline(transaction=False) as pipe:
             for keys in group:
                 pipe.get(keys.owner)
-            owners.extend("" if o is None or isinstance(o, ResponseError)
-                          else printable(as_text(o)) for o in execute(pipe))
+            owners.extend(
+                "" if o is None or isinstance(o, ResponseError) else printable(as_text(o))
+                for o in execute(pipe)
+            )
     return owners
 
 

@@ -32,11 +32,18 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
 )
 # What a call that never got its reply meets: the connection broke or timed out.
 LOST: tuple[type[Exception], ...] = (
-    redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    OSError,
+)
 # Replies that mean the call went to the wrong cluster node, or to one that is not ready:
 # MOVED, ASK (MovedError is an AskError), TRYAGAIN, CLUSTERDOWN; and no node for the slot.
 REROUTE: tuple[type[Exception], ...] = (
-    AskError, TryAgainError, ClusterDownError, RedisClusterException)
+    AskError,
+    TryAgainError,
+    ClusterDownError,
+    RedisClusterException,
+)
 
 
 class NotReplicated(Exception):

@@ -24,7 +24,7 @@ QUARANTINE_KEEP = 1000
 
 def sibling(key: str, name: str) -> str:
     """A key named ``name`` in the hash tag of ``key`` (so in its cluster slot)."""
-    return f"{key[:key.index('}') + 1]}:{name}"
+    return f"{key[: key.index('}') + 1]}:{name}"
 
 
 def receipt_key(key: str, call_id: str) -> str:

@@ -11,8 +11,11 @@ from collector.store._sentinel import Sentinel
 from collector.store._settings import RedisSettings
 
 # Backends by mode; ``open_backend`` picks one from the settings.
-BACKENDS: dict[str, type[Backend]] = {"redis": SingleServer, "cluster": Cluster,
-                                      "sentinel": Sentinel}
+BACKENDS: dict[str, type[Backend]] = {
+    "redis": SingleServer,
+    "cluster": Cluster,
+    "sentinel": Sentinel,
+}
 
 
 def backend_class(settings: RedisSettings) -> type[Backend]:

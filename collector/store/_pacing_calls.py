@@ -37,12 +37,22 @@ class TakeTokens(ScriptCall[Tokens]):
     def keys(self) -> Sequence[str]:
         # the receipt, and the limiter's own quarantine and counters (its hash tag is not a
         # shard's), for a bucket of another type set aside
-        return (self.key, receipt_key(self.key, self.call), sibling(self.key, "quarantine"),
-                sibling(self.key, "stats"))
+        return (
+            self.key,
+            receipt_key(self.key, self.call),
+            sibling(self.key, "quarantine"),
+            sibling(self.key, "stats"),
+        )
 
     def args(self) -> Sequence[Any]:
-        return (repr(self.rate), self.capacity, self.wanted, self.pause_ms,
-                "" if self.now_us is None else self.now_us, "1" if self.spare else "")
+        return (
+            repr(self.rate),
+            self.capacity,
+            self.wanted,
+            self.pause_ms,
+            "" if self.now_us is None else self.now_us,
+            "1" if self.spare else "",
+        )
 
     def parse(self, reply: Any) -> Tokens:
         return Tokens(int(reply[0]), int(reply[1]), bool(reply[2]))
@@ -68,12 +78,21 @@ class ReserveSlot(ScriptCall[Slot]):
     def keys(self) -> Sequence[str]:
         # the receipt, and the limiter's own quarantine and counters (its hash tag is not a
         # shard's), for a hash of another type set aside
-        return (self.key, receipt_key(self.key, self.call), sibling(self.key, "quarantine"),
-                sibling(self.key, "stats"))
+        return (
+            self.key,
+            receipt_key(self.key, self.call),
+            sibling(self.key, "quarantine"),
+            sibling(self.key, "stats"),
+        )
 
     def args(self) -> Sequence[Any]:
-        return (self.interval_us, self.scope, self.horizon_us, self.pause_ms,
-                "" if self.now_us is None else self.now_us)
+        return (
+            self.interval_us,
+            self.scope,
+            self.horizon_us,
+            self.pause_ms,
+            "" if self.now_us is None else self.now_us,
+        )
 
     def parse(self, reply: Any) -> Slot:
         return Slot(bool(int(reply[0])), int(reply[1]), int(reply[2]))
@@ -102,15 +121,34 @@ class Hold(ScriptCall[HoldState]):
     def keys(self) -> Sequence[str]:
         # the receipt, and the hold's own quarantine and counters (its hash tag is not a
         # shard's), for a hold key of another type set aside
-        return (self.key, receipt_key(self.key, self.call), sibling(self.key, "quarantine"),
-                sibling(self.key, "stats"))
+        return (
+            self.key,
+            receipt_key(self.key, self.call),
+            sibling(self.key, "quarantine"),
+            sibling(self.key, "stats"),
+        )
 
     def args(self) -> Sequence[Any]:
-        return (self.what, self.interval_ms, self.cause[:200], self.check[:500],
-                self.game, self.keep_ms, "" if self.now_ms is None else self.now_ms)
+        return (
+            self.what,
+            self.interval_ms,
+            self.cause[:200],
+            self.check[:500],
+            self.game,
+            self.keep_ms,
+            "" if self.now_ms is None else self.now_ms,
+        )
 
     def parse(self, reply: Any) -> HoldState:
         state = int(reply[0])
-        return HoldState(state > 0, int(reply[1]), int(reply[2]), int(reply[3]),
-                         int(reply[4]), text(reply[5]), text(reply[6]), text(reply[7]),
-                         state == 2)
+        return HoldState(
+            state > 0,
+            int(reply[1]),
+            int(reply[2]),
+            int(reply[3]),
+            int(reply[4]),
+            text(reply[5]),
+            text(reply[6]),
+            text(reply[7]),
+            state == 2,
+        )

@@ -68,8 +68,12 @@ def batch_meta(raw: bytes | str | None) -> dict[str, Any] | None:
         meta = json.loads(raw) if raw is not None else None
     except (TypeError, ValueError):
         return None
-    if (not isinstance(meta, dict) or not isinstance(meta.get("g"), str)
-            or not isinstance(meta.get("n"), int) or not isinstance(meta.get("a"), int)):
+    if (
+        not isinstance(meta, dict)
+        or not isinstance(meta.get("g"), str)
+        or not isinstance(meta.get("n"), int)
+        or not isinstance(meta.get("a"), int)
+    ):
         return None
     return meta
 
@@ -80,4 +84,4 @@ def seconds(ms: Any) -> float:
 
 def groups(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]

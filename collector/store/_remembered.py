@@ -53,8 +53,11 @@ class Remembered:
 
     @property
     def estimated_bytes(self) -> int:
-        return (self.write_records * WRITE_RECORD_BYTES + self.writers * WRITER_BYTES
-                + self.dedup_keys * DEDUP_KEY_BYTES)
+        return (
+            self.write_records * WRITE_RECORD_BYTES
+            + self.writers * WRITER_BYTES
+            + self.dedup_keys * DEDUP_KEY_BYTES
+        )
 
 
 def remembered(client: RedisClient, schema: KeySchema) -> list[Remembered]:
@@ -67,12 +70,16 @@ def remembered(client: RedisClient, schema: KeySchema) -> list[Remembered]:
                 pipe.hlen(keys.writes)
                 pipe.zcard(keys.writers)
             replies = execute(pipe)
-        counts += [(as_count(replies[2 * i]), as_count(replies[2 * i + 1]))
-                   for i in range(len(group))]
+        counts += [
+            (as_count(replies[2 * i]), as_count(replies[2 * i + 1])) for i in range(len(group))
+        ]
     keys_by_shard, games_by_shard = _dedup_keys(client, schema)
-    return [Remembered(k.shard, writes, writers, keys_by_shard.get(k.shard, 0),
-                       games_by_shard.get(k.shard, 0))
-            for k, (writes, writers) in zip(shards, counts, strict=True)]
+    return [
+        Remembered(
+            k.shard, writes, writers, keys_by_shard.get(k.shard, 0), games_by_shard.get(k.shard, 0)
+        )
+        for k, (writes, writers) in zip(shards, counts, strict=True)
+    ]
 
 
 def _dedup_keys(client: RedisClient, schema: KeySchema) -> tuple[dict[int, int], dict[int, int]]:
@@ -101,8 +108,10 @@ def _dedup_keys(client: RedisClient, schema: KeySchema) -> tuple[dict[int, int],
 
 def remembered_totals(shards: Sequence[Remembered]) -> dict[str, int]:
     """The shards' memory for repeats added up, for ``status --json``."""
-    return {"remembered_writes": sum(r.writes for r in shards),
-            "remembered_writers": sum(r.writers for r in shards),
-            "dedup_keys": sum(r.dedup_keys for r in shards),
-            "dedup_games": sum(r.dedup_games for r in shards),
-            "remembered_bytes_estimate": sum(r.estimated_bytes for r in shards)}
+    return {
+        "remembered_writes": sum(r.writes for r in shards),
+        "remembered_writers": sum(r.writers for r in shards),
+        "dedup_keys": sum(r.dedup_keys for r in shards),
+        "dedup_games": sum(r.dedup_games for r in shards),
+        "remembered_bytes_estimate": sum(r.estimated_bytes for r in shards),
+    }

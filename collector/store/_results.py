@@ -20,6 +20,7 @@ class RetryPolicy:
 
 # -- results -----------------------------------------------------------------------------------
 
+
 class Stored(NamedTuple):
     """What a collect call did: events the cap evicted, the shard's identity marker (a
     different one than before means the shard's data vanished in between), events merged

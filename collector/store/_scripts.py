@@ -20,9 +20,25 @@ from functools import cache
 from importlib.resources import files
 
 SCRIPT_NAMES = (
-    "collect", "claim", "ack", "nack", "settle", "extend", "release", "reap", "take_retries",
-    "replay", "purge", "purge_ids", "shard_lease", "take_tokens", "heartbeat", "read_shard",
-    "hold", "note_late", "reserve_slot",
+    "collect",
+    "claim",
+    "ack",
+    "nack",
+    "settle",
+    "extend",
+    "release",
+    "reap",
+    "take_retries",
+    "replay",
+    "purge",
+    "purge_ids",
+    "shard_lease",
+    "take_tokens",
+    "heartbeat",
+    "read_shard",
+    "hold",
+    "note_late",
+    "reserve_slot",
     "set_aside",
 )
 

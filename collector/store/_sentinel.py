@@ -57,6 +57,7 @@ class SentinelClient(_SentinelBase):  # type: ignore[misc]
                 return state["ip"], int(state["port"])
         raise MasterNotFoundError(f"No master found for {service_name!r} ({'; '.join(said)})")
 
+
 # What the URL gives the data nodes besides their address, which comes from the sentinels.
 _ADDRESS_OPTIONS = ("host", "port", "path", "connection_class")
 
@@ -66,8 +67,7 @@ class Sentinel(SingleServer):
 
     mode = "sentinel"
 
-    def __init__(self, client: redis.Redis, sentinels: Any,
-                 description: str) -> None:
+    def __init__(self, client: redis.Redis, sentinels: Any, description: str) -> None:
         super().__init__(client, "sentinel")
         self.sentinels = sentinels
         self._description = description
@@ -89,7 +89,10 @@ class Sentinel(SingleServer):
         sentinels = SentinelClient(
             [sentinel_address(a) for a in settings.sentinels],
             sentinel_kwargs=_sentinel_options(settings, url_options, tls),
-            ssl=tls, **data, **options)
+            ssl=tls,
+            **data,
+            **options,
+        )
         client: redis.Redis = sentinels.master_for(settings.sentinel_service)
         return cls(client, sentinels, cls.describe_settings(settings)).waiting_for(settings)
 
@@ -101,8 +104,9 @@ class Sentinel(SingleServer):
         self.sentinels.close()
 
 
-def _sentinel_options(settings: RedisSettings, url_options: dict[str, Any], tls: bool
-                      ) -> dict[str, Any]:
+def _sentinel_options(
+    settings: RedisSettings, url_options: dict[str, Any], tls: bool
+) -> dict[str, Any]:
     """How to reach the sentinels: the same timeouts and transport (TLS and its options, from
     the URL) as the data nodes; their own password, if any."""
     options: dict[str, Any] = {

@@ -26,8 +26,14 @@ from collector.store._views import BatchDetail, DeadBatch, QuarantineRecord
 from collector.text import printable
 
 
-def dead_batches(client: RedisClient, keys: ShardKeys, limit: int | None, game: str = "",
-                 before: float | None = None, page: int = 1000) -> list[DeadBatch]:
+def dead_batches(
+    client: RedisClient,
+    keys: ShardKeys,
+    limit: int | None,
+    game: str = "",
+    before: float | None = None,
+    page: int = 1000,
+) -> list[DeadBatch]:
     """The shard's newest dead letters, newest first: up to ``limit`` (None: all) of those of
     ``game`` (if set) that died before ``before`` (seconds since the epoch, if set)."""
     out: list[DeadBatch] = []
@@ -41,8 +47,11 @@ def dead_batches(client: RedisClient, keys: ShardKeys, limit: int | None, game: 
         if not ids:
             break
         for batch in _dead_page(client, keys, ids):
-            if (batch.batch_id in seen or (game and batch.game != game)
-                    or (before is not None and batch.dead_at >= before)):
+            if (
+                batch.batch_id in seen
+                or (game and batch.game != game)
+                or (before is not None and batch.dead_at >= before)
+            ):
                 continue
             seen.add(batch.batch_id)
             out.append(batch)
@@ -62,12 +71,29 @@ def _dead_page(client: RedisClient, keys: ShardKeys, ids: list[Any]) -> list[Dea
         if raw:
             meta = batch_meta(raw)
             if meta is None:  # shown for what it is; replay or purge set it aside
-                out.append(DeadBatch(as_text(batch_id), keys.shard, "?", 0, 0,
-                                     "metadata that cannot be used", 0.0))
+                out.append(
+                    DeadBatch(
+                        as_text(batch_id),
+                        keys.shard,
+                        "?",
+                        0,
+                        0,
+                        "metadata that cannot be used",
+                        0.0,
+                    )
+                )
                 continue
-            out.append(DeadBatch(as_text(batch_id), keys.shard, printable(meta["g"]), meta["n"],
-                                 meta["a"], printable(str(meta.get("r", ""))),
-                                 seconds(meta.get("d"))))
+            out.append(
+                DeadBatch(
+                    as_text(batch_id),
+                    keys.shard,
+                    printable(meta["g"]),
+                    meta["n"],
+                    meta["a"],
+                    printable(str(meta.get("r", ""))),
+                    seconds(meta.get("d")),
+                )
+            )
     return out
 
 
@@ -76,7 +102,7 @@ def dead_listed(client: RedisClient, shards: Sequence[ShardKeys], chunk: int = 1
     total = 0
     for i in range(0, len(shards), chunk):
         with client.pipeline(transaction=False) as pipe:
-            for keys in shards[i:i + chunk]:
+            for keys in shards[i : i + chunk]:
                 pipe.llen(keys.dead)
             total += sum(as_count(n) for n in execute(pipe))
     return total
@@ -91,16 +117,30 @@ def batch_detail(client: RedisClient, keys: ShardKeys, batch_id: str) -> BatchDe
         return None
     meta = batch_meta(raw)
     if meta is None:
-        return BatchDetail(batch_id, keys.shard, "?", 0, "metadata that cannot be used: "
-                           + printable(as_text(raw)[:200]), split_entries(payload), [])
+        return BatchDetail(
+            batch_id,
+            keys.shard,
+            "?",
+            0,
+            "metadata that cannot be used: " + printable(as_text(raw)[:200]),
+            split_entries(payload),
+            [],
+        )
     reasons = meta.get("ir")
-    return BatchDetail(batch_id, keys.shard, printable(meta["g"]), meta["a"],
-                       printable(str(meta.get("r", ""))), split_entries(payload),
-                       [printable(str(r)) for r in reasons] if isinstance(reasons, list) else [])
+    return BatchDetail(
+        batch_id,
+        keys.shard,
+        printable(meta["g"]),
+        meta["a"],
+        printable(str(meta.get("r", ""))),
+        split_entries(payload),
+        [printable(str(r)) for r in reasons] if isinstance(reasons, list) else [],
+    )
 
 
-def quarantine(client: RedisClient, shards: Sequence[ShardKeys], limit: int
-               ) -> list[QuarantineRecord]:
+def quarantine(
+    client: RedisClient, shards: Sequence[ShardKeys], limit: int
+) -> list[QuarantineRecord]:
     """The newest ``limit`` records of each shard's quarantine (one LRANGE per shard,
     pipelined), newest first."""
     out: list[QuarantineRecord] = []
@@ -127,5 +167,14 @@ def _quarantined(keys: ShardKeys, raw: bytes) -> QuarantineRecord:
         value = r.get(name)
         return printable(value) if isinstance(value, str) else ""
 
-    return QuarantineRecord(keys.shard, field("k"), field("f"), field("y"), field("r"),
-                            field("v"), as_count(r.get("n")), field("s"), seconds(r.get("at")))
+    return QuarantineRecord(
+        keys.shard,
+        field("k"),
+        field("f"),
+        field("y"),
+        field("r"),
+        field("v"),
+        as_count(r.get("n")),
+        field("s"),
+        seconds(r.get("at")),
+    )

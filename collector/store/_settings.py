@@ -83,8 +83,9 @@ def sentinel_address(address: str) -> tuple[str, int]:
     host, colon, port = address.rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f'expected "host:port" with a port from 1 to 65535, found '
-                         f"{mask_url(address)!r}")
+        raise ValueError(
+            f'expected "host:port" with a port from 1 to 65535, found {mask_url(address)!r}'
+        )
     if any(c.isspace() or c in "/@?#" for c in host):
         raise ValueError(f"not a host name or address: {mask_url(address)!r}")
     return host, int(port)
@@ -96,12 +97,22 @@ def sentinel_problems(settings: RedisSettings) -> Iterator[tuple[str, str]]:
     if not settings.sentinels:
         for key in ("sentinel_service", "sentinel_password"):
             if getattr(settings, key):
-                yield key, ("set, but [redis] sentinels is empty: list the sentinels' "
-                            '"host:port" addresses to use Redis through Sentinel')
+                yield (
+                    key,
+                    (
+                        "set, but [redis] sentinels is empty: list the sentinels' "
+                        '"host:port" addresses to use Redis through Sentinel'
+                    ),
+                )
         return
     if settings.cluster:
-        yield "sentinels", ("set together with cluster = true: choose one (Redis Cluster "
-                            "has no sentinels; Sentinel manages a primary and its replicas)")
+        yield (
+            "sentinels",
+            (
+                "set together with cluster = true: choose one (Redis Cluster "
+                "has no sentinels; Sentinel manages a primary and its replicas)"
+            ),
+        )
     for address in settings.sentinels:
         try:
             sentinel_address(address)
@@ -110,11 +121,21 @@ def sentinel_problems(settings: RedisSettings) -> Iterator[tuple[str, str]]:
     if len(set(settings.sentinels)) != len(settings.sentinels):
         yield "sentinels", "the same address is listed twice"
     if not settings.sentinel_service.strip():
-        yield "sentinel_service", ("expected the name the sentinels monitor the primary "
-                                   "under (sentinel monitor <name> ...), found none")
+        yield (
+            "sentinel_service",
+            (
+                "expected the name the sentinels monitor the primary "
+                "under (sentinel monitor <name> ...), found none"
+            ),
+        )
     if settings.url.startswith("unix://"):
-        yield "url", ("a unix:// socket cannot be used with sentinels (they name the "
-                      "primary by host and port); use redis:// or rediss://")
+        yield (
+            "url",
+            (
+                "a unix:// socket cannot be used with sentinels (they name the "
+                "primary by host and port); use redis:// or rediss://"
+            ),
+        )
 
 
 def tls_notices(url: str) -> list[str]:
@@ -140,9 +161,16 @@ def redis_problems(settings: RedisSettings) -> Iterator[tuple[str, str]]:
     yield from sentinel_problems(settings)
     wait_ms, socket_ms = settings.wait_timeout_ms, settings.socket_timeout_seconds * 1000
     if settings.wait_for_replicas and wait_ms >= socket_ms:
-        yield "wait_timeout_ms", (f"must be shorter than socket_timeout_seconds ({socket_ms:g} "
-                                  f"ms), or the socket times out before WAIT answers; found "
-                                  f"{wait_ms}")
+        yield (
+            "wait_timeout_ms",
+            (
+                f"must be shorter than socket_timeout_seconds ({socket_ms:g} "
+                f"ms), or the socket times out before WAIT answers; found "
+                f"{wait_ms}"
+            ),
+        )
     if not is_valid_prefix(settings.key_prefix):
-        yield "key_prefix", (f"expected 1 to 64 characters from [A-Za-z0-9_.:-], found "
-                             f"{settings.key_prefix!r}")
+        yield (
+            "key_prefix",
+            (f"expected 1 to 64 characters from [A-Za-z0-9_.:-], found {settings.key_prefix!r}"),
+        )

@@ -40,7 +40,8 @@ def ring(client: RedisClient, keys: ShardKeys, after: str, count: int) -> RingSl
         replies = execute(pipe)
     wrong = any(isinstance(r, ResponseError) for r in replies)
     names, length, retries, marker, counts, legacy = (
-        None if isinstance(r, ResponseError) else r for r in replies)
+        None if isinstance(r, ResponseError) else r for r in replies
+    )
     games: list[str] = []
     junk: list[bytes] = []
     for name in names or ():
@@ -50,17 +51,32 @@ def ring(client: RedisClient, keys: ShardKeys, after: str, count: int) -> RingSl
         else:
             games.append(game)
     stored, evicted, stale, delivered, dead, replayed, quarantined_events, quarantined = (
-        as_count(c) for c in counts or [None] * (len(_OUTSTANDING) + 1))
+        as_count(c) for c in counts or [None] * (len(_OUTSTANDING) + 1)
+    )
     kind = as_text(legacy or "none")
-    return RingSlice(games, as_count(length), as_count(retries),
-                     None if marker is None else as_text(marker),
-                     stored - evicted - stale - delivered - dead + replayed - quarantined_events,
-                     kind == "list", junk, wrong or kind not in ("list", "none"), quarantined)
+    return RingSlice(
+        games,
+        as_count(length),
+        as_count(retries),
+        None if marker is None else as_text(marker),
+        stored - evicted - stale - delivered - dead + replayed - quarantined_events,
+        kind == "list",
+        junk,
+        wrong or kind not in ("list", "none"),
+        quarantined,
+    )
 
 
 # The counters an outstanding count is made of (see RingSlice).
-_OUTSTANDING = (Counter.STORED, Counter.EVICTED, Counter.STALE, Counter.DELIVERED,
-                Counter.DEAD_EVENTS, Counter.REPLAYED, Counter.QUARANTINED_EVENTS)
+_OUTSTANDING = (
+    Counter.STORED,
+    Counter.EVICTED,
+    Counter.STALE,
+    Counter.DELIVERED,
+    Counter.DEAD_EVENTS,
+    Counter.REPLAYED,
+    Counter.QUARANTINED_EVENTS,
+)
 
 
 def game_states(client: RedisClient, keys: ShardKeys, games: list[str]) -> list[GameState]:
@@ -72,8 +88,7 @@ def game_states(client: RedisClient, keys: ShardKeys, games: list[str]) -> list[
             pipe.llen(keys.queue(game))
             pipe.lindex(keys.queue(game), 0)
         replies = execute(pipe)
-    return [_game_state(game, replies[2 * i], replies[2 * i + 1])
-            for i, game in enumerate(games)]
+    return [_game_state(game, replies[2 * i], replies[2 * i + 1]) for i, game in enumerate(games)]
 
 
 def _game_state(game: str, length: Any, head: Any) -> GameState:
@@ -84,8 +99,12 @@ def _game_state(game: str, length: Any, head: Any) -> GameState:
     return GameState(game, int(length), head_time_ms(head) if head else None)
 
 
-def read_shard(client: RedisClient, keys: ShardKeys,
-               read_state: Callable[[list[str]], Sequence[Any]], tries: int = 5) -> ShardView:
+def read_shard(
+    client: RedisClient,
+    keys: ShardKeys,
+    read_state: Callable[[list[str]], Sequence[Any]],
+    tries: int = 5,
+) -> ShardView:
     """One shard's state, read atomically by ``read_state`` (the ``read_shard`` script: a
     MULTI would be refused while Redis is at maxmemory) so that no batch is caught between
     two states.
@@ -96,23 +115,31 @@ def read_shard(client: RedisClient, keys: ShardKeys,
     games = [g for g in (game_name(n) for n in first) if g is not None]
     for _ in range(tries):
         ring_now, inflight, retry, dead, flat_stats, owner, flat_metas, flat_problems, *queues = (
-            read_state(games))
+            read_state(games)
+        )
         now_ring = [g for g in (game_name(n) for n in ring_now) if g is not None]
         if set(now_ring) <= set(games):
             break
         games = now_ring
     else:
         raise RuntimeError(f"shard {keys.shard}: its games kept changing; try again")
-    problems = [f"{as_text(k)} is a {as_text(t)}"
-                for k, t in zip(flat_problems[0::2], flat_problems[1::2], strict=True)]
-    problems += [f"{keys.ring} holds {as_text(n)!r}, not a game name"
-                 for n in ring_now if game_name(n) is None]
+    problems = [
+        f"{as_text(k)} is a {as_text(t)}"
+        for k, t in zip(flat_problems[0::2], flat_problems[1::2], strict=True)
+    ]
+    problems += [
+        f"{keys.ring} holds {as_text(n)!r}, not a game name"
+        for n in ring_now
+        if game_name(n) is None
+    ]
     stats = dict(zip(flat_stats[0::2], flat_stats[1::2], strict=True))
     metas = dict(zip(flat_metas[0::2], flat_metas[1::2], strict=True))
     lengths = dict(zip(games, queues[0::2], strict=True))
     heads = dict(zip(games, queues[1::2], strict=True))
-    views = [GameView(g, keys.shard, int(lengths[g]),
-                      head_time_ms(heads[g]) if heads[g] else None) for g in now_ring]
+    views = [
+        GameView(g, keys.shard, int(lengths[g]), head_time_ms(heads[g]) if heads[g] else None)
+        for g in now_ring
+    ]
     pending = 0
     for batch_id in (*inflight, *retry):
         if batch_id not in metas:
@@ -123,9 +150,13 @@ def read_shard(client: RedisClient, keys: ShardKeys,
         else:
             pending += meta["n"]
     return ShardView(
-        shard=keys.shard, owner=printable(as_text(owner or b"")),
+        shard=keys.shard,
+        owner=printable(as_text(owner or b"")),
         buffered=sum(v.buffered for v in views),
-        games=views, inflight=len(inflight), retry=len(retry), dead=int(dead),
+        games=views,
+        inflight=len(inflight),
+        retry=len(retry),
+        dead=int(dead),
         pending_events=pending,
         counters={as_text(k): as_count(v) for k, v in stats.items()},
         problems=[printable(p) for p in problems],
@@ -139,8 +170,9 @@ def _ring_names(client: RedisClient, keys: ShardKeys) -> list[Any]:
         return []
 
 
-def shard_levels(client: RedisClient, shards: Sequence[ShardKeys], now_ms: int
-                 ) -> list[ShardLevels]:
+def shard_levels(
+    client: RedisClient, shards: Sequence[ShardKeys], now_ms: int
+) -> list[ShardLevels]:
     """Each shard's games with their buffer length and oldest entry, batches in flight,
     waiting for a retry (and due by ``now_ms``) and dead-listed; two pipelined rounds:
     five commands per shard, then two per game."""
@@ -155,13 +187,15 @@ def shard_levels(client: RedisClient, shards: Sequence[ShardKeys], now_ms: int
                 pipe.llen(keys.dead)
             replies = execute(pipe)
         for i in range(len(group)):
-            ring, inflight, retry, due, dead = replies[5 * i:5 * i + 5]
+            ring, inflight, retry, due, dead = replies[5 * i : 5 * i + 5]
             names = [] if isinstance(ring, ResponseError) else ring
             games = list(dict.fromkeys(g for g in map(game_name, names) if g is not None))
-            counts.append((games, as_count(inflight), as_count(retry), as_count(due),
-                           as_count(dead)))
-    queues = [(keys, game) for keys, (games, *_) in zip(shards, counts, strict=True)
-              for game in games]
+            counts.append(
+                (games, as_count(inflight), as_count(retry), as_count(due), as_count(dead))
+            )
+    queues = [
+        (keys, game) for keys, (games, *_) in zip(shards, counts, strict=True) for game in games
+    ]
     states: dict[tuple[int, str], GameState] = {}
     for group_of_games in groups(queues, PIPELINE_GAMES):
         with client.pipeline(transaction=False) as pipe:
@@ -171,6 +205,7 @@ def shard_levels(client: RedisClient, shards: Sequence[ShardKeys], now_ms: int
             replies = execute(pipe)
         for i, (keys, game) in enumerate(group_of_games):
             states[keys.shard, game] = _game_state(game, replies[2 * i], replies[2 * i + 1])
-    return [ShardLevels(keys.shard, [states[keys.shard, g] for g in games], inflight, retry,
-                        due, dead)
-            for keys, (games, inflight, retry, due, dead) in zip(shards, counts, strict=True)]
+    return [
+        ShardLevels(keys.shard, [states[keys.shard, g] for g in games], inflight, retry, due, dead)
+        for keys, (games, inflight, retry, due, dead) in zip(shards, counts, strict=True)
+    ]

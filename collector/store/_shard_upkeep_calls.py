@@ -64,8 +64,16 @@ class ReadShard(ScriptCall[list[Any]]):
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.ring, s.inflight, s.retry, s.dead, s.stats, s.owner, s.batches,
-                *(s.queue(g) for g in self.games))
+        return (
+            s.ring,
+            s.inflight,
+            s.retry,
+            s.dead,
+            s.stats,
+            s.owner,
+            s.batches,
+            *(s.queue(g) for g in self.games),
+        )
 
     def args(self) -> Sequence[Any]:
         return ()

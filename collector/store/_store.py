@@ -82,8 +82,7 @@ class Store:
         after ``[redis] retries`` more tries, may or may not have run)."""
         replies = self._run([self._wire(r) for r in requests], self._confirms(requests))
         return [
-            self._error(request, reply) if isinstance(reply, Exception)
-            else request.parse(reply)
+            self._error(request, reply) if isinstance(reply, Exception) else request.parse(reply)
             for request, reply in zip(requests, replies, strict=True)
         ]
 
@@ -133,20 +132,25 @@ class Store:
         return self._read(_shard_reads.game_states, shard, games)
 
     def read_shard(self, shard: ShardKeys) -> ShardView:
-        return self._read(_shard_reads.read_shard, shard,
-                          lambda games: self.call(ReadShard(shard, games)))
+        return self._read(
+            _shard_reads.read_shard, shard, lambda games: self.call(ReadShard(shard, games))
+        )
 
     def read_shards(self) -> list[ShardView]:
         return [self.read_shard(shard) for shard in self.schema.all_shards()]
 
-    def dead_batches(self, limit: int | None, *, game: str = "", before: float | None = None
-                     ) -> list[DeadBatch]:
+    def dead_batches(
+        self, limit: int | None, *, game: str = "", before: float | None = None
+    ) -> list[DeadBatch]:
         """Up to ``limit`` (None: all) of each shard's newest dead letters, oldest first; only
         those of ``game`` (its shard only is read) and dead before ``before`` (seconds since
         the epoch), when given."""
         shards = [self.schema.for_game(game)] if game else self.schema.all_shards()
-        out = [b for shard in shards
-               for b in self._read(_set_aside_reads.dead_batches, shard, limit, game, before)]
+        out = [
+            b
+            for shard in shards
+            for b in self._read(_set_aside_reads.dead_batches, shard, limit, game, before)
+        ]
         return sorted(out, key=lambda b: b.dead_at)
 
     def quarantine(self, limit: int = 10) -> list[QuarantineRecord]:
@@ -165,8 +169,9 @@ class Store:
     def dead_listed(self, shards: Sequence[ShardKeys] | None = None) -> int:
         """Batches on the dead lists of ``shards`` (default: every shard), one LLEN per shard,
         pipelined."""
-        return self._read(_set_aside_reads.dead_listed,
-                          self.schema.all_shards() if shards is None else shards)
+        return self._read(
+            _set_aside_reads.dead_listed, self.schema.all_shards() if shards is None else shards
+        )
 
     def counters(self) -> dict[str, int]:
         """Every shard's counters added up, and nothing else: cheap for many shards."""
@@ -194,8 +199,9 @@ class Store:
     def counter_totals(self, shards: Sequence[ShardKeys] | None = None) -> dict[str, int]:
         """The counters of ``shards`` (default: every shard) added up, by name: one HGETALL
         per shard, pipelined (1,024 shards per pipeline); nothing else is read."""
-        return self._read(_deployment_reads.counter_totals,
-                          self.schema.all_shards() if shards is None else shards)
+        return self._read(
+            _deployment_reads.counter_totals, self.schema.all_shards() if shards is None else shards
+        )
 
     def shard_levels(self, shards: Sequence[ShardKeys], now_ms: int) -> list[ShardLevels]:
         """What ``shards`` hold now: games with their buffer length and oldest entry, and

@@ -68,17 +68,26 @@ EXIT_CODES = """exit codes:
 
 # What a Redis error usually means, by a word of its message: a hint for the one-line error.
 REDIS_HINTS = (
-    ("no master found", "no sentinel named a healthy primary: check [redis] sentinels, "
-                        "sentinel_service and sentinel_password"),
-    ("cluster mode is not enabled", "[redis] cluster = true, but the server is not a cluster "
-                                    "node: set cluster = false"),
-    ("cluster support disabled", "[redis] cluster = true, but the server is not a cluster "
-                                 "node: set cluster = false"),
+    (
+        "no master found",
+        "no sentinel named a healthy primary: check [redis] sentinels, "
+        "sentinel_service and sentinel_password",
+    ),
+    (
+        "cluster mode is not enabled",
+        "[redis] cluster = true, but the server is not a cluster node: set cluster = false",
+    ),
+    (
+        "cluster support disabled",
+        "[redis] cluster = true, but the server is not a cluster node: set cluster = false",
+    ),
     ("moved ", "the server is a cluster node: set [redis] cluster = true"),
     ("protocol error", "is [redis] url the address of a Redis server?"),
     ("noauth", "the server wants a password: redis://[user]:PASSWORD@host:port/db"),
-    ("authentication required", "the server wants a password: "
-                                "redis://[user]:PASSWORD@host:port/db"),
+    (
+        "authentication required",
+        "the server wants a password: redis://[user]:PASSWORD@host:port/db",
+    ),
     ("wrongpass", "check the user name and password in [redis] url"),
     ("invalid username-password", "check the user name and password in [redis] url"),
     ("timeout", "check [redis] url, the network, and connect_timeout_seconds"),
@@ -87,8 +96,14 @@ REDIS_HINTS = (
 # The store's errors, and network errors that did not pass through the store (a bug if they
 # ever do: status and dead talk to nothing but Redis).
 REDIS_ERRORS: tuple[type[BaseException], ...] = (
-    BackendError, redis.exceptions.RedisError, redis.exceptions.RedisClusterException,
-    ConnectionError, TimeoutError, socket.gaierror, socket.herror)
+    BackendError,
+    redis.exceptions.RedisError,
+    redis.exceptions.RedisClusterException,
+    ConnectionError,
+    TimeoutError,
+    socket.gaierror,
+    socket.herror,
+)
 
 logger = logging.getLogger("reporter")
 
@@ -102,21 +117,42 @@ def package_version() -> str:
 
 # -- the parser --------------------------------------------------------------------------------
 
+
 def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     """The options every command takes.  On the commands they default to SUPPRESS, so a value
     given before the command is not reset by the command's parser."""
     default = argparse.SUPPRESS if suppress else None
     group = parser.add_argument_group("global options (before or after the command)")
-    group.add_argument("--config", metavar="FILE", default=default,
-                       help=f"config file (default: ${CONFIG_ENV}, else the packaged default)")
-    group.add_argument("-v", "--verbose", dest="log_level", action="store_const", const="debug",
-                       default=default,
-                       help="log at debug level, and show the traceback of an unexpected error")
-    group.add_argument("--log-level", dest="log_level", type=str.lower, choices=LEVELS,
-                       default=default, help=f"default: ${LEVEL_ENV}, else info")
-    group.add_argument("--log-format", type=str.lower, choices=FORMATS, default=default,
-                       help=f"text, or json: one object per line (default: ${FORMAT_ENV}, "
-                            "else text)")
+    group.add_argument(
+        "--config",
+        metavar="FILE",
+        default=default,
+        help=f"config file (default: ${CONFIG_ENV}, else the packaged default)",
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        dest="log_level",
+        action="store_const",
+        const="debug",
+        default=default,
+        help="log at debug level, and show the traceback of an unexpected error",
+    )
+    group.add_argument(
+        "--log-level",
+        dest="log_level",
+        type=str.lower,
+        choices=LEVELS,
+        default=default,
+        help=f"default: ${LEVEL_ENV}, else info",
+    )
+    group.add_argument(
+        "--log-format",
+        type=str.lower,
+        choices=FORMATS,
+        default=default,
+        help=f"text, or json: one object per line (default: ${FORMAT_ENV}, else text)",
+    )
 
 
 def _seconds(text: str) -> float:
@@ -130,45 +166,74 @@ def _seconds(text: str) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, epilog=EXIT_CODES,
-                                description="Drain buffered game telemetry and report it.",
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        epilog=EXIT_CODES,
+        description="Drain buffered game telemetry and report it.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"{PROG} {package_version()}")
     _global_options(p, suppress=False)
     common = argparse.ArgumentParser(add_help=False)
     _global_options(common, suppress=True)
     commands = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("run", parents=[common], help="run the reporter service")
-    status = commands.add_parser("status", parents=[common],
-                                 help="show counters, reporters, shards and games")
+    status = commands.add_parser(
+        "status", parents=[common], help="show counters, reporters, shards and games"
+    )
     status.add_argument("--json", action="store_true", help="print it as JSON")
-    status.add_argument("--watch", type=_seconds, metavar="SECONDS",
-                        help="print it again every SECONDS until Ctrl-C")
-    status.add_argument("--no-shards", action="store_true",
-                        help="only the counters, alerts and reporters: cheap for many shards "
-                             "and games (no per-shard or per-game reads)")
-    check = commands.add_parser("check-config", parents=[common],
-                                help="validate a config file and print it, secrets masked")
-    check.add_argument("file", nargs="?",
-                       help="the file (default: --config, else what run would read)")
-    check.add_argument("--connect", action="store_true",
-                       help="also PING Redis and send the sink one request without events; "
-                            "exit 3 if either fails")
-    check.add_argument("--probe-method", choices=("HEAD", "OPTIONS", "GET"), default="HEAD",
-                       help="the method of the sink's probe request (default: HEAD)")
-    demo = commands.add_parser("demo", parents=[common],
-                               help="run the whole pipeline on a private server")
-    demo.add_argument("--seconds", type=_seconds, default=15.0, metavar="SECONDS",
-                      help="how long the simulated games send events (default: 15); the "
-                           "demo then waits for the last of them to be delivered")
-    demo.add_argument("--sink", choices=("json", "nppa"), default="json",
-                      help="json: a local ingest endpoint; nppa: a local mock of the "
-                           "anti-addiction interface")
+    status.add_argument(
+        "--watch",
+        type=_seconds,
+        metavar="SECONDS",
+        help="print it again every SECONDS until Ctrl-C",
+    )
+    status.add_argument(
+        "--no-shards",
+        action="store_true",
+        help="only the counters, alerts and reporters: cheap for many shards "
+        "and games (no per-shard or per-game reads)",
+    )
+    check = commands.add_parser(
+        "check-config", parents=[common], help="validate a config file and print it, secrets masked"
+    )
+    check.add_argument(
+        "file", nargs="?", help="the file (default: --config, else what run would read)"
+    )
+    check.add_argument(
+        "--connect",
+        action="store_true",
+        help="also PING Redis and send the sink one request without events; exit 3 if either fails",
+    )
+    check.add_argument(
+        "--probe-method",
+        choices=("HEAD", "OPTIONS", "GET"),
+        default="HEAD",
+        help="the method of the sink's probe request (default: HEAD)",
+    )
+    demo = commands.add_parser(
+        "demo", parents=[common], help="run the whole pipeline on a private server"
+    )
+    demo.add_argument(
+        "--seconds",
+        type=_seconds,
+        default=15.0,
+        metavar="SECONDS",
+        help="how long the simulated games send events (default: 15); the "
+        "demo then waits for the last of them to be delivered",
+    )
+    demo.add_argument(
+        "--sink",
+        choices=("json", "nppa"),
+        default="json",
+        help="json: a local ingest endpoint; nppa: a local mock of the anti-addiction interface",
+    )
     add_dead_parser(commands, common)
     return p
 
 
 # -- main --------------------------------------------------------------------------------------
+
 
 def main(argv: list[str] | None = None) -> int:
     try:
@@ -201,10 +266,16 @@ def _guarded(work: Callable[[], int], debug: bool) -> int:
         return EXIT_INTERRUPTED
     except Exception as exc:
         if debug:
-            print(REDACT(printable("".join(traceback.format_exception(exc)), keep="\n")),
-                  end="", file=sys.stderr)
-        return _fail(f"unexpected error: {type(exc).__name__}: {exc}"
-                     + ("" if debug else " (run with -v for the traceback)"), EXIT_FAILED)
+            print(
+                REDACT(printable("".join(traceback.format_exception(exc)), keep="\n")),
+                end="",
+                file=sys.stderr,
+            )
+        return _fail(
+            f"unexpected error: {type(exc).__name__}: {exc}"
+            + ("" if debug else " (run with -v for the traceback)"),
+            EXIT_FAILED,
+        )
 
 
 def _refused(exc: ConfigError | ReporterError) -> int:
@@ -219,8 +290,9 @@ def redis_problem(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     refused = isinstance(exc, BackendError) and not isinstance(exc, BackendUnavailable)
     hint = next((h for word, h in REDIS_HINTS if word in text.lower()), "")
-    return (f"{'Redis refused the request' if refused else 'Redis unavailable'}: {text}"
-            + (f" ({hint})" if hint else ""))
+    return f"{'Redis refused the request' if refused else 'Redis unavailable'}: {text}" + (
+        f" ({hint})" if hint else ""
+    )
 
 
 def _fail(message: str, code: int) -> int:
@@ -250,8 +322,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         return _run(config)
     if not args.config and not os.environ.get(CONFIG_ENV):
-        _note(f"no --config and no ${CONFIG_ENV}: using {config.source}, "
-              f"{describe_settings(config.redis)}, key prefix {config.redis.key_prefix!r}")
+        _note(
+            f"no --config and no ${CONFIG_ENV}: using {config.source}, "
+            f"{describe_settings(config.redis)}, key prefix {config.redis.key_prefix!r}"
+        )
     store = open_store(config.redis)
     try:
         if args.command == "status":
@@ -302,15 +376,23 @@ def _check_config(path: str | None, connect: bool = False, probe_method: str = "
 def _sink_notices(config: ReporterConfig) -> list[str]:
     """What check-config should point out about the sink that is not an error."""
     if config.sink.kind == "print":
-        return ['[sink] kind = "print": batches go to standard output and are counted as '
-                "delivered; [sink] url is not used"] if config.sink.url else []
+        return (
+            [
+                '[sink] kind = "print": batches go to standard output and are counted as '
+                "delivered; [sink] url is not used"
+            ]
+            if config.sink.url
+            else []
+        )
     if config.sink.kind != "nppa":
         return []
     # Only a game that lacks its filing id is worth a warning: one the file names without
     # one, or none at all when the file gives no game one.
     missing = config.games_without_biz_id()
-    why = ('[sink] kind = "nppa" needs [games."<name>"] biz_id, the filing id, for every game; '
-           "events of a game without one are dead-lettered (replay once it is set)")
+    why = (
+        '[sink] kind = "nppa" needs [games."<name>"] biz_id, the filing id, for every game; '
+        "events of a game without one are dead-lettered (replay once it is set)"
+    )
     if missing:
         return ["games named in the file without a biz_id: " + ", ".join(missing) + f" ({why})"]
     if not any(config.biz_id(game) for game in config.games):
@@ -320,6 +402,7 @@ def _sink_notices(config: ReporterConfig) -> list[str]:
 
 # -- run ---------------------------------------------------------------------------------------
 
+
 def sink_description(config: ReporterConfig) -> str:
     """The sink's kind and URL, password and query values masked."""
     if config.sink.kind == "print":
@@ -327,10 +410,10 @@ def sink_description(config: ReporterConfig) -> str:
     if config.sink.kind == "nppa":
         from reporter._senders.nppa import endpoint_url
 
-        return (f"nppa {masked_url(endpoint_url(config.nppa.base_url))} "
-                f"app {config.nppa.app_id}")
+        return f"nppa {masked_url(endpoint_url(config.nppa.base_url))} app {config.nppa.app_id}"
     return f"{config.sink.kind} {masked_url(config.sink.url)}" + (
-        " (gzip)" if config.sink.gzip else "")
+        " (gzip)" if config.sink.gzip else ""
+    )
 
 
 def metrics_listen(config: ReporterConfig) -> str:
@@ -342,20 +425,33 @@ def startup_line(config: ReporterConfig, limiter: str) -> tuple[str, dict[str, o
     """The start-up log line and its structured fields: config file, Redis (masked), sink
     (masked), shards, thread pools, metrics address."""
     r = config.reporter
-    pools = {"default": r.workers, "control": 2,
-             **{f"hot:{game}": threads for game, threads in r.hot_games.items()}}
-    redis_url = (describe_settings(config.redis) if config.redis.sentinels else
-                 f"{'cluster' if config.redis.cluster else 'redis'} "
-                 f"{masked_url(config.redis.url)}")
+    pools = {
+        "default": r.workers,
+        "control": 2,
+        **{f"hot:{game}": threads for game, threads in r.hot_games.items()},
+    }
+    redis_url = (
+        describe_settings(config.redis)
+        if config.redis.sentinels
+        else f"{'cluster' if config.redis.cluster else 'redis'} {masked_url(config.redis.url)}"
+    )
     fields: dict[str, object] = {
-        "version": package_version(), "config": config.source, "redis": redis_url,
-        "sink": sink_description(config), "limiter": limiter, "shards": config.redis.shards,
-        "pools": pools, "metrics": metrics_listen(config) or "off"}
-    message = (f"{PROG}: config {config.source}; {redis_url}; key prefix "
-               f"{config.redis.key_prefix!r}; {counted(config.redis.shards, 'shard')}; sink "
-               f"{fields['sink']} ({limiter}); pools "
-               + ", ".join(f"{name}={threads}" for name, threads in pools.items())
-               + f"; metrics {fields['metrics']}; version {fields['version']}")
+        "version": package_version(),
+        "config": config.source,
+        "redis": redis_url,
+        "sink": sink_description(config),
+        "limiter": limiter,
+        "shards": config.redis.shards,
+        "pools": pools,
+        "metrics": metrics_listen(config) or "off",
+    }
+    message = (
+        f"{PROG}: config {config.source}; {redis_url}; key prefix "
+        f"{config.redis.key_prefix!r}; {counted(config.redis.shards, 'shard')}; sink "
+        f"{fields['sink']} ({limiter}); pools "
+        + ", ".join(f"{name}={threads}" for name, threads in pools.items())
+        + f"; metrics {fields['metrics']}; version {fields['version']}"
+    )
     return message, fields
 
 
@@ -365,10 +461,16 @@ def stopped_line(stopped: Stopped) -> tuple[str, dict[str, object]]:
     any."""
     line = {str(name): stopped.counts.get(str(name), 0) for name in REPORTER}
     rest = stopped.summary()
-    return ("stopped: " + ", ".join(f"{name}={n}" for name, n in line.items())
-            + (f"; {rest}" if rest else ""),
-            {"counters": line, "left_to_lease": list(stopped.left_to_lease),
-             "blocked_jobs": list(stopped.blocked_jobs)})
+    return (
+        "stopped: "
+        + ", ".join(f"{name}={n}" for name, n in line.items())
+        + (f"; {rest}" if rest else ""),
+        {
+            "counters": line,
+            "left_to_lease": list(stopped.left_to_lease),
+            "blocked_jobs": list(stopped.blocked_jobs),
+        },
+    )
 
 
 class StopSignals:
@@ -418,14 +520,18 @@ def _run(config: ReporterConfig) -> int:
                 service.reload("SIGHUP")
             except Exception:  # a bug: SIGHUP must never stop a reporter
                 logger.exception("SIGHUP: re-reading the secret files failed; running on")
-    logger.info("stopping: no new claims; waiting up to %gs for in-flight POSTs",
-                config.reporter.grace_seconds)
+    logger.info(
+        "stopping: no new claims; waiting up to %gs for in-flight POSTs",
+        config.reporter.grace_seconds,
+    )
     stopped = service.stop()
     message, fields = stopped_line(stopped)
     logger.info("%s", message, extra=fields)
     if stopped.blocked_jobs:  # the interpreter would wait for their threads: do not
-        logger.warning("exiting without %s blocked on Redis or the endpoint",
-                       counted(len(stopped.blocked_jobs), "job"))
+        logger.warning(
+            "exiting without %s blocked on Redis or the endpoint",
+            counted(len(stopped.blocked_jobs), "job"),
+        )
         logging.shutdown()
         os._exit(0)
     return 0

@@ -45,7 +45,8 @@ def duration(text: str) -> float:
     match = _DURATION.fullmatch(text.strip().lower())
     if not match:
         raise argparse.ArgumentTypeError(
-            f"expected a duration like 90s, 15m, 2h or 1d, found {text!r}")
+            f"expected a duration like 90s, 15m, 2h or 1d, found {text!r}"
+        )
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
@@ -59,25 +60,33 @@ def game_name(text: str) -> str:
 def add_dead_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     """The ``dead`` command and its actions; ``common`` holds the global options, accepted
     after the action too."""
-    dead = commands.add_parser("dead", parents=[common],
-                               help="inspect, replay and purge dead-lettered batches")
+    dead = commands.add_parser(
+        "dead", parents=[common], help="inspect, replay and purge dead-lettered batches"
+    )
     actions = dead.add_subparsers(dest="action", required=True, metavar="ACTION")
     filters = argparse.ArgumentParser(add_help=False)
     group = filters.add_argument_group("filters")
     group.add_argument("--game", type=game_name, help="only this game's dead letters")
-    group.add_argument("--older-than", type=duration, metavar="DURATION",
-                       help="only those dead for longer than this (90s, 15m, 2h, 1d)")
-    listing = actions.add_parser("list", parents=[common, filters],
-                                 help="list dead-lettered batches, oldest first")
+    group.add_argument(
+        "--older-than",
+        type=duration,
+        metavar="DURATION",
+        help="only those dead for longer than this (90s, 15m, 2h, 1d)",
+    )
+    listing = actions.add_parser(
+        "list", parents=[common, filters], help="list dead-lettered batches, oldest first"
+    )
     listing.add_argument("--json", action="store_true", help="one JSON array of the batches")
     show = actions.add_parser("show", parents=[common], help="show one batch with its events")
     show.add_argument("batch_id")
-    replay = actions.add_parser("replay", parents=[common],
-                                help="send dead-lettered batches again")
+    replay = actions.add_parser("replay", parents=[common], help="send dead-lettered batches again")
     replay.add_argument("batch_id", nargs="?")
     replay.add_argument("--all", action="store_true", help="every dead-lettered batch")
-    purge = actions.add_parser("purge", parents=[common, filters],
-                               help="delete dead-lettered batches for good (asks first)")
+    purge = actions.add_parser(
+        "purge",
+        parents=[common, filters],
+        help="delete dead-lettered batches for good (asks first)",
+    )
     purge.add_argument("--yes", "-y", action="store_true", help="do not ask")
 
 
@@ -86,9 +95,12 @@ def replay_budget(config: ReporterConfig) -> tuple[int, int]:
     return BodyLimit(config.sink.max_batch_bytes, body_model(config.sink.kind)).claim_budget()
 
 
-def run_dead(store: Store, args: argparse.Namespace,
-             ask: Callable[[str], bool] | None = None,
-             budget: tuple[int, int] = (0, 0)) -> int:
+def run_dead(
+    store: Store,
+    args: argparse.Namespace,
+    ask: Callable[[str], bool] | None = None,
+    budget: tuple[int, int] = (0, 0),
+) -> int:
     """``budget``: how replayed batches are cut again (``replay_budget``; (0, 0): never)."""
     if args.action == "list":
         return _list(store, args)
@@ -105,25 +117,55 @@ def _matching(store: Store, args: argparse.Namespace, limit: int | None) -> list
 
 
 def _filters(args: argparse.Namespace) -> str:
-    parts = [f"of game {args.game!r}" if args.game else "",
-             f"dead for more than {args.older_than:g}s" if args.older_than is not None else ""]
+    parts = [
+        f"of game {args.game!r}" if args.game else "",
+        f"dead for more than {args.older_than:g}s" if args.older_than is not None else "",
+    ]
     return " ".join(p for p in parts if p)
 
 
 def _list(store: Store, args: argparse.Namespace) -> int:
     batches = _matching(store, args, DEAD_LIST_LIMIT)
     if args.json:
-        print(json_text([{"batch_id": b.batch_id, "game": b.game, "shard": b.shard,
-                          "events": b.events, "attempts": b.attempts, "reason": b.reason,
-                          "dead_at": b.dead_at} for b in batches]))
+        print(
+            json_text(
+                [
+                    {
+                        "batch_id": b.batch_id,
+                        "game": b.game,
+                        "shard": b.shard,
+                        "events": b.events,
+                        "attempts": b.attempts,
+                        "reason": b.reason,
+                        "dead_at": b.dead_at,
+                    }
+                    for b in batches
+                ]
+            )
+        )
         return 0
-    rows = [(b.batch_id, b.game, b.shard, b.events, b.attempts,
-             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(b.dead_at)), b.reason[:60])
-            for b in batches]
+    rows = [
+        (
+            b.batch_id,
+            b.game,
+            b.shard,
+            b.events,
+            b.attempts,
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(b.dead_at)),
+            b.reason[:60],
+        )
+        for b in batches
+    ]
     what = _filters(args)
-    print(table(("batch", "game", "shard", "events", "attempts", "dead since", "reason"),
-                rows, align="llrrrll") if rows
-          else "no dead-lettered batches" + (f" {what}" if what else ""))
+    print(
+        table(
+            ("batch", "game", "shard", "events", "attempts", "dead since", "reason"),
+            rows,
+            align="llrrrll",
+        )
+        if rows
+        else "no dead-lettered batches" + (f" {what}" if what else "")
+    )
     return 0
 
 
@@ -134,9 +176,13 @@ def _show(store: Store, batch_id: str) -> int:
         print(f"telemetry-reporter: no batch {batch_id!r}", file=sys.stderr)
         return EXIT_NOT_FOUND
     shown: dict[str, Any] = {
-        "batch_id": detail.batch_id, "shard": detail.shard, "game": detail.game,
-        "attempts": detail.attempts, "reason": detail.reason,
-        "events": [_shown(e) for e in detail.entries]}
+        "batch_id": detail.batch_id,
+        "shard": detail.shard,
+        "game": detail.game,
+        "attempts": detail.attempts,
+        "reason": detail.reason,
+        "events": [_shown(e) for e in detail.entries],
+    }
     if detail.item_reasons:  # refused one by one: each event's own reason
         shown["item_reasons"] = detail.item_reasons
     print(json_text(shown))
@@ -161,13 +207,14 @@ def _replay(store: Store, args: argparse.Namespace, budget: tuple[int, int]) -> 
         if keys is not None:
             batches, events, malformed = store.call(Replay(keys, args.batch_id, 1, *budget))
         if malformed:
-            print(f"telemetry-reporter: batch {args.batch_id!r} holds a malformed entry, which "
-                  "can never be sent; it stays dead-lettered (dead purge removes it)",
-                  file=sys.stderr)
+            print(
+                f"telemetry-reporter: batch {args.batch_id!r} holds a malformed entry, which "
+                "can never be sent; it stays dead-lettered (dead purge removes it)",
+                file=sys.stderr,
+            )
             return EXIT_NOT_FOUND
         if not batches:
-            print(f"telemetry-reporter: no dead-lettered batch {args.batch_id!r}",
-                  file=sys.stderr)
+            print(f"telemetry-reporter: no dead-lettered batch {args.batch_id!r}", file=sys.stderr)
             return EXIT_NOT_FOUND
     elif args.all:
         for keys in store.schema.all_shards():
@@ -183,14 +230,17 @@ def _replay(store: Store, args: argparse.Namespace, budget: tuple[int, int]) -> 
     else:
         print("telemetry-reporter: replay needs a batch id or --all", file=sys.stderr)
         return EXIT_USAGE
-    print(f"replayed {counted(batches, 'batch', 'batches')} ({counted(events, 'event')}); "
-          "stale events are dropped when sent")
+    print(
+        f"replayed {counted(batches, 'batch', 'batches')} ({counted(events, 'event')}); "
+        "stale events are dropped when sent"
+    )
     if malformed:
         print(f"{malformed} dead letters of malformed entries stay (they can never be sent)")
     return 0
 
 
 # -- purge -------------------------------------------------------------------------------------
+
 
 def confirm(question: str, stdin: TextIO | None = None, stderr: TextIO | None = None) -> bool:
     """Ask on stderr; True only for an answer of y or yes (end of input is a no)."""
@@ -212,9 +262,11 @@ def _purge(store: Store, args: argparse.Namespace, ask: Callable[[str], bool]) -
         print("no dead-lettered batches to purge" + (f" {what}" if what else ""))
         return 0
     described = f"{counted(count, 'dead-lettered batch', 'dead-lettered batches')}" + (
-        f" ({counted(sum(b.events for b in matches), 'event')}) {what}" if filtered else "")
-    if not args.yes and not ask(f"delete {described} in {store.describe()} "
-                                f"(key prefix {store.schema.prefix!r}) for good?"):
+        f" ({counted(sum(b.events for b in matches), 'event')}) {what}" if filtered else ""
+    )
+    if not args.yes and not ask(
+        f"delete {described} in {store.describe()} (key prefix {store.schema.prefix!r}) for good?"
+    ):
         print("telemetry-reporter: nothing purged", file=sys.stderr)
         return EXIT_DECLINED
     purged, events = _purge_ids(store, matches) if filtered else _purge_all(store)
@@ -240,7 +292,7 @@ def _purge_ids(store: Store, batches: Sequence[DeadBatch]) -> tuple[int, int]:
     for shard, ids in by_shard.items():
         keys = store.schema.shard(shard)
         for i in range(0, len(ids), PURGE_IDS_PER_CALL):
-            done = store.call(PurgeIds(keys, ids[i:i + PURGE_IDS_PER_CALL]))
+            done = store.call(PurgeIds(keys, ids[i : i + PURGE_IDS_PER_CALL]))
             purged += done.batches
             events += done.events
     return purged, events

@@ -51,13 +51,13 @@ def probe_redis(config: ReporterConfig) -> Probe:
     return Probe("redis", True, f"{where} answered PING in {_ms(began)}")
 
 
-def probe_sink(config: ReporterConfig, method: str = "HEAD",
-               transport: httpx.BaseTransport | None = None) -> Probe:
+def probe_sink(
+    config: ReporterConfig, method: str = "HEAD", transport: httpx.BaseTransport | None = None
+) -> Probe:
     if config.sink.kind == "nppa":
         return probe_nppa(config, transport)
     if config.sink.kind == "print":
-        return Probe("sink", True, "print: batches go to standard output (no endpoint to "
-                                   "probe)")
+        return Probe("sink", True, "print: batches go to standard output (no endpoint to probe)")
     from reporter._senders.secrets import secret_files
 
     url = config.sink.url
@@ -70,14 +70,21 @@ def probe_sink(config: ReporterConfig, method: str = "HEAD",
     except httpx.HTTPError as exc:
         return Probe("sink", False, f"{where}: {type(exc).__name__}: {exc}")
     if status in REFUSED_CREDENTIALS:
-        return Probe("sink", False, f"{where} answered HTTP {status}: the endpoint refused "
-                                    "the credentials (check [sink] headers or the URL's)")
-    return Probe("sink", True, f"{where} answered HTTP {status} in {_ms(began)} (any "
-                               "answer shows the network path, TLS and proxy work)")
+        return Probe(
+            "sink",
+            False,
+            f"{where} answered HTTP {status}: the endpoint refused "
+            "the credentials (check [sink] headers or the URL's)",
+        )
+    return Probe(
+        "sink",
+        True,
+        f"{where} answered HTTP {status} in {_ms(began)} (any "
+        "answer shows the network path, TLS and proxy work)",
+    )
 
 
-def probe_nppa(config: ReporterConfig, transport: httpx.BaseTransport | None = None
-               ) -> Probe:
+def probe_nppa(config: ReporterConfig, transport: httpx.BaseTransport | None = None) -> Probe:
     """The anti-addiction interface gets a signed request with an empty ``collections``:
     it reports nothing, and the system answers 3002 once the app id, the bizId, the key
     and the signature have passed (1011 when the key or signature is wrong).  The bizId is
@@ -86,11 +93,17 @@ def probe_nppa(config: ReporterConfig, transport: httpx.BaseTransport | None = N
     from reporter._senders.secrets import secret_files
 
     biz_id = next((g.biz_id for g in config.games.values() if g.biz_id), "")
-    where = (f"POST {masked_url(endpoint_url(config.nppa.base_url))} (app "
-             f"{config.nppa.app_id}, bizId {biz_id or '-'}, no items)")
+    where = (
+        f"POST {masked_url(endpoint_url(config.nppa.base_url))} (app "
+        f"{config.nppa.app_id}, bizId {biz_id or '-'}, no items)"
+    )
     if not biz_id:
-        return Probe("sink", False, f"{where}: not sent: no game has a biz_id to send it "
-                                    'with (set [games."<name>"] biz_id)')
+        return Probe(
+            "sink",
+            False,
+            f"{where}: not sent: no game has a biz_id to send it "
+            'with (set [games."<name>"] biz_id)',
+        )
     key = next(iter(secret_files(config)), None)  # [nppa] secret_key_file, if set
     sender = NppaSender(config.nppa, config.sink, config.biz_id, transport, key=key)
     began = time.monotonic()
@@ -99,11 +112,18 @@ def probe_nppa(config: ReporterConfig, transport: httpx.BaseTransport | None = N
     finally:
         sender.close()
     if outcome.kind == DELIVERED:
-        return Probe("sink", True, f"{where} answered {outcome.reason} in {_ms(began)} "
-                                   "(nothing was reported)")
+        return Probe(
+            "sink",
+            True,
+            f"{where} answered {outcome.reason} in {_ms(began)} (nothing was reported)",
+        )
     check = outcome.hold or outcome.alert
-    return Probe("sink", False, f"{where} answered {outcome.reason}"
-                                + (f"; {check.partition(':')[2].strip()}" if check else ""))
+    return Probe(
+        "sink",
+        False,
+        f"{where} answered {outcome.reason}"
+        + (f"; {check.partition(':')[2].strip()}" if check else ""),
+    )
 
 
 def _ms(began: float) -> str:

@@ -42,9 +42,11 @@ from reporter._monitoring.accounting import Totals, read_totals
 from reporter._tables import table
 
 # Levels only the full form can give (they need every shard's batches and games).
-SHARD_LEVELS_NOTE = ("levels (buffered, pending_events, batches_in_flight, batches_retry,\n"
-                     "batches_dead_listed, unaccounted) need the per-shard reads: run without "
-                     "--no-shards")
+SHARD_LEVELS_NOTE = (
+    "levels (buffered, pending_events, batches_in_flight, batches_retry,\n"
+    "batches_dead_listed, unaccounted) need the per-shard reads: run without "
+    "--no-shards"
+)
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
 
@@ -68,11 +70,12 @@ def render_hold(hold: HoldState | None, config: ReporterConfig) -> list[str]:
     if hold is None or not hold.held:
         return []
     next_in = max(0.0, (hold.probe_at_ms - hold.now_ms) / 1000)
-    return [f"HELD: sending to the anti-addiction interface (app {config.nppa.app_id}) is held "
-            f"for {hold.age_seconds:.0f}s, since {_when(hold.since_ms / 1000)}: it answered "
-            f"{hold.cause}: {hold.check}; {counted(hold.probes, 'probe')}, the next in "
-            f"{next_in:.0f}s"
-            + (f" (game {hold.game})" if hold.game else "")]
+    return [
+        f"HELD: sending to the anti-addiction interface (app {config.nppa.app_id}) is held "
+        f"for {hold.age_seconds:.0f}s, since {_when(hold.since_ms / 1000)}: it answered "
+        f"{hold.cause}: {hold.check}; {counted(hold.probes, 'probe')}, the next in "
+        f"{next_in:.0f}s" + (f" (game {hold.game})" if hold.game else "")
+    ]
 
 
 def hold_json(hold: HoldState | None) -> dict[str, Any]:
@@ -81,17 +84,23 @@ def hold_json(hold: HoldState | None) -> dict[str, Any]:
         return {}
     if not hold.held:
         return {"hold": {"held": False}}
-    return {"hold": {
-        "held": True, "cause": hold.cause, "check": hold.check, "game": hold.game,
-        "since": hold.since_ms / 1000, "age_seconds": round(hold.age_seconds, 1),
-        "probes": hold.probes,
-        "next_probe_in_seconds": round(max(0, hold.probe_at_ms - hold.now_ms) / 1000, 1)}}
+    return {
+        "hold": {
+            "held": True,
+            "cause": hold.cause,
+            "check": hold.check,
+            "game": hold.game,
+            "since": hold.since_ms / 1000,
+            "age_seconds": round(hold.age_seconds, 1),
+            "probes": hold.probes,
+            "next_probe_in_seconds": round(max(0, hold.probe_at_ms - hold.now_ms) / 1000, 1),
+        }
+    }
 
 
 def render_alerts(alerts: Sequence[Alert]) -> list[str]:
     """One line per alert: what an endpoint refused that only the operator can fix."""
-    return [f"ALERT {a.name}: {a.message} ({a.count} times, last at {_when(a.at)})"
-            for a in alerts]
+    return [f"ALERT {a.name}: {a.message} ({a.count} times, last at {_when(a.at)})" for a in alerts]
 
 
 # -- the quarantine ----------------------------------------------------------------------------
@@ -99,29 +108,49 @@ def render_alerts(alerts: Sequence[Alert]) -> list[str]:
 QUARANTINE_SHOWN = 10  # records per shard read, and shown in all
 
 
-def render_quarantine(records: Sequence[QuarantineRecord], problems: Sequence[str] = ()
-                      ) -> list[str]:
+def render_quarantine(
+    records: Sequence[QuarantineRecord], problems: Sequence[str] = ()
+) -> list[str]:
     """The newest records the scripts set aside, and junk they have yet to meet."""
     lines = []
     if records:
-        rows = [(q.shard, q.key, q.field or "-", q.reason, q.script, _when(q.at))
-                for q in records[:QUARANTINE_SHOWN]]
-        lines += ["", "quarantine: records the scripts set aside (quarantined_records), newest "
-                  "first", table(("shard", "key", "field", "reason", "script", "at"), rows,
-                                 align="rlllll")]
+        rows = [
+            (q.shard, q.key, q.field or "-", q.reason, q.script, _when(q.at))
+            for q in records[:QUARANTINE_SHOWN]
+        ]
+        lines += [
+            "",
+            "quarantine: records the scripts set aside (quarantined_records), newest first",
+            table(("shard", "key", "field", "reason", "script", "at"), rows, align="rlllll"),
+        ]
     if problems:
-        lines += ["", "junk the scripts will set aside when they meet it:",
-                  *(f"  {p}" for p in problems)]
+        lines += [
+            "",
+            "junk the scripts will set aside when they meet it:",
+            *(f"  {p}" for p in problems),
+        ]
     return lines
 
 
 def quarantine_json(records: Sequence[QuarantineRecord]) -> list[dict[str, Any]]:
-    return [{"shard": q.shard, "key": q.key, "field": q.field, "found": q.found,
-             "reason": q.reason, "sample": q.sample, "events": q.events, "script": q.script,
-             "at": q.at} for q in records[:QUARANTINE_SHOWN]]
+    return [
+        {
+            "shard": q.shard,
+            "key": q.key,
+            "field": q.field,
+            "found": q.found,
+            "reason": q.reason,
+            "sample": q.sample,
+            "events": q.events,
+            "script": q.script,
+            "at": q.at,
+        }
+        for q in records[:QUARANTINE_SHOWN]
+    ]
 
 
 # -- Redis memory -----------------------------------------------------------------------------
+
 
 def read_memory(store: Store) -> list[MemoryUse]:
     """Each node's memory use; none where INFO is refused (renamed or forbidden by an ACL)."""
@@ -150,25 +179,43 @@ def render_memory(memory: Sequence[MemoryUse]) -> list[str]:
         where = f" ({m.node})" if len(memory) > 1 else ""
         head = f"Redis is full{where}: {_mb(m.used)} used of maxmemory {_mb(m.maximum)}"
         if m.refusing_writes:
-            lines.append(f"{head} (policy noeviction); writes are refused: the SDKs keep their "
-                         f"events (refused_oom) until the reporters drain it "
-                         f"({m.oom_refusals} writes refused since the server started)")
+            lines.append(
+                f"{head} (policy noeviction); writes are refused: the SDKs keep their "
+                f"events (refused_oom) until the reporters drain it "
+                f"({m.oom_refusals} writes refused since the server started)"
+            )
         else:
-            lines.append(f"{head} (policy {m.policy}); Redis evicts keys, which can delete "
-                         f"buffered events and batches: set maxmemory-policy noeviction")
+            lines.append(
+                f"{head} (policy {m.policy}); Redis evicts keys, which can delete "
+                f"buffered events and batches: set maxmemory-policy noeviction"
+            )
     return lines
 
 
 def memory_json(memory: Sequence[MemoryUse]) -> list[dict[str, Any]]:
-    return [{"node": m.node, "used_bytes": m.used, "max_bytes": m.maximum, "policy": m.policy,
-             "oom_refusals": m.oom_refusals, "full": m.full,
-             "refusing_writes": m.refusing_writes} for m in memory]
+    return [
+        {
+            "node": m.node,
+            "used_bytes": m.used,
+            "max_bytes": m.maximum,
+            "policy": m.policy,
+            "oom_refusals": m.oom_refusals,
+            "full": m.full,
+            "refusing_writes": m.refusing_writes,
+        }
+        for m in memory
+    ]
 
 
 # -- reporters ---------------------------------------------------------------------------------
 
-def reporter_entries(reporters: Sequence[Reporter], now: float, lease_seconds: float,
-                     owners: Tally[str] | None = None) -> list[dict[str, Any]]:
+
+def reporter_entries(
+    reporters: Sequence[Reporter],
+    now: float,
+    lease_seconds: float,
+    owners: Tally[str] | None = None,
+) -> list[dict[str, Any]]:
     """Each registered reporter: its id, whether its heartbeat is live, the heartbeat's age
     (the deadline minus ``lease_seconds``, this config's ``shard_lease_seconds``: every
     reporter is assumed to run with the same) and, when the shards were read, how many it
@@ -176,27 +223,42 @@ def reporter_entries(reporters: Sequence[Reporter], now: float, lease_seconds: f
     out = []
     for r in reporters:
         beat = r.deadline_ms / 1000 - lease_seconds
-        entry: dict[str, Any] = {"id": r.owner, "live": r.deadline_ms / 1000 > now,
-                                 "heartbeat_age_seconds": round(max(0.0, now - beat), 1)}
+        entry: dict[str, Any] = {
+            "id": r.owner,
+            "live": r.deadline_ms / 1000 > now,
+            "heartbeat_age_seconds": round(max(0.0, now - beat), 1),
+        }
         if owners is not None:
             entry["shards"] = owners.get(r.owner, 0)
         out.append(entry)
     return out
 
 
-def hot_game_entries(config: ReporterConfig, schema: KeySchema, owners: Sequence[str]
-                     ) -> list[dict[str, Any]]:
+def hot_game_entries(
+    config: ReporterConfig, schema: KeySchema, owners: Sequence[str]
+) -> list[dict[str, Any]]:
     """This config's hot games: threads, shard, and the reporter serving it (the holder of
     the shard's lease, '' for none; ``owners`` is by shard number)."""
-    return [{"game": game, "threads": threads, "shard": schema.shard_of(game),
-             "served_by": owners[schema.shard_of(game)]}
-            for game, threads in config.reporter.hot_games.items()]
+    return [
+        {
+            "game": game,
+            "threads": threads,
+            "shard": schema.shard_of(game),
+            "served_by": owners[schema.shard_of(game)],
+        }
+        for game, threads in config.reporter.hot_games.items()
+    ]
 
 
 def render_hot_games(entries: Sequence[dict[str, Any]]) -> str:
-    return "hot games: " + (", ".join(
-        f"{e['game']} ({counted(e['threads'], 'thread')}, shard {e['shard']}, served by "
-        f"{e['served_by'] or 'no reporter'})" for e in entries) or "none")
+    return "hot games: " + (
+        ", ".join(
+            f"{e['game']} ({counted(e['threads'], 'thread')}, shard {e['shard']}, served by "
+            f"{e['served_by'] or 'no reporter'})"
+            for e in entries
+        )
+        or "none"
+    )
 
 
 def render_reporters(entries: Sequence[dict[str, Any]]) -> str:
@@ -204,37 +266,61 @@ def render_reporters(entries: Sequence[dict[str, Any]]) -> str:
     if not entries:
         return "reporters: none registered (no telemetry-reporter run is heartbeating)"
     with_shards = all("shards" in e for e in entries)
-    rows = [(e["id"], "live" if e["live"] else "expired", f"{e['heartbeat_age_seconds']}s ago",
-             *((e["shards"],) if with_shards else ())) for e in entries]
+    rows = [
+        (
+            e["id"],
+            "live" if e["live"] else "expired",
+            f"{e['heartbeat_age_seconds']}s ago",
+            *((e["shards"],) if with_shards else ()),
+        )
+        for e in entries
+    ]
     headers = ("reporter", "state", "last heartbeat", *(("shards",) if with_shards else ()))
     return f"reporters ({live} live)\n" + table(headers, rows, align="llr" + "r" * with_shards)
 
 
 # -- the full form -----------------------------------------------------------------------------
 
-def render_status(totals: Totals, config: ReporterConfig, now: float | None = None,
-                  max_games: int = 50, alerts: Sequence[Alert] = (),
-                  reporters: Sequence[dict[str, Any]] | None = None,
-                  memory: Sequence[MemoryUse] = (),
-                  hot_games: Sequence[dict[str, Any]] | None = None,
-                  hold: HoldState | None = None,
-                  quarantine: Sequence[QuarantineRecord] = (),
-                  remembered: Sequence[Remembered] = ()) -> str:
+
+def render_status(
+    totals: Totals,
+    config: ReporterConfig,
+    now: float | None = None,
+    max_games: int = 50,
+    alerts: Sequence[Alert] = (),
+    reporters: Sequence[dict[str, Any]] | None = None,
+    memory: Sequence[MemoryUse] = (),
+    hot_games: Sequence[dict[str, Any]] | None = None,
+    hold: HoldState | None = None,
+    quarantine: Sequence[QuarantineRecord] = (),
+    remembered: Sequence[Remembered] = (),
+) -> str:
     now = time.time() if now is None else now
     hot = config.reporter.hot_games
     kept = {r.shard: r for r in remembered}
     shard_rows = [
-        (s.shard, s.owner or "-", len(s.games), s.buffered,
-         _age(min((g.oldest_ms for g in s.games if g.oldest_ms), default=None), now),
-         s.inflight, s.retry, s.dead,
-         *((kept[s.shard].writes, kept[s.shard].dedup_keys) if s.shard in kept else ("-", "-")))
+        (
+            s.shard,
+            s.owner or "-",
+            len(s.games),
+            s.buffered,
+            _age(min((g.oldest_ms for g in s.games if g.oldest_ms), default=None), now),
+            s.inflight,
+            s.retry,
+            s.dead,
+            *((kept[s.shard].writes, kept[s.shard].dedup_keys) if s.shard in kept else ("-", "-")),
+        )
         for s in totals.shards
     ]
-    games = sorted((g for s in totals.shards for g in s.games),
-                   key=lambda g: (-g.buffered, g.game))
+    games = sorted((g for s in totals.shards for g in s.games), key=lambda g: (-g.buffered, g.game))
     game_rows = [
-        (g.game, g.shard, g.buffered, _age(g.oldest_ms, now),
-         f"hot x{hot[g.game]}" if g.game in hot else "")
+        (
+            g.game,
+            g.shard,
+            g.buffered,
+            _age(g.oldest_ms, now),
+            f"hot x{hot[g.game]}" if g.game in hot else "",
+        )
         for g in games[:max_games]
     ]
     summary = totals.summary()
@@ -247,17 +333,32 @@ def render_status(totals: Totals, config: ReporterConfig, now: float | None = No
         *(["", render_reporters(reporters)] if reporters is not None else []),
         "",
         "shards",
-        table(("shard", "owner", "games", "buffered", "oldest", "in flight", "retry", "dead",
-               "writes kept", "dedup keys"), shard_rows),
+        table(
+            (
+                "shard",
+                "owner",
+                "games",
+                "buffered",
+                "oldest",
+                "in flight",
+                "retry",
+                "dead",
+                "writes kept",
+                "dedup keys",
+            ),
+            shard_rows,
+        ),
         *render_remembered(remembered),
         "",
         f"games ({len(games)} with buffered events"
-        + (f", showing {max_games}" if len(games) > max_games else "") + ")",
+        + (f", showing {max_games}" if len(games) > max_games else "")
+        + ")",
         table(("game", "shard", "buffered", "oldest", ""), game_rows) if game_rows else "(none)",
         "",
-        render_hot_games(hot_games) if hot_games is not None else
-        "hot games: " + (", ".join(f"{g} ({counted(n, 'thread')})" for g, n in hot.items())
-                         or "none"),
+        render_hot_games(hot_games)
+        if hot_games is not None
+        else "hot games: "
+        + (", ".join(f"{g} ({counted(n, 'thread')})" for g, n in hot.items()) or "none"),
         "",
         "counters (events unless named batches)",
         table(("counter", "value"), counter_rows),
@@ -271,24 +372,36 @@ def render_remembered(remembered: Sequence[Remembered]) -> list[str]:
     if not remembered:
         return []
     t = remembered_totals(remembered)
-    return ["", f"kept to answer repeats: {counted(t['remembered_writes'], 'write')} of "
-            f"{counted(t['remembered_writers'], 'SDK writer')}, "
-            f"{counted(t['dedup_keys'], 'dedup key')} of {counted(t['dedup_games'], 'game')}: "
-            f"about {_size(t['remembered_bytes_estimate'])} "
-            "(columns writes kept and dedup keys)"]
+    return [
+        "",
+        f"kept to answer repeats: {counted(t['remembered_writes'], 'write')} of "
+        f"{counted(t['remembered_writers'], 'SDK writer')}, "
+        f"{counted(t['dedup_keys'], 'dedup key')} of {counted(t['dedup_games'], 'game')}: "
+        f"about {_size(t['remembered_bytes_estimate'])} "
+        "(columns writes kept and dedup keys)",
+    ]
 
 
 def remembered_json(remembered: Sequence[Remembered]) -> dict[str, Any]:
-    return {**remembered_totals(remembered), "shards": [
-        {"shard": r.shard, "writes": r.writes, "writers": r.writers,
-         "dedup_keys": r.dedup_keys, "dedup_games": r.dedup_games,
-         "bytes_estimate": r.estimated_bytes}
-        for r in remembered if r.write_records or r.writers or r.dedup_keys]}
+    return {
+        **remembered_totals(remembered),
+        "shards": [
+            {
+                "shard": r.shard,
+                "writes": r.writes,
+                "writers": r.writers,
+                "dedup_keys": r.dedup_keys,
+                "dedup_games": r.dedup_games,
+                "bytes_estimate": r.estimated_bytes,
+            }
+            for r in remembered
+            if r.write_records or r.writers or r.dedup_keys
+        ],
+    }
 
 
 def _alerts_json(alerts: Sequence[Alert]) -> list[dict[str, Any]]:
-    return [{"name": a.name, "message": a.message, "at": a.at, "count": a.count}
-            for a in alerts]
+    return [{"name": a.name, "message": a.message, "at": a.at, "count": a.count} for a in alerts]
 
 
 def _full(store: Store, config: ReporterConfig, as_json: bool, indent: int | None) -> str:
@@ -298,8 +411,9 @@ def _full(store: Store, config: ReporterConfig, as_json: bool, indent: int | Non
     memory = read_memory(store)
     now = time.time()
     owners = Tally(s.owner for s in totals.shards if s.owner)
-    reporters = reporter_entries(store.reporters(), now, config.reporter.shard_lease_seconds,
-                                 owners)
+    reporters = reporter_entries(
+        store.reporters(), now, config.reporter.shard_lease_seconds, owners
+    )
     by_shard = [""] * store.schema.shards
     for s in totals.shards:
         by_shard[s.shard] = s.owner
@@ -307,19 +421,36 @@ def _full(store: Store, config: ReporterConfig, as_json: bool, indent: int | Non
     quarantine = store.quarantine(QUARANTINE_SHOWN)
     remembered = store.remembered()
     if as_json:
-        return json.dumps({**totals.summary(), "alerts": _alerts_json(alerts),
-                           "reporters": reporters, "redis_memory": memory_json(memory),
-                           "hot_games": hot, "quarantine": quarantine_json(quarantine),
-                           "remembered": remembered_json(remembered),
-                           "problems": [p for s in totals.shards for p in s.problems],
-                           **hold_json(hold)}, indent=indent)
-    return (f"redis: {store.describe()}\n"
-            + render_status(totals, config, now, alerts=alerts, reporters=reporters,
-                            memory=memory, hot_games=hot, hold=hold, quarantine=quarantine,
-                            remembered=remembered))
+        return json.dumps(
+            {
+                **totals.summary(),
+                "alerts": _alerts_json(alerts),
+                "reporters": reporters,
+                "redis_memory": memory_json(memory),
+                "hot_games": hot,
+                "quarantine": quarantine_json(quarantine),
+                "remembered": remembered_json(remembered),
+                "problems": [p for s in totals.shards for p in s.problems],
+                **hold_json(hold),
+            },
+            indent=indent,
+        )
+    return f"redis: {store.describe()}\n" + render_status(
+        totals,
+        config,
+        now,
+        alerts=alerts,
+        reporters=reporters,
+        memory=memory,
+        hot_games=hot,
+        hold=hold,
+        quarantine=quarantine,
+        remembered=remembered,
+    )
 
 
 # -- the cheap form (--no-shards) --------------------------------------------------------------
+
 
 def _cheap(store: Store, config: ReporterConfig, as_json: bool, indent: int | None) -> str:
     found = store.counters()
@@ -328,39 +459,59 @@ def _cheap(store: Store, config: ReporterConfig, as_json: bool, indent: int | No
     hold = read_sending_hold(store, config)
     memory = read_memory(store)
     owners = store.shard_owners()
-    reporters = reporter_entries(store.reporters(), time.time(),
-                                 config.reporter.shard_lease_seconds,
-                                 Tally(o for o in owners if o))
+    reporters = reporter_entries(
+        store.reporters(),
+        time.time(),
+        config.reporter.shard_lease_seconds,
+        Tally(o for o in owners if o),
+    )
     hot = hot_game_entries(config, store.schema, owners)
     unowned = sum(1 for o in owners if not o)
     if as_json:
-        return json.dumps({**counters, "alerts": _alerts_json(alerts),
-                           "reporters": reporters, "redis_memory": memory_json(memory),
-                           "hot_games": hot, "shards_without_owner": unowned,
-                           **hold_json(hold)}, indent=indent)
+        return json.dumps(
+            {
+                **counters,
+                "alerts": _alerts_json(alerts),
+                "reporters": reporters,
+                "redis_memory": memory_json(memory),
+                "hot_games": hot,
+                "shards_without_owner": unowned,
+                **hold_json(hold),
+            },
+            indent=indent,
+        )
     set_aside = counters[str(Counter.QUARANTINED_RECORDS)]
-    return "\n".join([
-        f"redis: {store.describe()}",
-        f"config: {config.source}",
-        *render_hold(hold, config),
-        *render_memory(memory),
-        *render_alerts(alerts),
-        "",
-        render_reporters(reporters),
-        f"shards without an owner: {unowned} of {store.schema.shards}",
-        render_hot_games(hot),
-        "",
-        f"counters over {counted(store.schema.shards, 'shard')} (events unless named batches)",
-        table(("counter", "value"), list(counters.items())),
-        *([f"{set_aside} records set aside in the quarantine: run without --no-shards to list "
-           "the newest"] if set_aside else []),
-        "",
-        SHARD_LEVELS_NOTE,
-    ])
+    return "\n".join(
+        [
+            f"redis: {store.describe()}",
+            f"config: {config.source}",
+            *render_hold(hold, config),
+            *render_memory(memory),
+            *render_alerts(alerts),
+            "",
+            render_reporters(reporters),
+            f"shards without an owner: {unowned} of {store.schema.shards}",
+            render_hot_games(hot),
+            "",
+            f"counters over {counted(store.schema.shards, 'shard')} (events unless named batches)",
+            table(("counter", "value"), list(counters.items())),
+            *(
+                [
+                    f"{set_aside} records set aside in the quarantine: "
+                    "run without --no-shards to list the newest"
+                ]
+                if set_aside
+                else []
+            ),
+            "",
+            SHARD_LEVELS_NOTE,
+        ]
+    )
 
 
-def status_text(store: Store, config: ReporterConfig, as_json: bool, shards: bool = True,
-                indent: int | None = 2) -> str:
+def status_text(
+    store: Store, config: ReporterConfig, as_json: bool, shards: bool = True, indent: int | None = 2
+) -> str:
     """``status`` once, as text or JSON (indented by ``indent``, or on one line); what came
     from Redis is escaped where it was read, and the whole text once more here."""
     text = (_full if shards else _cheap)(store, config, as_json, indent)
@@ -369,8 +520,15 @@ def status_text(store: Store, config: ReporterConfig, as_json: bool, shards: boo
 
 # -- the command -------------------------------------------------------------------------------
 
-def watch(render: Callable[[], str], seconds: float, out: TextIO, stop: threading.Event,
-          as_json: bool = False, rounds: int | None = None) -> int:
+
+def watch(
+    render: Callable[[], str],
+    seconds: float,
+    out: TextIO,
+    stop: threading.Event,
+    as_json: bool = False,
+    rounds: int | None = None,
+) -> int:
     """Print ``render()`` every ``seconds`` until ``stop`` (or Ctrl-C, or ``rounds``).
 
     On a terminal the screen is cleared before each refresh; otherwise each refresh starts
@@ -392,16 +550,20 @@ def watch(render: Callable[[], str], seconds: float, out: TextIO, stop: threadin
             out.write(text + "\n" if text else "")
         else:
             head = CLEAR_SCREEN if out.isatty() else ""
-            out.write(f"{head}--- {_when(time.time())}, every {seconds:g}s (Ctrl-C ends)\n"
-                      f"{text}\n")
+            out.write(f"{head}--- {_when(time.time())}, every {seconds:g}s (Ctrl-C ends)\n{text}\n")
         out.flush()
         done += 1
         if (rounds is not None and done >= rounds) or stop.wait(seconds):
             return 0
 
 
-def run_status(store: Store, config: ReporterConfig, args: argparse.Namespace,
-               stop: threading.Event | None = None, rounds: int | None = None) -> int:
+def run_status(
+    store: Store,
+    config: ReporterConfig,
+    args: argparse.Namespace,
+    stop: threading.Event | None = None,
+    rounds: int | None = None,
+) -> int:
     indent = None if args.watch is not None else 2  # watched JSON: one object per line
 
     def render() -> str:
@@ -411,7 +573,6 @@ def run_status(store: Store, config: ReporterConfig, args: argparse.Namespace,
         print(render())
         return 0
     try:
-        return watch(render, args.watch, sys.stdout, stop or threading.Event(), args.json,
-                     rounds)
+        return watch(render, args.watch, sys.stdout, stop or threading.Event(), args.json, rounds)
     except KeyboardInterrupt:  # the way to end a watch
         return 0

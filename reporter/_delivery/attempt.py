@@ -72,9 +72,16 @@ class _Parts:
     moved: list[MovedItem] = field(default_factory=list)  # by index in the whole batch
 
     def outcome(self) -> Outcome:
-        return Outcome(DELIVERED, self.reason, self.retry_after,
-                       tuple(sorted(self.refused.items())), tuple(sorted(self.retry)),
-                       self.pause_all, self.alert, moved=tuple(self.moved))
+        return Outcome(
+            DELIVERED,
+            self.reason,
+            self.retry_after,
+            tuple(sorted(self.refused.items())),
+            tuple(sorted(self.retry)),
+            self.pause_all,
+            self.alert,
+            moved=tuple(self.moved),
+        )
 
 
 class Attempt:
@@ -85,15 +92,22 @@ class Attempt:
         self._sender = sender
         self._limit = limit
 
-    def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int,
-             permit: Callable[[], bool]) -> Sent:
+    def send(
+        self,
+        game: str,
+        batch_id: str,
+        events: Sequence[bytes],
+        attempt: int,
+        permit: Callable[[], bool],
+    ) -> Sent:
         """The outcome for the batch; ``permit`` is asked before every request beyond the
         first (False: the rest waits for the batch's next attempt)."""
         answers: list[Answer] = []
         bad = malformed(events)
         if bad:
-            return Sent(self._well_formed(answers, game, batch_id, events, bad, attempt,
-                                          permit), answers)
+            return Sent(
+                self._well_formed(answers, game, batch_id, events, bad, attempt, permit), answers
+            )
         outcome = self._post(answers, game, batch_id, events, attempt)
         if outcome.kind == DELIVERED and self._limit.limit < self._limit.configured:
             self._limit.learn(0, self._limit.model.body_bytes(events))  # a probe, maybe
@@ -103,38 +117,67 @@ class Attempt:
             return Sent(Outcome(REJECTED, TOO_LARGE), answers)
         return Sent(self._halves(answers, game, batch_id, events, attempt, permit), answers)
 
-    def _well_formed(self, answers: list[Answer], game: str, batch_id: str,
-                     events: Sequence[bytes], bad: list[int], attempt: int,
-                     permit: Callable[[], bool]) -> Outcome:
+    def _well_formed(
+        self,
+        answers: list[Answer],
+        game: str,
+        batch_id: str,
+        events: Sequence[bytes],
+        bad: list[int],
+        attempt: int,
+        permit: Callable[[], bool],
+    ) -> Outcome:
         """Refuse the malformed events and send the rest under the batch's own id (the same
         rest on every attempt), with the permit the batch was claimed with."""
         parts = _Parts(refused=dict.fromkeys(bad, MALFORMED))
         rest = [i for i in range(len(events)) if i not in parts.refused]
         if not rest:
             return parts.outcome()  # nothing to send: settled as refused, no request
-        self._run(answers, game, attempt, events, parts, [(batch_id, rest)], permit,
-                  permitted=True)
+        self._run(answers, game, attempt, events, parts, [(batch_id, rest)], permit, permitted=True)
         self._limit.learn(parts.refused_bytes, parts.accepted_bytes)
         return parts.outcome()
 
-    def _post(self, answers: list[Answer], game: str, batch_id: str, events: Sequence[bytes],
-              attempt: int) -> Outcome:
+    def _post(
+        self, answers: list[Answer], game: str, batch_id: str, events: Sequence[bytes], attempt: int
+    ) -> Outcome:
         started = time.perf_counter()
         outcome = self._sender.send(game, batch_id, events, attempt)
         answers.append(Answer(outcome, time.perf_counter() - started, len(events)))
         return outcome
 
-    def _halves(self, answers: list[Answer], game: str, batch_id: str, events: Sequence[bytes],
-                attempt: int, permit: Callable[[], bool]) -> Outcome:
+    def _halves(
+        self,
+        answers: list[Answer],
+        game: str,
+        batch_id: str,
+        events: Sequence[bytes],
+        attempt: int,
+        permit: Callable[[], bool],
+    ) -> Outcome:
         parts = _Parts(refused_bytes=self._limit.model.body_bytes(events))
-        self._run(answers, game, attempt, events, parts,
-                  _split(batch_id, list(range(len(events)))), permit)
+        self._run(
+            answers,
+            game,
+            attempt,
+            events,
+            parts,
+            _split(batch_id, list(range(len(events)))),
+            permit,
+        )
         self._limit.learn(parts.refused_bytes, parts.accepted_bytes)
         return parts.outcome()
 
-    def _run(self, answers: list[Answer], game: str, attempt: int, events: Sequence[bytes],
-             parts: _Parts, todo: list[tuple[str, list[int]]], permit: Callable[[], bool],
-             permitted: bool = False) -> None:
+    def _run(
+        self,
+        answers: list[Answer],
+        game: str,
+        attempt: int,
+        events: Sequence[bytes],
+        parts: _Parts,
+        todo: list[tuple[str, list[int]]],
+        permit: Callable[[], bool],
+        permitted: bool = False,
+    ) -> None:
         """Send the parts in order (a refused half puts its own halves first); once a part
         fails for a reason that would fail the rest too, they are not sent.  ``permitted``:
         the first part goes out on the permit the batch was claimed with."""

@@ -51,8 +51,9 @@ class Batches:
         self.freshness = Freshness.for_config(config)
         self._lease_ms = int(config.reporter.lease_seconds * 1000)
         retry = config.retry
-        self.policy = RetryPolicy(retry.initial_delay_ms, retry.max_delay_ms,
-                                  retry.max_attempts, config.dead.max_batches)
+        self.policy = RetryPolicy(
+            retry.initial_delay_ms, retry.max_delay_ms, retry.max_attempts, config.dead.max_batches
+        )
 
     def ring(self, keys: ShardKeys, after: str, count: int) -> RingSlice:
         return self.store.ring(keys, after, count)
@@ -60,20 +61,41 @@ class Batches:
     def game_states(self, keys: ShardKeys, games: list[str]) -> list[GameState]:
         return self.store.game_states(keys, games)
 
-    def claim(self, keys: ShardKeys, game: str, token: str, max_batches: int,
-              max_bytes: int = 0, event_overhead: int = 0) -> Claimed:
+    def claim(
+        self,
+        keys: ShardKeys,
+        game: str,
+        token: str,
+        max_batches: int,
+        max_bytes: int = 0,
+        event_overhead: int = 0,
+    ) -> Claimed:
         """Claim batches cut at ``batch_size`` events and ``max_bytes`` bytes of events
         (each counted with ``event_overhead``; 0: no byte limit)."""
         r, rule = self._reporter, self.freshness
         # With an event time field the event's own time decides, which the script cannot
         # read: it drops nothing then, and the deliverer drops (and counts) the stale events.
         max_age_ms = 0 if rule.field else rule.max_age_ms
-        return self.store.call(Claim(keys, game, new_id(), token, r.batch_size, max_batches,
-                                     self._lease_ms, max_age_ms, r.linger_ms,
-                                     self.policy.dead_max, max_bytes, event_overhead))
+        return self.store.call(
+            Claim(
+                keys,
+                game,
+                new_id(),
+                token,
+                r.batch_size,
+                max_batches,
+                self._lease_ms,
+                max_age_ms,
+                r.linger_ms,
+                self.policy.dead_max,
+                max_bytes,
+                event_overhead,
+            )
+        )
 
-    def take_retries(self, keys: ShardKeys, token: str, limit: int, game: str = ""
-                     ) -> list[RetryBatch]:
+    def take_retries(
+        self, keys: ShardKeys, token: str, limit: int, game: str = ""
+    ) -> list[RetryBatch]:
         return self.store.call(TakeRetries(keys, token, self._lease_ms, limit, game))
 
     def ack(self, keys: ShardKeys, batch_id: str, token: str, stale: int) -> int:
@@ -83,27 +105,61 @@ class Batches:
         """Ack several batches in one round trip; a result or the error it met, each."""
         return self.store.call_many(acks)
 
-    def nack(self, keys: ShardKeys, batch_id: str, token: str, *, permanent: bool,
-             min_delay_ms: int, reason: str) -> NackResult:
-        return self.store.call(Nack(keys, batch_id, token, self.policy, random.random(),
-                                    permanent, min_delay_ms, reason))
+    def nack(
+        self,
+        keys: ShardKeys,
+        batch_id: str,
+        token: str,
+        *,
+        permanent: bool,
+        min_delay_ms: int,
+        reason: str,
+    ) -> NackResult:
+        return self.store.call(
+            Nack(
+                keys, batch_id, token, self.policy, random.random(), permanent, min_delay_ms, reason
+            )
+        )
 
-    def settle(self, keys: ShardKeys, batch_id: str, token: str, *, stale: int,
-               retry: Sequence[int], refused: Sequence[tuple[int, str]], min_delay_ms: int,
-               reason: str) -> Settled:
+    def settle(
+        self,
+        keys: ShardKeys,
+        batch_id: str,
+        token: str,
+        *,
+        stale: int,
+        retry: Sequence[int],
+        refused: Sequence[tuple[int, str]],
+        min_delay_ms: int,
+        reason: str,
+    ) -> Settled:
         """Finish a batch with a partial outcome (positions in its entries, 0-based)."""
-        return self.store.call(Settle(keys, batch_id, token, self.policy, random.random(),
-                                      stale, retry, refused, min_delay_ms, reason))
+        return self.store.call(
+            Settle(
+                keys,
+                batch_id,
+                token,
+                self.policy,
+                random.random(),
+                stale,
+                retry,
+                refused,
+                min_delay_ms,
+                reason,
+            )
+        )
 
     def release(self, keys: ShardKeys, batch_id: str, token: str) -> bool:
         return self.store.call(Release(keys, batch_id, token))
 
-    def release_many(self, batches: Sequence[tuple[str, ShardKeys, str]]
-                     ) -> list[bool | BackendError]:
+    def release_many(
+        self, batches: Sequence[tuple[str, ShardKeys, str]]
+    ) -> list[bool | BackendError]:
         """Release (batch id, shard, token) each, in few round trips; per batch, whether it
         was released (False: its lease was no longer ours) or the error met."""
-        return self.store.call_many([Release(keys, batch_id, token)
-                                     for batch_id, keys, token in batches])
+        return self.store.call_many(
+            [Release(keys, batch_id, token) for batch_id, keys, token in batches]
+        )
 
     def extend(self, keys: ShardKeys, batch_id: str, token: str) -> bool:
         return self.store.call(Extend(keys, batch_id, token, self._lease_ms))

@@ -34,7 +34,8 @@ class BodyModel:
 
     def body_bytes(self, events: Sequence[bytes]) -> int:
         return self.fixed + math.ceil(
-            self.scale * (sum(map(len, events)) + self.per_event * len(events)))
+            self.scale * (sum(map(len, events)) + self.per_event * len(events))
+        )
 
     def body_bytes_of(self, event_bytes: int) -> int:
         """The body of one event of ``event_bytes`` bytes of JSON."""
@@ -71,9 +72,15 @@ class BodyLimit:
     change is logged once.
     """
 
-    def __init__(self, configured: int, model: BodyModel, endpoint: str = "",
-                 max_event_bytes: int = 0, probe_seconds: float = BODY_PROBE_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        configured: int,
+        model: BodyModel,
+        endpoint: str = "",
+        max_event_bytes: int = 0,
+        probe_seconds: float = BODY_PROBE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.configured = configured
         self.model = model
         self.floor = min(configured, model.body_bytes_of(max_event_bytes))
@@ -122,8 +129,19 @@ class BodyLimit:
             logger.warning(
                 "%s refused a %d-byte body of several events as too large (HTTP 413); batches "
                 "are now cut at %d bytes (set [sink] max_batch_bytes = %d to start there); a "
-                "larger body is tried every %g s", self._endpoint, refused, new, new,
-                self._probe_seconds)
+                "larger body is tried every %g s",
+                self._endpoint,
+                refused,
+                new,
+                new,
+                self._probe_seconds,
+            )
         else:
-            logger.info("%s took a %d-byte body; batches are now cut at %d bytes (of [sink] "
-                        "max_batch_bytes = %d)", self._endpoint, accepted, new, self.configured)
+            logger.info(
+                "%s took a %d-byte body; batches are now cut at %d bytes (of [sink] "
+                "max_batch_bytes = %d)",
+                self._endpoint,
+                accepted,
+                new,
+                self.configured,
+            )

@@ -27,8 +27,15 @@ ratelog = RateLimitedLog(logger, interval=30.0)
 
 
 class Claimer:
-    def __init__(self, batches: Batches, permits: Permits, body_limit: BodyLimit,
-                 counts: Metrics, batch_size: int, max_batches_per_claim: int) -> None:
+    def __init__(
+        self,
+        batches: Batches,
+        permits: Permits,
+        body_limit: BodyLimit,
+        counts: Metrics,
+        batch_size: int,
+        max_batches_per_claim: int,
+    ) -> None:
         self._batches = batches
         self._permits = permits
         self._body_limit = body_limit
@@ -36,8 +43,9 @@ class Claimer:
         self._batch_size = batch_size
         self._max_batches = max_batches_per_claim
 
-    def claim(self, keys: ShardKeys, game: str, stop: threading.Event, wait: bool = True
-              ) -> Lease | None:
+    def claim(
+        self, keys: ShardKeys, game: str, stop: threading.Event, wait: bool = True
+    ) -> Lease | None:
         """The game's next batches, as many as requests may go out now.  ``wait``: wait for
         a token that is near (a full batch), else take only one that is there (a lingering
         game).  The lease's ``more`` says a full batch still waits."""
@@ -58,12 +66,14 @@ class Claimer:
             self._counts.count(C.STALE, claimed.stale)
         if claimed.malformed:
             self._malformed(game, claimed.malformed)
-        return Lease(keys, token, [Leased(game, b.batch_id, b.entries, 0)
-                                   for b in claimed.batches],
-                     more=claimed.remaining >= self._batch_size)
+        return Lease(
+            keys,
+            token,
+            [Leased(game, b.batch_id, b.entries, 0) for b in claimed.batches],
+            more=claimed.remaining >= self._batch_size,
+        )
 
-    def take_retries(self, keys: ShardKeys, stop: threading.Event, game: str = ""
-                     ) -> Lease | None:
+    def take_retries(self, keys: ShardKeys, stop: threading.Event, game: str = "") -> Lease | None:
         """The shard's due retries (of one game, or of any); the lease's ``more`` says more
         may be due."""
         permit = self._permits.take(RETRIES_PER_LOOP, stop, game=game)
@@ -78,12 +88,16 @@ class Claimer:
             self._permits.refund(permit.granted)
             return None
         self._permits.refund(permit.granted - len(due))
-        return Lease(keys, token, [Leased(b.game, b.batch_id, b.entries, b.attempts)
-                                   for b in due],
-                     more=len(due) == RETRIES_PER_LOOP)
+        return Lease(
+            keys,
+            token,
+            [Leased(b.game, b.batch_id, b.entries, b.attempts) for b in due],
+            more=len(due) == RETRIES_PER_LOOP,
+        )
 
-    def _hand_back(self, keys: ShardKeys, token: str, batch_ids: list[str],
-                   exc: BackendUnreplicated) -> None:
+    def _hand_back(
+        self, keys: ShardKeys, token: str, batch_ids: list[str], exc: BackendUnreplicated
+    ) -> None:
         """Release batches whose claim too few replicas confirmed (a release charges no
         attempt; if it fails too, the lease runs out and the reaper returns them)."""
         released = 0
@@ -91,14 +105,23 @@ class Claimer:
             with contextlib.suppress(BackendError):  # the reaper returns it after its lease
                 released += self._batches.release(keys, batch_id, token)
         self._counts.add({C.BATCHES_UNREPLICATED: len(batch_ids), C.BATCHES_RELEASED: released})
-        ratelog.log(logging.WARNING, "unreplicated",
-                    "claim of %s on shard %d handed back unsent: %s",
-                    counted(len(batch_ids), "batch", "batches"), keys.shard, exc)
+        ratelog.log(
+            logging.WARNING,
+            "unreplicated",
+            "claim of %s on shard %d handed back unsent: %s",
+            counted(len(batch_ids), "batch", "batches"),
+            keys.shard,
+            exc,
+        )
 
     def _malformed(self, game: str, count: int) -> None:
-        self._counts.add({C.MALFORMED_ENTRIES: count, C.DEAD_EVENTS: count,
-                          C.DEAD_BATCHES: count})
-        ratelog.log(logging.ERROR, "malformed",
-                    "%d malformed entries in the buffer of game %r (not a collect time and one "
-                    "line of event) were dead-lettered alone, reason 'malformed entry'; their "
-                    "neighbours go on (see: telemetry-reporter dead list)", count, game)
+        self._counts.add({C.MALFORMED_ENTRIES: count, C.DEAD_EVENTS: count, C.DEAD_BATCHES: count})
+        ratelog.log(
+            logging.ERROR,
+            "malformed",
+            "%d malformed entries in the buffer of game %r (not a collect time and one "
+            "line of event) were dead-lettered alone, reason 'malformed entry'; their "
+            "neighbours go on (see: telemetry-reporter dead list)",
+            count,
+            game,
+        )

@@ -35,10 +35,19 @@ Clock = Callable[[], float]  # wall-clock seconds, injectable for tests
 
 
 class Deliverer:
-    def __init__(self, attempt: Attempt, settler: Settler, permits: Permits, gate: SinkGate,
-                 held: Held, freshness: Freshness, counts: Metrics, clock: Clock,
-                 errors: SendErrors | None = None, hold: SendHold | None = None
-                 ) -> None:
+    def __init__(
+        self,
+        attempt: Attempt,
+        settler: Settler,
+        permits: Permits,
+        gate: SinkGate,
+        held: Held,
+        freshness: Freshness,
+        counts: Metrics,
+        clock: Clock,
+        errors: SendErrors | None = None,
+        hold: SendHold | None = None,
+    ) -> None:
         self._hold = hold
         self._attempt = attempt
         self._settler = settler
@@ -69,8 +78,7 @@ class Deliverer:
             self._settler.finish(batch_ids)
         return results
 
-    def _deliver_one(self, lease: Lease, batch: Leased, stop: threading.Event
-                     ) -> Result | None:
+    def _deliver_one(self, lease: Lease, batch: Leased, stop: threading.Event) -> Result | None:
         """What became of the batch; None if it was not sent (no slot for its request, or the
         gate closed while it waited for one)."""
         fresh = split_fresh(batch.entries, int(self._clock() * 1000), self._freshness)
@@ -80,8 +88,13 @@ class Deliverer:
         # keeps the request back, handed back uncharged, as if no slot had been found.
         if not self._permits.at_send(batch.game, stop) or not self._gate.is_open():
             return None
-        sent = self._attempt.send(batch.game, batch.batch_id, fresh.events, batch.attempts + 1,
-                                  lambda: self._permits.one(stop, batch.game))
+        sent = self._attempt.send(
+            batch.game,
+            batch.batch_id,
+            fresh.events,
+            batch.attempts + 1,
+            lambda: self._permits.one(stop, batch.game),
+        )
         self._heard(sent.answers, batch.game)
         return self._settler.settle(lease.keys, lease.token, batch, fresh, sent.outcome)
 

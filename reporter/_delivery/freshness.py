@@ -39,8 +39,11 @@ class Freshness:
     @classmethod
     def of(cls, settings: ReporterSettings) -> Freshness:
         """``[reporter] max_age_seconds`` and ``event_time_field``/``event_time_unit``."""
-        return cls(int(settings.max_age_seconds * 1000), settings.event_time_field,
-                   1000 if settings.event_time_unit == "s" else 1)
+        return cls(
+            int(settings.max_age_seconds * 1000),
+            settings.event_time_field,
+            1000 if settings.event_time_unit == "s" else 1,
+        )
 
     @classmethod
     def for_config(cls, config: ReporterConfig) -> Freshness:

@@ -19,9 +19,13 @@ class SinkGate:
     only the operator can fix, ``SendHold``): the gate stays closed while it is.
     """
 
-    def __init__(self, initial: float, longest: float,
-                 clock: Callable[[], float] = time.monotonic,
-                 held: Callable[[], bool] = lambda: False) -> None:
+    def __init__(
+        self,
+        initial: float,
+        longest: float,
+        clock: Callable[[], float] = time.monotonic,
+        held: Callable[[], bool] = lambda: False,
+    ) -> None:
         self._initial = initial
         self._longest = longest
         self._clock = clock

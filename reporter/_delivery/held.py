@@ -72,10 +72,12 @@ class Held:
         with self.lock:
             batches, self.batches = self.batches, {}
             delivered, self.delivered = self.delivered, {}
-        to_ack = [(b, keys, token, delivered[b]) for b, (keys, token) in batches.items()
-                  if b in delivered]
-        to_release = [(b, keys, token) for b, (keys, token) in batches.items()
-                      if b not in delivered]
+        to_ack = [
+            (b, keys, token, delivered[b]) for b, (keys, token) in batches.items() if b in delivered
+        ]
+        to_release = [
+            (b, keys, token) for b, (keys, token) in batches.items() if b not in delivered
+        ]
         return to_release, to_ack
 
     def snapshot(self) -> list[tuple[str, ShardKeys, str]]:

@@ -64,18 +64,28 @@ class SendHold:
         try:
             state = self._call("hold", cause=cause, check=check, game=game)
         except BackendError as exc:
-            logger.error("sending held for %s after %s (%s), but Redis could not record it "
-                         "(%s): other reporters find out when they meet it too", self._label,
-                         cause, check, exc)
+            logger.error(
+                "sending held for %s after %s (%s), but Redis could not record it "
+                "(%s): other reporters find out when they meet it too",
+                self._label,
+                cause,
+                check,
+                exc,
+            )
             return
         with self._lock:
             self._state = state
         if state.mine:
-            logger.error("sending held for %s: the interface answered %s: %s. Nothing is sent "
-                         "or dead-lettered meanwhile (events stay in Redis, and go stale as "
-                         "they age); one probe request every %g s finds out when it is fixed",
-                         self._label, cause, check, self._interval_ms / 1000,
-                         extra={"hold": cause, "game": game})
+            logger.error(
+                "sending held for %s: the interface answered %s: %s. Nothing is sent "
+                "or dead-lettered meanwhile (events stay in Redis, and go stale as "
+                "they age); one probe request every %g s finds out when it is fixed",
+                self._label,
+                cause,
+                check,
+                self._interval_ms / 1000,
+                extra={"hold": cause, "game": game},
+            )
         elif not was_held:
             self._seen(state)
 
@@ -97,8 +107,7 @@ class SendHold:
     def note(self, hold: str) -> HoldState:
         """A probe met ``hold``: keep holding, with this as the cause."""
         cause, check = split_hold(hold)
-        return self._update(self._call("hold", cause=cause, check=check,
-                                       game=self._state.game))
+        return self._update(self._call("hold", cause=cause, check=check, game=self._state.game))
 
     def lift(self, why: str) -> None:
         """A probe passed: sending resumes in every reporter."""
@@ -107,9 +116,14 @@ class SendHold:
         with self._lock:
             self._state = NOT_HELD
         if state.mine:
-            logger.info("sending resumed for %s: %s (held %.0f s for %s)", self._label, why,
-                        max(0.0, (state.now_ms - before.since_ms) / 1000) if before.since_ms
-                        else 0.0, before.cause, extra={"hold": ""})
+            logger.info(
+                "sending resumed for %s: %s (held %.0f s for %s)",
+                self._label,
+                why,
+                max(0.0, (state.now_ms - before.since_ms) / 1000) if before.since_ms else 0.0,
+                before.cause,
+                extra={"hold": ""},
+            )
 
     def _update(self, state: HoldState) -> HoldState:
         with self._lock:
@@ -117,18 +131,36 @@ class SendHold:
         if state.held and not before.held:
             self._seen(state)
         elif before.held and not state.held:
-            logger.info("sending resumed for %s (the hold, %s, was lifted)", self._label,
-                        before.cause, extra={"hold": ""})
+            logger.info(
+                "sending resumed for %s (the hold, %s, was lifted)",
+                self._label,
+                before.cause,
+                extra={"hold": ""},
+            )
         return state
 
     def _seen(self, state: HoldState) -> None:
-        logger.warning("sending held for %s, for %.0f s now: the interface answered %s: %s",
-                       self._label, state.age_seconds, state.cause, state.check,
-                       extra={"hold": state.cause})
+        logger.warning(
+            "sending held for %s, for %.0f s now: the interface answered %s: %s",
+            self._label,
+            state.age_seconds,
+            state.cause,
+            state.check,
+            extra={"hold": state.cause},
+        )
 
     def _call(self, what: str, cause: str = "", check: str = "", game: str = "") -> HoldState:
-        return self._store.call(Hold(self._key, what, self._interval_ms, cause, check, game,
-                                     int(HOLD_KEEP_SECONDS * 1000)))
+        return self._store.call(
+            Hold(
+                self._key,
+                what,
+                self._interval_ms,
+                cause,
+                check,
+                game,
+                int(HOLD_KEEP_SECONDS * 1000),
+            )
+        )
 
 
 def read_hold(store: Store, name: str) -> HoldState:

@@ -144,8 +144,9 @@ class SharedTokenBucket:
 
     limited = True
 
-    def __init__(self, store: Store, name: str, rate: float, burst: int = 1,
-                 clock: Clock = time.monotonic) -> None:
+    def __init__(
+        self, store: Store, name: str, rate: float, burst: int = 1, clock: Clock = time.monotonic
+    ) -> None:
         if not (rate > 0 and math.isfinite(rate)) or burst < 1:
             raise ValueError(f"a token bucket needs rate > 0 and burst >= 1: {rate}, {burst}")
         self.rate = rate
@@ -160,8 +161,9 @@ class SharedTokenBucket:
         now = self._clock()
         if now < self._not_before:
             return Permit(0, self._not_before - now, self._scarce)
-        tokens = self._store.call(TakeTokens(self._key, self.rate, self.burst, requests,
-                                             spare=spare))
+        tokens = self._store.call(
+            TakeTokens(self._key, self.rate, self.burst, requests, spare=spare)
+        )
         wait = tokens.wait_us / 1_000_000
         self._scarce = tokens.scarce
         if not tokens.granted:
@@ -174,8 +176,9 @@ class SharedTokenBucket:
             self._not_before = 0.0  # what came back may be taken at once
 
     def pause(self, seconds: float, game: str = "") -> None:
-        self._store.call(TakeTokens(self._key, self.rate, self.burst, 0,
-                                    pause_ms=math.ceil(seconds * 1000)))
+        self._store.call(
+            TakeTokens(self._key, self.rate, self.burst, 0, pause_ms=math.ceil(seconds * 1000))
+        )
         self._not_before = self._clock() + seconds
 
     def describe(self) -> str:

@@ -39,8 +39,9 @@ class Permits:
     a ``SharedSlots``) a claim only looks, and each request takes its slot right before it
     is sent (``at_send``, ``one``)."""
 
-    def __init__(self, limiter: ClaimLimiter, slots: SharedSlots | None = None,
-                 lead: float = 0.0) -> None:
+    def __init__(
+        self, limiter: ClaimLimiter, slots: SharedSlots | None = None, lead: float = 0.0
+    ) -> None:
         self.limiter = limiter
         self._slots = slots
         self._lead = lead  # > 0 only when every request goes through ``on_time``
@@ -59,8 +60,9 @@ class Permits:
         """Whether the limiter said lately that requests are scarce."""
         return time.monotonic() - self._scarce_at < CONTENDED_SECONDS
 
-    def take(self, requests: int, stop: threading.Event, wait: bool = True, game: str = ""
-             ) -> Permit:
+    def take(
+        self, requests: int, stop: threading.Event, wait: bool = True, game: str = ""
+    ) -> Permit:
         """Permission for up to ``requests`` requests.  With ``wait`` (a full batch), a token
         that is near is waited for (a sweep's poll interval would leave the limit unused that
         long); without, only a token that is there is taken.  With slots: whether to claim
@@ -104,8 +106,7 @@ class Permits:
             if slot.ahead > 0:
                 self._scarce_at = answered
             send_at = answered + wait
-            if not slot.reserved or stop.wait(max(0.0, send_at - self._lead
-                                                  - time.monotonic())):
+            if not slot.reserved or stop.wait(max(0.0, send_at - self._lead - time.monotonic())):
                 return False
             due = (asked + answered) / 2 + wait
             if time.monotonic() - due <= SLOT_LATE_SECONDS:
@@ -146,9 +147,12 @@ def make_limiter(config: ReporterConfig, store: Store) -> ClaimLimiter:
     sink = config.sink
     if sink.kind == "nppa":
         nppa = config.nppa
-        return SharedSlots(store, bucket_name("nppa", nppa.app_id),
-                           nppa.requests_per_second * (1 - NPPA_RATE_HEADROOM),
-                           config.biz_id if nppa.rate_limit_scope == "game" else None)
+        return SharedSlots(
+            store,
+            bucket_name("nppa", nppa.app_id),
+            nppa.requests_per_second * (1 - NPPA_RATE_HEADROOM),
+            config.biz_id if nppa.rate_limit_scope == "game" else None,
+        )
     if not sink.requests_per_second:
         return Unlimited()
     if sink.rate_limit_scope == "process":

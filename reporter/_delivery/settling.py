@@ -51,8 +51,9 @@ class Settler:
         self._held = held
         self._counts = counts
 
-    def settle(self, keys: ShardKeys, token: str, batch: Leased, fresh: Fresh,
-               outcome: Outcome) -> Result:
+    def settle(
+        self, keys: ShardKeys, token: str, batch: Leased, fresh: Fresh, outcome: Outcome
+    ) -> Result:
         """Finish a batch the endpoint answered (``fresh``: what was sent of it)."""
         if outcome.hold:
             return self._held_back(keys, token, batch, outcome)
@@ -100,13 +101,17 @@ class Settler:
         A batch whose ack fails stays in flight and is sent again when its lease runs out."""
         if not delivered:
             return []
-        replies = self._batches.ack_many([Ack(keys, batch_id, token, d.stale)
-                                          for batch_id, keys, token, d in delivered])
+        replies = self._batches.ack_many(
+            [Ack(keys, batch_id, token, d.stale) for batch_id, keys, token, d in delivered]
+        )
         replies = [self._ack_reply(reply) for reply in replies]
         for (batch_id, _, _, d), reply in zip(delivered, replies, strict=True):
             self._count_ack(batch_id, d, reply)
-        return [batch_id for (batch_id, _, _, _), reply in zip(delivered, replies, strict=True)
-                if isinstance(reply, BackendError)]
+        return [
+            batch_id
+            for (batch_id, _, _, _), reply in zip(delivered, replies, strict=True)
+            if isinstance(reply, BackendError)
+        ]
 
     def _ack_reply(self, reply: int | BackendError) -> int | BackendError:
         if isinstance(reply, BackendUnreplicated) and isinstance(reply.result, int):
@@ -116,21 +121,30 @@ class Settler:
 
     def _count_ack(self, batch_id: str, d: Delivered, reply: int | BackendError) -> None:
         if isinstance(reply, BackendError):
-            ratelog.log(logging.WARNING, "ack",
-                        "could not acknowledge delivered batch %s of game %r (%s: %s); it will "
-                        "be sent again when its lease runs out", batch_id, d.game,
-                        type(reply).__name__, reply, extra=batch_fields(d.game, batch_id))
+            ratelog.log(
+                logging.WARNING,
+                "ack",
+                "could not acknowledge delivered batch %s of game %r (%s: %s); it will "
+                "be sent again when its lease runs out",
+                batch_id,
+                d.game,
+                type(reply).__name__,
+                reply,
+                extra=batch_fields(d.game, batch_id),
+            )
             self._counts.count(C.ACK_FAILED)
         elif reply < 0:
-            logger.warning("batch %s of game %r was delivered after its lease ran out; "
-                           "it may be sent again", batch_id, d.game,
-                           extra=batch_fields(d.game, batch_id))
+            logger.warning(
+                "batch %s of game %r was delivered after its lease ran out; it may be sent again",
+                batch_id,
+                d.game,
+                extra=batch_fields(d.game, batch_id),
+            )
             self._counts.count(C.LEASE_LOST)
         else:
             self._counts.add({C.DELIVERED: reply, C.STALE: d.stale, C.BATCHES_DELIVERED: 1})
 
-    def _held_back(self, keys: ShardKeys, token: str, batch: Leased, outcome: Outcome
-                   ) -> Result:
+    def _held_back(self, keys: ShardKeys, token: str, batch: Leased, outcome: Outcome) -> Result:
         """The endpoint refused our identity or configuration: sending is held (``SendHold``)
         and the batch goes back to wait for the fix, no attempt charged, never a dead
         letter."""
@@ -152,46 +166,80 @@ class Settler:
         moved = [m for m in outcome.moved if m.position not in skipped]
         if not moved:
             return
-        record = orjson.dumps({
-            "at": int(time.time()), "game": batch.game, "batch_id": batch.batch_id,
-            "items": [[m.si, m.bt, m.ot, m.sent] for m in moved]}).decode()
+        record = orjson.dumps(
+            {
+                "at": int(time.time()),
+                "game": batch.game,
+                "batch_id": batch.batch_id,
+                "items": [[m.si, m.bt, m.ot, m.sent] for m in moved],
+            }
+        ).decode()
         self._counts.count(C.LATE_SENT, len(moved))
         try:
             self._batches.note_late(keys, len(moved), record)
         except BackendError as exc:
-            ratelog.log(logging.ERROR, "late", "could not keep the audit record of %d late "
-                        "items of game %r sent with their time moved (%s): %s", len(moved),
-                        batch.game, exc, record)
+            ratelog.log(
+                logging.ERROR,
+                "late",
+                "could not keep the audit record of %d late "
+                "items of game %r sent with their time moved (%s): %s",
+                len(moved),
+                batch.game,
+                exc,
+                record,
+            )
 
     def _unconfirmed(self, exc: BackendUnreplicated) -> None:
         """An ack or settle too few replicas confirmed: it stands (a failover may undo it,
         and the batch would be sent again); counted, and its result used."""
         self._counts.count(C.ACKS_UNREPLICATED)
-        ratelog.log(logging.WARNING, "unreplicated-ack", "ack not confirmed by replicas: %s",
-                    exc)
+        ratelog.log(logging.WARNING, "unreplicated-ack", "ack not confirmed by replicas: %s", exc)
 
     def _nack(self, keys: ShardKeys, token: str, batch: Leased, outcome: Outcome) -> Result:
         """The whole batch failed: into the retry set, or the dead letters."""
         game, batch_id, attempt = batch.game, batch.batch_id, batch.attempts + 1
-        result = self._batches.nack(keys, batch_id, token, permanent=outcome.kind == REJECTED,
-                                    min_delay_ms=int(outcome.retry_after * 1000),
-                                    reason=outcome.reason)
+        result = self._batches.nack(
+            keys,
+            batch_id,
+            token,
+            permanent=outcome.kind == REJECTED,
+            min_delay_ms=int(outcome.retry_after * 1000),
+            reason=outcome.reason,
+        )
         if result.state == "dead":
-            ratelog.log(logging.ERROR, f"dead:{log_kind(outcome)}",
-                        "batch %s of game %r dead-lettered (%s) after %s: %s",
-                        batch_id, game, counted(len(batch.entries), "event"),
-                        counted(attempt, "attempt"), outcome.reason,
-                        extra=batch_fields(game, batch_id, keys.shard, attempt,
-                                           outcome.reason, events=len(batch.entries)))
+            ratelog.log(
+                logging.ERROR,
+                f"dead:{log_kind(outcome)}",
+                "batch %s of game %r dead-lettered (%s) after %s: %s",
+                batch_id,
+                game,
+                counted(len(batch.entries), "event"),
+                counted(attempt, "attempt"),
+                outcome.reason,
+                extra=batch_fields(
+                    game, batch_id, keys.shard, attempt, outcome.reason, events=len(batch.entries)
+                ),
+            )
             self._counts.add({C.DEAD_BATCHES: 1, C.DEAD_EVENTS: len(batch.entries)})
             return Result.DEAD
         if result.state == "retry":
-            ratelog.log(logging.WARNING, "retry",
-                        "endpoint failed (%s); batch %s of game %r retries in %.1fs, "
-                        "new claims paused", outcome.reason, batch_id, game,
-                        result.delay_ms / 1000,
-                        extra=batch_fields(game, batch_id, keys.shard, attempt,
-                                           outcome.reason, retry_in=result.delay_ms / 1000))
+            ratelog.log(
+                logging.WARNING,
+                "retry",
+                "endpoint failed (%s); batch %s of game %r retries in %.1fs, new claims paused",
+                outcome.reason,
+                batch_id,
+                game,
+                result.delay_ms / 1000,
+                extra=batch_fields(
+                    game,
+                    batch_id,
+                    keys.shard,
+                    attempt,
+                    outcome.reason,
+                    retry_in=result.delay_ms / 1000,
+                ),
+            )
             self._counts.count(C.BATCHES_RETRIED)
             return Result.RETRY
         return Result.LOST
@@ -201,69 +249,114 @@ class Settler:
         leave it for ``status``."""
         self._counts.count(C.CONFIG_ERRORS)
         name = outcome.alert.partition(":")[0]
-        ratelog.log(logging.ERROR, f"alert:{log_kind(outcome)}",
-                    "batch %s of game %r refused (%s): %s; it is dead-lettered: replay it once "
-                    "fixed", batch.batch_id, batch.game,
-                    outcome.reason, outcome.alert,
-                    extra=batch_fields(batch.game, batch.batch_id, reason=outcome.reason,
-                                       alert=name))
+        ratelog.log(
+            logging.ERROR,
+            f"alert:{log_kind(outcome)}",
+            "batch %s of game %r refused (%s): %s; it is dead-lettered: replay it once fixed",
+            batch.batch_id,
+            batch.game,
+            outcome.reason,
+            outcome.alert,
+            extra=batch_fields(batch.game, batch.batch_id, reason=outcome.reason, alert=name),
+        )
         try:
             self._batches.note_alert(name, outcome.alert)
         except Exception as exc:  # status misses one line; the log and the count have it
             logger.warning("could not record the alert for status (%s)", exc)
 
-    def _partial(self, keys: ShardKeys, token: str, batch: Leased, fresh: Fresh,
-                 outcome: Outcome) -> Result:
+    def _partial(
+        self, keys: ShardKeys, token: str, batch: Leased, fresh: Fresh, outcome: Outcome
+    ) -> Result:
         """Finish a batch the endpoint answered item by item, in one store call."""
         game, batch_id = batch.game, batch.batch_id
         try:
             settled = self._batches.settle(
-                keys, batch_id, token, stale=fresh.stale,
+                keys,
+                batch_id,
+                token,
+                stale=fresh.stale,
                 retry=[fresh.position(i) for i in outcome.retry_items],
                 refused=[(fresh.position(i), reason) for i, reason in outcome.refused],
-                min_delay_ms=int(outcome.retry_after * 1000), reason=outcome.reason)
+                min_delay_ms=int(outcome.retry_after * 1000),
+                reason=outcome.reason,
+            )
         except BackendUnreplicated as exc:
             if not isinstance(exc.result, Settled):
                 raise
             self._unconfirmed(exc)
             settled = exc.result
         if settled.delivered < 0:
-            logger.warning("batch %s of game %r was answered after its lease ran out; "
-                           "it may be sent again", batch_id, game,
-                           extra=batch_fields(game, batch_id, keys.shard))
+            logger.warning(
+                "batch %s of game %r was answered after its lease ran out; it may be sent again",
+                batch_id,
+                game,
+                extra=batch_fields(game, batch_id, keys.shard),
+            )
             self._counts.count(C.LEASE_LOST)
             return Result.LOST
-        amounts = {C.DELIVERED: settled.delivered, C.STALE: fresh.stale,
-                   C.BATCHES_DELIVERED: int(settled.delivered > 0)}
+        amounts = {
+            C.DELIVERED: settled.delivered,
+            C.STALE: fresh.stale,
+            C.BATCHES_DELIVERED: int(settled.delivered > 0),
+        }
         if outcome.refused:
             refused = len(outcome.refused)
             malformed = sum(reason == MALFORMED for _, reason in outcome.refused)
-            amounts.update({C.REJECTED_ITEMS: refused - malformed,
-                            C.MALFORMED_ENTRIES: malformed, C.DEAD_EVENTS: refused,
-                            C.DEAD_BATCHES: 1})
+            amounts.update(
+                {
+                    C.REJECTED_ITEMS: refused - malformed,
+                    C.MALFORMED_ENTRIES: malformed,
+                    C.DEAD_EVENTS: refused,
+                    C.DEAD_BATCHES: 1,
+                }
+            )
             if malformed:
-                ratelog.log(logging.ERROR, "malformed",
-                            "%d of %d events of batch %s of game %r are not one JSON value "
-                            "each (written to Redis by something else than the SDK); never "
-                            "sent, dead-lettered as %s, reason 'malformed entry'", malformed,
-                            len(fresh.events), batch_id, game, settled.refused_id,
-                            extra=batch_fields(game, batch_id, keys.shard, reason=MALFORMED,
-                                               refused=malformed,
-                                               dead_letter=settled.refused_id))
+                ratelog.log(
+                    logging.ERROR,
+                    "malformed",
+                    "%d of %d events of batch %s of game %r are not one JSON value "
+                    "each (written to Redis by something else than the SDK); never "
+                    "sent, dead-lettered as %s, reason 'malformed entry'",
+                    malformed,
+                    len(fresh.events),
+                    batch_id,
+                    game,
+                    settled.refused_id,
+                    extra=batch_fields(
+                        game,
+                        batch_id,
+                        keys.shard,
+                        reason=MALFORMED,
+                        refused=malformed,
+                        dead_letter=settled.refused_id,
+                    ),
+                )
             if refused > malformed:
                 first = next(r for _, r in outcome.refused if r != MALFORMED)
-                ratelog.log(logging.ERROR, "refused",
-                            "endpoint refused %d of %d events of batch %s of game %r (first: "
-                            "%s); dead-lettered as %s", refused - malformed, len(fresh.events),
-                            batch_id, game, first, settled.refused_id,
-                            extra=batch_fields(game, batch_id, keys.shard,
-                                               reason=outcome.reason, refused=refused,
-                                               dead_letter=settled.refused_id))
+                ratelog.log(
+                    logging.ERROR,
+                    "refused",
+                    "endpoint refused %d of %d events of batch %s of game %r (first: "
+                    "%s); dead-lettered as %s",
+                    refused - malformed,
+                    len(fresh.events),
+                    batch_id,
+                    game,
+                    first,
+                    settled.refused_id,
+                    extra=batch_fields(
+                        game,
+                        batch_id,
+                        keys.shard,
+                        reason=outcome.reason,
+                        refused=refused,
+                        dead_letter=settled.refused_id,
+                    ),
+                )
         if settled.retry_state == "retry":
             amounts[C.BATCHES_RETRIED] = 1
         elif settled.retry_state == "dead":
             amounts[C.DEAD_BATCHES] = amounts.get(C.DEAD_BATCHES, 0) + 1
-            amounts[C.DEAD_EVENTS] = (amounts.get(C.DEAD_EVENTS, 0)
-                                      + len(outcome.retry_items))
+            amounts[C.DEAD_EVENTS] = amounts.get(C.DEAD_EVENTS, 0) + len(outcome.retry_items)
         self._counts.add(amounts)
         return Result.PARTIAL

@@ -39,8 +39,9 @@ class SharedSlots:
     limited = True
     at_send = True
 
-    def __init__(self, store: Store, name: str, rate: float,
-                 biz_id: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self, store: Store, name: str, rate: float, biz_id: Callable[[str], str] | None = None
+    ) -> None:
         if not (rate > 0 and math.isfinite(rate)):
             raise ValueError(f"a request rate must be > 0: {rate}")
         self.rate = rate
@@ -68,8 +69,7 @@ class SharedSlots:
         slot = self.reserve(game)
         if not slot.reserved:
             return False
-        return not stop.wait(slot.wait_us / 1_000_000) if slot.wait_us > 0 else (
-            not stop.is_set())
+        return not stop.wait(slot.wait_us / 1_000_000) if slot.wait_us > 0 else (not stop.is_set())
 
     def refund(self, requests: int) -> None:
         """Nothing to give back: nothing is taken before a request is sent."""
@@ -78,9 +78,15 @@ class SharedSlots:
         self._call(game, pause_ms=math.ceil(seconds * 1000), horizon_us=-1)
 
     def _call(self, game: str, horizon_us: int, pause_ms: int = 0) -> Slot:
-        return self._store.call(ReserveSlot(self._key, self._interval_us,
-                                            self._biz_id(game) if self._biz_id else "",
-                                            horizon_us, pause_ms))
+        return self._store.call(
+            ReserveSlot(
+                self._key,
+                self._interval_us,
+                self._biz_id(game) if self._biz_id else "",
+                horizon_us,
+                pause_ms,
+            )
+        )
 
     def describe(self) -> str:
         scope = "per game (bizId)" if self._biz_id else "per app id"

@@ -76,16 +76,30 @@ class EmbeddedServer:
         return Path(self.binary).name
 
     def start(self) -> EmbeddedServer:
-        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", str(self.dir),
-                "--logfile", str(self.dir / "server.log")]
+        args = [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.dir),
+            "--logfile",
+            str(self.dir / "server.log"),
+        ]
         self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         version = self._wait_for_answer(self._proc, deadline=time.monotonic() + 10)
         if version is None or int(version.split(".")[0]) < 7:
             self.stop()
-            raise ReporterError(f"the demo's {self.name} ({self.binary}) did not start"
-                                if version is None else
-                                f"{self.binary} is Redis {version}; the demo needs 7 or newer")
+            raise ReporterError(
+                f"the demo's {self.name} ({self.binary}) did not start"
+                if version is None
+                else f"{self.binary} is Redis {version}; the demo needs 7 or newer"
+            )
         return self
 
     def _wait_for_answer(self, proc: subprocess.Popen[bytes], deadline: float) -> str | None:

@@ -39,8 +39,13 @@ def _ok(_: int, __: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
 
 
 class LocalEndpoint:
-    def __init__(self, respond: Responder | None = None, path: str = "/ingest",
-                 port: int = 0, max_body_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        respond: Responder | None = None,
+        path: str = "/ingest",
+        port: int = 0,
+        max_body_bytes: int = 0,
+    ) -> None:
         self.respond = respond or _ok
         self.path = path
         self.max_body_bytes = max_body_bytes
@@ -82,8 +87,12 @@ class LocalEndpoint:
             self.request_headers.append(headers)
         if self.max_body_bytes and length > self.max_body_bytes:
             request.close_connection = True
-            self._reply(request, 413, {"Connection": "close"},
-                        b"<html><body>413 Request Entity Too Large</body></html>")
+            self._reply(
+                request,
+                413,
+                {"Connection": "close"},
+                b"<html><body>413 Request Entity Too Large</body></html>",
+            )
             return
         if request.headers.get("Content-Encoding") == "gzip":
             raw = gzip.decompress(raw)
@@ -95,16 +104,23 @@ class LocalEndpoint:
         status, reply_headers, reply = self.respond(number, body)
         if 200 <= status < 300 and isinstance(body, dict):
             with self.lock:
-                self.received.append(Received(
-                    str(body.get("game")), str(body.get("batch_id")),
-                    request.headers.get("Idempotency-Key", ""), list(body.get("events", [])),
-                    time.time(), status, headers,
-                ))
+                self.received.append(
+                    Received(
+                        str(body.get("game")),
+                        str(body.get("batch_id")),
+                        request.headers.get("Idempotency-Key", ""),
+                        list(body.get("events", [])),
+                        time.time(),
+                        status,
+                        headers,
+                    )
+                )
         self._reply(request, status, reply_headers, reply)
 
     @staticmethod
-    def _reply(request: BaseHTTPRequestHandler, status: int, reply_headers: dict[str, str],
-               reply: bytes) -> None:
+    def _reply(
+        request: BaseHTTPRequestHandler, status: int, reply_headers: dict[str, str], reply: bytes
+    ) -> None:
         try:
             request.send_response(status)
             for name, value in reply_headers.items():
@@ -121,9 +137,12 @@ class LocalEndpoint:
             return [e for r in self.received for e in r.events]
 
     def start(self) -> LocalEndpoint:
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        kwargs={"poll_interval": 0.05},
-                                        name="local-endpoint", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="local-endpoint",
+            daemon=True,
+        )
         self._thread.start()
         return self
 

@@ -75,14 +75,32 @@ RATE_WINDOW_SECONDS = 1.0
 MAX_MS_DIGITS = 16  # far beyond any clock; keeps int() of a header cheap
 
 MESSAGES = {
-    0: "ok", 1001: "system error", 1002: "resource not found", 1003: "method not allowed",
-    1004: "required header missing", 1005: "ip not allowed", 1006: "rate limit exceeded",
-    1007: "request expired", 1008: "invalid caller", 1009: "caller disabled",
-    1010: "no permission", 1011: "identity check failed", 1012: "body check failed",
-    3001: "partial failure", 3002: "empty collections", 3003: "too many items",
-    3004: "bad no", 3005: "bad behaviour time", 3006: "bad user type",
-    3007: "bad behaviour type", 3008: "missing pi", 3009: "missing di", 3010: "invalid pi",
-    4001: "test system error", 4002: "test task not found", 4003: "test parameter invalid",
+    0: "ok",
+    1001: "system error",
+    1002: "resource not found",
+    1003: "method not allowed",
+    1004: "required header missing",
+    1005: "ip not allowed",
+    1006: "rate limit exceeded",
+    1007: "request expired",
+    1008: "invalid caller",
+    1009: "caller disabled",
+    1010: "no permission",
+    1011: "identity check failed",
+    1012: "body check failed",
+    3001: "partial failure",
+    3002: "empty collections",
+    3003: "too many items",
+    3004: "bad no",
+    3005: "bad behaviour time",
+    3006: "bad user type",
+    3007: "bad behaviour type",
+    3008: "missing pi",
+    3009: "missing di",
+    3010: "invalid pi",
+    4001: "test system error",
+    4002: "test task not found",
+    4003: "test parameter invalid",
 }
 
 
@@ -109,8 +127,9 @@ class _Refused(Exception):
         self.errcode = errcode
 
 
-def signature(secret_key: str, headers: Mapping[str, str], query: Iterable[tuple[str, str]],
-              body: bytes) -> str:
+def signature(
+    secret_key: str, headers: Mapping[str, str], query: Iterable[tuple[str, str]], body: bytes
+) -> str:
     """Lowercase hex sha256 of secret + name+value of headers and query sorted + wire body.
 
     ``headers`` are the protocol headers to sign; sign and Content-Type are left out.
@@ -213,8 +232,9 @@ def _item_error(item: object, request_ms: int, repeated: Collection[int]) -> int
 ItemCheck = Callable[[dict[str, Any]], int | None]
 
 
-def _check_items(items: list[Any], request_ms: int, unknown: ItemCheck | None = None
-                 ) -> tuple[list[Any], list[Any], dict[int, int]]:
+def _check_items(
+    items: list[Any], request_ms: int, unknown: ItemCheck | None = None
+) -> tuple[list[Any], list[Any], dict[int, int]]:
     """The accepted items, the results of the refused ones, and their ``RequestLog.refused``.
     ``unknown`` stands for what the real system knows and the rules do not say (a ``pi`` it
     never issued, say): the code it answers for an item that passes every rule."""
@@ -283,13 +303,23 @@ class _Busiest:
 class NppaEndpoint:
     """The interface at ``url + PATH``; ``accepted`` and ``requests`` record what it did."""
 
-    def __init__(self, *, app_id: str, secret_key: str, biz_ids: Collection[str],
-                 requests_per_second: float = 10.0, throttle_seconds: float = 60.0,
-                 skew_seconds: float = 5.0, partial_errcode: int = 0,
-                 clock: Callable[[], float] = time.time, port: int = 0,
-                 force: Callable[[int], int | None] | None = None,
-                 unknown: ItemCheck | None = None, more_keys: Collection[str] = (),
-                 rate_scope: str = "app") -> None:
+    def __init__(
+        self,
+        *,
+        app_id: str,
+        secret_key: str,
+        biz_ids: Collection[str],
+        requests_per_second: float = 10.0,
+        throttle_seconds: float = 60.0,
+        skew_seconds: float = 5.0,
+        partial_errcode: int = 0,
+        clock: Callable[[], float] = time.time,
+        port: int = 0,
+        force: Callable[[int], int | None] | None = None,
+        unknown: ItemCheck | None = None,
+        more_keys: Collection[str] = (),
+        rate_scope: str = "app",
+    ) -> None:
         if partial_errcode not in (0, 3001):
             raise ValueError("partial_errcode must be 0 or 3001")
         if rate_scope not in ("app", "game"):
@@ -363,8 +393,9 @@ class NppaEndpoint:
             length = -1
         if length < 0:  # the body cannot be framed: answer, then close the connection
             length, http.close_connection = 0, True
-        request = _Request(http.command, http.path, http.headers, http.rfile.read(length),
-                           self.clock())
+        request = _Request(
+            http.command, http.path, http.headers, http.rfile.read(length), self.clock()
+        )
         with self.lock:
             self._count += 1
             number, secrets = self._count, self._secrets
@@ -395,8 +426,15 @@ class NppaEndpoint:
         if not results:
             return _Answer(0, "", len(items), {}, accepted, request_ms)
         code = self.partial_errcode
-        return _Answer(code, {"results": results}, len(items), refused, accepted, request_ms,
-                       "ok" if code == 0 else "partial failure")
+        return _Answer(
+            code,
+            {"results": results},
+            len(items),
+            refused,
+            accepted,
+            request_ms,
+            "ok" if code == 0 else "partial failure",
+        )
 
     def _check_headers(self, request: _Request, secrets: tuple[str, ...]) -> tuple[int, str]:
         """Checks 1 to 5; the request's timestamps in milliseconds, and the key it was
@@ -457,15 +495,20 @@ class NppaEndpoint:
     def _record(self, request: _Request, answer: _Answer) -> None:
         biz_id = request.header("bizId")
         with self.lock:
-            self.accepted.extend(Accepted(biz_id, item, request.at, answer.request_ms)
-                                 for item in answer.accepted)
-            self.requests.append(RequestLog(request.at, biz_id, answer.errcode, answer.items,
-                                            answer.refused))
+            self.accepted.extend(
+                Accepted(biz_id, item, request.at, answer.request_ms) for item in answer.accepted
+            )
+            self.requests.append(
+                RequestLog(request.at, biz_id, answer.errcode, answer.items, answer.refused)
+            )
 
     def start(self) -> NppaEndpoint:
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        kwargs={"poll_interval": 0.01},
-                                        name="nppa-endpoint", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.01},
+            name="nppa-endpoint",
+            daemon=True,
+        )
         self._thread.start()
         return self
 

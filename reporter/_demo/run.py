@@ -35,8 +35,9 @@ EXIT_NO_SERVER = 2  # a set-up problem, like a config error: no server to start 
 def demo_config(redis_url: str, sink: DemoSink) -> ReporterConfig:
     raw = raw_settings(ReporterConfig.default())
     raw["redis"].update(url=redis_url, shards=8)
-    raw["reporter"].update(linger_ms=500, poll_interval_ms=50, workers=4,
-                           hot_games=dict(sink.hot_games))
+    raw["reporter"].update(
+        linger_ms=500, poll_interval_ms=50, workers=4, hot_games=dict(sink.hot_games)
+    )
     raw["buffer"].update(max_events_per_game=20_000)
     sink.configure(raw)
     return build_config(raw, "<demo>", env={}, interpolate=False, cls=ReporterConfig)
@@ -58,8 +59,9 @@ def _traffic(collector: Collector, sink: DemoSink, stop: threading.Event) -> Non
         stop.wait(0.01)
 
 
-def run_demo(seconds: float, out: TextIO, sink_kind: str = "json",
-             err: TextIO | None = None) -> int:
+def run_demo(
+    seconds: float, out: TextIO, sink_kind: str = "json", err: TextIO | None = None
+) -> int:
     """Run the demo, print its progress, summary, verdict and next steps to ``out``.
 
     Exit code: 0 when every event is accounted for, 1 when they do not add up,
@@ -94,8 +96,10 @@ def _run(redis_url: str, sink: DemoSink, seconds: float, out: TextIO) -> bool:
         config = demo_config(redis_url, sink)
         collector = Collector(config=config)
         service = ReporterService(config)
-        print(f"demo: {len(sink.rates)} games, {sum(sink.rates.values())} events/s for "
-              f"{seconds:g} s", file=out)
+        print(
+            f"demo: {len(sink.rates)} games, {sum(sink.rates.values())} events/s for {seconds:g} s",
+            file=out,
+        )
         service.start()
         _traffic_for(seconds, collector, sink, out)
         collector.flush(10)
@@ -103,8 +107,7 @@ def _run(redis_url: str, sink: DemoSink, seconds: float, out: TextIO) -> bool:
         service.stop()
         stats, totals = collector.stats(), read_totals(service.store)
         rows = summary_rows(stats, totals, sink.figures())
-        print("\nsummary\n" + table(("figure", "value", "meaning"), rows, align="lrl"),
-              file=out)
+        print("\nsummary\n" + table(("figure", "value", "meaning"), rows, align="lrl"), file=out)
         ok, line = verdict(stats, totals)
         print(f"\n{line}", file=out)
         return ok
@@ -125,9 +128,12 @@ def _traffic_for(seconds: float, collector: Collector, sink: DemoSink, out: Text
         while (left := seconds - (time.monotonic() - started)) > 0:
             stop.wait(min(1.0, left))
             figures = sink.figures()
-            print(f"  {time.monotonic() - started:5.1f}s  collected "
-                  f"{collector.stats()['accepted']:>7}  delivered {figures.events:>7}  "
-                  f"requests {figures.posts:>5}", file=out)
+            print(
+                f"  {time.monotonic() - started:5.1f}s  collected "
+                f"{collector.stats()['accepted']:>7}  delivered {figures.events:>7}  "
+                f"requests {figures.posts:>5}",
+                file=out,
+            )
     finally:
         stop.set()
         traffic.join()

@@ -47,8 +47,14 @@ HOT_GAME = "arena-hot"
 
 
 class JsonDemo:
-    rates: Mapping[str, int] = {HOT_GAME: 3000, "puzzle-quest": 200, "kart-racer": 150,
-                                "card-club": 100, "farm-story": 50, "tiny-chess": 5}
+    rates: Mapping[str, int] = {
+        HOT_GAME: 3000,
+        "puzzle-quest": 200,
+        "kart-racer": 150,
+        "card-club": 100,
+        "farm-story": 50,
+        "tiny-chess": 5,
+    }
     hot_games: Mapping[str, int] = {HOT_GAME: 2}
 
     def __init__(self) -> None:
@@ -64,16 +70,30 @@ class JsonDemo:
         raw["sink"].update(url=self._endpoint.url)
 
     def event(self, session: int, bt: int) -> dict[str, Any]:
-        return {"si": f"s{session:08d}", "bt": bt, "ot": int(time.time()), "ct": 0,
-                "pi": f"1{session:037d}", "sent_ms": time.time_ns() // 1_000_000}
+        return {
+            "si": f"s{session:08d}",
+            "bt": bt,
+            "ot": int(time.time()),
+            "ct": 0,
+            "pi": f"1{session:037d}",
+            "sent_ms": time.time_ns() // 1_000_000,
+        }
 
     def figures(self) -> Figures:
         with self._endpoint.lock:
             received = list(self._endpoint.received)
-        latencies = [r.at * 1000 - e["sent_ms"] for r in received for e in r.events
-                     if isinstance(e, dict) and "sent_ms" in e]
-        return Figures(sum(len(r.events) for r in received), len(received),
-                       max((len(r.events) for r in received), default=0), latencies)
+        latencies = [
+            r.at * 1000 - e["sent_ms"]
+            for r in received
+            for e in r.events
+            if isinstance(e, dict) and "sent_ms" in e
+        ]
+        return Figures(
+            sum(len(r.events) for r in received),
+            len(received),
+            max((len(r.events) for r in received), default=0),
+            latencies,
+        )
 
     def describe(self) -> str:
         return f"ingest endpoint {self._endpoint.url} ({HOT_GAME} is hot, 2 threads)"
@@ -90,8 +110,9 @@ class NppaDemo:
 
     def __init__(self) -> None:
         self._secret = os.urandom(16).hex()
-        self._endpoint = NppaEndpoint(app_id=self.app_id, secret_key=self._secret,
-                                      biz_ids=self.biz_ids.values())
+        self._endpoint = NppaEndpoint(
+            app_id=self.app_id, secret_key=self._secret, biz_ids=self.biz_ids.values()
+        )
 
     def start(self) -> None:
         self._endpoint.start()
@@ -101,8 +122,7 @@ class NppaDemo:
 
     def configure(self, raw: dict[str, dict[str, Any]]) -> None:
         raw["sink"].update(kind="nppa")
-        raw["nppa"].update(base_url=self._endpoint.url, app_id=self.app_id,
-                           secret_key=self._secret)
+        raw["nppa"].update(base_url=self._endpoint.url, app_id=self.app_id, secret_key=self._secret)
         raw["games"] = {game: {"biz_id": biz} for game, biz in self.biz_ids.items()}
 
     def event(self, session: int, bt: int) -> dict[str, Any]:
@@ -119,5 +139,7 @@ class NppaDemo:
         return Figures(len(accepted), len(taken), max(taken, default=0), latencies)
 
     def describe(self) -> str:
-        return (f"a mock of the anti-addiction interface on {self._endpoint.url} "
-                f"(10 requests/s, 128 items each)")
+        return (
+            f"a mock of the anti-addiction interface on {self._endpoint.url} "
+            f"(10 requests/s, 128 items each)"
+        )

@@ -19,12 +19,12 @@ Row = tuple[str, object, str]
 def summary_rows(stats: Mapping[str, int], totals: Totals, figures: Figures) -> list[Row]:
     sdk: list[Row] = [
         (C.ACCEPTED, stats[C.ACCEPTED], "events collect() took (SDK)"),
-        (C.DROPPED_BUFFER_FULL, stats[C.DROPPED_BUFFER_FULL],
-         "dropped: the SDK's buffer was full"),
+        (C.DROPPED_BUFFER_FULL, stats[C.DROPPED_BUFFER_FULL], "dropped: the SDK's buffer was full"),
         (C.DROPPED_AT_CLOSE, stats[C.DROPPED_AT_CLOSE], "dropped: not stored by close()"),
     ]
     store: list[Row] = [
-        (name, totals.counter(name), meaning) for name, meaning in (
+        (name, totals.counter(name), meaning)
+        for name, meaning in (
             (C.STORED, "events written to Redis"),
             (C.DELIVERED, "events the endpoint accepted, acknowledged"),
             (C.EVICTED, "events pushed out by a game's cap"),
@@ -46,8 +46,11 @@ def summary_rows(stats: Mapping[str, int], totals: Totals, figures: Figures) -> 
     endpoint: list[Row] = [
         ("endpoint: events", f.events, "events received, duplicates included"),
         ("endpoint: requests", f.posts, "requests it took"),
-        ("endpoint: mean batch", f"{f.events / f.posts:.1f}" if f.posts else "-",
-         "events per request"),
+        (
+            "endpoint: mean batch",
+            f"{f.events / f.posts:.1f}" if f.posts else "-",
+            "events per request",
+        ),
         ("endpoint: largest batch", f.largest, "events in the largest request"),
         ("latency p50", f"{_percentile(f.latencies_ms, 0.50):.0f} ms", "collect() to receipt"),
         ("latency p99", f"{_percentile(f.latencies_ms, 0.99):.0f} ms", "collect() to receipt"),
@@ -66,8 +69,10 @@ def verdict(stats: Mapping[str, int], totals: Totals) -> tuple[bool, str]:
         ("dead-lettered", totals.dead_now),
         ("quarantined", totals.counter(C.QUARANTINED_EVENTS)),
         ("dropped in the SDK", stats[C.DROPPED_BUFFER_FULL] + stats[C.DROPPED_AT_CLOSE]),
-        ("still buffered or pending",
-         stats[Gauge.BUFFERED] + totals.buffered + totals.pending_events),
+        (
+            "still buffered or pending",
+            stats[Gauge.BUFFERED] + totals.buffered + totals.pending_events,
+        ),
     ]
     accepted = stats[C.ACCEPTED]
     total = sum(count for _, count in states)
@@ -75,21 +80,27 @@ def verdict(stats: Mapping[str, int], totals: Totals) -> tuple[bool, str]:
     if total == accepted:
         return True, f"all {accepted} events accounted for: {listed or 'none were collected'}"
     gap = accepted - total
-    return False, (f"events do not add up: the SDK accepted {accepted}, the end states hold "
-                   f"{total} ({listed or 'none'}): {abs(gap)} "
-                   f"{'missing' if gap > 0 else 'too many'}")
+    return False, (
+        f"events do not add up: the SDK accepted {accepted}, the end states hold "
+        f"{total} ({listed or 'none'}): {abs(gap)} "
+        f"{'missing' if gap > 0 else 'too many'}"
+    )
 
 
 def next_steps(sink_kind: str) -> list[str]:
     """Two lines: from the demo to a reporter of one's own."""
     if sink_kind == "nppa":
-        return ["next: copy config/nppa.toml, set [redis] url, [nppa] app_id and secret_key "
-                "and every game's biz_id,",
-                "      then: telemetry-reporter check-config my.toml   (and read docs/nppa.md, "
-                "docs/operations.md)"]
-    return ["next: copy config/telemetry.toml, set [redis] url and [sink] url to your Redis and "
-            "endpoint,",
-            "      then: telemetry-reporter check-config my.toml   (and read docs/operations.md)"]
+        return [
+            "next: copy config/nppa.toml, set [redis] url, [nppa] app_id and secret_key "
+            "and every game's biz_id,",
+            "      then: telemetry-reporter check-config my.toml   (and read docs/nppa.md, "
+            "docs/operations.md)",
+        ]
+    return [
+        "next: copy config/telemetry.toml, set [redis] url and [sink] url to your Redis and "
+        "endpoint,",
+        "      then: telemetry-reporter check-config my.toml   (and read docs/operations.md)",
+    ]
 
 
 def _percentile(values: list[float], q: float) -> float:

@@ -39,9 +39,17 @@ class Totals:
     def unaccounted(self) -> int:
         """Stored events in none of the states: only an expired buffer explains these."""
         c = self.counter
-        return (c(Counter.STORED) - c(Counter.EVICTED) - c(Counter.MERGED) - c(Counter.STALE)
-                - c(Counter.DELIVERED) - self.dead_now - c(Counter.QUARANTINED_EVENTS)
-                - self.buffered - self.pending_events)
+        return (
+            c(Counter.STORED)
+            - c(Counter.EVICTED)
+            - c(Counter.MERGED)
+            - c(Counter.STALE)
+            - c(Counter.DELIVERED)
+            - self.dead_now
+            - c(Counter.QUARANTINED_EVENTS)
+            - self.buffered
+            - self.pending_events
+        )
 
     def summary(self) -> dict[str, int]:
         """The store's counters and the levels ``status`` shows, by vocabulary name."""

@@ -65,8 +65,19 @@ LINGER_SECONDS = 1.0
 
 
 class _Conn:
-    __slots__ = ("buffer", "close_after", "deadline", "head", "out", "served", "skip", "sock",
-                 "state", "waiting_since", "watched")
+    __slots__ = (
+        "buffer",
+        "close_after",
+        "deadline",
+        "head",
+        "out",
+        "served",
+        "skip",
+        "sock",
+        "state",
+        "waiting_since",
+        "watched",
+    )
 
     def __init__(self, sock: socket.socket, now: float, request_seconds: float) -> None:
         self.sock = sock
@@ -87,10 +98,16 @@ class BoundedServer:
     selector thread itself (cheap ones, such as a liveness probe, so they never queue behind
     a slow answer)."""
 
-    def __init__(self, address: tuple[str, int], family: socket.AddressFamily, handle: Handle,
-                 inline: Callable[[Request], bool], limits: Limits | None = None,
-                 counts: Counts | None = None, clock: Callable[[], float] = time.monotonic
-                 ) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        family: socket.AddressFamily,
+        handle: Handle,
+        inline: Callable[[Request], bool],
+        limits: Limits | None = None,
+        counts: Counts | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._handle = handle
         self._inline = inline
         self._limits = limits or Limits()
@@ -124,8 +141,10 @@ class BoundedServer:
 
     def start(self) -> None:
         self._threads = [threading.Thread(target=self._run, name="metrics-http", daemon=True)]
-        self._threads += [threading.Thread(target=self._worker, name=f"metrics-http-{n}",
-                                           daemon=True) for n in range(self._limits.workers)]
+        self._threads += [
+            threading.Thread(target=self._worker, name=f"metrics-http-{n}", daemon=True)
+            for n in range(self._limits.workers)
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -207,9 +226,13 @@ class BoundedServer:
         if self._listening:
             self._selector.unregister(self._listener)
             self._listening = False
-        ratelog.log(logging.WARNING, f"accept:{code}",
-                    "metrics server: accepting a connection failed (%s); not accepting for "
-                    "%.2f s", code, self._backoff)
+        ratelog.log(
+            logging.WARNING,
+            f"accept:{code}",
+            "metrics server: accepting a connection failed (%s); not accepting for %.2f s",
+            code,
+            self._backoff,
+        )
 
     def _evict(self) -> bool:
         """Close the connection that has waited longest for its request, if one is waiting."""
@@ -281,8 +304,9 @@ class BoundedServer:
 
     def _answer(self, conn: _Conn, request: Request | None, answer: Answer) -> None:
         close = answer.close or request is None or not request.keep_alive or self._stopping
-        conn.out = memoryview(encode(replace(answer, close=close),
-                                     request.method if request else "GET"))
+        conn.out = memoryview(
+            encode(replace(answer, close=close), request.method if request else "GET")
+        )
         conn.close_after = close
         conn.state = WRITING
         conn.deadline = self._clock() + self._limits.answer_seconds
@@ -327,13 +351,14 @@ class BoundedServer:
                     self._serve(conn)
 
     def _tick(self, now: float) -> None:
-        for conn in [c for c in self._conns if c.state in (READING, WRITING, DRAINING)
-                     and now >= c.deadline]:
+        for conn in [
+            c for c in self._conns if c.state in (READING, WRITING, DRAINING) and now >= c.deadline
+        ]:
             # A kept-alive connection idle after its answers just ends, as does a lingering
             # close; one that never sent a whole request, or did not take its answer, counts.
             if conn.state != DRAINING and not (
-                    conn.state == READING and conn.served and not conn.buffer
-                    and conn.head is None):
+                conn.state == READING and conn.served and not conn.buffer and conn.head is None
+            ):
                 self.counts.drop(DEADLINE)
             self._close(conn)
         if not self._listening and now >= self._paused_until and not self._stopping:
@@ -394,6 +419,10 @@ class BoundedServer:
         try:
             return self._handle(request)
         except Exception:  # the handler answers its own errors; this is the last resort
-            ratelog.log(logging.ERROR, "handler", "metrics server: answering a request failed",
-                        exc_info=True)
+            ratelog.log(
+                logging.ERROR,
+                "handler",
+                "metrics server: answering a request failed",
+                exc_info=True,
+            )
             return INTERNAL_ERROR

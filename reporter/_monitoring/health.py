@@ -30,9 +30,15 @@ READY_REUSE_SECONDS = 1.0
 
 
 class Health:
-    def __init__(self, store: Store, stop: threading.Event, lease_seconds: float,
-                 owned: Callable[[], frozenset[int]], clock: Clock = time.monotonic,
-                 details: bool = False) -> None:
+    def __init__(
+        self,
+        store: Store,
+        stop: threading.Event,
+        lease_seconds: float,
+        owned: Callable[[], frozenset[int]],
+        clock: Clock = time.monotonic,
+        details: bool = False,
+    ) -> None:
         self._store = store
         self._details = details
         self._stop = stop
@@ -56,8 +62,7 @@ class Health:
             if self._last is not None and self._clock() - self._last[0] < READY_REUSE_SECONDS:
                 return self._last[1], self._last[2]
             reasons = self._reasons()
-            body = {"ready": not reasons, "owned_shards": len(self._owned()),
-                    "reasons": reasons}
+            body = {"ready": not reasons, "owned_shards": len(self._owned()), "reasons": reasons}
             self._last = (self._clock(), not reasons, body)
             return not reasons, body
 
@@ -69,13 +74,18 @@ class Health:
             self._store.ping()
         except BackendError as exc:
             # The error's text names hosts, ports and users: only when the operator asks.
-            reasons.append(f"redis: {type(exc).__name__}: {mask(str(exc))}" if self._details
-                           else f"redis: {type(exc).__name__}")
+            reasons.append(
+                f"redis: {type(exc).__name__}: {mask(str(exc))}"
+                if self._details
+                else f"redis: {type(exc).__name__}"
+            )
         renewed = self._renewed_at
         if renewed is None:
             reasons.append("shard leases: no round has succeeded yet")
         elif (age := self._clock() - renewed) >= self._lease_seconds:
-            reasons.append(f"shard leases: last renewed {age:.1f}s ago, not within "
-                           f"shard_lease_seconds ({self._lease_seconds:g}s): they may have "
-                           "expired")
+            reasons.append(
+                f"shard leases: last renewed {age:.1f}s ago, not within "
+                f"shard_lease_seconds ({self._lease_seconds:g}s): they may have "
+                "expired"
+            )
         return reasons

@@ -43,9 +43,13 @@ class BadRequest(Exception):
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
-        self.answer = Answer(status, "application/json",
-                             b'{"error": "' + message.encode() + b'"}\n', close=True,
-                             allow=", ".join(METHODS) if status == 405 else "")
+        self.answer = Answer(
+            status,
+            "application/json",
+            b'{"error": "' + message.encode() + b'"}\n',
+            close=True,
+            allow=", ".join(METHODS) if status == 405 else "",
+        )
 
 
 def head_end(buffer: bytes | bytearray) -> int:
@@ -111,9 +115,11 @@ def _body_bytes(fields: dict[bytes, bytes]) -> int:
 def encode(answer: Answer, method: str = "GET") -> bytes:
     """The answer's bytes: status line, headers and (but for HEAD) body."""
     reason = HTTPStatus(answer.status).phrase
-    head = [f"HTTP/1.1 {answer.status} {reason}",
-            f"Content-Type: {answer.content_type}",
-            f"Content-Length: {len(answer.body)}"]
+    head = [
+        f"HTTP/1.1 {answer.status} {reason}",
+        f"Content-Type: {answer.content_type}",
+        f"Content-Length: {len(answer.body)}",
+    ]
     if answer.allow:
         head.append(f"Allow: {answer.allow}")
     if answer.close:

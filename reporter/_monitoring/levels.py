@@ -48,8 +48,14 @@ class RedisReadings:
     """Reads Redis for the metrics at most once per ``max_age`` seconds; concurrent scrapes
     wait for the one read under way instead of making their own."""
 
-    def __init__(self, store: Store, owned: Callable[[], frozenset[int]], max_age: float,
-                 clock: Clock = time.monotonic, wall: Clock = time.time) -> None:
+    def __init__(
+        self,
+        store: Store,
+        owned: Callable[[], frozenset[int]],
+        max_age: float,
+        clock: Clock = time.monotonic,
+        wall: Clock = time.time,
+    ) -> None:
         self._store = store
         self._owned = owned
         self._max_age = max_age
@@ -73,12 +79,12 @@ class RedisReadings:
             counters = self._store.counter_totals()
             live = self._store.live_reporters(now_ms)
             shards = self._store.shard_levels(
-                [schema.shard(n) for n in sorted(self._owned())], now_ms)
+                [schema.shard(n) for n in sorted(self._owned())], now_ms
+            )
             memory = self._memory()
         except BackendError as exc:
             return Reading(at, now_ms, error=f"{type(exc).__name__}: {exc}")
-        grew = any(m.oom_refusals > self._oom_refusals.get(m.node, m.oom_refusals)
-                   for m in memory)
+        grew = any(m.oom_refusals > self._oom_refusals.get(m.node, m.oom_refusals) for m in memory)
         self._oom_refusals = {m.node: m.oom_refusals for m in memory}
         refusing = grew or any(m.refusing_writes for m in memory)
         return Reading(at, now_ms, counters, live, shards, memory, refusing)

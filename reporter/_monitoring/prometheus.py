@@ -30,43 +30,46 @@ if TYPE_CHECKING:
 G = Gauge
 # The endpoint's failed answers by code: the HTTP status, or the transport error's type.
 SEND_ERRORS = "telemetry_send_errors"
-SEND_ERRORS_HELP = ("Requests to the endpoint that failed (a retry or a rejection), by code: "
-                    "the HTTP status, or the transport error's type (ConnectError, ReadTimeout)")
+SEND_ERRORS_HELP = (
+    "Requests to the endpoint that failed (a retry or a rejection), by code: "
+    "the HTTP status, or the transport error's type (ConnectError, ReadTimeout)"
+)
 # Slots of the shared request rate ([sink] rate_limit_scope) this process let go.
 LATE_SLOTS = "telemetry_late_slots"
-LATE_SLOTS_HELP = ("Slots of the shared request rate this process let go because a thread "
-                   "was more than 20 ms late for its own (a busy host); it took another")
+LATE_SLOTS_HELP = (
+    "Slots of the shared request rate this process let go because a thread "
+    "was more than 20 ms late for its own (a busy host); it took another"
+)
 HELP = {
     G.OWNED_SHARDS: "Shards this reporter process holds the lease of, and sweeps",
     G.HOT_GAMES_SERVED: "Hot games ([reporter.hot_games]) whose shard this process holds, so "
-                        "whose pools here claim; over all reporters it adds up to the hot games",
+    "whose pools here claim; over all reporters it adds up to the hot games",
     G.HELD_BATCHES: "Batches this reporter process holds a lease on now (its POSTs in flight "
-                    "and those waiting their turn)",
-    G.SINK_GATE_OPEN: "1 while this process may claim, 0 while the endpoint fails and claims "
-                      "pause",
+    "and those waiting their turn)",
+    G.SINK_GATE_OPEN: "1 while this process may claim, 0 while the endpoint fails and claims pause",
     G.SENDING_HELD_SECONDS: "Seconds sending has been held in every reporter because the "
-                            "anti-addiction interface refused our identity or configuration "
-                            "(label cause: the answer, such as nppa 1011); 0 while not held",
+    "anti-addiction interface refused our identity or configuration "
+    "(label cause: the answer, such as nppa 1011); 0 while not held",
     G.LIMITER_WAIT_SECONDS: "Seconds the claim limiter told the last refused claim to wait "
-                            "(0 until one is refused)",
+    "(0 until one is refused)",
     G.SHARDS: "[redis] shards: the owned_shards of every reporter add up to this",
     G.REDIS_UP: "1 if the last read of Redis for these metrics worked, else 0 (the Redis "
-                "series are then left out)",
+    "series are then left out)",
     G.REDIS_MEMORY_USED_BYTES: "Bytes of memory a Redis node counts against its maxmemory",
     G.REDIS_MEMORY_MAX_BYTES: "A Redis node's maxmemory in bytes (0: no limit)",
     G.REDIS_REFUSING_WRITES: "1 while Redis refuses writes for lack of memory (a node within 2% "
-                             "of maxmemory with noeviction, or OOM replies since the last "
-                             "reading): the SDKs hold their events until the reporters drain "
-                             "it",
+    "of maxmemory with noeviction, or OOM replies since the last "
+    "reading): the SDKs hold their events until the reporters drain "
+    "it",
     G.LIVE_REPORTERS: "Reporter processes with a live heartbeat in the registry (cluster)",
     G.BUFFERED: "Events buffered in Redis, per shard this process holds",
     G.GAME_BUFFERED: "Events buffered in Redis for the games with the most, in the shards "
-                     "this process holds ([metrics] top_games of them)",
+    "this process holds ([metrics] top_games of them)",
     G.GAME_OLDEST_EVENT_AGE_SECONDS: "Age of the oldest event buffered for the games whose "
-                                     "oldest event is oldest, in the shards this process "
-                                     "holds ([metrics] top_games of them)",
+    "oldest event is oldest, in the shards this process "
+    "holds ([metrics] top_games of them)",
     G.OLDEST_EVENT_AGE_SECONDS: "Age of the oldest event buffered in the shards this process "
-                                "holds (0 when none is); it goes stale at max_age_seconds",
+    "holds (0 when none is); it goes stale at max_age_seconds",
     G.BATCHES_IN_FLIGHT: "Batches leased now, in the shards this process holds",
     G.BATCHES_RETRY: "Batches waiting for a retry, in the shards this process holds",
     G.BATCHES_RETRY_DUE: "Batches whose retry time has come, in the shards this process holds",
@@ -77,11 +80,17 @@ HELP = {
 class ReporterMetrics:
     """A prometheus-client collector: everything ``/metrics`` serves, read at each scrape."""
 
-    def __init__(self, process: PrometheusMetrics, readings: RedisReadings,
-                 limiter: WatchedLimiter, shards: int, top_games: int,
-                 send_errors: Callable[[], Mapping[str, int]] = dict,
-                 hold: SendHold | None = None,
-                 late_slots: Callable[[], int] = lambda: 0) -> None:
+    def __init__(
+        self,
+        process: PrometheusMetrics,
+        readings: RedisReadings,
+        limiter: WatchedLimiter,
+        shards: int,
+        top_games: int,
+        send_errors: Callable[[], Mapping[str, int]] = dict,
+        hold: SendHold | None = None,
+        late_slots: Callable[[], int] = lambda: 0,
+    ) -> None:
         self._hold = hold
         self._late_slots = late_slots
         self._process = process
@@ -130,17 +139,28 @@ class ReporterMetrics:
         gauge(G.BATCHES_RETRY_DUE, sum(s.retry_due for s in shards))
         gauge(G.BATCHES_DEAD_LISTED, sum(s.dead for s in shards))
         oldest = [ms for s in shards if (ms := s.oldest_ms) is not None]
-        gauge(G.OLDEST_EVENT_AGE_SECONDS,
-              max(0.0, (reading.now_ms - min(oldest)) / 1000) if oldest else 0.0)
-        games = sorted(((g.length, g.game, s.shard) for s in shards for g in s.games
-                        if g.length), key=lambda t: (-t[0], t[1]))
-        for length, game, shard in games[:self._top_games]:
+        gauge(
+            G.OLDEST_EVENT_AGE_SECONDS,
+            max(0.0, (reading.now_ms - min(oldest)) / 1000) if oldest else 0.0,
+        )
+        games = sorted(
+            ((g.length, g.game, s.shard) for s in shards for g in s.games if g.length),
+            key=lambda t: (-t[0], t[1]),
+        )
+        for length, game, shard in games[: self._top_games]:
             gauge(G.GAME_BUFFERED, length, {"game": game, "shard": str(shard)})
-        waiting = sorted((ms, g.game, s.shard) for s in shards for g in s.games
-                         if g.length and (ms := g.oldest_ms) is not None)
-        for ms, game, shard in waiting[:self._top_games]:
-            gauge(G.GAME_OLDEST_EVENT_AGE_SECONDS, max(0.0, (reading.now_ms - ms) / 1000),
-                  {"game": game, "shard": str(shard)})
+        waiting = sorted(
+            (ms, g.game, s.shard)
+            for s in shards
+            for g in s.games
+            if g.length and (ms := g.oldest_ms) is not None
+        )
+        for ms, game, shard in waiting[: self._top_games]:
+            gauge(
+                G.GAME_OLDEST_EVENT_AGE_SECONDS,
+                max(0.0, (reading.now_ms - ms) / 1000),
+                {"game": game, "shard": str(shard)},
+            )
 
 
 class MetricsEndpoint:
@@ -148,20 +168,38 @@ class MetricsEndpoint:
     ``Metrics`` target for its counts) and the HTTP server of ``/metrics``, ``/healthz``
     and ``/readyz``, bound to that address only."""
 
-    def __init__(self, config: ReporterConfig, store: Store,
-                 owned: Callable[[], frozenset[int]], limiter: WatchedLimiter,
-                 health: Health, send_errors: Callable[[], Mapping[str, int]] = dict,
-                 clock: Callable[[], float] = time.time,
-                 hold: SendHold | None = None,
-                 late_slots: Callable[[], int] = lambda: 0) -> None:
+    def __init__(
+        self,
+        config: ReporterConfig,
+        store: Store,
+        owned: Callable[[], frozenset[int]],
+        limiter: WatchedLimiter,
+        health: Health,
+        send_errors: Callable[[], Mapping[str, int]] = dict,
+        clock: Callable[[], float] = time.time,
+        hold: SendHold | None = None,
+        late_slots: Callable[[], int] = lambda: 0,
+    ) -> None:
         m = config.metrics
         self.process = PrometheusMetrics(REPORTER)
         self.readings = RedisReadings(store, owned, m.cache_seconds, wall=clock)
-        collector = ReporterMetrics(self.process, self.readings, limiter,
-                                    store.schema.shards, m.top_games, send_errors, hold,
-                                    late_slots)
-        self.server = MetricsServer(listen_address(m.listen), collector, health,
-                                    Limits(max_connections=m.max_connections), m.error_details)
+        collector = ReporterMetrics(
+            self.process,
+            self.readings,
+            limiter,
+            store.schema.shards,
+            m.top_games,
+            send_errors,
+            hold,
+            late_slots,
+        )
+        self.server = MetricsServer(
+            listen_address(m.listen),
+            collector,
+            health,
+            Limits(max_connections=m.max_connections),
+            m.error_details,
+        )
 
     def start(self) -> None:
         self.server.start()

@@ -32,12 +32,16 @@ ratelog = RateLimitedLog(logger, interval=30.0)
 TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
 ROUTES = ("/metrics", "/healthz", "/readyz")
 DROPPED = "telemetry_metrics_connections_dropped"
-DROPPED_HELP = ("Connections to the metrics server it closed on its own, by reason: over_cap "
-                "(past [metrics] connections' bound), deadline (no whole request, or an answer "
-                "not taken, in time), bad_request (too large, malformed, not GET)")
+DROPPED_HELP = (
+    "Connections to the metrics server it closed on its own, by reason: over_cap "
+    "(past [metrics] connections' bound), deadline (no whole request, or an answer "
+    "not taken, in time), bad_request (too large, malformed, not GET)"
+)
 ACCEPT_ERRORS = "telemetry_metrics_accept_errors"
-ACCEPT_ERRORS_HELP = ("Failed accepts of the metrics server, by errno (EMFILE: out of file "
-                      "descriptors); each pauses accepting for a moment")
+ACCEPT_ERRORS_HELP = (
+    "Failed accepts of the metrics server, by errno (EMFILE: out of file "
+    "descriptors); each pauses accepting for a moment"
+)
 SERVER_COUNTERS = (DROPPED, ACCEPT_ERRORS)
 
 
@@ -64,8 +68,14 @@ class ServerCounters:
 
 
 class MetricsServer:
-    def __init__(self, address: tuple[str, int], metrics: Collectable, health: Health,
-                 limits: Limits | None = None, details: bool = False) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        metrics: Collectable,
+        health: Health,
+        limits: Limits | None = None,
+        details: bool = False,
+    ) -> None:
         self._address = address
         self._metrics = metrics
         self._health = health
@@ -85,11 +95,13 @@ class MetricsServer:
         host, port = self._address
         try:
             family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-            server = BoundedServer(self._address, family, routes, _is_liveness, self._limits,
-                                   counts)
+            server = BoundedServer(
+                self._address, family, routes, _is_liveness, self._limits, counts
+            )
         except OSError as exc:
-            raise ReporterError(f"[metrics] listen: cannot serve metrics on {host}:{port}: "
-                                f"{exc.strerror or exc}") from exc
+            raise ReporterError(
+                f"[metrics] listen: cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
+            ) from exc
         self._server = server
         server.start()
         logger.info("serving metrics on %s/metrics (health: /healthz, /readyz)", self.url)
@@ -139,10 +151,19 @@ class _Routes:
             return _json(404, {"error": "not found; try /metrics, /healthz or /readyz"})
         except Exception as exc:  # a bug: answer 500 rather than drop the connection
             route = path if path in ROUTES else "other"
-            ratelog.log(logging.ERROR, f"bug:{route}", "GET %s failed: %s", route,
-                        type(exc).__name__, exc_info=True)
-            error = f"{type(exc).__name__}: {mask(str(exc))}" if self._details else (
-                "internal error; see the reporter's log")
+            ratelog.log(
+                logging.ERROR,
+                f"bug:{route}",
+                "GET %s failed: %s",
+                route,
+                type(exc).__name__,
+                exc_info=True,
+            )
+            error = (
+                f"{type(exc).__name__}: {mask(str(exc))}"
+                if self._details
+                else ("internal error; see the reporter's log")
+            )
             return _json(500, {"error": error})
 
 

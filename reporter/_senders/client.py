@@ -13,8 +13,16 @@ from collector import ConfigError
 from reporter._config import SinkSettings
 from reporter._senders.transport import BEFORE_SEND, NEED_BODY, Proxy, SocketTransport
 
-__all__ = ["BEFORE_SEND", "NEED_BODY", "USER_AGENT", "SinkClient", "http_client",
-           "request_timeout", "sink_client", "ssl_context"]
+__all__ = [
+    "BEFORE_SEND",
+    "NEED_BODY",
+    "USER_AGENT",
+    "SinkClient",
+    "http_client",
+    "request_timeout",
+    "sink_client",
+    "ssl_context",
+]
 
 USER_AGENT = "telemetry-reporter/0.1"
 # Proxy schemes httpx's transport takes (socks5 needs the socksio package).
@@ -29,14 +37,16 @@ class SinkClient(NamedTuple):
     transport: httpx.BaseTransport | None
 
 
-def http_client(settings: SinkSettings, headers: Mapping[str, str],
-                transport: httpx.BaseTransport | None = None) -> httpx.Client:
+def http_client(
+    settings: SinkSettings, headers: Mapping[str, str], transport: httpx.BaseTransport | None = None
+) -> httpx.Client:
     """``sink_client(...).client``."""
     return sink_client(settings, headers, transport).client
 
 
-def sink_client(settings: SinkSettings, headers: Mapping[str, str],
-                transport: httpx.BaseTransport | None = None) -> SinkClient:
+def sink_client(
+    settings: SinkSettings, headers: Mapping[str, str], transport: httpx.BaseTransport | None = None
+) -> SinkClient:
     """A client with ``[sink]``'s timeouts, connection bound, TLS, proxy and transport
     (``builtin``: the reporter's own keep-alive pool, with ``[sink] proxy`` if set; ``httpx``:
     httpcore, with ``[sink] proxy`` or else proxies from the environment), sending
@@ -47,19 +57,24 @@ def sink_client(settings: SinkSettings, headers: Mapping[str, str],
     proxy = _proxy(settings)
     options: dict[str, Any] = {}
     if transport is None and builtin:
-        transport = SocketTransport(settings.connect_timeout_seconds, settings.timeout_seconds,
-                                    settings.max_connections,
-                                    keepalive_expiry=settings.keepalive_expiry_seconds,
-                                    ssl_context=tls, proxy=proxy)
+        transport = SocketTransport(
+            settings.connect_timeout_seconds,
+            settings.timeout_seconds,
+            settings.max_connections,
+            keepalive_expiry=settings.keepalive_expiry_seconds,
+            ssl_context=tls,
+            proxy=proxy,
+        )
     elif transport is None:
-        options = {"verify": tls if tls is not None else True,
-                   "proxy": settings.proxy or None}
+        options = {"verify": tls if tls is not None else True, "proxy": settings.proxy or None}
     client = httpx.Client(
         headers={"User-Agent": USER_AGENT, **headers},
         timeout=request_timeout(settings),
-        limits=httpx.Limits(max_connections=settings.max_connections,
-                            max_keepalive_connections=settings.max_connections,
-                            keepalive_expiry=settings.keepalive_expiry_seconds),
+        limits=httpx.Limits(
+            max_connections=settings.max_connections,
+            max_keepalive_connections=settings.max_connections,
+            keepalive_expiry=settings.keepalive_expiry_seconds,
+        ),
         transport=transport,
         trust_env=not builtin,
         **options,
@@ -80,21 +95,27 @@ def ssl_context(settings: SinkSettings) -> ssl.SSLContext | None:
     try:
         context = ssl.create_default_context(cafile=settings.ca_file or None)
     except OSError as exc:  # ssl.SSLError is an OSError
-        raise ConfigError(f"[sink] ca_file: cannot load {settings.ca_file!r} as a PEM CA "
-                          f"bundle: {_why(exc)}") from None
+        raise ConfigError(
+            f"[sink] ca_file: cannot load {settings.ca_file!r} as a PEM CA bundle: {_why(exc)}"
+        ) from None
     if settings.client_key_file and not settings.client_cert_file:
-        raise ConfigError("[sink] client_key_file: set client_cert_file too (the key alone "
-                          "is no client certificate)")
+        raise ConfigError(
+            "[sink] client_key_file: set client_cert_file too (the key alone "
+            "is no client certificate)"
+        )
     if settings.client_cert_file:
         try:
-            context.load_cert_chain(settings.client_cert_file,
-                                    settings.client_key_file or None, password=_no_password)
+            context.load_cert_chain(
+                settings.client_cert_file, settings.client_key_file or None, password=_no_password
+            )
         except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
-            files = ", ".join(repr(f) for f in (settings.client_cert_file,
-                                                settings.client_key_file) if f)
+            files = ", ".join(
+                repr(f) for f in (settings.client_cert_file, settings.client_key_file) if f
+            )
             raise ConfigError(
                 f"[sink] client_cert_file: cannot load the client certificate and key from "
-                f"{files} (PEM, the key unencrypted): {_why(exc)}") from None
+                f"{files} (PEM, the key unencrypted): {_why(exc)}"
+            ) from None
     return context
 
 
@@ -105,14 +126,18 @@ def _proxy(settings: SinkSettings) -> Proxy | None:
     scheme = urlsplit(settings.proxy).scheme
     if settings.transport != "builtin":
         if scheme not in HTTPX_PROXY_SCHEMES:
-            raise ConfigError(f"[sink] proxy: expected a URL with one of the schemes "
-                              f"{', '.join(HTTPX_PROXY_SCHEMES)}, found scheme {scheme!r}")
+            raise ConfigError(
+                f"[sink] proxy: expected a URL with one of the schemes "
+                f"{', '.join(HTTPX_PROXY_SCHEMES)}, found scheme {scheme!r}"
+            )
         return None
     try:
         return Proxy.parse(settings.proxy)
     except ValueError as exc:
-        raise ConfigError(f'[sink] proxy: {exc} (transport = "builtin" speaks to http:// '
-                          'proxies; for others set transport = "httpx")') from None
+        raise ConfigError(
+            f'[sink] proxy: {exc} (transport = "builtin" speaks to http:// '
+            'proxies; for others set transport = "httpx")'
+        ) from None
 
 
 def _no_password() -> bytes:

@@ -33,8 +33,9 @@ ATTEMPT_HEADER = "X-Telemetry-Attempt"  # 1 for the first try of a batch, then 2
 REASON_BYTES = 1024
 _ATTEMPT = ATTEMPT_HEADER.encode()
 # Headers a request gets from httpx or from send() unless the client's headers hold them.
-_OWN = frozenset({"host", "content-length", "transfer-encoding", "idempotency-key",
-                  ATTEMPT_HEADER.lower()})
+_OWN = frozenset(
+    {"host", "content-length", "transfer-encoding", "idempotency-key", ATTEMPT_HEADER.lower()}
+)
 
 
 class _Head(NamedTuple):
@@ -48,10 +49,17 @@ class _Head(NamedTuple):
 
 def json_body(game: str, batch_id: str, events: Sequence[bytes]) -> bytes:
     """Assemble the body from the events' raw JSON, without decoding them."""
-    return b"".join((
-        b'{"game":', orjson.dumps(game), b',"batch_id":', orjson.dumps(batch_id),
-        b',"events":[', b",".join(events), b"]}",
-    ))
+    return b"".join(
+        (
+            b'{"game":',
+            orjson.dumps(game),
+            b',"batch_id":',
+            orjson.dumps(batch_id),
+            b',"events":[',
+            b",".join(events),
+            b"]}",
+        )
+    )
 
 
 class JsonSender:
@@ -62,9 +70,13 @@ class JsonSender:
     answer's body is read up to REASON_BYTES, for the reason.  ``max_age_seconds``: the
     freshness window, to warn when the endpoint asks for a longer wait."""
 
-    def __init__(self, settings: SinkSettings, transport: httpx.BaseTransport | None = None,
-                 max_age_seconds: float | None = None,
-                 header_files: Sequence[SecretFile] = ()) -> None:
+    def __init__(
+        self,
+        settings: SinkSettings,
+        transport: httpx.BaseTransport | None = None,
+        max_age_seconds: float | None = None,
+        header_files: Sequence[SecretFile] = (),
+    ) -> None:
         self._url = settings.url  # as configured, for describe()
         self._gzip = settings.gzip
         self._max_age = max_age_seconds
@@ -108,16 +120,27 @@ class JsonSender:
             headers = head.headers.copy()
             headers["Idempotency-Key"] = batch_id
             headers[ATTEMPT_HEADER] = str(attempt)
-            return httpx.Request("POST", self._request_url, headers=headers, content=body,
-                                 extensions=self._request_extensions)
+            return httpx.Request(
+                "POST",
+                self._request_url,
+                headers=headers,
+                content=body,
+                extensions=self._request_extensions,
+            )
         return httpx.Request(
-            "POST", self._request_url,
-            headers=[*head.raw, (b"Idempotency-Key", batch_id.encode()),
-                     (_ATTEMPT, b"%d" % attempt), (b"Content-Length", b"%d" % len(body))],
-            stream=httpx.ByteStream(body), extensions=self._request_extensions)
+            "POST",
+            self._request_url,
+            headers=[
+                *head.raw,
+                (b"Idempotency-Key", batch_id.encode()),
+                (_ATTEMPT, b"%d" % attempt),
+                (b"Content-Length", b"%d" % len(body)),
+            ],
+            stream=httpx.ByteStream(body),
+            extensions=self._request_extensions,
+        )
 
-    def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1
-             ) -> Outcome:
+    def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1) -> Outcome:
         body = json_body(game, batch_id, events)
         if self._gzip:
             body = gzip.compress(body, compresslevel=5)
@@ -143,22 +166,36 @@ class JsonSender:
             self._note_wait(retry_after, outcome, len(events), game, batch_id)
         return outcome
 
-    def _note_wait(self, value: str, outcome: Outcome, events: int, game: str, batch_id: str
-                   ) -> None:
+    def _note_wait(
+        self, value: str, outcome: Outcome, events: int, game: str, batch_id: str
+    ) -> None:
         """Warn (once a minute per endpoint) about a Retry-After that is ignored, or one
         longer than the freshness window."""
         _, problem = read_retry_after(value)
         if problem:
-            ratelog.log(logging.WARNING, f"retry-after:{self._where}",
-                        "endpoint %s sent Retry-After %r (%s): ignored, the usual backoff "
-                        "applies", self._where, value[:40], problem)
+            ratelog.log(
+                logging.WARNING,
+                f"retry-after:{self._where}",
+                "endpoint %s sent Retry-After %r (%s): ignored, the usual backoff applies",
+                self._where,
+                value[:40],
+                problem,
+            )
         elif self._max_age is not None and outcome.retry_after > self._max_age:
-            ratelog.log(logging.WARNING, f"long-wait:{self._where}",
-                        "endpoint %s asks for a wait of %.0f s (Retry-After), longer than the "
-                        "freshness window ([reporter] max_age_seconds = %g): the %d events of "
-                        "batch %s of game %r will be stale by then, and new claims pause as "
-                        "long", self._where, outcome.retry_after, self._max_age, events,
-                        batch_id, game)
+            ratelog.log(
+                logging.WARNING,
+                f"long-wait:{self._where}",
+                "endpoint %s asks for a wait of %.0f s (Retry-After), longer than the "
+                "freshness window ([reporter] max_age_seconds = %g): the %d events of "
+                "batch %s of game %r will be stale by then, and new claims pause as "
+                "long",
+                self._where,
+                outcome.retry_after,
+                self._max_age,
+                events,
+                batch_id,
+                game,
+            )
 
     def describe(self) -> str:
         return f"json {mask_url(self._url)}" + (" (gzip)" if self._gzip else "")

@@ -77,11 +77,13 @@ CHECK = {
 HOLD = frozenset(CHECK) - {EMPTY, 3003}
 # HTTP statuses of a proxy or gateway in front of the interface refusing us (the interface
 # itself answers HTTP 200): held too.
-HOLD_HTTP = {401: "HTTP 401: a gateway in front of the interface wants credentials: check "
-                  "the network path and [sink] proxy",
-             403: "HTTP 403: a gateway in front of the interface refused this host: check the "
-                  "network path, the IP registration and [sink] proxy",
-             407: "HTTP 407: the proxy wants credentials: check [sink] proxy"}
+HOLD_HTTP = {
+    401: "HTTP 401: a gateway in front of the interface wants credentials: check "
+    "the network path and [sink] proxy",
+    403: "HTTP 403: a gateway in front of the interface refused this host: check the "
+    "network path, the IP registration and [sink] proxy",
+    407: "HTTP 407: the proxy wants credentials: check [sink] proxy",
+}
 
 Clock = Callable[[], float]
 Sent = list[tuple[int, dict[str, Any]]]  # (index in the batch's events, item)
@@ -99,9 +101,15 @@ class NppaSender:
     """``key``: the secret key in use, read once per request (a key file re-read at run time
     swaps it); by default ``[nppa] secret_key``."""
 
-    def __init__(self, settings: NppaSettings, sink: SinkSettings,
-                 biz_id: Callable[[str], str], transport: httpx.BaseTransport | None = None,
-                 clock: Clock = time.time, key: Callable[[], str] | None = None) -> None:
+    def __init__(
+        self,
+        settings: NppaSettings,
+        sink: SinkSettings,
+        biz_id: Callable[[str], str],
+        transport: httpx.BaseTransport | None = None,
+        clock: Clock = time.time,
+        key: Callable[[], str] | None = None,
+    ) -> None:
         self._key = key or (lambda: settings.secret_key)
         self._app_id = settings.app_id
         self._throttle = settings.throttle_seconds
@@ -123,15 +131,22 @@ class NppaSender:
         # thread takes a new one; False: stopping or a pause, and the request is not sent.)
         self.on_time: Callable[[str], bool] | None = None
 
-    def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1
-             ) -> Outcome:
+    def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1) -> Outcome:
         biz_id = self._biz_id(game)
         if not biz_id:
-            ratelog.log(logging.ERROR, "biz", "game %r has events but no biz_id: set "
-                        '[games."%s"] biz_id (its batches are dead-lettered until then)',
-                        game, game)
-            return Outcome(REJECTED, f'game {game!r} has no biz_id: set [games."{game}"] '
-                           "biz_id, then replay", alert=f"no biz_id for game {game!r}")
+            ratelog.log(
+                logging.ERROR,
+                "biz",
+                "game %r has events but no biz_id: set "
+                '[games."%s"] biz_id (its batches are dead-lettered until then)',
+                game,
+                game,
+            )
+            return Outcome(
+                REJECTED,
+                f'game {game!r} has no biz_id: set [games."{game}"] biz_id, then replay',
+                alert=f"no biz_id for game {game!r}",
+            )
         items, refused = _checked(events)
         now = self._clock()
         future = [(i, item) for i, item in items if item["ot"] > now]
@@ -149,10 +164,14 @@ class NppaSender:
         if outcome.kind != DELIVERED or not (refused or retry):
             return outcome
         wait = max((item["ot"] for _, item in future), default=now) - now + 1
-        return Outcome(DELIVERED, outcome.reason or "behaviour time ahead of this host's clock",
-                       max(outcome.retry_after, wait if retry else 0.0),
-                       outcome.refused + tuple(refused), outcome.retry_items + retry,
-                       moved=outcome.moved)
+        return Outcome(
+            DELIVERED,
+            outcome.reason or "behaviour time ahead of this host's clock",
+            max(outcome.retry_after, wait if retry else 0.0),
+            outcome.refused + tuple(refused),
+            outcome.retry_items + retry,
+            moved=outcome.moved,
+        )
 
     def probe(self, biz_id: str) -> Outcome:
         """A signed request whose ``collections`` is empty: it reports nothing, and the
@@ -169,14 +188,26 @@ class NppaSender:
         if not far:
             return []
         ahead = max(seconds for _, seconds in far)
-        ratelog.log(logging.ERROR, "future",
-                    "%d events of game %r have a behaviour time (ot) up to %.0f s ahead of this "
-                    "host's clock, more than [nppa] max_future_seconds (%g): the game server's "
-                    "clock is wrong (check NTP there); they are dead-lettered", len(far), game,
-                    ahead, self._max_future)
-        return [(i, f"behaviour time (ot) {seconds:.0f} s ahead of the reporter's clock, more "
-                    f"than [nppa] max_future_seconds ({self._max_future:g}): the game "
-                    "server's clock is wrong (check its NTP)") for i, seconds in far]
+        ratelog.log(
+            logging.ERROR,
+            "future",
+            "%d events of game %r have a behaviour time (ot) up to %.0f s ahead of this "
+            "host's clock, more than [nppa] max_future_seconds (%g): the game server's "
+            "clock is wrong (check NTP there); they are dead-lettered",
+            len(far),
+            game,
+            ahead,
+            self._max_future,
+        )
+        return [
+            (
+                i,
+                f"behaviour time (ot) {seconds:.0f} s ahead of the reporter's clock, more "
+                f"than [nppa] max_future_seconds ({self._max_future:g}): the game "
+                "server's clock is wrong (check its NTP)",
+            )
+            for i, seconds in far
+        ]
 
     def _move_late(self, sent: Sent, now: float) -> tuple[MovedItem, ...]:
         """``late_behaviour = "resend"``: give every item whose ot missed the window the
@@ -186,21 +217,29 @@ class NppaSender:
         moved = []
         for i, item in sent:
             if item["ot"] < floor:
-                moved.append(MovedItem(i, str(item.get("si", "")), int(item.get("bt", -1)),
-                                       item["ot"], floor))
+                moved.append(
+                    MovedItem(
+                        i, str(item.get("si", "")), int(item.get("bt", -1)), item["ot"], floor
+                    )
+                )
                 item["ot"] = floor
         if moved:
-            ratelog.log(logging.WARNING, "late", "sending %d late items with their behaviour "
-                        "time (ot) moved into the window ([nppa] late_behaviour = \"resend\"); "
-                        "their original times are kept for audit (docs/nppa.md)", len(moved))
+            ratelog.log(
+                logging.WARNING,
+                "late",
+                "sending %d late items with their behaviour "
+                'time (ot) moved into the window ([nppa] late_behaviour = "resend"); '
+                "their original times are kept for audit (docs/nppa.md)",
+                len(moved),
+            )
         return tuple(moved)
 
-    def _report(self, biz_id: str, sent: Sent, probe: bool = False, game: str = ""
-                ) -> Outcome:
+    def _report(self, biz_id: str, sent: Sent, probe: bool = False, game: str = "") -> Outcome:
         """POST the items (again once, with a new timestamp and a slot of its own, if the
         system finds it expired) and read the answer."""
-        plain = orjson.dumps({"collections": [
-            {"no": n, **item} for n, (_, item) in enumerate(sent, start=1)]})
+        plain = orjson.dumps(
+            {"collections": [{"no": n, **item} for n, (_, item) in enumerate(sent, start=1)]}
+        )
         outcome = Outcome(RETRY, "not sent")
         for again in (False, True):
             if again and self.pace is not None and not self.pace(game):
@@ -209,12 +248,22 @@ class NppaSender:
                 response = self._post(biz_id, plain, game)
             except httpx.HTTPError as exc:
                 return Outcome(RETRY, f"{type(exc).__name__}: {exc}")
-            outcome = classify(response.status_code, response.headers.get("Retry-After"),
-                               response.content, [i for i, _ in sent], self._throttle, probe)
+            outcome = classify(
+                response.status_code,
+                response.headers.get("Retry-After"),
+                response.content,
+                [i for i, _ in sent],
+                self._throttle,
+                probe,
+            )
             if outcome.reason != _EXPIRED_REASON:
                 return outcome
-            ratelog.log(logging.WARNING, "expired", "the system refused a request's "
-                        "timestamps (1007); sending it again: check this host's clock (NTP)")
+            ratelog.log(
+                logging.WARNING,
+                "expired",
+                "the system refused a request's "
+                "timestamps (1007); sending it again: check this host's clock (NTP)",
+            )
         return outcome
 
     def _post(self, biz_id: str, plain: bytes, game: str = "") -> httpx.Response:
@@ -222,21 +271,27 @@ class NppaSender:
         body = seal(secret, plain)  # a fresh nonce per attempt
         stamp = str(int(self._clock() * 1000))  # read once: the signed value is the sent one
         signed = {**self._query, "appId": self._app_id, "bizId": biz_id, "timestamps": stamp}
-        headers = {"appId": self._app_id, "bizId": biz_id, "timestamps": stamp,
-                   "sign": signature(secret, signed, body)}
+        headers = {
+            "appId": self._app_id,
+            "bizId": biz_id,
+            "timestamps": stamp,
+            "sign": signature(secret, signed, body),
+        }
         extensions: dict[str, object] = {NEED_BODY: ANSWER_BYTES}
         if self.on_time is not None:
             on_time = self.on_time
             extensions[BEFORE_SEND] = lambda: _at_slot(on_time, game)
-        return self._client.post(self._url, content=body, headers=headers,
-                                 extensions=extensions)
+        return self._client.post(self._url, content=body, headers=headers, extensions=extensions)
 
     def _log_skew(self, ahead: float) -> None:
         if not self._skew_logged:
             self._skew_logged = True
-            logger.warning("events have a behaviour time %.0f s ahead of this host's clock; "
-                           "they wait until it has passed (check NTP here and on the game "
-                           "servers)", ahead)
+            logger.warning(
+                "events have a behaviour time %.0f s ahead of this host's clock; "
+                "they wait until it has passed (check NTP here and on the game "
+                "servers)",
+                ahead,
+            )
 
     def describe(self) -> str:
         return f"nppa {mask_url(self._url)} app {self._app_id}"
@@ -258,8 +313,14 @@ def _at_slot(on_time: Callable[[str], bool], game: str) -> None:
         raise NoSlot("not sent: no request slot within reach (stopping, or a pause)")
 
 
-def classify(status: int, retry_after: str | None, body: bytes, sent: Sequence[int],
-             throttle: float, probe: bool = False) -> Outcome:
+def classify(
+    status: int,
+    retry_after: str | None,
+    body: bytes,
+    sent: Sequence[int],
+    throttle: float,
+    probe: bool = False,
+) -> Outcome:
     """What an answer means for the batch; ``sent[k]`` is the batch index of item ``no`` k+1.
 
     0 or 3001 with ``data.results``: a listed item with errcode 0 is delivered, 3004-3010
@@ -273,8 +334,9 @@ def classify(status: int, retry_after: str | None, body: bytes, sent: Sequence[i
     proxy or gateway in front): retry with ``hold`` set, so every reporter holds.  ``probe``:
     the request had no items, and 3002 means the key passed (``delivered``)."""
     if status != 200:
-        return Outcome(RETRY, f"HTTP {status}", parse_retry_after(retry_after),
-                       hold=HOLD_HTTP.get(status, ""))
+        return Outcome(
+            RETRY, f"HTTP {status}", parse_retry_after(retry_after), hold=HOLD_HTTP.get(status, "")
+        )
     try:
         reply = orjson.loads(body)
         code, message = reply["errcode"], str(reply.get("errmsg", ""))[:100]
@@ -292,16 +354,15 @@ def classify(status: int, retry_after: str | None, body: bytes, sent: Sequence[i
 def _failed(code: int, message: str, throttle: float) -> Outcome:
     """A request the system did not take at all."""
     if code == THROTTLED:
-        return Outcome(RETRY, f"1006 over the rate limit: {message}", throttle,
-                       pause_all=throttle)
+        return Outcome(RETRY, f"1006 over the rate limit: {message}", throttle, pause_all=throttle)
     if code == EXPIRED:
         return Outcome(RETRY, _EXPIRED_REASON)
     if code in HOLD:
-        return Outcome(RETRY, f"nppa {code} {message}".strip(),
-                       hold=f"nppa {code}: {CHECK[code]}")
+        return Outcome(RETRY, f"nppa {code} {message}".strip(), hold=f"nppa {code}: {CHECK[code]}")
     if code in CHECK:
-        return Outcome(REJECTED, f"nppa {code} {message}".strip(), alert=f"nppa {code}: "
-                       f"{CHECK[code]}")
+        return Outcome(
+            REJECTED, f"nppa {code} {message}".strip(), alert=f"nppa {code}: {CHECK[code]}"
+        )
     return Outcome(RETRY, f"nppa {code} {message}".strip())
 
 
@@ -332,8 +393,12 @@ def _items(code: int, data: object, sent: Sequence[int]) -> Outcome:
             refused[index] = f"nppa {item_code} {str(result.get('errmsg', ''))[:100]}".strip()
         else:
             retry.append(index)
-    return Outcome(DELIVERED, "items the system could not take now" if retry else "",
-                   refused=tuple(refused.items()), retry_items=tuple(retry))
+    return Outcome(
+        DELIVERED,
+        "items the system could not take now" if retry else "",
+        refused=tuple(refused.items()),
+        retry_items=tuple(retry),
+    )
 
 
 def _checked(events: Sequence[bytes]) -> tuple[Sent, list[tuple[int, str]]]:

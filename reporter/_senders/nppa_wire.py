@@ -34,7 +34,8 @@ def unseal(secret_key: str, wire: bytes) -> bytes:
     try:
         data = base64.b64decode(orjson.loads(wire)["data"], validate=True)
         return AESGCM(bytes.fromhex(secret_key)).decrypt(
-            data[:NONCE_BYTES], data[NONCE_BYTES:], None)
+            data[:NONCE_BYTES], data[NONCE_BYTES:], None
+        )
     except Exception as exc:  # JSON, base64, key or tag: all mean "not ours"
         raise ValueError(f"not a body sealed with this key: {type(exc).__name__}") from None
 

@@ -29,7 +29,6 @@ ERROR_SUMMARY_CHARS = 120
 ERROR_BODY_PARSE_LIMIT = 64 * 1024
 
 
-
 class MovedItem(NamedTuple):
     """An item sent with its behaviour time moved into the window (``late_behaviour =
     "resend"``): its position in the events sent, session, behaviour type, original and sent
@@ -83,8 +82,9 @@ class Outcome:
         for name in ("reason", "alert", "hold", "code"):
             object.__setattr__(self, name, printable(getattr(self, name)))
         if self.refused:
-            object.__setattr__(self, "refused",
-                               tuple((i, printable(why)) for i, why in self.refused))
+            object.__setattr__(
+                self, "refused", tuple((i, printable(why)) for i, why in self.refused)
+            )
 
     @property
     def partial(self) -> bool:
@@ -153,8 +153,11 @@ def error_summary(body: bytes) -> str:
             value = value.get("message")
         if isinstance(value, str) and value.strip():
             text = " ".join(value.split())  # one line: no CR/LF or tabs from the endpoint
-            text = text if len(text) <= ERROR_SUMMARY_CHARS else (
-                text[:ERROR_SUMMARY_CHARS - 3] + "...")
+            text = (
+                text
+                if len(text) <= ERROR_SUMMARY_CHARS
+                else (text[: ERROR_SUMMARY_CHARS - 3] + "...")
+            )
             return mask(text)
     return ""
 

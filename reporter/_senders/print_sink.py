@@ -31,8 +31,7 @@ class PrintSender:
         # Workers send concurrently: one lock keeps each batch's line whole.
         self._lock = threading.Lock()
 
-    def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1
-             ) -> Outcome:
+    def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1) -> Outcome:
         line = json_body(game, batch_id, events) + b"\n"
         try:
             with self._lock:
@@ -40,8 +39,11 @@ class PrintSender:
                 out.write(line)
                 out.flush()
         except (OSError, ValueError) as exc:  # ValueError: a closed file
-            return Outcome(RETRY, reason=f"print: cannot write to standard output: {exc}",
-                           code=type(exc).__name__)
+            return Outcome(
+                RETRY,
+                reason=f"print: cannot write to standard output: {exc}",
+                code=type(exc).__name__,
+            )
         return Outcome(DELIVERED)
 
     def describe(self) -> str:

@@ -45,8 +45,9 @@ class SecretFile:
     saying what is wrong, never the value).  ``header``: the header it is the value of, for
     ``[sink] header_files``."""
 
-    def __init__(self, setting: str, path: str, read: Callable[[str], str],
-                 header: str = "") -> None:
+    def __init__(
+        self, setting: str, path: str, read: Callable[[str], str], header: str = ""
+    ) -> None:
         self.setting = setting
         self.path = path
         self.header = header
@@ -82,8 +83,12 @@ class SecretFile:
         try:
             value = self._read(self.path)
         except ValueError as exc:
-            logger.error("%s: %s; the value in use is kept", self.setting, exc,
-                         extra={"setting": self.setting})
+            logger.error(
+                "%s: %s; the value in use is kept",
+                self.setting,
+                exc,
+                extra={"setting": self.setting},
+            )
             return Reread(self.setting, problem=str(exc))
         if value == self._value:
             return Reread(self.setting)
@@ -109,8 +114,10 @@ def secret_files(config: ReporterConfig) -> list[SecretFile]:
         path = config.nppa.secret_key_file
         wanted = [(NPPA_KEY, path, read_key_file, "")] if path else []
     else:
-        wanted = [(f"[sink] header_files.{name}", path, read_header_file, name)
-                  for name, path in config.sink.header_files.items()]
+        wanted = [
+            (f"[sink] header_files.{name}", path, read_header_file, name)
+            for name, path in config.sink.header_files.items()
+        ]
     files = []
     for setting, path, read, header in wanted:
         try:

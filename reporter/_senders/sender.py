@@ -22,23 +22,28 @@ from reporter._senders.secrets import NPPA_KEY, SecretFile, secret_files
 
 
 class Sender(Protocol):
-    def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1
-             ) -> Outcome: ...
+    def send(
+        self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1
+    ) -> Outcome: ...
 
     def describe(self) -> str: ...
 
     def close(self) -> None: ...
 
 
-def make_sender(config: ReporterConfig, transport: httpx.BaseTransport | None = None,
-                secrets: Sequence[SecretFile] | None = None) -> Sender:
+def make_sender(
+    config: ReporterConfig,
+    transport: httpx.BaseTransport | None = None,
+    secrets: Sequence[SecretFile] | None = None,
+) -> Sender:
     """The sender of ``[sink] kind``; ``secrets``: the secret files it reads (by default
     those of ``config``, read now)."""
     kind = config.sink.kind
     files = secret_files(config) if secrets is None else list(secrets)
     if kind == "json":
-        return JsonSender(config.sink, transport, config.reporter.max_age_seconds,
-                          [f for f in files if f.header])
+        return JsonSender(
+            config.sink, transport, config.reporter.max_age_seconds, [f for f in files if f.header]
+        )
     if kind == "nppa":
         key = next((f for f in files if f.setting == NPPA_KEY), None)
         return NppaSender(config.nppa, config.sink, config.biz_id, transport, key=key)

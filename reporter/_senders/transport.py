@@ -66,6 +66,8 @@ NEED_BODY = "telemetry.need_body"
 # request's bytes go (a shared rate's slot is checked there, after any connecting); it may
 # sleep, and raise an httpx error to send nothing.
 BEFORE_SEND = "telemetry.before_send"
+
+
 @dataclass(frozen=True, slots=True)
 class Proxy:
     """An HTTP proxy: where it listens and the ``Proxy-Authorization`` value, if any."""
@@ -111,9 +113,16 @@ class SocketTransport(httpx.BaseTransport):
     ``ssl_context``: for https (the default context if None).  ``proxy``: an HTTP proxy every
     request goes through."""
 
-    def __init__(self, connect_timeout: float, timeout: float, max_connections: int, *,
-                 keepalive_expiry: float = 4.0, ssl_context: ssl.SSLContext | None = None,
-                 proxy: Proxy | None = None) -> None:
+    def __init__(
+        self,
+        connect_timeout: float,
+        timeout: float,
+        max_connections: int,
+        *,
+        keepalive_expiry: float = 4.0,
+        ssl_context: ssl.SSLContext | None = None,
+        proxy: Proxy | None = None,
+    ) -> None:
         self._connect_timeout = connect_timeout
         self._timeout = timeout
         self._expiry = keepalive_expiry
@@ -139,12 +148,14 @@ class SocketTransport(httpx.BaseTransport):
             started = time.monotonic()
             try:
                 conn, (status, headers, content, keep) = self._exchange(
-                    origin, data, request.method, started + self._timeout, need, before)
+                    origin, data, request.method, started + self._timeout, need, before
+                )
             except Expired as exc:
                 raise self._timed_out(request, exc.phase, started) from None
             except Closed:
-                raise httpx.RemoteProtocolError("server closed the connection without a "
-                                                "response", request=request) from None
+                raise httpx.RemoteProtocolError(
+                    "server closed the connection without a response", request=request
+                ) from None
             except BaseException as exc:
                 error = _as_httpx_error(exc, request)
                 if error is exc:
@@ -158,9 +169,15 @@ class SocketTransport(httpx.BaseTransport):
             self._slots.release()
         return httpx.Response(status, headers=headers, stream=_Body(content), request=request)
 
-    def _exchange(self, origin: Origin, data: bytes, method: str, deadline: float,
-                  need: int | None, before: Callable[[], None] | None = None
-                  ) -> tuple[Connection, Answer]:
+    def _exchange(
+        self,
+        origin: Origin,
+        data: bytes,
+        method: str,
+        deadline: float,
+        need: int | None,
+        before: Callable[[], None] | None = None,
+    ) -> tuple[Connection, Answer]:
         """Send the request and read the answer.  A reused connection that fails before any
         byte of a response came back was closed by the server as the request went out: the
         request goes again, at once, on a new connection."""
@@ -181,8 +198,12 @@ class SocketTransport(httpx.BaseTransport):
                     raise
             finally:
                 self._forget(conn)
-            logger.debug("the server closed a kept-alive connection to %s:%d as a request went "
-                         "out; sending it again on a new connection", origin[1], origin[2])
+            logger.debug(
+                "the server closed a kept-alive connection to %s:%d as a request went "
+                "out; sending it again on a new connection",
+                origin[1],
+                origin[2],
+            )
             conn, reused = self._new_connection(origin, deadline), False
 
     def _connection(self, origin: Origin, deadline: float) -> tuple[Connection, bool]:
@@ -268,18 +289,24 @@ class SocketTransport(httpx.BaseTransport):
             if isinstance(exc, TimeoutError):
                 raise Expired(CONNECTING) from None
             if isinstance(exc, OSError):
-                raise httpx.ConnectError(f"connecting to {_authority(host, port)}: {exc}"
-                                         ) from exc
+                raise httpx.ConnectError(f"connecting to {_authority(host, port)}: {exc}") from exc
             raise
 
-    def _timed_out(self, request: httpx.Request, phase: str, started: float
-                   ) -> httpx.TimeoutException:
+    def _timed_out(
+        self, request: httpx.Request, phase: str, started: float
+    ) -> httpx.TimeoutException:
         where = endpoint_text(request.url)
         elapsed = time.monotonic() - started
-        ratelog.log(logging.WARNING, f"deadline:{where}:{phase}",
-                    "request to %s timed out while %s, %.1f s after it started ([sink] "
-                    "timeout_seconds = %g); it fails as a timeout and its batch is retried",
-                    where, phase, elapsed, self._timeout)
+        ratelog.log(
+            logging.WARNING,
+            f"deadline:{where}:{phase}",
+            "request to %s timed out while %s, %.1f s after it started ([sink] "
+            "timeout_seconds = %g); it fails as a timeout and its batch is retried",
+            where,
+            phase,
+            elapsed,
+            self._timeout,
+        )
         message = f"timed out while {phase} ({elapsed:.1f} s)"
         if phase == CONNECTING:
             return httpx.ConnectTimeout(message, request=request)
@@ -319,8 +346,9 @@ def _tunnel(sock: socket.socket, host: str, port: int, proxy: Proxy, deadline: f
     except Expired:
         raise Expired(CONNECTING) from None
     except Closed:
-        raise httpx.ProxyError("the proxy closed the connection without answering CONNECT"
-                               ) from None
+        raise httpx.ProxyError(
+            "the proxy closed the connection without answering CONNECT"
+        ) from None
     _, status = status_line(head.split(b"\r\n", 1)[0])
     if not 200 <= status < 300:
         raise httpx.ProxyError(f"the proxy answered {status} to CONNECT {authority.decode()}")
@@ -353,8 +381,7 @@ def _request_bytes(request: httpx.Request, proxy: Proxy | None) -> bytes:
     lines = [b"%s %s HTTP/1.1" % (request.method.encode("ascii"), target)]
     for name, value in request.headers.raw:
         if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name:
-            raise httpx.LocalProtocolError(f"header {name!r} holds a line break",
-                                           request=request)
+            raise httpx.LocalProtocolError(f"header {name!r} holds a line break", request=request)
         lines.append(name + b": " + value)
     if proxy is not None and proxy.authorization and url.raw_scheme == b"http":
         lines.append(b"Proxy-Authorization: " + proxy.authorization)

@@ -104,7 +104,7 @@ class Connection:
             if len(self.buffer) > MAX_HEAD_BYTES or not self.fill():
                 raise httpx.RemoteProtocolError("bad chunked response body")
         data = bytes(self.buffer[:end])
-        del self.buffer[:end + 2]
+        del self.buffer[: end + 2]
         return data
 
     def head(self) -> bytes:
@@ -118,7 +118,7 @@ class Connection:
                     raise httpx.RemoteProtocolError("connection closed inside the headers")
                 raise Closed
         data = bytes(self.buffer[:end])
-        del self.buffer[:end + 4]
+        del self.buffer[: end + 4]
         return data
 
     def rest(self, limit: int) -> bytes:
@@ -188,8 +188,11 @@ def _read_response(conn: Connection, method: str, need: int | None) -> Answer:
     answer, and at most STATUS_BODY_BYTES of the body are read (see the module's doc)."""
     version, status, lines = _final_head(conn)
     headers, framing = _headers(lines)
-    keep = (b"close" not in framing.connection if version == b"HTTP/1.1"
-            else b"keep-alive" in framing.connection)
+    keep = (
+        b"close" not in framing.connection
+        if version == b"HTTP/1.1"
+        else b"keep-alive" in framing.connection
+    )
     if method == "HEAD" or status in (204, 304):
         return status, headers, b"", keep
     conn.phase = BODY
@@ -208,8 +211,7 @@ def _final_head(conn: Connection) -> tuple[bytes, int, list[bytes]]:
         version, status = status_line(lines[0])
         if not 100 <= status < 200:
             return version, status, lines[1:]
-    raise httpx.RemoteProtocolError(
-        f"more than {MAX_INFORMATIONAL} informational (1xx) responses")
+    raise httpx.RemoteProtocolError(f"more than {MAX_INFORMATIONAL} informational (1xx) responses")
 
 
 def _whole_body(conn: Connection, framing: _Framing, limit: int) -> bytes:
@@ -222,7 +224,8 @@ def _whole_body(conn: Connection, framing: _Framing, limit: int) -> bytes:
     length = framing.content_length()
     if length is None or length > limit:
         raise httpx.RemoteProtocolError(
-            f"bad or too large Content-Length {framing.length[:40]!r} (at most {limit})")
+            f"bad or too large Content-Length {framing.length[:40]!r} (at most {limit})"
+        )
     return conn.take(length)
 
 

@@ -62,9 +62,12 @@ class ShardOwnership:
         held.difference_update(excess)
         with self._lock:
             if held != self._owned:
-                logger.info("now sweeping shards %s (%s live)",
-                            _ranges(sorted(held)) or "none", counted(live, "reporter"),
-                            extra={"owned_shards": len(held), "live_reporters": live})
+                logger.info(
+                    "now sweeping shards %s (%s live)",
+                    _ranges(sorted(held)) or "none",
+                    counted(live, "reporter"),
+                    extra={"owned_shards": len(held), "live_reporters": live},
+                )
             self._owned = held
         return False
 
@@ -81,8 +84,9 @@ class ShardOwnership:
         this process holds now.  Raises the first ``BackendError`` met."""
         if not shards:
             return []
-        replies = self._store.call_many([ShardLease(self._schema.shard(shard), self.owner,
-                                                    lease_ms) for shard in shards])
+        replies = self._store.call_many(
+            [ShardLease(self._schema.shard(shard), self.owner, lease_ms) for shard in shards]
+        )
         for reply in replies:
             if isinstance(reply, BackendError):
                 raise reply

@@ -35,9 +35,15 @@ class HoldProbe:
     ``biz_id(game)``: a game's filing id (the probe goes with the bizId of the game whose
     request met the hold, else ``fallback_biz_id``)."""
 
-    def __init__(self, hold: SendHold, probe: Callable[[str], Outcome],
-                 biz_id: Callable[[str], str], fallback_biz_id: str, permits: Permits,
-                 stop: threading.Event) -> None:
+    def __init__(
+        self,
+        hold: SendHold,
+        probe: Callable[[str], Outcome],
+        biz_id: Callable[[str], str],
+        fallback_biz_id: str,
+        permits: Permits,
+        stop: threading.Event,
+    ) -> None:
         self._hold = hold
         self._probe = probe
         self._biz_id = biz_id
@@ -80,28 +86,43 @@ class HoldProbe:
         if outcome.hold:
             cause, _ = split_hold(outcome.hold)
             if cause != turn.cause:
-                logger.warning("sending stays held: a probe was answered %s (before: %s): %s",
-                               cause, turn.cause, outcome.hold, extra={"hold": cause})
+                logger.warning(
+                    "sending stays held: a probe was answered %s (before: %s): %s",
+                    cause,
+                    turn.cause,
+                    outcome.hold,
+                    extra={"hold": cause},
+                )
             self._hold.note(outcome.hold)
         logger.debug("probe of the held sender answered %s", outcome.reason)
 
     def _remind(self, state: HoldState) -> None:
         if state.age_seconds < HOLD_REMINDER_SECONDS:
             return  # the ERROR that started it is recent
-        reminders.log(logging.ERROR, "hold",
-                      "sending still held, for %.0f s: the interface answered %s: %s; %d "
-                      "probes so far%s, the next in %.0f s", state.age_seconds, state.cause,
-                      state.check, state.probes,
-                      f" (this reporter's last: {self._last})" if self._last else "",
-                      max(0.0, (state.probe_at_ms - state.now_ms) / 1000),
-                      extra={"hold": state.cause, "held_seconds": round(state.age_seconds)})
+        reminders.log(
+            logging.ERROR,
+            "hold",
+            "sending still held, for %.0f s: the interface answered %s: %s; %d "
+            "probes so far%s, the next in %.0f s",
+            state.age_seconds,
+            state.cause,
+            state.check,
+            state.probes,
+            f" (this reporter's last: {self._last})" if self._last else "",
+            max(0.0, (state.probe_at_ms - state.now_ms) / 1000),
+            extra={"hold": state.cause, "held_seconds": round(state.age_seconds)},
+        )
 
 
 class SecretWatch:
     """Reads the secret files again when they change (and on ``reread_all``, SIGHUP)."""
 
-    def __init__(self, files: Sequence[SecretFile], key_changed: Callable[[], None],
-                 held: Callable[[], bool] = lambda: False) -> None:
+    def __init__(
+        self,
+        files: Sequence[SecretFile],
+        key_changed: Callable[[], None],
+        held: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.files = tuple(files)
         self._key_changed = key_changed
         self._held = held
@@ -110,22 +131,30 @@ class SecretWatch:
         for file in self.files:
             found = file.poll()
             if found is not None and found.changed:
-                logger.info("%s changed: the new value is in use", file.setting,
-                            extra={"setting": file.setting})
+                logger.info(
+                    "%s changed: the new value is in use",
+                    file.setting,
+                    extra={"setting": file.setting},
+                )
                 self._after(found)
         return False
 
     def reread_all(self, why: str) -> str:
         """Read every file again; the one line that says what was re-read (logged)."""
         if not self.files:
-            line = (f"{why}: nothing to re-read (no [nppa] secret_key_file or [sink] "
-                    "header_files); the config file is read only at start")
+            line = (
+                f"{why}: nothing to re-read (no [nppa] secret_key_file or [sink] "
+                "header_files); the config file is read only at start"
+            )
         else:
             found = [file.reread() for file in self.files]
             for item in found:
                 self._after(item)
-            line = (f"{why}: re-read " + "; ".join(item.describe() for item in found)
-                    + "; the config file is read only at start")
+            line = (
+                f"{why}: re-read "
+                + "; ".join(item.describe() for item in found)
+                + "; the config file is read only at start"
+            )
         if self._held():
             line += "; sending is held: probing now"
         logger.info("%s", line)

@@ -62,8 +62,7 @@ class AfterEachRun(BaseTrigger):  # type: ignore[misc]
     def __init__(self, job: _Job) -> None:
         self._job = job
 
-    def get_next_fire_time(self, previous_fire_time: datetime | None,
-                           now: datetime) -> datetime:
+    def get_next_fire_time(self, previous_fire_time: datetime | None, now: datetime) -> datetime:
         asked = self._job.next_at
         if asked is not None and (previous_fire_time is None or asked > previous_fire_time):
             return asked
@@ -92,8 +91,15 @@ class Runner:
     def every(self, job_id: str, work: Callable[[], bool], interval: float, pool: str) -> None:
         """Run ``work`` on ``pool`` now, then again after each run as its result asks."""
         job = self._jobs[job_id] = _Job(guarded(job_id, work), interval)
-        self.scheduler.add_job(self._run, AfterEachRun(job), args=(job_id,), id=job_id,
-                                name=job_id, executor=pool, next_run_time=_now())
+        self.scheduler.add_job(
+            self._run,
+            AfterEachRun(job),
+            args=(job_id,),
+            id=job_id,
+            name=job_id,
+            executor=pool,
+            next_run_time=_now(),
+        )
 
     def start(self) -> None:
         self.scheduler.start()
@@ -139,12 +145,15 @@ class Runner:
         job = self._jobs[event.job_id]
         more = None if event.exception is not None else event.retval
         if more is not None and job.failures:
-            logger.info("%s: working again after %d failed runs", event.job_id, job.failures,
-                        extra={"job": event.job_id, "failures": job.failures})
+            logger.info(
+                "%s: working again after %d failed runs",
+                event.job_id,
+                job.failures,
+                extra={"job": event.job_id, "failures": job.failures},
+            )
         job.failures = job.failures + 1 if more is None else 0
         if job.failures:
-            delay = min(job.interval * 2 ** job.failures,
-                        max(job.interval, FAILING_PAUSE_SECONDS))
+            delay = min(job.interval * 2**job.failures, max(job.interval, FAILING_PAUSE_SECONDS))
         else:
             delay = 0.0 if more else job.interval
         job.next_at = _now() + timedelta(seconds=delay)

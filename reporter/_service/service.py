@@ -61,9 +61,16 @@ logger = logging.getLogger("reporter")
 class ReporterService:
     """Owns the workers, their runner (scheduler and pools), the sender and the stop Event."""
 
-    def __init__(self, config: ReporterConfig, *, store: Store | None = None,
-                 sender: Sender | None = None, transport: httpx.BaseTransport | None = None,
-                 clock: Clock = time.time, metrics: Metrics = NO_METRICS) -> None:
+    def __init__(
+        self,
+        config: ReporterConfig,
+        *,
+        store: Store | None = None,
+        sender: Sender | None = None,
+        transport: httpx.BaseTransport | None = None,
+        clock: Clock = time.time,
+        metrics: Metrics = NO_METRICS,
+    ) -> None:
         self.config = config
         self.store = store if store is not None else open_store(config.redis)
         self.schema = self.store.schema
@@ -77,72 +84,144 @@ class ReporterService:
         self.ownership = ShardOwnership(self.store, r.shard_lease_seconds)
         limiter = make_limiter(config, self.store)
         self.limiter = WatchedLimiter(limiter)
-        self.health = Health(self.store, self.stop_event, r.shard_lease_seconds,
-                             self.ownership.owned, details=config.metrics.error_details)
+        self.health = Health(
+            self.store,
+            self.stop_event,
+            r.shard_lease_seconds,
+            self.ownership.owned,
+            details=config.metrics.error_details,
+        )
         self.send_errors = SendErrors()
-        self.hold = (SendHold(self.store, bucket_name("nppa", config.nppa.app_id),
-                              config.nppa.probe_interval_seconds, f"app {config.nppa.app_id}")
-                     if config.sink.kind == "nppa" else None)
-        self.endpoint = (MetricsEndpoint(config, self.store, self.ownership.owned,
-                                         self.limiter, self.health, self.send_errors.read,
-                                         hold=self.hold,
-                                         late_slots=lambda: self.permits.late_slots)
-                         if config.metrics.listen else None)
+        self.hold = (
+            SendHold(
+                self.store,
+                bucket_name("nppa", config.nppa.app_id),
+                config.nppa.probe_interval_seconds,
+                f"app {config.nppa.app_id}",
+            )
+            if config.sink.kind == "nppa"
+            else None
+        )
+        self.endpoint = (
+            MetricsEndpoint(
+                config,
+                self.store,
+                self.ownership.owned,
+                self.limiter,
+                self.health,
+                self.send_errors.read,
+                hold=self.hold,
+                late_slots=lambda: self.permits.late_slots,
+            )
+            if config.metrics.listen
+            else None
+        )
         self.tally = Tally()  # this process's counts: the stopped: line
-        self.metrics = fan_out(self.tally, metrics,
-                               self.endpoint.process if self.endpoint else NO_METRICS)
+        self.metrics = fan_out(
+            self.tally, metrics, self.endpoint.process if self.endpoint else NO_METRICS
+        )
         hold = self.hold
-        self.gate = SinkGate(config.retry.initial_delay_ms / 1000,
-                             config.retry.max_delay_ms / 1000,
-                             held=(lambda: hold.held) if hold is not None else lambda: False)
-        self.body_limit = BodyLimit(config.sink.max_batch_bytes, body_model(config.sink.kind),
-                                    config.nppa.base_url if config.sink.kind == "nppa"
-                                    else config.sink.url, config.buffer.max_event_bytes)
+        self.gate = SinkGate(
+            config.retry.initial_delay_ms / 1000,
+            config.retry.max_delay_ms / 1000,
+            held=(lambda: hold.held) if hold is not None else lambda: False,
+        )
+        self.body_limit = BodyLimit(
+            config.sink.max_batch_bytes,
+            body_model(config.sink.kind),
+            config.nppa.base_url if config.sink.kind == "nppa" else config.sink.url,
+            config.buffer.max_event_bytes,
+        )
         nppa = isinstance(self.sender, NppaSender)
         # Only the builtin transport asks ``on_time`` right before the bytes go, which
         # sleeps the lead off: with any other, a thread sleeps all the way to its slot.
         lead = nppa and transport is None and config.sink.transport == "builtin"
-        self.permits = Permits(self.limiter,
-                               limiter if isinstance(limiter, SharedSlots) else None,
-                               SLOT_LEAD_SECONDS if lead else 0.0)
+        self.permits = Permits(
+            self.limiter,
+            limiter if isinstance(limiter, SharedSlots) else None,
+            SLOT_LEAD_SECONDS if lead else 0.0,
+        )
         if isinstance(self.sender, NppaSender):  # a re-send after 1007 takes a slot too
             permits, stop = self.permits, self.stop_event
             self.sender.pace = lambda game: permits.one(stop, game)
             self.sender.on_time = lambda game: permits.on_time(game, stop)
-        self.claimer = Claimer(self.batches, self.permits, self.body_limit, self.metrics,
-                               r.batch_size, r.max_batches_per_claim)
+        self.claimer = Claimer(
+            self.batches,
+            self.permits,
+            self.body_limit,
+            self.metrics,
+            r.batch_size,
+            r.max_batches_per_claim,
+        )
         self.settler = Settler(self.batches, self.held, self.metrics)
-        self.deliverer = Deliverer(Attempt(self.sender, self.body_limit), self.settler,
-                                   self.permits, self.gate, self.held, self.batches.freshness,
-                                   self.metrics, clock, self.send_errors, self.hold)
+        self.deliverer = Deliverer(
+            Attempt(self.sender, self.body_limit),
+            self.settler,
+            self.permits,
+            self.gate,
+            self.held,
+            self.batches.freshness,
+            self.metrics,
+            clock,
+            self.send_errors,
+            self.hold,
+        )
         self.store_watch = StoreWatch(self.store, self.metrics, clock)
         self.sweepers = [
-            ShardSweeper(keys, self.batches, self.claimer, self.deliverer, self.gate,
-                         self.permits, config, self.ownership, self.stop_event, clock,
-                         self.store_watch)
+            ShardSweeper(
+                keys,
+                self.batches,
+                self.claimer,
+                self.deliverer,
+                self.gate,
+                self.permits,
+                config,
+                self.ownership,
+                self.stop_event,
+                clock,
+                self.store_watch,
+            )
             for keys in self.schema.all_shards()
         ]
         self.hot_workers = [
-            HotGameWorker(game, self.schema.for_game(game), self.claimer, self.deliverer,
-                          self.gate, self.ownership, self.stop_event)
-            for game, threads in r.hot_games.items() for _ in range(threads)
+            HotGameWorker(
+                game,
+                self.schema.for_game(game),
+                self.claimer,
+                self.deliverer,
+                self.gate,
+                self.ownership,
+                self.stop_event,
+            )
+            for game, threads in r.hot_games.items()
+            for _ in range(threads)
         ]
         self.metrics.watch(Gauge.HELD_BATCHES, lambda: len(self.held))
         self.metrics.watch(Gauge.OWNED_SHARDS, lambda: len(self.ownership.owned()))
         hot_shards = [self.schema.shard_of(game) for game in r.hot_games]
-        self.metrics.watch(Gauge.HOT_GAMES_SERVED,
-                           lambda: sum(map(self.ownership.owns, hot_shards)))
+        self.metrics.watch(
+            Gauge.HOT_GAMES_SERVED, lambda: sum(map(self.ownership.owns, hot_shards))
+        )
         self.metrics.watch(Gauge.SINK_GATE_OPEN, lambda: int(self.gate.is_open()))
         self.reaper = Reaper(self.schema, self.batches, self.ownership, self.stop_event)
         self.lease_keeper = LeaseKeeper(self.held, self.batches)
-        self.prober = (HoldProbe(self.hold, self.sender.probe, config.biz_id,
-                                 next((g.biz_id for g in config.games.values() if g.biz_id),
-                                      "0"), self.permits, self.stop_event)
-                       if self.hold is not None and isinstance(self.sender, NppaSender)
-                       else None)
-        self.secret_watch = SecretWatch(self.secrets, self._key_changed,
-                                        held=(lambda: hold.held) if hold is not None
-                                        else lambda: False)
+        self.prober = (
+            HoldProbe(
+                self.hold,
+                self.sender.probe,
+                config.biz_id,
+                next((g.biz_id for g in config.games.values() if g.biz_id), "0"),
+                self.permits,
+                self.stop_event,
+            )
+            if self.hold is not None and isinstance(self.sender, NppaSender)
+            else None
+        )
+        self.secret_watch = SecretWatch(
+            self.secrets,
+            self._key_changed,
+            held=(lambda: hold.held) if hold is not None else lambda: False,
+        )
         pools = {"default": r.workers, "control": 2}
         if self.prober is not None:
             pools["hold"] = 1
@@ -152,11 +231,13 @@ class ReporterService:
     def describe(self) -> str:
         r = self.config.reporter
         hot = ", ".join(f"{g}={n}" for g, n in r.hot_games.items()) or "none"
-        return (f"telemetry-reporter: config {self.config.source}; {self.store.describe()}; "
-                f"{counted(self.schema.shards, 'shard')}; {counted(r.workers, 'sweep thread')}; "
-                f"hot games: {hot}; "
-                f"sink {self.sender.describe()} ({self.limiter.describe()}); "
-                f"metrics: {self.config.metrics.listen or 'off'}")
+        return (
+            f"telemetry-reporter: config {self.config.source}; {self.store.describe()}; "
+            f"{counted(self.schema.shards, 'shard')}; {counted(r.workers, 'sweep thread')}; "
+            f"hot games: {hot}; "
+            f"sink {self.sender.describe()} ({self.limiter.describe()}); "
+            f"metrics: {self.config.metrics.listen or 'off'}"
+        )
 
     def start(self) -> None:
         """Serve the metrics (if configured: a ``ReporterError`` if the address cannot be

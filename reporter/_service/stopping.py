@@ -46,12 +46,17 @@ class Stopped:
         if self.left_to_lease:
             shown = ", ".join(self.left_to_lease[:LISTED_BATCHES])
             more = len(self.left_to_lease) - LISTED_BATCHES
-            parts.append(f"left to lease expiry: "
-                         f"{counted(len(self.left_to_lease), 'batch', 'batches')} ({shown}"
-                         + (f", and {more} more" if more > 0 else "") + ")")
+            parts.append(
+                f"left to lease expiry: "
+                f"{counted(len(self.left_to_lease), 'batch', 'batches')} ({shown}"
+                + (f", and {more} more" if more > 0 else "")
+                + ")"
+            )
         if self.blocked_jobs:
-            parts.append(f"still blocked: {counted(len(self.blocked_jobs), 'job')} "
-                         f"({', '.join(self.blocked_jobs[:LISTED_BATCHES])})")
+            parts.append(
+                f"still blocked: {counted(len(self.blocked_jobs), 'job')} "
+                f"({', '.join(self.blocked_jobs[:LISTED_BATCHES])})"
+            )
         return "; ".join(parts)
 
 
@@ -60,10 +65,12 @@ def stopping_settings(settings: RedisSettings) -> RedisSettings:
     after its acks given half the socket timeout, so that its answer comes first)."""
     socket_timeout = min(settings.socket_timeout_seconds, STOP_REDIS_TIMEOUT_SECONDS)
     return dataclasses.replace(
-        settings, retries=0, socket_timeout_seconds=socket_timeout,
-        connect_timeout_seconds=min(settings.connect_timeout_seconds,
-                                    STOP_REDIS_TIMEOUT_SECONDS),
-        wait_timeout_ms=max(1, min(settings.wait_timeout_ms, int(socket_timeout * 500))))
+        settings,
+        retries=0,
+        socket_timeout_seconds=socket_timeout,
+        connect_timeout_seconds=min(settings.connect_timeout_seconds, STOP_REDIS_TIMEOUT_SECONDS),
+        wait_timeout_ms=max(1, min(settings.wait_timeout_ms, int(socket_timeout * 500))),
+    )
 
 
 class StopCalls:
@@ -82,14 +89,14 @@ class StopCalls:
 
     def acknowledge(self, settler: Settler, to_ack: Sequence[ToAck]) -> None:
         ids = [batch_id for batch_id, _, _, _ in to_ack]
-        not_acked = self._attempt("acknowledge delivered batches", ids,
-                                  lambda: settler.acknowledge(to_ack))
+        not_acked = self._attempt(
+            "acknowledge delivered batches", ids, lambda: settler.acknowledge(to_ack)
+        )
         if not_acked:
             self.left += not_acked
             self.failed = True
 
-    def release(self, batches: Batches, to_release: Sequence[tuple[str, ShardKeys, str]]
-                ) -> None:
+    def release(self, batches: Batches, to_release: Sequence[tuple[str, ShardKeys, str]]) -> None:
         if not to_release:
             return
         ids = [batch_id for batch_id, _, _ in to_release]
@@ -123,6 +130,10 @@ class StopCalls:
 
     def _fail(self, what: str, exc: object) -> None:
         if not self.failed:
-            logger.warning("while stopping: could not %s (%s); skipping the other Redis calls, "
-                           "leases will expire", what, exc)
+            logger.warning(
+                "while stopping: could not %s (%s); skipping the other Redis calls, "
+                "leases will expire",
+                what,
+                exc,
+            )
         self.failed = True

@@ -33,8 +33,9 @@ ALERT_NAME = "store_reset"
 
 
 class StoreWatch:
-    def __init__(self, store: Store, counts: Metrics,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, store: Store, counts: Metrics, clock: Callable[[], float] = time.time
+    ) -> None:
         self._store = store
         self._counts = counts
         self._clock = clock
@@ -67,12 +68,17 @@ class StoreWatch:
         lost = sum(events for _, events, _ in found)
         shards = sorted(shard for shard, _, _ in found)
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
-        message = (f"store reset detected at {when}, about {counted(lost, 'event')} lost "
-                   f"({_shard_list(shards)})")
-        logger.error("%s: Redis lost what these shards held (a restart without persistence, "
-                     "a flush, or a failover to a replica that lagged); they are in use again. "
-                     "See docs/operations.md, Persistence", message,
-                     extra={"events": lost, "shards": shards})
+        message = (
+            f"store reset detected at {when}, about {counted(lost, 'event')} lost "
+            f"({_shard_list(shards)})"
+        )
+        logger.error(
+            "%s: Redis lost what these shards held (a restart without persistence, "
+            "a flush, or a failover to a replica that lagged); they are in use again. "
+            "See docs/operations.md, Persistence",
+            message,
+            extra={"events": lost, "shards": shards},
+        )
         try:
             self._store.note_alert(ALERT_NAME, message, int(now * 1000))
         except BackendFull:  # status misses the record; the log line and the count have it

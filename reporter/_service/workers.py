@@ -39,9 +39,15 @@ ratelog = RateLimitedLog(logger, interval=30.0)
 
 
 def log_unavailable(where: str, exc: Exception) -> None:
-    ratelog.log(logging.WARNING, f"redis:{where}",
-                "Redis unavailable in %s (%s: %s); backing off", where, type(exc).__name__, exc,
-                extra={"job": where})
+    ratelog.log(
+        logging.WARNING,
+        f"redis:{where}",
+        "Redis unavailable in %s (%s: %s); backing off",
+        where,
+        type(exc).__name__,
+        exc,
+        extra={"job": where},
+    )
 
 
 class ShardSweeper:
@@ -58,10 +64,20 @@ class ShardSweeper:
     ``patience``); then, like a full or urgent one, it waits for its request.
     """
 
-    def __init__(self, keys: ShardKeys, store: Batches, claimer: Claimer, deliverer: Deliverer,
-                 gate: SinkGate, permits: Permits, config: ReporterConfig,
-                 ownership: ShardOwnership, stop: threading.Event, clock: Clock,
-                 watch: StoreWatch | None = None) -> None:
+    def __init__(
+        self,
+        keys: ShardKeys,
+        store: Batches,
+        claimer: Claimer,
+        deliverer: Deliverer,
+        gate: SinkGate,
+        permits: Permits,
+        config: ReporterConfig,
+        ownership: ShardOwnership,
+        stop: threading.Event,
+        clock: Clock,
+        watch: StoreWatch | None = None,
+    ) -> None:
         self.keys = keys
         self._watch = watch
         self._store = store
@@ -83,8 +99,11 @@ class ShardSweeper:
         self._quarantined: int | None = None  # the shard's quarantined_records, last seen
 
     def loop(self) -> bool:
-        if (self._stop.is_set() or not self._ownership.owns(self.keys.shard)
-                or not self._gate.is_open()):
+        if (
+            self._stop.is_set()
+            or not self._ownership.owns(self.keys.shard)
+            or not self._gate.is_open()
+        ):
             return False
         ring = self._store.ring(self.keys, self._cursor, self._r.games_per_sweep)
         if self._watch is not None:
@@ -109,16 +128,16 @@ class ShardSweeper:
                 return False
             urgent = limited and self._urgent(state, now_ms)  # unlimited: nobody waits
             if urgent or self._is_ready(state, now_ms):
-                wait = (urgent or state.length >= self._r.batch_size
-                        or self._permits.contended)  # else only a request that is there
+                wait = (
+                    urgent or state.length >= self._r.batch_size or self._permits.contended
+                )  # else only a request that is there
                 more |= self._isolated(state.game, partial(self._drain, state.game, wait))
         return more or self._cursor != ""
 
     def rank(self, state: GameState, now_ms: int) -> tuple[int, int, int]:
         """Sort key of a game when requests are scarce: would-go-stale first, then higher
         priority, then the fullest."""
-        return (0 if self._urgent(state, now_ms) else 1, -self._priority(state.game),
-                -state.length)
+        return (0 if self._urgent(state, now_ms) else 1, -self._priority(state.game), -state.length)
 
     def _urgent(self, state: GameState, now_ms: int) -> bool:
         """Whether the game's oldest event would go stale before its next chance: the next
@@ -135,12 +154,12 @@ class ShardSweeper:
         self._round_started_ms = now_ms
 
     def _send_retries(self) -> bool:
-        return send(self._deliverer, self._claimer.take_retries(self.keys, self._stop),
-                    self._stop)
+        return send(self._deliverer, self._claimer.take_retries(self.keys, self._stop), self._stop)
 
     def _drain(self, game: str, wait: bool) -> bool:
-        return send(self._deliverer, self._claimer.claim(self.keys, game, self._stop, wait=wait),
-                    self._stop)
+        return send(
+            self._deliverer, self._claimer.claim(self.keys, game, self._stop, wait=wait), self._stop
+        )
 
     def _isolated(self, game: str | None, work: Callable[[], bool]) -> bool:
         """Run one game's work (None: the shard's due retries); a script Redis refused for
@@ -149,10 +168,16 @@ class ShardSweeper:
         try:
             return work()
         except BackendRefused as exc:
-            ratelog.log(logging.ERROR, f"refused:{self.keys.shard}",
-                        "shard %d: %s failed (%s: %s); the rest of the shard goes on",
-                        self.keys.shard, "its due retries" if game is None else f"game {game!r}",
-                        type(exc).__name__, exc, extra={"shard": self.keys.shard})
+            ratelog.log(
+                logging.ERROR,
+                f"refused:{self.keys.shard}",
+                "shard %d: %s failed (%s: %s); the rest of the shard goes on",
+                self.keys.shard,
+                "its due retries" if game is None else f"game {game!r}",
+                type(exc).__name__,
+                exc,
+                extra={"shard": self.keys.shard},
+            )
             return False
 
     def _note_quarantine(self, ring: RingSlice) -> None:
@@ -162,11 +187,15 @@ class ShardSweeper:
         if new <= 0 or (seen is None and not ring.quarantined):
             return
         newest = self._store.store.quarantined(self.keys, min(new, 3))
-        logger.warning("shard %d: %d records set aside in its quarantine (newest: %s); see "
-                       "telemetry-reporter status", self.keys.shard, new,
-                       "; ".join(f"{q.reason} at {q.key}" + (f" {q.field}" if q.field else "")
-                                 for q in newest) or "none kept",
-                       extra={"shard": self.keys.shard, "quarantined": new})
+        logger.warning(
+            "shard %d: %d records set aside in its quarantine (newest: %s); see "
+            "telemetry-reporter status",
+            self.keys.shard,
+            new,
+            "; ".join(f"{q.reason} at {q.key}" + (f" {q.field}" if q.field else "") for q in newest)
+            or "none kept",
+            extra={"shard": self.keys.shard, "quarantined": new},
+        )
 
     def _is_ready(self, state: GameState, now_ms: int) -> bool:
         if state.length >= self._r.batch_size or state.length == 0:
@@ -183,8 +212,16 @@ class HotGameWorker:
     Only while this process owns the game's shard: every reporter may list the game as hot,
     but one at a time serves it, so N reporters never run N pools against one game."""
 
-    def __init__(self, game: str, keys: ShardKeys, claimer: Claimer, deliverer: Deliverer,
-                 gate: SinkGate, ownership: ShardOwnership, stop: threading.Event) -> None:
+    def __init__(
+        self,
+        game: str,
+        keys: ShardKeys,
+        claimer: Claimer,
+        deliverer: Deliverer,
+        gate: SinkGate,
+        ownership: ShardOwnership,
+        stop: threading.Event,
+    ) -> None:
         self.game = game
         self.keys = keys
         self._claimer = claimer
@@ -196,23 +233,31 @@ class HotGameWorker:
     def loop(self) -> bool:
         if not self._serving():
             return False
-        send(self._deliverer, self._claimer.take_retries(self.keys, self._stop, self.game),
-             self._stop)
+        send(
+            self._deliverer,
+            self._claimer.take_retries(self.keys, self._stop, self.game),
+            self._stop,
+        )
         if not self._serving():
             return False
-        return send(self._deliverer, self._claimer.claim(self.keys, self.game, self._stop),
-                    self._stop)
+        return send(
+            self._deliverer, self._claimer.claim(self.keys, self.game, self._stop), self._stop
+        )
 
     def _serving(self) -> bool:
-        return (not self._stop.is_set() and self._ownership.owns(self.keys.shard)
-                and self._gate.is_open())
+        return (
+            not self._stop.is_set()
+            and self._ownership.owns(self.keys.shard)
+            and self._gate.is_open()
+        )
 
 
 class Reaper:
     """Returns batches whose lease expired (a crashed reporter's) to retry, per owned shard."""
 
-    def __init__(self, schema: KeySchema, store: Batches, ownership: ShardOwnership,
-                 stop: threading.Event) -> None:
+    def __init__(
+        self, schema: KeySchema, store: Batches, ownership: ShardOwnership, stop: threading.Event
+    ) -> None:
         self._schema = schema
         self._store = store
         self._ownership = ownership
@@ -226,10 +271,17 @@ class Reaper:
             if self._ownership.owns(keys.shard):
                 reaped = self._store.reap(keys, REAP_PER_CALL)
                 if reaped.retried or reaped.dead:
-                    logger.info("reaped %d expired leases in shard %d (%d dead-lettered)",
-                                reaped.retried + reaped.dead, keys.shard, reaped.dead,
-                                extra={"shard": keys.shard, "reaped": reaped.retried + reaped.dead,
-                                       "dead": reaped.dead})
+                    logger.info(
+                        "reaped %d expired leases in shard %d (%d dead-lettered)",
+                        reaped.retried + reaped.dead,
+                        keys.shard,
+                        reaped.dead,
+                        extra={
+                            "shard": keys.shard,
+                            "reaped": reaped.retried + reaped.dead,
+                            "dead": reaped.dead,
+                        },
+                    )
                 more |= reaped.retried + reaped.dead == REAP_PER_CALL
         return more
 
@@ -259,8 +311,14 @@ def guarded(name: str, work: Callable[[], bool]) -> Callable[[], bool | None]:
             log_unavailable(name, exc)
             return None
         except Exception:
-            ratelog.log(logging.ERROR, f"bug:{name}", "%s failed; it will run again", name,
-                        exc_info=True, extra={"job": name})
+            ratelog.log(
+                logging.ERROR,
+                f"bug:{name}",
+                "%s failed; it will run again",
+                name,
+                exc_info=True,
+                extra={"job": name},
+            )
             return None
 
     return run

@@ -22,7 +22,9 @@ MakeCollector = Callable[..., Collector]
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "slow: takes seconds (builds a wheel); still part of every run")
+        "markers", "slow: takes seconds (builds a wheel); still part of every run"
+    )
+
 
 @pytest.fixture
 def make_collector() -> Iterator[MakeCollector]:

@@ -31,9 +31,13 @@ def stats_of(client: Any, schema: KeySchema, game: str) -> dict[str, int]:
 
 def balanced(stats: dict[str, int]) -> bool:
     """The collector's accounting invariant at a quiet moment."""
-    return stats["accepted"] == (stats["stored"] + stats["dropped_buffer_full"]
-                                 + stats["dropped_at_close"] + stats["dropped_disabled"]
-                                 + stats["buffered"])
+    return stats["accepted"] == (
+        stats["stored"]
+        + stats["dropped_buffer_full"]
+        + stats["dropped_at_close"]
+        + stats["dropped_disabled"]
+        + stats["buffered"]
+    )
 
 
 def seqs(events: Iterable[dict[str, Any]], field: str = "seq") -> list[int]:

@@ -6,12 +6,22 @@ import types
 
 import collector
 
-EXPECTED = {"BackendError", "BackendFull", "Collector", "ConfigError", "EventsDropped",
-            "TelemetryConfig", "TelemetryError", "close", "collect", "flush", "set_on_error",
-            "stats"}
+EXPECTED = {
+    "BackendError",
+    "BackendFull",
+    "Collector",
+    "ConfigError",
+    "EventsDropped",
+    "TelemetryConfig",
+    "TelemetryError",
+    "close",
+    "collect",
+    "flush",
+    "set_on_error",
+    "stats",
+}
 # Public doors for the reporter and advanced users; everything else is ``collector._*``.
-PUBLIC_MODULES = {"config", "counters", "logs", "metrics", "nppa", "prometheus", "store",
-                  "text"}
+PUBLIC_MODULES = {"config", "counters", "logs", "metrics", "nppa", "prometheus", "store", "text"}
 
 
 def test_exports_are_pinned() -> None:

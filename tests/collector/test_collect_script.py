@@ -25,19 +25,27 @@ def scripts(r: redis.Redis) -> Scripts:
     return Scripts(r)
 
 
-def push(scripts: Scripts, entries: list[bytes], *, game: str = GAME, cap: int = CAP,
-         ttl: int = TTL, pre_evicted: int = 0, dropped_full: int = 0,
-         dropped_large: int = 0) -> int:
-    reply = scripts.collect(SCHEMA.for_game(game), game, cap, ttl, entries,
-                            pre_evicted, dropped_full, dropped_large)
+def push(
+    scripts: Scripts,
+    entries: list[bytes],
+    *,
+    game: str = GAME,
+    cap: int = CAP,
+    ttl: int = TTL,
+    pre_evicted: int = 0,
+    dropped_full: int = 0,
+    dropped_large: int = 0,
+) -> int:
+    reply = scripts.collect(
+        SCHEMA.for_game(game), game, cap, ttl, entries, pre_evicted, dropped_full, dropped_large
+    )
     assert isinstance(reply, int)
     return reply
 
 
 @pytest.mark.parametrize("before", [0, 1, CAP - 1, CAP, CAP + 1])
 @pytest.mark.parametrize("pushed", [1, 3])
-def test_cap_evicts_the_oldest(r: redis.Redis, scripts: Scripts, before: int,
-                               pushed: int) -> None:
+def test_cap_evicts_the_oldest(r: redis.Redis, scripts: Scripts, before: int, pushed: int) -> None:
     queue = SCHEMA.for_game(GAME).queue(GAME)
     old = [entry(-1000 + i) for i in range(before)]
     if old:  # set up directly: CAP + 1 stands for a list written under a larger cap
@@ -54,14 +62,18 @@ def test_cap_evicts_the_oldest(r: redis.Redis, scripts: Scripts, before: int,
     assert stats.get("evicted", 0) == evicted
 
 
-@pytest.mark.parametrize(("count", "cap", "before"), [
-    (2500, 5000, 0),      # more than one 1000-entry RPUSH slice, nothing evicted
-    (2500, 1000, 0),      # the cap trims within one call
-    (2500, 3000, 700),    # slices on top of an existing list, partly evicted
-    (9000, 20000, 0),     # more than Lua's 8000-value unpack limit in one call
-])
-def test_many_events_in_one_call(r: redis.Redis, scripts: Scripts, count: int, cap: int,
-                                 before: int) -> None:
+@pytest.mark.parametrize(
+    ("count", "cap", "before"),
+    [
+        (2500, 5000, 0),  # more than one 1000-entry RPUSH slice, nothing evicted
+        (2500, 1000, 0),  # the cap trims within one call
+        (2500, 3000, 700),  # slices on top of an existing list, partly evicted
+        (9000, 20000, 0),  # more than Lua's 8000-value unpack limit in one call
+    ],
+)
+def test_many_events_in_one_call(
+    r: redis.Redis, scripts: Scripts, count: int, cap: int, before: int
+) -> None:
     queue = SCHEMA.for_game(GAME).queue(GAME)
     old = [entry(-10_000 + i) for i in range(before)]
     if old:
@@ -79,8 +91,10 @@ def test_many_events_in_one_call(r: redis.Redis, scripts: Scripts, count: int, c
 
 
 def test_entries_are_stored_byte_for_byte(r: redis.Redis, scripts: Scripts) -> None:
-    entries = [encode_entry(1_234_567_890_123, b'{"a":"\\u00e9\\n","b":[1,2]}'),
-               encode_entry(0, b"{}")]
+    entries = [
+        encode_entry(1_234_567_890_123, b'{"a":"\\u00e9\\n","b":[1,2]}'),
+        encode_entry(0, b"{}"),
+    ]
     push(scripts, entries)
     assert r.lrange(SCHEMA.for_game(GAME).queue(GAME), 0, -1) == entries
 
@@ -122,11 +136,13 @@ def test_registration_is_idempotent(r: redis.Redis, scripts: Scripts) -> None:
 
 
 def test_reported_drop_counts_land_in_stats(r: redis.Redis, scripts: Scripts) -> None:
-    evicted = push(scripts, [entry(1), entry(2)], pre_evicted=3, dropped_full=4,
-                   dropped_large=5)
+    evicted = push(scripts, [entry(1), entry(2)], pre_evicted=3, dropped_full=4, dropped_large=5)
     assert evicted == 3
     assert stats_of(r, SCHEMA, GAME) == {
-        "stored": 5, "evicted": 3, "dropped_buffer_full": 4, "dropped_too_large": 5,
+        "stored": 5,
+        "evicted": 3,
+        "dropped_buffer_full": 4,
+        "dropped_too_large": 5,
     }
     push(scripts, [], dropped_full=2, dropped_large=1)
     stats = stats_of(r, SCHEMA, GAME)
@@ -144,8 +160,7 @@ def test_counts_alone_do_not_register_an_empty_game(r: redis.Redis, scripts: Scr
     assert stats_of(r, SCHEMA, GAME) == {"dropped_buffer_full": 7}
 
 
-def test_pre_evicted_events_count_as_stored_and_evicted(r: redis.Redis,
-                                                        scripts: Scripts) -> None:
+def test_pre_evicted_events_count_as_stored_and_evicted(r: redis.Redis, scripts: Scripts) -> None:
     push(scripts, [entry(i) for i in range(CAP)])
     evicted = push(scripts, [entry(100 + i) for i in range(4)], pre_evicted=6)
     assert evicted == 6 + 4

@@ -55,8 +55,7 @@ def test_flush_stores_events_grouped_by_game(make: MakeCollector, r: redis.Redis
     assert c.flush(timeout=10)
 
     for n, game in enumerate(games):
-        assert queue_events(r, SCHEMA, game) == [
-            {"seq": i, "game": game} for i in range(n, 30, 3)]
+        assert queue_events(r, SCHEMA, game) == [{"seq": i, "game": game} for i in range(n, 30, 3)]
         for entry in queue_entries(r, SCHEMA, game):
             assert entry[:ENTRY_TIME_DIGITS].isdigit()
             assert before_ms <= entry_time_ms(entry) <= after_ms
@@ -71,16 +70,29 @@ def test_flush_stores_events_grouped_by_game(make: MakeCollector, r: redis.Redis
 def test_stats_start_at_zero(make: MakeCollector) -> None:
     stats = make().stats()
     assert set(stats) == {
-        "accepted", "stored", "evicted", "dropped_too_large", "dropped_at_close",
-        "dropped_closed", "dropped_disabled", "dropped_buffer_full", "backend_errors",
-        "refused_oom", "flushes", "store_resets", "buffered", "unreplicated_writes",
-        "merged", "unconfirmed_writes",
+        "accepted",
+        "stored",
+        "evicted",
+        "dropped_too_large",
+        "dropped_at_close",
+        "dropped_closed",
+        "dropped_disabled",
+        "dropped_buffer_full",
+        "backend_errors",
+        "refused_oom",
+        "flushes",
+        "store_resets",
+        "buffered",
+        "unreplicated_writes",
+        "merged",
+        "unconfirmed_writes",
     }
     assert set(stats.values()) == {0}
 
 
-def test_flush_returns_once_everything_collected_is_stored(make: MakeCollector,
-                                                           r: redis.Redis) -> None:
+def test_flush_returns_once_everything_collected_is_stored(
+    make: MakeCollector, r: redis.Redis
+) -> None:
     c = make(flush_interval_ms=1)
     for i in range(300):
         c.collect("g", {"seq": i})
@@ -89,7 +101,8 @@ def test_flush_returns_once_everything_collected_is_stored(make: MakeCollector,
 
 
 def test_flush_waits_for_events_taken_but_not_yet_written(
-        make: MakeCollector, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    make: MakeCollector, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The flusher holds the event between taking it from the buffer and writing it: the
     buffer is empty then, but flush() must not report the event as stored."""
     c = make(flush_interval_ms=1)
@@ -174,8 +187,7 @@ def test_context_manager_closes(redis_url: str, r: redis.Redis) -> None:
     assert c.stats()["dropped_closed"] == 1
 
 
-def test_collect_after_close_is_counted_not_raised(make: MakeCollector,
-                                                   r: redis.Redis) -> None:
+def test_collect_after_close_is_counted_not_raised(make: MakeCollector, r: redis.Redis) -> None:
     c = make()
     c.collect("g", {"a": 1})
     c.close()
@@ -202,7 +214,8 @@ def test_sync_mode_returns_evicted_counts(make: MakeCollector, r: redis.Redis) -
 
 
 def test_sync_mode_raises_backend_error_when_redis_is_down(
-        own_server: Server, make_collector: MakeCollector) -> None:
+    own_server: Server, make_collector: MakeCollector
+) -> None:
     c = make_collector(url=own_server.url, key_prefix=PREFIX, mode="sync", **FAST_FAILURE)
     assert c.collect("g", {"seq": 0}) == 0
     own_server.stop()
@@ -222,8 +235,7 @@ def test_sync_mode_raises_backend_error_when_redis_is_down(
     client.close()
 
 
-def test_sync_mode_reports_earlier_too_large_drops(make: MakeCollector,
-                                                   r: redis.Redis) -> None:
+def test_sync_mode_reports_earlier_too_large_drops(make: MakeCollector, r: redis.Redis) -> None:
     c = make(mode="sync", max_event_bytes=64)
     c.collect("g", {"blob": "x" * 100})
     assert c.collect("g", {"a": 1}) == 0
@@ -231,8 +243,9 @@ def test_sync_mode_reports_earlier_too_large_drops(make: MakeCollector,
 
 
 @pytest.mark.parametrize("mode", ["background", "sync"])
-def test_event_over_max_event_bytes_is_dropped_and_counted(make: MakeCollector,
-                                                           r: redis.Redis, mode: str) -> None:
+def test_event_over_max_event_bytes_is_dropped_and_counted(
+    make: MakeCollector, r: redis.Redis, mode: str
+) -> None:
     c = make(max_event_bytes=64, mode=mode)
     assert c.collect("big", {"blob": "x" * 100}) == 0
     assert c.collect("big", {"blob": "y" * 51}) == 0  # exactly 64 bytes of JSON: kept
@@ -244,8 +257,9 @@ def test_event_over_max_event_bytes_is_dropped_and_counted(make: MakeCollector,
     assert queue_events(r, SCHEMA, "big") == [{"blob": "y" * 51}]
 
 
-def test_too_large_drop_alone_reaches_redis_after_flush(make: MakeCollector,
-                                                        r: redis.Redis) -> None:
+def test_too_large_drop_alone_reaches_redis_after_flush(
+    make: MakeCollector, r: redis.Redis
+) -> None:
     c = make(max_event_bytes=64, flush_interval_ms=60_000)
     c.collect("big", {"blob": "x" * 100})
     assert c.flush(timeout=10)
@@ -257,23 +271,41 @@ class Opaque:
     pass
 
 
-@pytest.mark.parametrize("event", [
-    None, 5, "a string", b"bytes", [("a", 1)], ["a"], {"a"}, Opaque(),
-], ids=repr)
-def test_event_that_is_not_a_mapping_raises_type_error(make: MakeCollector,
-                                                       event: Any) -> None:
+@pytest.mark.parametrize(
+    "event",
+    [
+        None,
+        5,
+        "a string",
+        b"bytes",
+        [("a", 1)],
+        ["a"],
+        {"a"},
+        Opaque(),
+    ],
+    ids=repr,
+)
+def test_event_that_is_not_a_mapping_raises_type_error(make: MakeCollector, event: Any) -> None:
     c = make()
     with pytest.raises(TypeError, match="mapping"):
         c.collect("g", event)
     assert c.stats()["accepted"] == 0
 
 
-@pytest.mark.parametrize("event", [
-    {"a": Opaque()}, {"a": {1, 2}}, {"a": b"bytes"}, {"a": 2**70}, {1: "int key"},
-    {("t",): 1}, {"nested": {2: "x"}},
-], ids=repr)
-def test_event_that_is_not_serialisable_raises_type_error(make: MakeCollector,
-                                                          event: Any) -> None:
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"a": Opaque()},
+        {"a": {1, 2}},
+        {"a": b"bytes"},
+        {"a": 2**70},
+        {1: "int key"},
+        {("t",): 1},
+        {"nested": {2: "x"}},
+    ],
+    ids=repr,
+)
+def test_event_that_is_not_serialisable_raises_type_error(make: MakeCollector, event: Any) -> None:
     c = make()
     with pytest.raises(TypeError, match="JSON-serialisable"):
         c.collect("g", event)
@@ -284,11 +316,15 @@ class Record(dict[str, Any]):
     pass
 
 
-@pytest.mark.parametrize("event", [
-    MappingProxyType({"a": 1, "b": [1, 2]}),
-    OrderedDict([("a", 1), ("b", [1, 2])]),
-    Record(a=1, b=[1, 2]),
-], ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize(
+    "event",
+    [
+        MappingProxyType({"a": 1, "b": [1, 2]}),
+        OrderedDict([("a", 1), ("b", [1, 2])]),
+        Record(a=1, b=[1, 2]),
+    ],
+    ids=lambda e: type(e).__name__,
+)
 def test_any_mapping_is_accepted(make: MakeCollector, r: redis.Redis, event: Any) -> None:
     c = make()
     c.collect("g", event)
@@ -310,8 +346,9 @@ def test_game_name_is_checked_before_the_event(make: MakeCollector) -> None:
         make().collect("a b", None)  # type: ignore[arg-type]
 
 
-def test_junk_at_a_games_list_is_set_aside_and_each_event_stored_once(make: MakeCollector,
-                                                                     r: redis.Redis) -> None:
+def test_junk_at_a_games_list_is_set_aside_and_each_event_stored_once(
+    make: MakeCollector, r: redis.Redis
+) -> None:
     """A string at one game's list (a WRONGTYPE for every write once): collect.lua moves it to
     the shard's quarantine before writing anything, and both games are stored, each event
     once."""
@@ -329,7 +366,11 @@ def test_junk_at_a_games_list_is_set_aside_and_each_event_stored_once(make: Make
     assert balanced(stats)
     [record] = Store(SingleServer(r), SCHEMA).quarantined(keys, 10)
     assert (record.key, record.found, record.sample, record.script) == (
-        keys.queue("bad"), "string", "not a list", "collect")
+        keys.queue("bad"),
+        "string",
+        "not a list",
+        "collect",
+    )
     assert stats_of(r, SCHEMA, "bad")["quarantined_records"] == 1
 
 
@@ -356,9 +397,14 @@ def test_repr_masks_the_password(make_collector: MakeCollector) -> None:
 def no_thread_leak() -> Iterator[None]:
     before = {t.ident for t in threading.enumerate()}
     yield
-    wait_until(lambda: not [t for t in threading.enumerate()
-                            if t.ident not in before and "telemetry" in t.name],
-               what="flusher threads to end")
+    wait_until(
+        lambda: (
+            not [
+                t for t in threading.enumerate() if t.ident not in before and "telemetry" in t.name
+            ]
+        ),
+        what="flusher threads to end",
+    )
 
 
 def test_close_ends_the_flusher_thread(make: MakeCollector, no_thread_leak: None) -> None:
@@ -411,8 +457,9 @@ def test_sync_mode_from_many_threads(make: MakeCollector, r: redis.Redis) -> Non
     assert balanced(stats)
 
 
-def test_a_given_store_is_used(redis_url: str, r: redis.Redis,
-                                make_collector: MakeCollector) -> None:
+def test_a_given_store_is_used(
+    redis_url: str, r: redis.Redis, make_collector: MakeCollector
+) -> None:
     client = redis.Redis.from_url(redis_url)
     store = Store(SingleServer(client), SCHEMA)
     c = make_collector(store=store, key_prefix=PREFIX, url="redis://127.0.0.1:1/0")

@@ -29,9 +29,12 @@ def load_error(path: Path, env: Mapping[str, str] | None = None) -> str:
 
 # -- the SDK's sections -------------------------------------------------------------------------
 
+
 def test_the_reporters_sections_are_left_to_the_reporter(tmp_path: Path) -> None:
     """One file tunes both; the SDK neither reads nor judges what it does not use."""
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 [buffer]
 max_events_per_game = 50
 [reporter]
@@ -42,7 +45,8 @@ url = "http://ingest.invalid/"
 max_attempts = 3
 [dead]
 max_batches = 10
-""")
+""",
+    )
     config = TelemetryConfig.load(str(path), env={"TELEMETRY_REPORTER_BATCH_SIZE": "oops"})
     assert config.buffer.max_events_per_game == 50
     assert not hasattr(config, "reporter")
@@ -60,8 +64,9 @@ SDK_ERRORS = [
 
 
 @pytest.mark.parametrize(("text", "expected"), SDK_ERRORS, ids=[t for t, _ in SDK_ERRORS])
-def test_sdk_errors_name_the_file_and_the_key(tmp_path: Path, text: str,
-                                              expected: list[str]) -> None:
+def test_sdk_errors_name_the_file_and_the_key(
+    tmp_path: Path, text: str, expected: list[str]
+) -> None:
     path = write(tmp_path, text)
     message = load_error(path)
     assert str(path) in message
@@ -69,13 +74,17 @@ def test_sdk_errors_name_the_file_and_the_key(tmp_path: Path, text: str,
         assert part in message, f"{part!r} not in {message!r}"
 
 
-@pytest.mark.parametrize(("var", "value", "expected"), [
-    ("TELEMETRY_REDIS_SHARDS", "3", "power of two"),
-    ("TELEMETRY_COLLECTOR_MODE", "fast", "'background'"),
-    ("TELEMETRY_BUFFER_MAX_EVENT_BYTE", "100", "'max_event_byte'"),
-])
-def test_sdk_env_errors_name_the_variable(tmp_path: Path, var: str, value: str,
-                                          expected: str) -> None:
+@pytest.mark.parametrize(
+    ("var", "value", "expected"),
+    [
+        ("TELEMETRY_REDIS_SHARDS", "3", "power of two"),
+        ("TELEMETRY_COLLECTOR_MODE", "fast", "'background'"),
+        ("TELEMETRY_BUFFER_MAX_EVENT_BYTE", "100", "'max_event_byte'"),
+    ],
+)
+def test_sdk_env_errors_name_the_variable(
+    tmp_path: Path, var: str, value: str, expected: str
+) -> None:
     message = load_error(write(tmp_path, ""), env={var: value})
     assert var in message
     assert expected in message
@@ -100,7 +109,8 @@ def test_redis_url_scheme_is_checked_on_load(tmp_path: Path) -> None:
 
 
 def test_collector_from_config_reads_file_and_environment(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = write(tmp_path, "[redis]\nkey_prefix = 'fromfile'\n")
     monkeypatch.setenv("TELEMETRY_REDIS_SHARDS", "4")
     c = Collector.from_config(str(path), url="redis://127.0.0.1:1/0")
@@ -113,8 +123,12 @@ def test_collector_from_config_reads_file_and_environment(
 
 
 def test_collector_repr_and_errors_mask_the_password() -> None:
-    c = Collector(url=f"redis://user:{PW}@127.0.0.1:1/0", mode="sync",
-                  socket_timeout_seconds=0.2, connect_timeout_seconds=0.2)
+    c = Collector(
+        url=f"redis://user:{PW}@127.0.0.1:1/0",
+        mode="sync",
+        socket_timeout_seconds=0.2,
+        connect_timeout_seconds=0.2,
+    )
     try:
         assert PW not in repr(c)
         with pytest.raises(TelemetryError) as info:
@@ -126,6 +140,7 @@ def test_collector_repr_and_errors_mask_the_password() -> None:
 
 # -- Collector keyword arguments ----------------------------------------------------------------
 
+
 def test_unknown_keyword_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="bogus"):
         Collector(url="redis://127.0.0.1:1/0", bogus=1)
@@ -133,16 +148,19 @@ def test_unknown_keyword_is_a_type_error() -> None:
         Collector(batch_size=64)  # a reporter setting, not the collector's
 
 
-@pytest.mark.parametrize(("settings", "key"), [
-    ({"shards": 3}, "[redis] shards"),
-    ({"shards": "4"}, "[redis] shards"),
-    ({"mode": "async"}, "[collector] mode"),
-    ({"max_buffer_events": 0}, "[collector] max_buffer_events"),
-    ({"ttl_seconds": 0}, "[buffer] ttl_seconds"),
-    ({"key_prefix": "a{b}"}, "[redis] key_prefix"),
-    ({"cluster": 1}, "[redis] cluster"),
-    ({"socket_timeout_seconds": True}, "[redis] socket_timeout_seconds"),
-])
+@pytest.mark.parametrize(
+    ("settings", "key"),
+    [
+        ({"shards": 3}, "[redis] shards"),
+        ({"shards": "4"}, "[redis] shards"),
+        ({"mode": "async"}, "[collector] mode"),
+        ({"max_buffer_events": 0}, "[collector] max_buffer_events"),
+        ({"ttl_seconds": 0}, "[buffer] ttl_seconds"),
+        ({"key_prefix": "a{b}"}, "[redis] key_prefix"),
+        ({"cluster": 1}, "[redis] cluster"),
+        ({"socket_timeout_seconds": True}, "[redis] socket_timeout_seconds"),
+    ],
+)
 def test_bad_keyword_value_is_a_config_error(settings: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError) as info:
         Collector(**settings)
@@ -151,12 +169,20 @@ def test_bad_keyword_value_is_a_config_error(settings: dict[str, Any], key: str)
 
 
 def test_keywords_apply_over_a_config(tmp_path: Path) -> None:
-    base = TelemetryConfig.load(str(write(tmp_path, """
+    base = TelemetryConfig.load(
+        str(
+            write(
+                tmp_path,
+                """
 [buffer]
 max_events_per_game = 77
 [games."big"]
 max_events_per_game = 5
-""")), env={})
+""",
+            )
+        ),
+        env={},
+    )
     c = Collector(config=base, url="redis://127.0.0.1:1/0", shards=8)
     try:
         assert c.config.redis.shards == 8
@@ -167,14 +193,22 @@ max_events_per_game = 5
         c.close()
 
 
-def test_per_game_override_caps_that_game_only(tmp_path: Path, redis_url: str,
-                                               r: redis.Redis,
-                                               make_collector: MakeCollector) -> None:
-    base = TelemetryConfig.load(str(write(tmp_path, """
+def test_per_game_override_caps_that_game_only(
+    tmp_path: Path, redis_url: str, r: redis.Redis, make_collector: MakeCollector
+) -> None:
+    base = TelemetryConfig.load(
+        str(
+            write(
+                tmp_path,
+                """
 [games."big"]
 max_events_per_game = 5
 ttl_seconds = 7200
-""")), env={})
+""",
+            )
+        ),
+        env={},
+    )
     c = make_collector(config=base, url=redis_url, key_prefix="cfg")
     for i in range(20):
         c.collect("big", {"seq": i})
@@ -189,6 +223,5 @@ ttl_seconds = 7200
     assert c.stats()["evicted"] == 15
     assert stats_of(r, schema, "big")["evicted"] == 15
     assert "evicted" not in stats_of(r, schema, "small") or (
-        schema.for_game("small") is schema.for_game("big"))
-
-
+        schema.for_game("small") is schema.for_game("big")
+    )

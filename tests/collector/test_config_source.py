@@ -21,14 +21,16 @@ def no_telemetry_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     return monkeypatch
 
 
-def test_each_way_of_building_names_its_source(tmp_path: Path,
-                                              no_telemetry_env: pytest.MonkeyPatch) -> None:
+def test_each_way_of_building_names_its_source(
+    tmp_path: Path, no_telemetry_env: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "game.toml"
     path.write_text('[redis]\nurl = "redis://cache.invalid:6379/0"\n', encoding="utf-8")
     built = {
         "<defaults>": Collector(),
-        "Collector() arguments over <defaults>": Collector(url="redis://cache.invalid/0",
-                                                           disabled=True),
+        "Collector() arguments over <defaults>": Collector(
+            url="redis://cache.invalid/0", disabled=True
+        ),
         "<packaged telemetry.toml>": Collector.from_config(),
         str(path): Collector.from_config(str(path)),
         f"Collector() arguments over {path}": Collector.from_config(str(path), disabled=True),
@@ -42,8 +44,7 @@ def test_each_way_of_building_names_its_source(tmp_path: Path,
             made.close(timeout=0)
 
 
-def test_unconfigured_means_nobody_chose_the_redis(no_telemetry_env: pytest.MonkeyPatch
-                                                   ) -> None:
+def test_unconfigured_means_nobody_chose_the_redis(no_telemetry_env: pytest.MonkeyPatch) -> None:
     assert TelemetryConfig().unconfigured()
     assert TelemetryConfig.load().unconfigured()  # the packaged file
     no_telemetry_env.setenv("TELEMETRY_REDIS_URL", "redis://cache.invalid:6379/0")
@@ -53,8 +54,9 @@ def test_unconfigured_means_nobody_chose_the_redis(no_telemetry_env: pytest.Monk
     assert TelemetryConfig.load().unconfigured()
 
 
-def test_the_first_write_logs_where_and_why(redis_url: str, caplog: pytest.LogCaptureFixture
-                                            ) -> None:
+def test_the_first_write_logs_where_and_why(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="collector")
     with Collector(url=redis_url) as telemetry:
         telemetry.collect("g", {"n": 1})
@@ -66,8 +68,9 @@ def test_the_first_write_logs_where_and_why(redis_url: str, caplog: pytest.LogCa
     assert lines[0].getMessage().endswith("(config: Collector() arguments over <defaults>)")
 
 
-def test_a_redis_nobody_chose_is_a_warning(redis_url: str, caplog: pytest.LogCaptureFixture,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_redis_nobody_chose_is_a_warning(
+    redis_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The defaults point at 127.0.0.1:6379, which tests never use: the connection goes to the
     # test's server instead, while the config stays the unconfigured default.
     def test_server(settings: RedisSettings) -> Store:
@@ -82,4 +85,5 @@ def test_a_redis_nobody_chose_is_a_warning(redis_url: str, caplog: pytest.LogCap
     assert line.levelno == logging.WARNING
     assert "redis://127.0.0.1:6379/0 (config: <defaults>)" in line.getMessage()
     assert "no config file, $TELEMETRY_CONFIG, TELEMETRY_REDIS_URL or url= chose it" in (
-        line.getMessage())
+        line.getMessage()
+    )

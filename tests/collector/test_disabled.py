@@ -44,21 +44,28 @@ def flusher_threads() -> int:
 
 @pytest.mark.parametrize("mode", ["background", "sync"])
 def test_a_disabled_collector_counts_and_never_connects(
-        mode: str, listener: socket.socket, make_collector: MakeCollector,
-        caplog: pytest.LogCaptureFixture) -> None:
+    mode: str,
+    listener: socket.socket,
+    make_collector: MakeCollector,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     told: list[tuple[TelemetryError, int, int]] = []
     threads = flusher_threads()
     with caplog.at_level(logging.WARNING, logger="collector"):
-        c = make_collector(url=url_of(listener), disabled=True, mode=mode, max_event_bytes=64,
-                           on_error=lambda e, n: told.append((e, n, threading.get_ident())))
+        c = make_collector(
+            url=url_of(listener),
+            disabled=True,
+            mode=mode,
+            max_event_bytes=64,
+            on_error=lambda e, n: told.append((e, n, threading.get_ident())),
+        )
         for i in range(10):
             assert c.collect(f"g{i % 2}", {"seq": i}) == 0
         assert c.collect("g0", {"blob": "x" * 100}) == 0  # too large: refused, as usual
         assert c.flush(timeout=10)
         stats = c.stats()
         c.close()
-    assert (stats["accepted"], stats["dropped_disabled"], stats["dropped_too_large"]) == (
-        10, 10, 1)
+    assert (stats["accepted"], stats["dropped_disabled"], stats["dropped_too_large"]) == (10, 10, 1)
     assert stats["stored"] == stats["buffered"] == stats["flushes"] == 0
     assert stats["backend_errors"] == 0
     assert balanced(stats)
@@ -71,23 +78,29 @@ def test_a_disabled_collector_counts_and_never_connects(
     assert (count, thread) == (1, threading.get_ident())
 
 
-@pytest.mark.parametrize(("game", "event", "error"), [
-    (None, {}, TypeError),
-    ("no spaces", {}, ValueError),
-    ("g", ["not", "a", "mapping"], TypeError),
-    ("g", {"s": {1, 2}}, TypeError),
-])
+@pytest.mark.parametrize(
+    ("game", "event", "error"),
+    [
+        (None, {}, TypeError),
+        ("no spaces", {}, ValueError),
+        ("g", ["not", "a", "mapping"], TypeError),
+        ("g", {"s": {1, 2}}, TypeError),
+    ],
+)
 def test_a_disabled_collector_still_refuses_bad_input(
-        game: Any, event: Any, error: type[Exception], listener: socket.socket,
-        make_collector: MakeCollector) -> None:
+    game: Any,
+    event: Any,
+    error: type[Exception],
+    listener: socket.socket,
+    make_collector: MakeCollector,
+) -> None:
     c = make_collector(url=url_of(listener), disabled=True)
     with pytest.raises(error):
         c.collect(game, event)
     assert c.stats()["accepted"] == c.stats()["dropped_disabled"] == 0
 
 
-def test_after_close_a_disabled_collector_counts_dropped_closed(
-        listener: socket.socket) -> None:
+def test_after_close_a_disabled_collector_counts_dropped_closed(listener: socket.socket) -> None:
     c = Collector(url=url_of(listener), disabled=True)
     c.collect("g", {"seq": 1})
     c.close()
@@ -98,7 +111,8 @@ def test_after_close_a_disabled_collector_counts_dropped_closed(
 
 
 def test_the_environment_disables_a_collector_built_from_config(
-        listener: socket.socket, monkeypatch: pytest.MonkeyPatch) -> None:
+    listener: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("TELEMETRY_CONFIG", raising=False)
     monkeypatch.setenv("TELEMETRY_REDIS_URL", url_of(listener))
     monkeypatch.setenv("TELEMETRY_COLLECTOR_DISABLED", "true")

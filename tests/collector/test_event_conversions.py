@@ -38,15 +38,24 @@ class Point:
 
 
 CONVERTED: list[tuple[str, Any, Any]] = [
-    ("aware datetime", dt.datetime(2024, 5, 1, 12, 30, 15, 250_000, tzinfo=dt.UTC),
-     "2024-05-01T12:30:15.250000+00:00"),
-    ("offset datetime", dt.datetime(2024, 5, 1, 20, 30, tzinfo=dt.timezone(dt.timedelta(hours=8))),
-     "2024-05-01T20:30:00+08:00"),
+    (
+        "aware datetime",
+        dt.datetime(2024, 5, 1, 12, 30, 15, 250_000, tzinfo=dt.UTC),
+        "2024-05-01T12:30:15.250000+00:00",
+    ),
+    (
+        "offset datetime",
+        dt.datetime(2024, 5, 1, 20, 30, tzinfo=dt.timezone(dt.timedelta(hours=8))),
+        "2024-05-01T20:30:00+08:00",
+    ),
     ("naive datetime", dt.datetime(2024, 5, 1, 12, 30, 15), "2024-05-01T12:30:15"),
     ("date", dt.date(2024, 5, 1), "2024-05-01"),
     ("time", dt.time(12, 30), "12:30:00"),
-    ("UUID", uuid.UUID("12345678-1234-5678-1234-567812345678"),
-     "12345678-1234-5678-1234-567812345678"),
+    (
+        "UUID",
+        uuid.UUID("12345678-1234-5678-1234-567812345678"),
+        "12345678-1234-5678-1234-567812345678",
+    ),
     ("NaN", math.nan, None),
     ("Infinity", math.inf, None),
     ("-Infinity", -math.inf, None),
@@ -69,24 +78,31 @@ REFUSED: list[tuple[str, Any]] = [
 
 
 @pytest.mark.parametrize(("name", "value", "stored"), CONVERTED, ids=[c[0] for c in CONVERTED])
-def test_conversions_applied_to_events(make_collector: MakeCollector, redis_url: str,
-                                       r: redis.Redis, name: str, value: Any,
-                                       stored: Any) -> None:
+def test_conversions_applied_to_events(
+    make_collector: MakeCollector,
+    redis_url: str,
+    r: redis.Redis,
+    name: str,
+    value: Any,
+    stored: Any,
+) -> None:
     c = make_collector(url=redis_url, mode="sync", key_prefix="conv", shards=4)
     c.collect("g", {"v": value})
     assert queue_events(r, SCHEMA, "g") == [{"v": stored}]
 
 
-def test_nan_is_stored_as_null_not_as_invalid_json(make_collector: MakeCollector,
-                                                   redis_url: str, r: redis.Redis) -> None:
+def test_nan_is_stored_as_null_not_as_invalid_json(
+    make_collector: MakeCollector, redis_url: str, r: redis.Redis
+) -> None:
     c = make_collector(url=redis_url, mode="sync", key_prefix="conv", shards=4)
     c.collect("g", {"a": math.nan, "b": [math.inf]})
     assert queue_entries(r, SCHEMA, "g")[0].endswith(b'{"a":null,"b":[null]}')
 
 
 @pytest.mark.parametrize(("name", "value"), REFUSED, ids=[c[0] for c in REFUSED])
-def test_values_orjson_cannot_encode_are_a_type_error(make_collector: MakeCollector,
-                                                      name: str, value: Any) -> None:
+def test_values_orjson_cannot_encode_are_a_type_error(
+    make_collector: MakeCollector, name: str, value: Any
+) -> None:
     c = make_collector(url="redis://127.0.0.1:1/0")
     with pytest.raises(TypeError, match="not JSON-serialisable"):
         c.collect("g", {"v": value})
@@ -102,8 +118,23 @@ def test_numpy_values_are_refused_unless_converted(make_collector: MakeCollector
 
 def test_the_sdk_doc_lists_each_conversion() -> None:
     text = SDK_DOC.read_text(encoding="utf-8")
-    section = text[text.index("## What an event may hold"):]
-    section = section[:section.index("\n## ")]
-    for name in ("datetime", "date", "time", "UUID", "NaN", "Infinity", "enum", "dataclass",
-                 "tuple", "bytes", "set", "Decimal", "timedelta", "64", "numpy"):
+    section = text[text.index("## What an event may hold") :]
+    section = section[: section.index("\n## ")]
+    for name in (
+        "datetime",
+        "date",
+        "time",
+        "UUID",
+        "NaN",
+        "Infinity",
+        "enum",
+        "dataclass",
+        "tuple",
+        "bytes",
+        "set",
+        "Decimal",
+        "timedelta",
+        "64",
+        "numpy",
+    ):
         assert name in section, name

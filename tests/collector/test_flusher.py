@@ -42,8 +42,16 @@ def test_at_close_the_flusher_retries_until_the_deadline_of_its_clock() -> None:
     buffer.append("g", b"0000000000000{}")
     writer, clock, tally = FailingWriter(), FakeClock(), Tally()
     ratelog = RateLimitedLog(logging.getLogger("test"))
-    flusher = Flusher(buffer, lambda: writer, tally,  # type: ignore[arg-type,return-value]
-                      ratelog, ErrorReport(None, ratelog), 0.001, 0.002, clock)
+    flusher = Flusher(
+        buffer,
+        lambda: writer,
+        tally,  # type: ignore[arg-type,return-value]
+        ratelog,
+        ErrorReport(None, ratelog),
+        0.001,
+        0.002,
+        clock,
+    )
     flusher.start()
     stopping = threading.Thread(target=flusher.stop, args=(30.0,))
     stopping.start()
@@ -81,14 +89,22 @@ def test_a_long_round_reports_drops_once_a_second_and_again_at_its_end() -> None
     writer = FloodedWriter(buffer, clock)
     told: list[tuple[object, int]] = []
     ratelog = RateLimitedLog(logging.getLogger("test"))
-    flusher = Flusher(buffer, lambda: writer, tally,  # type: ignore[arg-type,return-value]
-                      ratelog, ErrorReport(lambda e, n: told.append((e, n)), ratelog),
-                      60.0, 60.0, clock)
+    flusher = Flusher(
+        buffer,
+        lambda: writer,
+        tally,  # type: ignore[arg-type,return-value]
+        ratelog,
+        ErrorReport(lambda e, n: told.append((e, n)), ratelog),
+        60.0,
+        60.0,
+        clock,
+    )
     flusher.start()
     assert flusher.flush(timeout=10)  # one round: 12 writes, the last finds the flood over
     flusher.stop(1.0)
     # Drops after writes 1-4 told at 1.0 s, 5-8 at 2.0 s, 9-11 when the round ends.
     assert [n for _, n in told] == [4, 4, 3]
-    assert all(isinstance(e, EventsDropped) and e.reason == Counter.DROPPED_BUFFER_FULL
-               for e, _ in told)
+    assert all(
+        isinstance(e, EventsDropped) and e.reason == Counter.DROPPED_BUFFER_FULL for e, _ in told
+    )
     assert tally.get(Counter.STORED) == 1 + 11 * 2

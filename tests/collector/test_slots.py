@@ -19,12 +19,44 @@ from tests.collector.helpers import queue_events, stats_total, wait_until
 from tests.servers import Cluster
 
 NASTY_GAMES = [
-    "a:b", "x/y", "g@h", "1.2-3", "a", "Z", "0", "-", "_", ".", ":", "@", "/",
-    "q:other", "active", "ring", "stats", "::", "a//b", "telemetry:3", "x" * 128,
+    "a:b",
+    "x/y",
+    "g@h",
+    "1.2-3",
+    "a",
+    "Z",
+    "0",
+    "-",
+    "_",
+    ".",
+    ":",
+    "@",
+    "/",
+    "q:other",
+    "active",
+    "ring",
+    "stats",
+    "::",
+    "a//b",
+    "telemetry:3",
+    "x" * 128,
 ]
 BAD_GAMES = [
-    "a{b", "a}b", "{t:1}", "{}", "a b", " ", "", "x" * 129, "é", "ゲーム", "a\n", "a\tb",
-    "a\x00b", "a,b", "a*b",
+    "a{b",
+    "a}b",
+    "{t:1}",
+    "{}",
+    "a b",
+    " ",
+    "",
+    "x" * 129,
+    "é",
+    "ゲーム",
+    "a\n",
+    "a\tb",
+    "a\x00b",
+    "a,b",
+    "a*b",
 ]
 NOT_STR_GAMES: list[Any] = [5, None, b"game", 1.5, ("a",), ["a"], True]
 
@@ -53,8 +85,9 @@ def test_valid_names_validate(game: str) -> None:
 
 @pytest.mark.parametrize("game", BAD_GAMES, ids=repr)
 @pytest.mark.parametrize("mode", ["background", "sync"])
-def test_invalid_names_raise_value_error(game: str, mode: str,
-                                         make_collector: MakeCollector) -> None:
+def test_invalid_names_raise_value_error(
+    game: str, mode: str, make_collector: MakeCollector
+) -> None:
     with pytest.raises(ValueError, match="invalid game name") as info:
         validate_game(game)
     assert not isinstance(info.value, TypeError)
@@ -66,8 +99,9 @@ def test_invalid_names_raise_value_error(game: str, mode: str,
 
 @pytest.mark.parametrize("game", NOT_STR_GAMES, ids=repr)
 @pytest.mark.parametrize("mode", ["background", "sync"])
-def test_names_that_are_not_str_raise_type_error(game: Any, mode: str,
-                                                 make_collector: MakeCollector) -> None:
+def test_names_that_are_not_str_raise_type_error(
+    game: Any, mode: str, make_collector: MakeCollector
+) -> None:
     """A game name of the wrong type is a programming error of its own kind: TypeError,
     not ValueError (docs/sdk.md's Errors table says both)."""
     with pytest.raises(TypeError, match="game name must be a str") as info:
@@ -80,8 +114,8 @@ def test_names_that_are_not_str_raise_type_error(game: Any, mode: str,
 
 
 def test_every_key_of_a_collect_call_shares_the_shard_slot(
-        monkeypatch: pytest.MonkeyPatch, redis_url: str, r: redis.Redis,
-        make_collector: MakeCollector) -> None:
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, r: redis.Redis, make_collector: MakeCollector
+) -> None:
     calls: list[tuple[str, ...]] = []
     monkeypatch.setattr(collector.store._backends, "run_calls", recording(calls))
     c = make_collector(url=redis_url, mode="sync", key_prefix="slots", shards=16)
@@ -110,8 +144,10 @@ def test_server_computes_the_same_slot(cluster: Cluster) -> None:
 def test_shards_cover_more_than_one_cluster_node(cluster: Cluster) -> None:
     # sanity of the layout: the 16 shard tags do not all land on one node
     node = cluster.nodes[0].client()
-    slots = {node.execute_command("CLUSTER", "KEYSLOT", s.tag)
-             for s in KeySchema("telemetry", 16).all_shards()}
+    slots = {
+        node.execute_command("CLUSTER", "KEYSLOT", s.tag)
+        for s in KeySchema("telemetry", 16).all_shards()
+    }
     per_node = 16384 // len(cluster.nodes)
     assert len({min(slot // per_node, len(cluster.nodes) - 1) for slot in slots}) > 1
 
@@ -124,9 +160,9 @@ def cluster_client(cluster: Cluster) -> Any:
 
 
 @pytest.mark.parametrize("mode", ["background", "sync"])
-def test_collector_on_cluster_stores_many_games(cluster: Cluster, cluster_client: Any,
-                                                make_collector: MakeCollector,
-                                                mode: str) -> None:
+def test_collector_on_cluster_stores_many_games(
+    cluster: Cluster, cluster_client: Any, make_collector: MakeCollector, mode: str
+) -> None:
     prefix = f"c{uuid.uuid4().hex[:8]}"
     games = [*NASTY_GAMES, *(f"game-{i}" for i in range(60))]
     c = make_collector(url=cluster.url, cluster=True, key_prefix=prefix, mode=mode)
@@ -141,7 +177,8 @@ def test_collector_on_cluster_stores_many_games(cluster: Cluster, cluster_client
     schema = KeySchema(prefix, 16)
     for game in games:
         assert queue_events(cluster_client, schema, game) == [
-            {"game": game, "seq": i} for i in range(5)]
+            {"game": game, "seq": i} for i in range(5)
+        ]
     assert stats_total(cluster_client, schema, "stored") == 5 * len(games)
     for shard in schema.all_shards():
         for game in cluster_client.smembers(shard.active):
@@ -150,8 +187,12 @@ def test_collector_on_cluster_stores_many_games(cluster: Cluster, cluster_client
 
 @pytest.mark.parametrize("bad_first", [False, True])
 def test_cluster_failure_of_one_game_does_not_resend_the_others(
-        cluster: Cluster, cluster_client: Any, make_collector: MakeCollector,
-        monkeypatch: pytest.MonkeyPatch, bad_first: bool) -> None:
+    cluster: Cluster,
+    cluster_client: Any,
+    make_collector: MakeCollector,
+    monkeypatch: pytest.MonkeyPatch,
+    bad_first: bool,
+) -> None:
     """A refused call fails alone; the other games are stored exactly once.  The refusal: the
     calls of one game name a key in another slot (CROSSSLOT, refused before the script runs;
     junk in a key no longer makes a call fail, it is set aside)."""
@@ -159,16 +200,18 @@ def test_cluster_failure_of_one_game_does_not_resend_the_others(
     schema = KeySchema(prefix, 16)
     keys_of = Collect.keys
     home = key_slot(schema.for_game("bad").tag.encode())
-    elsewhere = next(k for k in (f"{{{prefix}:x{i}}}:x" for i in range(10))
-                     if key_slot(k.encode()) != home)
+    elsewhere = next(
+        k for k in (f"{{{prefix}:x{i}}}:x" for i in range(10)) if key_slot(k.encode()) != home
+    )
 
     def astray(call: Collect) -> Sequence[str]:
         keys = keys_of(call)
         return (*keys[:-1], elsewhere) if call.game == "bad" else keys
 
     monkeypatch.setattr(Collect, "keys", astray)
-    c = make_collector(url=cluster.url, cluster=True, key_prefix=prefix,
-                       flush_interval_ms=5, retry_max_delay_ms=10)
+    c = make_collector(
+        url=cluster.url, cluster=True, key_prefix=prefix, flush_interval_ms=5, retry_max_delay_ms=10
+    )
     order = ["bad", "good"] if bad_first else ["good", "bad"]
     for i in range(10):
         for game in order:
@@ -185,12 +228,14 @@ def test_cluster_failure_of_one_game_does_not_resend_the_others(
     assert queue_events(cluster_client, schema, "good") == [{"seq": i} for i in range(10)]
 
 
-def test_cluster_flush_is_one_write_per_node(cluster: Cluster, cluster_client: Any,
-                                             make_collector: MakeCollector,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cluster_flush_is_one_write_per_node(
+    cluster: Cluster,
+    cluster_client: Any,
+    make_collector: MakeCollector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     prefix = f"c{uuid.uuid4().hex[:8]}"
-    c = make_collector(url=cluster.url, cluster=True, key_prefix=prefix,
-                       flush_interval_ms=60_000)
+    c = make_collector(url=cluster.url, cluster=True, key_prefix=prefix, flush_interval_ms=60_000)
     games = [f"game-{i}" for i in range(60)]
     for game in games:  # scripts loaded on every node
         c.collect(game, {"g": game})
@@ -214,11 +259,11 @@ def test_cluster_flush_is_one_write_per_node(cluster: Cluster, cluster_client: A
 
 
 def test_calls_sent_to_the_wrong_node_are_rerouted_once(
-        cluster: Cluster, cluster_client: Any, make_collector: MakeCollector) -> None:
+    cluster: Cluster, cluster_client: Any, make_collector: MakeCollector
+) -> None:
     """A stale slot map: every call first goes to a node that answers MOVED."""
     prefix = f"c{uuid.uuid4().hex[:8]}"
-    c = make_collector(url=cluster.url, cluster=True, key_prefix=prefix,
-                       flush_interval_ms=60_000)
+    c = make_collector(url=cluster.url, cluster=True, key_prefix=prefix, flush_interval_ms=60_000)
     client = c._get_writer().store.backend.client
     right = client.get_node_from_key
 
@@ -240,12 +285,16 @@ def test_calls_sent_to_the_wrong_node_are_rerouted_once(
 
 
 def test_a_node_unreachable_on_the_fast_path_still_gets_its_events(
-        cluster: Cluster, cluster_client: Any, make_collector: MakeCollector,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster: Cluster,
+    cluster_client: Any,
+    make_collector: MakeCollector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """One call per round goes through redis-py's routing; nothing is stored twice."""
     prefix = f"c{uuid.uuid4().hex[:8]}"
-    c = make_collector(url=cluster.url, cluster=True, key_prefix=prefix, flush_interval_ms=5,
-                       retry_max_delay_ms=10)
+    c = make_collector(
+        url=cluster.url, cluster=True, key_prefix=prefix, flush_interval_ms=5, retry_max_delay_ms=10
+    )
 
     def unreachable(client: Any, calls: list[Any], *wait: int) -> list[Any]:
         return [redis.ConnectionError("node unreachable (test)")] * len(calls)

@@ -31,8 +31,9 @@ def sends(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     real = Connection.send_packed_command
 
     def counting(self: Connection, command: Any, check_health: bool = True) -> None:
-        sizes.append(sum(len(part) for part in command) if isinstance(command, list)
-                     else len(command))
+        sizes.append(
+            sum(len(part) for part in command) if isinstance(command, list) else len(command)
+        )
         real(self, command, check_health)
 
     monkeypatch.setattr(Connection, "send_packed_command", counting)
@@ -46,8 +47,8 @@ def collect_all(c: Collector, per_game: int) -> None:
 
 
 def test_a_flush_of_many_games_is_one_socket_write(
-        redis_url: str, r: redis.Redis, make_collector: MakeCollector,
-        sends: list[int]) -> None:
+    redis_url: str, r: redis.Redis, make_collector: MakeCollector, sends: list[int]
+) -> None:
     c = make_collector(url=redis_url, key_prefix=PREFIX, flush_interval_ms=60_000)
     c.collect("warm-up", {})
     assert c.flush(timeout=10)
@@ -60,8 +61,12 @@ def test_a_flush_of_many_games_is_one_socket_write(
 
 
 def test_a_large_flush_is_split_into_bounded_writes(
-        redis_url: str, r: redis.Redis, make_collector: MakeCollector, sends: list[int],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    redis_url: str,
+    r: redis.Redis,
+    make_collector: MakeCollector,
+    sends: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(collector._writer, "EVENTS_PER_CALL", 30)
     monkeypatch.setattr(collector.store._bulk, "WRITE_BYTES", 8000)
     c = make_collector(url=redis_url, key_prefix=PREFIX, flush_interval_ms=60_000)
@@ -79,7 +84,8 @@ def test_a_large_flush_is_split_into_bounded_writes(
 
 
 def test_scripts_flushed_from_the_server_are_loaded_again(
-        redis_url: str, r: redis.Redis, make_collector: MakeCollector) -> None:
+    redis_url: str, r: redis.Redis, make_collector: MakeCollector
+) -> None:
     for mode in ("background", "sync"):
         c = make_collector(url=redis_url, key_prefix=mode, mode=mode)
         c.collect("g", {"seq": 1})
@@ -98,8 +104,12 @@ def test_scripts_flushed_from_the_server_are_loaded_again(
 
 @pytest.mark.parametrize("retries", [0, 1])
 def test_calls_a_broken_connection_left_unanswered_are_retried(
-        redis_url: str, r: redis.Redis, make_collector: MakeCollector,
-        monkeypatch: pytest.MonkeyPatch, retries: int) -> None:
+    redis_url: str,
+    r: redis.Redis,
+    make_collector: MakeCollector,
+    monkeypatch: pytest.MonkeyPatch,
+    retries: int,
+) -> None:
     """As redis-py does for its own commands: [redis] retries more tries on a new connection."""
     raw = raw_settings(TelemetryConfig())
     raw["redis"].update(url=redis_url, key_prefix=PREFIX, retries=retries)
@@ -129,8 +139,9 @@ def test_calls_a_broken_connection_left_unanswered_are_retried(
 
 def test_calls_are_cut_by_bytes_as_well_as_by_count() -> None:
     entries = [b"x" * 40_000] * 40 + [b"y" * 100] * 2
-    calls = collector._writer.plan_calls({"big": entries}, collector._buffer.no_pending(),
-                                         lambda game: 1000)
+    calls = collector._writer.plan_calls(
+        {"big": entries}, collector._buffer.no_pending(), lambda game: 1000
+    )
     sizes = [sum(map(len, c.entries)) for c in calls]
     assert [len(c.entries) for c in calls] == [13, 13, 13, 3]
     assert max(sizes) <= collector._writer.CALL_BYTES
@@ -138,17 +149,20 @@ def test_calls_are_cut_by_bytes_as_well_as_by_count() -> None:
 
 
 def test_events_too_large_for_one_write_together_are_all_stored_beside_other_games(
-        make_collector: MakeCollector) -> None:
+    make_collector: MakeCollector,
+) -> None:
     """40 events of 40 KB (1.6 MB) against a server whose largest argument is 1 MB (the
     smallest proto-max-bulk-len Redis accepts): written in bounded calls, never refused, and
     the other games' events beside them all stored too."""
     binaries = server_binaries()
-    srv = Server(binaries.get("redis") or binaries["valkey"],
-                 extra=["--proto-max-bulk-len", "1mb"]).start()
+    srv = Server(
+        binaries.get("redis") or binaries["valkey"], extra=["--proto-max-bulk-len", "1mb"]
+    ).start()
     try:
         client = srv.client()
-        c = make_collector(url=srv.url, key_prefix=PREFIX, flush_interval_ms=60_000,
-                           max_event_bytes=65_536)
+        c = make_collector(
+            url=srv.url, key_prefix=PREFIX, flush_interval_ms=60_000, max_event_bytes=65_536
+        )
         for seq in range(40):
             c.collect("big", {"seq": seq, "blob": "b" * 40_000})
         for seq in range(1040):
@@ -156,7 +170,10 @@ def test_events_too_large_for_one_write_together_are_all_stored_beside_other_gam
         assert c.flush(timeout=10)
         stats = c.stats()
         assert (stats["stored"], stats["backend_errors"], stats["dropped_buffer_full"]) == (
-            1080, 0, 0)
+            1080,
+            0,
+            0,
+        )
         assert [e["seq"] for e in queue_events(client, SCHEMA, "big")] == list(range(40))
         assert sum(len(queue_events(client, SCHEMA, f"small-{n}")) for n in range(8)) == 1040
     finally:

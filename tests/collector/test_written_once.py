@@ -36,17 +36,35 @@ def send(r: redis.Redis, call: Collect, **argv: Any) -> Stored:
     script = lua_script("collect")
     args = list(call.args())
     for position, value in argv.items():
-        args[{"horizon": HORIZON, "most_writers": MOST_WRITERS, "dedup_most": DEDUP_MOST}[
-            position]] = value
+        args[
+            {"horizon": HORIZON, "most_writers": MOST_WRITERS, "dedup_most": DEDUP_MOST}[position]
+        ] = value
     keys = call.keys()
     r.script_load(script.text)
     return call.parse(r.evalsha(script.sha, len(keys), *keys, *args))
 
 
-def write(entries: Sequence[bytes], writer: str = "w1", seq: int = 1, low: int | None = None,
-          *, cap: int = 100, window_ms: int = 180_000, game: str = GAME) -> Collect:
-    return Collect(SCHEMA.for_game(game), game, entries, cap, 3600, writer=writer, seq=seq,
-                   low=seq if low is None else low, dedup_window_ms=window_ms)
+def write(
+    entries: Sequence[bytes],
+    writer: str = "w1",
+    seq: int = 1,
+    low: int | None = None,
+    *,
+    cap: int = 100,
+    window_ms: int = 180_000,
+    game: str = GAME,
+) -> Collect:
+    return Collect(
+        SCHEMA.for_game(game),
+        game,
+        entries,
+        cap,
+        3600,
+        writer=writer,
+        seq=seq,
+        low=seq if low is None else low,
+        dedup_window_ms=window_ms,
+    )
 
 
 def queue(r: redis.Redis, game: str = GAME) -> list[bytes]:
@@ -54,7 +72,8 @@ def queue(r: redis.Redis, game: str = GAME) -> list[bytes]:
 
 
 def test_a_write_replayed_by_hand_is_applied_once_and_answered_as_the_first_time(
-        r: redis.Redis) -> None:
+    r: redis.Redis,
+) -> None:
     call = write([entry(i) for i in range(5)], cap=3, seq=1)
     first = send(r, call)
     again = send(r, call)  # as after a lost reply: the very same call
@@ -99,22 +118,25 @@ def test_the_memory_of_answered_writes_is_let_go(r: redis.Redis) -> None:
     assert 0 < r.pttl(KEYS.writes) <= horizon and 0 < r.pttl(KEYS.writers) <= horizon
 
 
-@pytest.mark.parametrize(("writer", "seq", "low", "problem"), [
-    ("w1", 3, 4, "sequence number 3 with lowest unanswered 4"),
-    ("w1", 0, 0, "sequence number 0"),
-    ("w1", WRITES_PER_WRITER + 1, 1, f"sequence < lowest \\+ {WRITES_PER_WRITER}"),
-    ("w 1", 1, 1, "writer id"),
-    ("w" * 65, 1, 1, "writer id"),
-])
+@pytest.mark.parametrize(
+    ("writer", "seq", "low", "problem"),
+    [
+        ("w1", 3, 4, "sequence number 3 with lowest unanswered 4"),
+        ("w1", 0, 0, "sequence number 0"),
+        ("w1", WRITES_PER_WRITER + 1, 1, f"sequence < lowest \\+ {WRITES_PER_WRITER}"),
+        ("w 1", 1, 1, "writer id"),
+        ("w" * 65, 1, 1, "writer id"),
+    ],
+)
 def test_bad_write_numbers_are_refused_naming_the_problem(
-        r: redis.Redis, writer: str, seq: int, low: int, problem: str) -> None:
+    r: redis.Redis, writer: str, seq: int, low: int, problem: str
+) -> None:
     with pytest.raises(redis.ResponseError, match=problem):
         send(r, write([entry(1)], writer, seq=seq, low=low))
     assert queue(r) == [] and not r.exists(KEYS.stats)
 
 
-def test_idle_writers_and_the_least_recent_beyond_the_most_are_forgotten(
-        r: redis.Redis) -> None:
+def test_idle_writers_and_the_least_recent_beyond_the_most_are_forgotten(r: redis.Redis) -> None:
     for writer in ("a", "b", "c"):
         send(r, write([entry(1)], writer), most_writers=2)
     assert sorted(r.zrange(KEYS.writers, 0, -1)) == [b"b", b"c"]
@@ -127,8 +149,7 @@ def test_idle_writers_and_the_least_recent_beyond_the_most_are_forgotten(
     assert not send(r, write([entry(1)], "a")).repeat
 
 
-def test_a_second_event_with_the_same_key_is_merged_and_the_first_wins(
-        r: redis.Redis) -> None:
+def test_a_second_event_with_the_same_key_is_merged_and_the_first_wins(r: redis.Redis) -> None:
     first = send(r, write([keyed("s1", 1), keyed("s2", 2), keyed("s1", 3), entry(4)]))
     assert (first.merged, first.repeat) == (1, False)
     second = send(r, write([keyed("s2", 5), keyed("s3", 6)], "w2"))  # another process
@@ -168,8 +189,7 @@ def test_the_keys_of_a_game_are_bounded_the_oldest_forgotten_first(r: redis.Redi
     assert queue(r)[-1] == entry(21)  # s0 was forgotten: stored again
 
 
-def test_keys_are_ignored_without_a_window_and_long_keys_travel_as_digests(
-        r: redis.Redis) -> None:
+def test_keys_are_ignored_without_a_window_and_long_keys_travel_as_digests(r: redis.Redis) -> None:
     send(r, write([keyed("s1", 1), keyed("s1", 2)], window_ms=0))
     assert queue(r) == [entry(1), entry(2)]
     long_key = "k" * 500

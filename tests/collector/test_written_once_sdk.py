@@ -22,17 +22,25 @@ GAMES = [f"g{i}" for i in range(6)]
 
 def stored_in_redis(client: redis.Redis) -> tuple[int, int]:
     """The shards' ``stored`` counters added up, and the events in the games' lists."""
-    return (stats_total(client, SCHEMA, "stored"),
-            sum(len(queue_events(client, SCHEMA, g)) for g in GAMES))
+    return (
+        stats_total(client, SCHEMA, "stored"),
+        sum(len(queue_events(client, SCHEMA, g)) for g in GAMES),
+    )
 
 
-def test_writes_whose_replies_were_lost_are_stored_once(own_server: Server,
-                                                        make_collector: MakeCollector) -> None:
+def test_writes_whose_replies_were_lost_are_stored_once(
+    own_server: Server, make_collector: MakeCollector
+) -> None:
     """CLIENT PAUSE holds the script calls until their socket times out (each call, and its
     resend on a new connection); when it ends, Redis runs every copy it received."""
-    c = make_collector(url=own_server.url, key_prefix=PREFIX, socket_timeout_seconds=0.2,
-                       connect_timeout_seconds=0.5, flush_interval_ms=5,
-                       retry_max_delay_ms=50)
+    c = make_collector(
+        url=own_server.url,
+        key_prefix=PREFIX,
+        socket_timeout_seconds=0.2,
+        connect_timeout_seconds=0.5,
+        flush_interval_ms=5,
+        retry_max_delay_ms=50,
+    )
     admin = own_server.client()
     admin.execute_command("CLIENT", "PAUSE", 20_000, "WRITE")
     for seq in range(300):
@@ -52,13 +60,19 @@ def test_writes_whose_replies_were_lost_are_stored_once(own_server: Server,
 
 
 def test_redis_paused_under_a_producer_stores_as_many_as_the_sdk_counts(
-        own_server: Server, make_collector: MakeCollector) -> None:
+    own_server: Server, make_collector: MakeCollector
+) -> None:
     """Redis hung (SIGSTOP) for about 6 s (three write rounds of a 1 s socket timeout and a
     resend each) under a steady producer: the timed-out writes had been received, and run
     when Redis goes on; the SDK sends them again as they are, and Redis stores them once."""
-    c = make_collector(url=own_server.url, key_prefix=PREFIX, socket_timeout_seconds=1.0,
-                       connect_timeout_seconds=1.0, retry_max_delay_ms=500,
-                       max_events_per_game=100_000)
+    c = make_collector(
+        url=own_server.url,
+        key_prefix=PREFIX,
+        socket_timeout_seconds=1.0,
+        connect_timeout_seconds=1.0,
+        retry_max_delay_ms=500,
+        max_events_per_game=100_000,
+    )
     stop = threading.Event()
     sent = [0]
 
@@ -74,8 +88,11 @@ def test_redis_paused_under_a_producer_stores_as_many_as_the_sdk_counts(
         wait_until(lambda: c.stats()["stored"] >= 1000, what="writes before the pause")
         own_server.pause()
         try:
-            wait_until(lambda: c.stats()["backend_errors"] >= 3, timeout=30,
-                       what="three write rounds timing out")
+            wait_until(
+                lambda: c.stats()["backend_errors"] >= 3,
+                timeout=30,
+                what="three write rounds timing out",
+            )
         finally:
             own_server.resume()
         at_resume = sent[0]
@@ -91,8 +108,10 @@ def test_redis_paused_under_a_producer_stores_as_many_as_the_sdk_counts(
 
 # -- dedup keys ---------------------------------------------------------------------------------
 
-def test_a_second_event_with_the_same_key_is_merged(redis_url: str,
-                                                    make_collector: MakeCollector) -> None:
+
+def test_a_second_event_with_the_same_key_is_merged(
+    redis_url: str, make_collector: MakeCollector
+) -> None:
     c = make_collector(url=redis_url, key_prefix=PREFIX)
     c.collect("g0", {"n": 1}, dedup_key="login:s1")
     c.collect("g0", {"n": 2}, dedup_key="login:s1")
@@ -131,13 +150,17 @@ def test_dedup_fields_make_the_key_per_game(redis_url: str) -> None:
     assert len(queue_events(client, SCHEMA, "g1")) == 4
 
 
-@pytest.mark.parametrize(("key", "error", "text"), [
-    (b"k", TypeError, "dedup_key for game 'g0' must be a str, got bytes"),
-    (7, TypeError, "must be a str, got int"),
-    ("", ValueError, "dedup_key for game 'g0' is empty"),
-])
-def test_a_bad_dedup_key_is_refused_naming_it(make_collector: MakeCollector, key: object,
-                                              error: type[Exception], text: str) -> None:
+@pytest.mark.parametrize(
+    ("key", "error", "text"),
+    [
+        (b"k", TypeError, "dedup_key for game 'g0' must be a str, got bytes"),
+        (7, TypeError, "must be a str, got int"),
+        ("", ValueError, "dedup_key for game 'g0' is empty"),
+    ],
+)
+def test_a_bad_dedup_key_is_refused_naming_it(
+    make_collector: MakeCollector, key: object, error: type[Exception], text: str
+) -> None:
     c = make_collector(disabled=True)
     with pytest.raises(error, match=text):
         c.collect("g0", {"n": 1}, dedup_key=key)  # type: ignore[arg-type]

@@ -21,8 +21,9 @@ def make_endpoint() -> Iterator[MakeEndpoint]:
     """Start LocalEndpoints on 127.0.0.1; stopped (and any slow answer woken) at teardown."""
     made: list[LocalEndpoint] = []
 
-    def make(respond: Responder | None = None, port: int = 0, max_body_bytes: int = 0
-             ) -> LocalEndpoint:
+    def make(
+        respond: Responder | None = None, port: int = 0, max_body_bytes: int = 0
+    ) -> LocalEndpoint:
         endpoint = LocalEndpoint(respond, port=port, max_body_bytes=max_body_bytes).start()
         made.append(endpoint)
         return endpoint
@@ -57,7 +58,9 @@ def durable_server() -> Iterator[Server]:
     """A private server that writes every change to its append-only file before answering
     (``appendfsync always``), so ``stop()`` (SIGKILL) and ``start()`` lose nothing."""
     binaries = server_binaries()
-    srv = Server(binaries.get("redis") or binaries["valkey"],
-                 extra=["--appendonly", "yes", "--appendfsync", "always"]).start()
+    srv = Server(
+        binaries.get("redis") or binaries["valkey"],
+        extra=["--appendonly", "yes", "--appendfsync", "always"],
+    ).start()
     yield srv
     srv.cleanup()

@@ -24,15 +24,23 @@ FAST: dict[str, dict[str, Any]] = {
     "redis": {"shards": 4, "socket_timeout_seconds": 1.0, "connect_timeout_seconds": 0.5},
     "buffer": {"max_events_per_game": 100_000},
     "collector": {"flush_interval_ms": 10, "retry_max_delay_ms": 200},
-    "reporter": {"linger_ms": 50, "poll_interval_ms": 20, "workers": 2, "lease_seconds": 1.0,
-                 "shard_lease_seconds": 1.0, "grace_seconds": 2.0, "max_batches_per_claim": 8},
+    "reporter": {
+        "linger_ms": 50,
+        "poll_interval_ms": 20,
+        "workers": 2,
+        "lease_seconds": 1.0,
+        "shard_lease_seconds": 1.0,
+        "grace_seconds": 2.0,
+        "max_batches_per_claim": 8,
+    },
     "sink": {"timeout_seconds": 2.0, "connect_timeout_seconds": 0.5},
     "retry": {"initial_delay_ms": 50, "max_delay_ms": 400, "max_attempts": 50},
 }
 
 
-def make_config(redis_url: str, sink_url: str = "http://127.0.0.1:9/ingest",
-                **sections: dict[str, Any]) -> ReporterConfig:
+def make_config(
+    redis_url: str, sink_url: str = "http://127.0.0.1:9/ingest", **sections: dict[str, Any]
+) -> ReporterConfig:
     """The FAST settings on ``redis_url`` and ``sink_url``, with per-section overrides."""
     raw = raw_settings(ReporterConfig())
     for name, fast in FAST.items():
@@ -48,14 +56,18 @@ def schema_of(config: ReporterConfig) -> KeySchema:
     return KeySchema(config.redis.key_prefix, config.redis.shards)
 
 
-
-
 def event(game: str, seq: int) -> dict[str, Any]:
     return {"game": game, "seq": seq}
 
 
-def push_events(client: redis.Redis, schema: KeySchema, game: str, seqs: Iterable[int],
-                collected_ms: int | None = None, cap: int = 100_000) -> int:
+def push_events(
+    client: redis.Redis,
+    schema: KeySchema,
+    game: str,
+    seqs: Iterable[int],
+    collected_ms: int | None = None,
+    cap: int = 100_000,
+) -> int:
     """Store events the way collect() does (collect.lua), stamped ``collected_ms`` (now)."""
     born = time.time_ns() // 1_000_000 if collected_ms is None else collected_ms
     entries = [encode_entry(born, orjson.dumps(event(game, s))) for s in seqs]
@@ -68,8 +80,9 @@ def totals(client: redis.Redis, schema: KeySchema) -> Totals:
 
 def _quiet(t: Totals) -> bool:
     s = t.summary()
-    return bool(s["stored"]) and not (s["buffered"] or s["pending_events"]
-                                      or s["batches_in_flight"] or s["batches_retry"])
+    return bool(s["stored"]) and not (
+        s["buffered"] or s["pending_events"] or s["batches_in_flight"] or s["batches_retry"]
+    )
 
 
 def drained(client: redis.Redis, schema: KeySchema) -> Totals | None:
@@ -90,29 +103,25 @@ def assert_reconciled(t: Totals) -> None:
     assert s["unaccounted"] == 0, s
     assert s["buffered"] == 0 and s["pending_events"] == 0, s
     dead_now = s["dead_events"] - s["replayed"]
-    assert (s["delivered"] + dead_now + s["stale"] + s["evicted"] + s["merged"]
-            == s["stored"]), s
+    assert s["delivered"] + dead_now + s["stale"] + s["evicted"] + s["merged"] == s["stored"], s
 
 
 def received_keys(endpoint: LocalEndpoint) -> Counter[tuple[str, int]]:
     """(game, seq) of every event the endpoint accepted, with how often it came."""
     with endpoint.lock:
-        return Counter((str(e["game"]), int(e["seq"])) for r in endpoint.received
-                       for e in r.events)
+        return Counter((str(e["game"]), int(e["seq"])) for r in endpoint.received for e in r.events)
 
 
 class Script:
     """A scriptable ``respond`` for LocalEndpoint; records each request's arrival."""
 
-    def __init__(self, decide: Callable[[int, dict[str, Any]], tuple[int, dict[str, str]]]
-                 ) -> None:
+    def __init__(self, decide: Callable[[int, dict[str, Any]], tuple[int, dict[str, str]]]) -> None:
         self.decide = decide
         self.lock = threading.Lock()
         self.log: list[tuple[int, float, int, str]] = []  # number, arrival, status, batch id
         self.release = threading.Event()  # wakes any sleeping response at teardown
 
-    def __call__(self, number: int, body: dict[str, Any]
-                 ) -> tuple[int, dict[str, str], bytes]:
+    def __call__(self, number: int, body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
         arrived = time.monotonic()
         status, headers = self.decide(number, body)
         with self.lock:

@@ -40,17 +40,36 @@ class Shard:
             self._seq += 1
         return out
 
-    def push(self, game: str, count: int, cap: int = 100_000,
-             collected_ms: int | None = None) -> list[bytes]:
+    def push(
+        self, game: str, count: int, cap: int = 100_000, collected_ms: int | None = None
+    ) -> list[bytes]:
         entries = self.entries(game, count, collected_ms)
         self.scripts.collect(self.keys, game, cap, 3600, entries)
         return entries
 
-    def claim(self, game: str, token: str, *, batch_id: str | None = None, size: int = 128,
-              most: int = 1, lease_ms: int = LEASE_MS, max_age_ms: int = MAX_AGE_MS,
-              linger_ms: int = 0) -> Claimed:
-        return self.scripts.claim(self.keys, game, batch_id or new_token(), token, size, most,
-                                  lease_ms, max_age_ms, linger_ms)
+    def claim(
+        self,
+        game: str,
+        token: str,
+        *,
+        batch_id: str | None = None,
+        size: int = 128,
+        most: int = 1,
+        lease_ms: int = LEASE_MS,
+        max_age_ms: int = MAX_AGE_MS,
+        linger_ms: int = 0,
+    ) -> Claimed:
+        return self.scripts.claim(
+            self.keys,
+            game,
+            batch_id or new_token(),
+            token,
+            size,
+            most,
+            lease_ms,
+            max_age_ms,
+            linger_ms,
+        )
 
     def leased(self, game: str, count: int, token: str) -> str:
         """Push ``count`` events and claim them as one batch; its id."""
@@ -59,13 +78,33 @@ class Shard:
         assert len(claimed.batches) == 1
         return claimed.batches[0][0]
 
-    def nack(self, batch_id: str, token: str, *, permanent: bool = False, min_delay_ms: int = 0,
-             initial_ms: int = 100, max_ms: int = 1000, max_attempts: int = 5,
-             jitter: float = 0.5, dead_max: int = 100, reason: str = "test") -> NackResult:
-        return self.scripts.nack(self.keys, batch_id, token, permanent=permanent,
-                                 min_delay_ms=min_delay_ms, initial_ms=initial_ms, max_ms=max_ms,
-                                 max_attempts=max_attempts, jitter=jitter, dead_max=dead_max,
-                                 reason=reason)
+    def nack(
+        self,
+        batch_id: str,
+        token: str,
+        *,
+        permanent: bool = False,
+        min_delay_ms: int = 0,
+        initial_ms: int = 100,
+        max_ms: int = 1000,
+        max_attempts: int = 5,
+        jitter: float = 0.5,
+        dead_max: int = 100,
+        reason: str = "test",
+    ) -> NackResult:
+        return self.scripts.nack(
+            self.keys,
+            batch_id,
+            token,
+            permanent=permanent,
+            min_delay_ms=min_delay_ms,
+            initial_ms=initial_ms,
+            max_ms=max_ms,
+            max_attempts=max_attempts,
+            jitter=jitter,
+            dead_max=dead_max,
+            reason=reason,
+        )
 
     def make_due(self, *batch_ids: str) -> None:
         """Move retry times into the past, so take_retries takes the batches now."""
@@ -83,12 +122,10 @@ class Shard:
         return {k.decode(): int(v) for k, v in self.r.hgetall(self.keys.stats).items()}
 
     def inflight(self) -> dict[str, float]:
-        return {k.decode(): s for k, s in self.r.zrange(self.keys.inflight, 0, -1,
-                                                         withscores=True)}
+        return {k.decode(): s for k, s in self.r.zrange(self.keys.inflight, 0, -1, withscores=True)}
 
     def retry(self) -> dict[str, float]:
-        return {k.decode(): s for k, s in self.r.zrange(self.keys.retry, 0, -1,
-                                                         withscores=True)}
+        return {k.decode(): s for k, s in self.r.zrange(self.keys.retry, 0, -1, withscores=True)}
 
     def dead(self) -> list[str]:
         return [b.decode() for b in self.r.lrange(self.keys.dead, 0, -1)]

@@ -27,11 +27,16 @@ from tests.servers import SentinelGroup
 Key = tuple[str, int]
 
 
-def sentinel_config(group: SentinelGroup, sink_url: str = "http://127.0.0.1:9/ingest",
-                    **sections: dict[str, object]) -> ReporterConfig:
+def sentinel_config(
+    group: SentinelGroup, sink_url: str = "http://127.0.0.1:9/ingest", **sections: dict[str, object]
+) -> ReporterConfig:
     """The delivery tests' fast settings, with Redis found through ``group``'s sentinels."""
-    redis_section = {"sentinels": group.addresses, "sentinel_service": group.service,
-                     "sentinel_password": group.password, **sections.pop("redis", {})}
+    redis_section = {
+        "sentinels": group.addresses,
+        "sentinel_service": group.service,
+        "sentinel_password": group.password,
+        **sections.pop("redis", {}),
+    }
     # The URL's host and port are not used: the sentinels name the primary.
     return make_config("redis://127.0.0.1:1/0", sink_url, redis=redis_section, **sections)
 
@@ -87,22 +92,34 @@ class FailoverRun:
         return sum(n - 1 for n in self.received.values())
 
     def summary(self) -> str:
-        line = (f"sentinel failover ({self.how}, wait_for_replicas={self.wait_for_replicas}): "
-                f"{len(self.collected)} collected, {len(self.received)} delivered, "
-                f"{self.duplicates} duplicates, {len(self.missing)} missing; the sentinels "
-                f"promoted the replica {self.promoted_at - self.killed_at:.1f} s after "
-                + ("the kill" if self.how == "kill" else "SENTINEL FAILOVER"))
+        line = (
+            f"sentinel failover ({self.how}, wait_for_replicas={self.wait_for_replicas}): "
+            f"{len(self.collected)} collected, {len(self.received)} delivered, "
+            f"{self.duplicates} duplicates, {len(self.missing)} missing; the sentinels "
+            f"promoted the replica {self.promoted_at - self.killed_at:.1f} s after "
+            + ("the kill" if self.how == "kill" else "SENTINEL FAILOVER")
+        )
         if self.missing:
             times = self.missing.values()
-            line += (f"; the missing were collected {self.dead_at - max(times):.3f} to "
-                     f"{self.dead_at - min(times):.3f} s before the old primary was "
-                     + ("reaped" if self.how == "kill" else "seen demoted"))
+            line += (
+                f"; the missing were collected {self.dead_at - max(times):.3f} to "
+                f"{self.dead_at - min(times):.3f} s before the old primary was "
+                + ("reaped" if self.how == "kill" else "seen demoted")
+            )
         return line
 
 
-def run_failover(group: SentinelGroup, config: ReporterConfig, endpoint: LocalEndpoint,
-                 *, games: list[str], rate: int, kill_after_delivered: int,
-                 after_failover_seconds: float, how: str = "kill") -> FailoverRun:
+def run_failover(
+    group: SentinelGroup,
+    config: ReporterConfig,
+    endpoint: LocalEndpoint,
+    *,
+    games: list[str],
+    rate: int,
+    kill_after_delivered: int,
+    after_failover_seconds: float,
+    how: str = "kill",
+) -> FailoverRun:
     """Collect, fail over once ``kill_after_delivered`` events are delivered, go on
     collecting ``after_failover_seconds`` after the promotion; the run's record.  The caller
     runs the reporter on ``config`` and ``endpoint``.
@@ -116,8 +133,11 @@ def run_failover(group: SentinelGroup, config: ReporterConfig, endpoint: LocalEn
     collect_sha = lua_script("collect").sha
     producer.thread.start()
     try:
-        wait_until(lambda: len(received_keys(endpoint)) >= kill_after_delivered, timeout=120,
-                   what="delivery under way")
+        wait_until(
+            lambda: len(received_keys(endpoint)) >= kill_after_delivered,
+            timeout=120,
+            what="delivery under way",
+        )
         [scripts_before] = replica.client().script_exists(collect_sha)
         killed_at = dead_at = time.monotonic()
         if how == "kill":
@@ -126,24 +146,46 @@ def run_failover(group: SentinelGroup, config: ReporterConfig, endpoint: LocalEn
         else:
             with group.sentinels[0].client() as sentinel:
                 sentinel.execute_command("SENTINEL", "FAILOVER", group.service)
-        wait_until(lambda: group.current_primary() is replica, timeout=60,
-                   what="the sentinels promoting the replica")
+        wait_until(
+            lambda: group.current_primary() is replica,
+            timeout=60,
+            what="the sentinels promoting the replica",
+        )
         promoted_at = time.monotonic()
         if how != "kill":
             old = group.primary.client()
-            wait_until(lambda: old.info("replication")["role"] == "slave", timeout=60,
-                       what="the old primary demoted")
+            wait_until(
+                lambda: old.info("replication")["role"] == "slave",
+                timeout=60,
+                what="the old primary demoted",
+            )
             dead_at = time.monotonic()
-        wait_until(lambda: producer.since(promoted_at) >= after_failover_seconds * rate,
-                   timeout=after_failover_seconds * 10 + 30, what="collecting after the failover")
+        wait_until(
+            lambda: producer.since(promoted_at) >= after_failover_seconds * rate,
+            timeout=after_failover_seconds * 10 + 30,
+            what="collecting after the failover",
+        )
     finally:
         producer.stop.set()
         producer.thread.join(10)
     collector.close(timeout=30)
     new_primary = replica.client()
-    totals = wait_until(lambda: drained(new_primary, schema_of(config)), timeout=120,
-                        what="every batch finished on the new primary")
+    totals = wait_until(
+        lambda: drained(new_primary, schema_of(config)),
+        timeout=120,
+        what="every batch finished on the new primary",
+    )
     [scripts_after] = new_primary.script_exists(collect_sha)
-    return FailoverRun(dict(producer.collected), received_keys(endpoint), collector.stats(),
-                       totals, killed_at, dead_at, promoted_at, scripts_before, scripts_after,
-                       getattr(config.redis, "wait_for_replicas", 0), how)
+    return FailoverRun(
+        dict(producer.collected),
+        received_keys(endpoint),
+        collector.stats(),
+        totals,
+        killed_at,
+        dead_at,
+        promoted_at,
+        scripts_before,
+        scripts_after,
+        getattr(config.redis, "wait_for_replicas", 0),
+        how,
+    )

@@ -27,13 +27,17 @@ GAME = "bytes"
 NGINX_DEFAULT = 1024 * 1024  # client_max_body_size
 
 
-def push_sized(client: redis.Redis, schema: KeySchema, game: str, sizes: list[int],
-               first_seq: int = 0) -> None:
+def push_sized(
+    client: redis.Redis, schema: KeySchema, game: str, sizes: list[int], first_seq: int = 0
+) -> None:
     """Events of about the given JSON sizes, numbered from ``first_seq``."""
     now = time.time_ns() // 1_000_000
-    entries = [encode_entry(now, orjson.dumps({"game": game, "seq": first_seq + i,
-                                               "pad": "p" * max(0, size - 40)}))
-               for i, size in enumerate(sizes)]
+    entries = [
+        encode_entry(
+            now, orjson.dumps({"game": game, "seq": first_seq + i, "pad": "p" * max(0, size - 40)})
+        )
+        for i, size in enumerate(sizes)
+    ]
     Scripts(client).collect(schema.for_game(game), game, 100_000, 3600, entries)
 
 
@@ -41,22 +45,24 @@ def test_the_claim_ends_a_batch_before_its_bytes_pass_the_limit(r: redis.Redis) 
     schema = KeySchema("cut", 4)
     keys = schema.for_game(GAME)
     push_sized(r, schema, GAME, [1000] * 9 + [5000] + [1000] * 4)
-    claimed = Scripts(r).claim(keys, GAME, "b", "t", 128, 4, 60_000, 0, 0,
-                               max_bytes=2500, event_overhead=1)
+    claimed = Scripts(r).claim(
+        keys, GAME, "b", "t", 128, 4, 60_000, 0, 0, max_bytes=2500, event_overhead=1
+    )
 
     counts = [len(b.entries) for b in claimed.batches]
     assert counts == [2, 2, 2, 2]  # 3 x 1,001 bytes would pass 2,500
     assert claimed.remaining == 6  # the 4th batch's limit reached: the rest stay queued
-    claimed = Scripts(r).claim(keys, GAME, "c", "t", 128, 4, 60_000, 0, 0,
-                               max_bytes=2500, event_overhead=1)
+    claimed = Scripts(r).claim(
+        keys, GAME, "c", "t", 128, 4, 60_000, 0, 0, max_bytes=2500, event_overhead=1
+    )
     sizes = [[len(e) for e in b.entries] for b in claimed.batches]
     assert [len(s) for s in sizes] == [1, 1, 2, 2]  # the 5,000-byte event goes alone
     assert claimed.remaining == 0
 
 
 def test_with_the_default_limit_no_body_passes_a_proxy_default(
-        redis_url: str, r: redis.Redis, make_endpoint: MakeEndpoint,
-        start_service: StartService) -> None:
+    redis_url: str, r: redis.Redis, make_endpoint: MakeEndpoint, start_service: StartService
+) -> None:
     """1,024 events of 10 KB in four games behind an nginx-like 1 MiB body limit: batches
     are cut under it, so nothing meets a 413 and everything is delivered."""
     endpoint = make_endpoint(max_body_bytes=NGINX_DEFAULT)
@@ -77,8 +83,12 @@ def test_with_the_default_limit_no_body_passes_a_proxy_default(
 
 
 def test_a_413_splits_the_batch_and_the_limit_taken_is_used_after(
-        redis_url: str, r: redis.Redis, make_endpoint: MakeEndpoint,
-        start_service: StartService, caplog: pytest.LogCaptureFixture) -> None:
+    redis_url: str,
+    r: redis.Redis,
+    make_endpoint: MakeEndpoint,
+    start_service: StartService,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """Configured above the endpoint's limit: the first batches meet a 413, are sent again in
     halves, and later batches are cut at the size the endpoint took; none is dead-lettered."""
     caplog.set_level(logging.WARNING, "reporter")
@@ -104,8 +114,8 @@ def test_a_413_splits_the_batch_and_the_limit_taken_is_used_after(
 
 
 def test_a_single_event_over_the_endpoint_limit_is_dead_lettered_alone(
-        redis_url: str, r: redis.Redis, make_endpoint: MakeEndpoint,
-        start_service: StartService) -> None:
+    redis_url: str, r: redis.Redis, make_endpoint: MakeEndpoint, start_service: StartService
+) -> None:
     endpoint = make_endpoint(max_body_bytes=20_000)
     config = make_config(redis_url, endpoint.url)
     schema = schema_of(config)
@@ -126,8 +136,19 @@ def test_replay_cuts_a_dead_letter_again_by_the_byte_limit(r: redis.Redis) -> No
     scripts = Scripts(r)
     push_sized(r, schema, GAME, [1000] * 6)
     [batch] = scripts.claim(keys, GAME, "b", "t", 128, 1, 60_000, 0, 0).batches
-    scripts.nack(keys, batch.batch_id, "t", permanent=True, min_delay_ms=0, initial_ms=1,
-                 max_ms=1, max_attempts=5, jitter=0.0, dead_max=100, reason="HTTP 400")
+    scripts.nack(
+        keys,
+        batch.batch_id,
+        "t",
+        permanent=True,
+        min_delay_ms=0,
+        initial_ms=1,
+        max_ms=1,
+        max_attempts=5,
+        jitter=0.0,
+        dead_max=100,
+        reason="HTTP 400",
+    )
 
     budget = JSON_BODY.event_budget(2500 + JSON_BODY.fixed)
     replayed = scripts.replay(keys, "", 10, budget, JSON_BODY.per_event)
@@ -140,8 +161,12 @@ def test_replay_cuts_a_dead_letter_again_by_the_byte_limit(r: redis.Redis) -> No
 
 
 def test_one_oversized_event_does_not_stop_the_small_ones_after_it_going_in_full_batches(
-        redis_url: str, r: redis.Redis, make_endpoint: MakeEndpoint,
-        start_service: StartService, caplog: pytest.LogCaptureFixture) -> None:
+    redis_url: str,
+    r: redis.Redis,
+    make_endpoint: MakeEndpoint,
+    start_service: StartService,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """Behind a 20,000-byte limit, a 30 KB event at the head of 5,000 small ones: its batch is
     halved down to the event alone, which is dead-lettered; the limit learned from the bodies
     of several events refused stays at one event of max_event_bytes in its envelope, so every
@@ -165,8 +190,11 @@ def test_one_oversized_event_does_not_stop_the_small_ones_after_it_going_in_full
     assert service.body_limit.limit == floor
     with endpoint.lock:
         # The first batch (the big event and 127 small ones) went in halves (<id>.a, .b, ...).
-        whole = [len(req.events) for req in endpoint.received
-                 if not req.idempotency_key.endswith((".a", ".b"))]
+        whole = [
+            len(req.events)
+            for req in endpoint.received
+            if not req.idempotency_key.endswith((".a", ".b"))
+        ]
     tail = (5000 - 127) % 128
     assert sorted(whole, reverse=True) == [128] * ((5000 - 127) // 128) + [tail]
     learned = [m for m in caplog.messages if "batches are now cut at" in m]
@@ -174,8 +202,12 @@ def test_one_oversized_event_does_not_stop_the_small_ones_after_it_going_in_full
 
 
 def test_the_limit_grows_back_once_the_endpoint_takes_larger_bodies_again(
-        redis_url: str, r: redis.Redis, make_endpoint: MakeEndpoint,
-        start_service: StartService, caplog: pytest.LogCaptureFixture) -> None:
+    redis_url: str,
+    r: redis.Redis,
+    make_endpoint: MakeEndpoint,
+    start_service: StartService,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """An endpoint that refuses bodies over 20,000 bytes, then takes up to 1 MiB again (its
     proxy reconfigured): the probes raise the limit, doubling, back to max_batch_bytes, and
     later batches are cut at it again; every change is logged once."""

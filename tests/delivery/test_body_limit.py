@@ -31,7 +31,8 @@ def changes(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def test_a_refusal_lowers_the_limit_to_the_body_taken_but_never_below_one_largest_event(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.INFO, "reporter")
     limit = BodyLimit(MiB, JSON_BODY, max_event_bytes=32768, clock=Clock())
     floor = JSON_BODY.fixed + 32768 + JSON_BODY.per_event
@@ -62,8 +63,7 @@ def test_the_floor_never_passes_the_configured_limit() -> None:
     assert limit.limit == 4096
 
 
-def test_probes_grow_the_limit_back_to_the_configured_one(
-        caplog: pytest.LogCaptureFixture) -> None:
+def test_probes_grow_the_limit_back_to_the_configured_one(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, "reporter")
     clock = Clock()
     limit = BodyLimit(MiB, JSON_BODY, max_event_bytes=1000, probe_seconds=60, clock=clock)

@@ -46,7 +46,9 @@ class ReporterProcess:
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "reporter", "run", "--config", str(config_path)],
-                stdout=log, stderr=subprocess.STDOUT, env=env_without_telemetry(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env_without_telemetry(),
                 cwd=Path(__file__).resolve().parents[2],
             )
 
@@ -60,8 +62,9 @@ class ReporterProcess:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"reporter still running after {timeout}s:\n{self.log()}"
-                                 ) from None
+            raise AssertionError(
+                f"reporter still running after {timeout}s:\n{self.log()}"
+            ) from None
 
 
 Spawn = Callable[[ReporterConfig], ReporterProcess]
@@ -90,6 +93,7 @@ def spawn(tmp_path: Path) -> Iterator[Spawn]:
 def hang_first() -> Script:
     """A responder whose first request hangs (up to 30 s, or until the test ends) and then
     fails; every later request is answered 200 at once."""
+
     def decide(n: int, body: dict[str, Any]) -> tuple[int, dict[str, str]]:
         if n == 1:
             script.release.wait(30)
@@ -105,8 +109,9 @@ def headers_of(endpoint: LocalEndpoint, number: int) -> dict[str, str]:
         return {k.lower(): v for k, v in endpoint.request_headers[number - 1].items()}
 
 
-def setup(server: Server, endpoint: LocalEndpoint, **sections: dict[str, Any]
-          ) -> tuple[ReporterConfig, redis.Redis]:
+def setup(
+    server: Server, endpoint: LocalEndpoint, **sections: dict[str, Any]
+) -> tuple[ReporterConfig, redis.Redis]:
     config = make_config(server.url, endpoint.url, **sections)
     client = server.client()
     push_events(client, schema_of(config), GAME, range(EVENTS))
@@ -114,7 +119,8 @@ def setup(server: Server, endpoint: LocalEndpoint, **sections: dict[str, Any]
 
 
 def test_sigkill_mid_post_then_another_reporter_delivers_after_the_lease(
-        own_server: Server, make_endpoint: MakeEndpoint, spawn: Spawn) -> None:
+    own_server: Server, make_endpoint: MakeEndpoint, spawn: Spawn
+) -> None:
     endpoint = make_endpoint(hang_first())
     config, client = setup(own_server, endpoint)
     schema = schema_of(config)
@@ -145,13 +151,21 @@ def test_sigkill_mid_post_then_another_reporter_delivers_after_the_lease(
     assert second.wait(config.reporter.grace_seconds + EXIT_MARGIN) == 0
 
 
-@pytest.mark.parametrize(("post_seconds", "grace", "outcome"), [
-    (1.0, 4.0, "delivered"),   # the POST ends within the grace period
-    (30.0, 1.0, "released"),   # it does not: the batch is handed back, no attempt charged
-])
+@pytest.mark.parametrize(
+    ("post_seconds", "grace", "outcome"),
+    [
+        (1.0, 4.0, "delivered"),  # the POST ends within the grace period
+        (30.0, 1.0, "released"),  # it does not: the batch is handed back, no attempt charged
+    ],
+)
 def test_sigterm_during_a_slow_post_exits_cleanly_and_loses_nothing(
-        own_server: Server, make_endpoint: MakeEndpoint, spawn: Spawn, post_seconds: float,
-        grace: float, outcome: str) -> None:
+    own_server: Server,
+    make_endpoint: MakeEndpoint,
+    spawn: Spawn,
+    post_seconds: float,
+    grace: float,
+    outcome: str,
+) -> None:
     def decide(n: int, body: dict[str, Any]) -> tuple[int, dict[str, str]]:
         woken = script.release.wait(post_seconds)
         return (503, {}) if woken else (200, {})
@@ -185,7 +199,8 @@ def test_sigterm_during_a_slow_post_exits_cleanly_and_loses_nothing(
 
 
 def test_second_signal_exits_at_once_and_a_later_reporter_recovers(
-        own_server: Server, make_endpoint: MakeEndpoint, spawn: Spawn) -> None:
+    own_server: Server, make_endpoint: MakeEndpoint, spawn: Spawn
+) -> None:
     endpoint = make_endpoint(hang_first())
     config, client = setup(own_server, endpoint, reporter={"grace_seconds": 60.0})
     schema = schema_of(config)
@@ -213,10 +228,12 @@ def test_second_signal_exits_at_once_and_a_later_reporter_recovers(
 
 
 def test_sigterm_while_redis_hangs_exits_within_the_bound_and_loses_nothing(
-        own_server: Server, make_endpoint: MakeEndpoint, spawn: Spawn) -> None:
+    own_server: Server, make_endpoint: MakeEndpoint, spawn: Spawn
+) -> None:
     """Redis stopped (SIGSTOP: connects succeed, nothing is answered) while a POST is under
     way: the reporter exits within grace + the Redis socket timeout + 2 s, lists what it left
     to lease expiry, and a later reporter delivers everything once Redis is back."""
+
     def decide(n: int, body: dict[str, Any]) -> tuple[int, dict[str, str]]:
         script.release.wait(1.5)  # the first answers come while Redis hangs
         return 200, {}
@@ -224,8 +241,12 @@ def test_sigterm_while_redis_hangs_exits_within_the_bound_and_loses_nothing(
     script = Script(decide)
     endpoint = make_endpoint(script)
     grace, socket_timeout = 1.0, 1.0
-    config, client = setup(own_server, endpoint, reporter={"grace_seconds": grace},
-                           redis={"socket_timeout_seconds": socket_timeout, "retries": 3})
+    config, client = setup(
+        own_server,
+        endpoint,
+        reporter={"grace_seconds": grace},
+        redis={"socket_timeout_seconds": socket_timeout, "retries": 3},
+    )
     schema = schema_of(config)
 
     first = spawn(config)

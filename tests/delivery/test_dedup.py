@@ -56,27 +56,40 @@ with Collector(url=url, shards=4, key_prefix="dlv", dedup_fields=fields,
 
 def sessions_received(endpoint: LocalEndpoint) -> Counter[tuple[str, int]]:
     with endpoint.lock:
-        return Counter((str(e["si"]), int(e["bt"])) for r in endpoint.received
-                       if r.status == 200 for e in r.events)
+        return Counter(
+            (str(e["si"]), int(e["bt"]))
+            for r in endpoint.received
+            if r.status == 200
+            for e in r.events
+        )
 
 
 @pytest.mark.parametrize("how", ["fields", "key"])
 def test_two_processes_collecting_the_same_logins_and_logouts_deliver_each_once(
-        own_server: Server, make_endpoint: MakeEndpoint, start_service: StartService,
-        how: str) -> None:
+    own_server: Server, make_endpoint: MakeEndpoint, start_service: StartService, how: str
+) -> None:
     endpoint = make_endpoint()
     config = make_config(own_server.url, endpoint.url)
     start_service(config)
-    producers = [subprocess.Popen(
-        [sys.executable, "-c", PRODUCER, own_server.url, GAME, str(SESSIONS), how],
-        cwd=ROOT, env=env_without_telemetry(), stdout=subprocess.PIPE) for _ in range(2)]
+    producers = [
+        subprocess.Popen(
+            [sys.executable, "-c", PRODUCER, own_server.url, GAME, str(SESSIONS), how],
+            cwd=ROOT,
+            env=env_without_telemetry(),
+            stdout=subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
     stats = []
     for producer in producers:
         out, _ = producer.communicate(timeout=120)
         assert producer.returncode == 0
         stats.append(json.loads(out))
-    finished = wait_until(lambda: drained(own_server.client(), schema_of(config)),
-                          timeout=60, what="everything delivered")
+    finished = wait_until(
+        lambda: drained(own_server.client(), schema_of(config)),
+        timeout=60,
+        what="everything delivered",
+    )
 
     got = sessions_received(endpoint)
     assert set(got) == {(f"s{n:05d}", bt) for n in range(SESSIONS) for bt in (1, 0)}
@@ -108,24 +121,40 @@ with Collector(url=url, shards=4, dedup_fields=["si", "bt"],
 
 
 def test_two_processes_reporting_the_same_sessions_reach_the_interface_once(
-        own_server: Server, start_service: StartService) -> None:
+    own_server: Server, start_service: StartService
+) -> None:
     secret, app_id, biz_id = "0f1e2d3c4b5a69788796a5b4c3d2e1f0", "app-dedup", "1101999999"
     with NppaEndpoint(app_id=app_id, secret_key=secret, biz_ids=[biz_id]) as interface:
         config = nppa_make_config(
-            own_server.url, sink={"kind": "nppa"},
-            nppa={"base_url": interface.url, "app_id": app_id, "secret_key": secret,
-                  "throttle_seconds": 1.0},
+            own_server.url,
+            sink={"kind": "nppa"},
+            nppa={
+                "base_url": interface.url,
+                "app_id": app_id,
+                "secret_key": secret,
+                "throttle_seconds": 1.0,
+            },
             games={"farm": {"biz_id": biz_id}},
-            reporter={"linger_ms": 100, "poll_interval_ms": 20})
+            reporter={"linger_ms": 100, "poll_interval_ms": 20},
+        )
         start_service(config)
-        producers = [subprocess.Popen(
-            [sys.executable, "-c", NPPA_PRODUCER, own_server.url, str(NPPA_SESSIONS)],
-            cwd=ROOT, env=env_without_telemetry(), stdout=subprocess.PIPE) for _ in range(2)]
+        producers = [
+            subprocess.Popen(
+                [sys.executable, "-c", NPPA_PRODUCER, own_server.url, str(NPPA_SESSIONS)],
+                cwd=ROOT,
+                env=env_without_telemetry(),
+                stdout=subprocess.PIPE,
+            )
+            for _ in range(2)
+        ]
         for producer in producers:
             producer.communicate(timeout=120)
             assert producer.returncode == 0
-        wait_until(lambda: drained(own_server.client(), schema_of(config)),
-                   timeout=60, what="everything delivered")
+        wait_until(
+            lambda: drained(own_server.client(), schema_of(config)),
+            timeout=60,
+            what="everything delivered",
+        )
         with interface.lock:
             got = Counter((a.item["si"], a.item["bt"]) for a in interface.accepted)
 

@@ -59,14 +59,16 @@ def fill(client: redis.Redis, schema: KeySchema, sizes: dict[str, int]) -> set[t
 
 
 def drain(client: redis.Redis, schema: KeySchema, timeout: float = 30.0) -> Totals:
-    totals: Totals = wait_until(lambda: drained(client, schema), timeout=timeout,
-                                what="every batch finished")
+    totals: Totals = wait_until(
+        lambda: drained(client, schema), timeout=timeout, what="every batch finished"
+    )
     assert_reconciled(totals)
     return totals
 
 
-def assert_matches_endpoint(totals: Totals, endpoint: LocalEndpoint,
-                            service: ReporterService) -> Counter[tuple[str, int]]:
+def assert_matches_endpoint(
+    totals: Totals, endpoint: LocalEndpoint, service: ReporterService
+) -> Counter[tuple[str, int]]:
     """The delivered counter equals the distinct events received; no duplicates unless a
     lease was lost; every POST carried its batch id as Idempotency-Key."""
     got = received_keys(endpoint)
@@ -80,17 +82,20 @@ def assert_matches_endpoint(totals: Totals, endpoint: LocalEndpoint,
     return got
 
 
-def started(own_server: Server, endpoint_url: str, start_service: StartService,
-            **sections: dict[str, Any]) -> tuple[ReporterService, redis.Redis, KeySchema]:
+def started(
+    own_server: Server, endpoint_url: str, start_service: StartService, **sections: dict[str, Any]
+) -> tuple[ReporterService, redis.Redis, KeySchema]:
     config = make_config(own_server.url, endpoint_url, **sections)
     service = start_service(config)
-    wait_until(lambda: len(service.ownership.owned()) == config.redis.shards,
-               what="every shard owned")
+    wait_until(
+        lambda: len(service.ownership.owned()) == config.redis.shards, what="every shard owned"
+    )
     return service, own_server.client(), schema_of(config)
 
 
-def test_503_burst_then_recovery(own_server: Server, make_endpoint: MakeEndpoint,
-                                 start_service: StartService) -> None:
+def test_503_burst_then_recovery(
+    own_server: Server, make_endpoint: MakeEndpoint, start_service: StartService
+) -> None:
     first: list[float] = []
 
     def decide(n: int, body: dict[str, Any]) -> tuple[int, dict[str, str]]:
@@ -114,14 +119,16 @@ def test_503_burst_then_recovery(own_server: Server, make_endpoint: MakeEndpoint
     assert service.gate.failures == 0  # open again
 
 
-def test_429_retry_after_is_honoured(own_server: Server, make_endpoint: MakeEndpoint,
-                                     start_service: StartService) -> None:
+def test_429_retry_after_is_honoured(
+    own_server: Server, make_endpoint: MakeEndpoint, start_service: StartService
+) -> None:
     """One sweep thread, so requests are sequential: after each 429 with Retry-After: 1 the
     next request of any batch comes at least a second later."""
     script = Script(lambda n, body: (429, {"Retry-After": "1"}) if n <= 2 else (200, {}))
     endpoint = make_endpoint(script)
-    service, client, schema = started(own_server, endpoint.url, start_service,
-                                      reporter={"workers": 1})
+    service, client, schema = started(
+        own_server, endpoint.url, start_service, reporter={"workers": 1}
+    )
     games = games_in_distinct_shards(schema, 2)
     stored = fill(client, schema, {games[0]: 400, games[1]: 100})
 
@@ -138,10 +145,12 @@ def test_429_retry_after_is_honoured(own_server: Server, make_endpoint: MakeEndp
     assert totals.counter("batches_retried") == 2
 
 
-def test_timeouts_then_recovery(own_server: Server, make_endpoint: MakeEndpoint,
-                                start_service: StartService) -> None:
+def test_timeouts_then_recovery(
+    own_server: Server, make_endpoint: MakeEndpoint, start_service: StartService
+) -> None:
     """The first answers take longer than the sink's 0.3 s timeout (and are errors when
     they finally come, so the endpoint does not record them)."""
+
     def decide(n: int, body: dict[str, Any]) -> tuple[int, dict[str, str]]:
         if n <= 6:
             script.release.wait(0.8)
@@ -150,8 +159,9 @@ def test_timeouts_then_recovery(own_server: Server, make_endpoint: MakeEndpoint,
 
     script = Script(decide)
     endpoint = make_endpoint(script)
-    service, client, schema = started(own_server, endpoint.url, start_service,
-                                      sink={"timeout_seconds": 0.3})
+    service, client, schema = started(
+        own_server, endpoint.url, start_service, sink={"timeout_seconds": 0.3}
+    )
     games = games_in_distinct_shards(schema, 3)
     stored = fill(client, schema, dict.fromkeys(games, 250))
 
@@ -164,24 +174,23 @@ def test_timeouts_then_recovery(own_server: Server, make_endpoint: MakeEndpoint,
     assert service.tally.snapshot().get("batches_retried") == 6
 
 
-def test_connection_refused_then_endpoint_comes_up(own_server: Server,
-                                                   make_endpoint: MakeEndpoint,
-                                                   start_service: StartService) -> None:
+def test_connection_refused_then_endpoint_comes_up(
+    own_server: Server, make_endpoint: MakeEndpoint, start_service: StartService
+) -> None:
     port = free_port()  # nothing listens here until the endpoint starts
-    service, client, schema = started(own_server, f"http://127.0.0.1:{port}/ingest",
-                                      start_service)
+    service, client, schema = started(own_server, f"http://127.0.0.1:{port}/ingest", start_service)
     games = games_in_distinct_shards(schema, 3)
     stored = fill(client, schema, dict.fromkeys(games, 300))
 
     def retried() -> int:
         assert drained(client, schema) is None, "finished while nothing listened"
-        return sum(int(client.hget(k.stats, "batches_retried") or 0)
-                   for k in schema.all_shards())
+        return sum(int(client.hget(k.stats, "batches_retried") or 0) for k in schema.all_shards())
 
     wait_until(lambda: retried() >= 3, what="refused attempts")
     outage_started = time.monotonic()
-    wait_until(lambda: time.monotonic() - outage_started > 1.5 and retried(),
-               what="a longer outage")
+    wait_until(
+        lambda: time.monotonic() - outage_started > 1.5 and retried(), what="a longer outage"
+    )
     endpoint = make_endpoint(port=port)
 
     totals = drain(client, schema)
@@ -193,17 +202,20 @@ def test_connection_refused_then_endpoint_comes_up(own_server: Server,
 
 
 def test_response_slower_than_the_lease_is_not_reaped_or_sent_twice(
-        own_server: Server, make_endpoint: MakeEndpoint, start_service: StartService) -> None:
+    own_server: Server, make_endpoint: MakeEndpoint, start_service: StartService
+) -> None:
     """lease 1 s, each answer takes 2.5 s: the LeaseKeeper renews the leases of the batch
     being sent and of those claimed with it and waiting their turn."""
+
     def decide(n: int, body: dict[str, Any]) -> tuple[int, dict[str, str]]:
         script.release.wait(2.5)
         return 200, {}
 
     script = Script(decide)
     endpoint = make_endpoint(script)
-    service, client, schema = started(own_server, endpoint.url, start_service,
-                                      sink={"timeout_seconds": 5.0})
+    service, client, schema = started(
+        own_server, endpoint.url, start_service, sink={"timeout_seconds": 5.0}
+    )
     games = games_in_distinct_shards(schema, 2, "slow")
     stored = fill(client, schema, {games[0]: 200, games[1]: 100})  # 2 + 1 batches
 
@@ -218,7 +230,8 @@ def test_response_slower_than_the_lease_is_not_reaped_or_sent_twice(
 
 
 def test_400_for_one_game_dead_letters_it_and_delivers_the_others(
-        own_server: Server, make_endpoint: MakeEndpoint, start_service: StartService) -> None:
+    own_server: Server, make_endpoint: MakeEndpoint, start_service: StartService
+) -> None:
     script = Script(lambda n, body: (400, {}) if body.get("game") == "bad" else (200, {}))
     endpoint = make_endpoint(script)
     service, client, schema = started(own_server, endpoint.url, start_service)

@@ -63,7 +63,11 @@ with Collector(url=url, shards=4, **json.loads(sys.argv[4])) as c:
 def cli(config_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "reporter", *args[:1], "--config", str(config_path), *args[1:]],
-        check=False, capture_output=True, text=True, timeout=60, cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
         env=env_without_telemetry(),
     )
 
@@ -96,32 +100,52 @@ def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
         yield server.url, {"key_prefix": "dlv"}, server.client()
         return
     cluster: Cluster = request.getfixturevalue("replicated_cluster")  # shared: own prefix
-    settings = {"key_prefix": f"dlv{uuid.uuid4().hex[:6]}", "cluster": True,
-                "wait_for_replicas": 1, "wait_timeout_ms": 500}
+    settings = {
+        "key_prefix": f"dlv{uuid.uuid4().hex[:6]}",
+        "cluster": True,
+        "wait_for_replicas": 1,
+        "wait_timeout_ms": 500,
+    }
     client = RedisCluster.from_url(cluster.url)
     yield cluster.url, settings, client
     client.close()
 
 
 def test_flaky_endpoint_reporter_killed_everything_arrives_and_reconciles(
-        deployment: Deployment, make_endpoint: MakeEndpoint, spawn: Spawn,  # noqa: F811
-        tmp_path: Path) -> None:
+    deployment: Deployment,
+    make_endpoint: MakeEndpoint,
+    spawn: Spawn,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     url, settings, client = deployment
     accept = threading.Event()
     script = flaky(accept)
     endpoint = make_endpoint(script)
-    config = make_config(url, endpoint.url, redis=settings,
-                         retry={"initial_delay_ms": 50, "max_delay_ms": 300,
-                                "max_attempts": 1000})
+    config = make_config(
+        url,
+        endpoint.url,
+        redis=settings,
+        retry={"initial_delay_ms": 50, "max_delay_ms": 300, "max_attempts": 1000},
+    )
     config_path = tmp_path / "reporter.toml"
     config_path.write_text(config_toml(config))
     schema = schema_of(config)
 
     reporters = [spawn(config), spawn(config)]
     producer = subprocess.Popen(
-        [sys.executable, "-c", PRODUCER, url, ",".join([*GAMES, REJECTED_GAME]),
-         str(PER_GAME), json.dumps(settings)], cwd=ROOT, env=env_without_telemetry(),
-        stdout=subprocess.PIPE)
+        [
+            sys.executable,
+            "-c",
+            PRODUCER,
+            url,
+            ",".join([*GAMES, REJECTED_GAME]),
+            str(PER_GAME),
+            json.dumps(settings),
+        ],
+        cwd=ROOT,
+        env=env_without_telemetry(),
+        stdout=subprocess.PIPE,
+    )
     wait_until(lambda: len(endpoint.received) >= 5, what="the first deliveries")
     reporters[0].proc.kill()  # midway: its leased batches come back after the lease
     out, _ = producer.communicate(timeout=60)
@@ -129,8 +153,9 @@ def test_flaky_endpoint_reporter_killed_everything_arrives_and_reconciles(
     # Writes too few replicas confirmed in time were sent again: Redis may hold (and deliver)
     # those events twice, in different batches.  0 on a single server.
     resent = json.loads(out)["unreplicated_writes"]
-    finished = wait_until(lambda: drained(client, schema), timeout=60,
-                          what="everything delivered or dead-lettered")
+    finished = wait_until(
+        lambda: drained(client, schema), timeout=60, what="everything delivered or dead-lettered"
+    )
 
     got = received_keys(endpoint)
     expected = {(g, s) for g in GAMES for s in range(PER_GAME)}
@@ -159,8 +184,11 @@ def test_flaky_endpoint_reporter_killed_everything_arrives_and_reconciles(
     accept.set()
     replay = cli(config_path, "dead", "replay", "--all")
     assert replay.returncode == 0, replay.stderr
-    wait_until(lambda: {(REJECTED_GAME, s) for s in range(PER_GAME)} <= set(
-        received_keys(endpoint)), timeout=60, what="replayed batches delivered")
+    wait_until(
+        lambda: {(REJECTED_GAME, s) for s in range(PER_GAME)} <= set(received_keys(endpoint)),
+        timeout=60,
+        what="replayed batches delivered",
+    )
     after = wait_until(lambda: drained(client, schema), timeout=30, what="replay finished")
     assert_reconciled(after)
     assert after.counter("delivered") == delivered + dead

@@ -56,35 +56,46 @@ class Ingest:
         return httpx.Response(status, json={})
 
 
-def deliverer_for(r: redis.Redis, ingest: Ingest, clock: Callable[[], float]
-                  ) -> tuple[Batches, Delivery, KeySchema]:
-    config = make_config("redis://unused", "http://ingest.test/ingest",
-                         reporter={"max_age_seconds": MAX_AGE, "linger_ms": 0})
+def deliverer_for(
+    r: redis.Redis, ingest: Ingest, clock: Callable[[], float]
+) -> tuple[Batches, Delivery, KeySchema]:
+    config = make_config(
+        "redis://unused",
+        "http://ingest.test/ingest",
+        reporter={"max_age_seconds": MAX_AGE, "linger_ms": 0},
+    )
     store = Batches(store_on(r, config), config)
     sender = make_sender(config, httpx.MockTransport(ingest))
     deliverer = delivery_for(store, sender, config, clock)
     return store, deliverer, schema_of(config)
 
 
-def fail_once_then_retry(r: redis.Redis, store: Batches, deliverer: Delivery,
-                         schema: KeySchema, clock: Clock, wait: float
-                         ) -> tuple[str, str]:
+def fail_once_then_retry(
+    r: redis.Redis,
+    store: Batches,
+    deliverer: Delivery,
+    schema: KeySchema,
+    clock: Clock,
+    wait: float,
+) -> tuple[str, str]:
     """Claim the game's events, fail the first POST, let ``wait`` seconds pass (on the
     injected clock) and deliver the batch again; returns (batch id, second outcome)."""
     keys = schema.for_game(GAME)
     token = new_id()
     claimed = store.claim(keys, GAME, token, 1)
     [(batch_id, entries)] = claimed.batches
-    assert deliverer.deliver_all(keys, token, [(GAME, batch_id, entries, 0)],
-                                 threading.Event()) == ["retry"]
+    assert deliverer.deliver_all(
+        keys, token, [(GAME, batch_id, entries, 0)], threading.Event()
+    ) == ["retry"]
     clock.now += wait
     r.zadd(keys.retry, {batch_id: 0})  # due now, whatever the backoff drew
     token = new_id()
     [again] = store.take_retries(keys, token, 10)
     assert (again.batch_id, again.attempts) == (batch_id, 1)
     wait_until(deliverer.gate.is_open, what="the gate the failure closed (10 ms)")
-    [outcome] = deliverer.deliver_all(keys, token, [(GAME, batch_id, again.entries,
-                                                     again.attempts)], threading.Event())
+    [outcome] = deliverer.deliver_all(
+        keys, token, [(GAME, batch_id, again.entries, again.attempts)], threading.Event()
+    )
     return batch_id, outcome
 
 
@@ -135,7 +146,8 @@ def test_events_already_stale_when_claimed_are_dropped_in_redis(r: redis.Redis) 
 
 
 def test_service_drops_a_batch_that_went_stale_during_retry_after(
-        own_server: Server, make_endpoint: MakeEndpoint, start_service: StartService) -> None:
+    own_server: Server, make_endpoint: MakeEndpoint, start_service: StartService
+) -> None:
     """max_age 2 s; the first POST gets 429 with Retry-After: 3, so by the time the batch is
     due again its events are too old: they are counted stale and never sent again."""
     script = Script(lambda n, body: (429, {"Retry-After": "3"}) if n == 1 else (200, {}))

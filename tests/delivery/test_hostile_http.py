@@ -81,8 +81,9 @@ def hostile(own_server: Server, start_service: StartService) -> Iterator[Callabl
         servers.append(server)
         config = make_config(own_server.url, server.url("/ingest"), **sections)
         service = start_service(config)
-        wait_until(lambda: len(service.ownership.owned()) == config.redis.shards,
-                   what="every shard owned")
+        wait_until(
+            lambda: len(service.ownership.owned()) == config.redis.shards, what="every shard owned"
+        )
         return Run(service, own_server.client(), schema_of(config), server, peer)
 
     yield start
@@ -118,9 +119,12 @@ LONG_HEAD = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n"
 
 
 def test_trickled_head_is_cut_by_the_deadline_and_retried(
-        hostile: Callable[..., Run], caplog: pytest.LogCaptureFixture) -> None:
-    run = hostile(Peer(lambda _n: trickle(HEAD + b'{"ok":true}', 0.4), bad_requests=2),
-                  sink={"timeout_seconds": 1.0})
+    hostile: Callable[..., Run], caplog: pytest.LogCaptureFixture
+) -> None:
+    run = hostile(
+        Peer(lambda _n: trickle(HEAD + b'{"ok":true}', 0.4), bad_requests=2),
+        sink={"timeout_seconds": 1.0},
+    )
     stored = store_two_games(run)
     assert_delivered_once(run, stored, retried=2)
     timeouts = [m for m in messages(caplog) if "timed out while" in m]
@@ -133,8 +137,7 @@ def head_then_trickled_body(_n: int) -> Act:
 
 def test_trickled_2xx_body_is_delivered_without_a_retry(hostile: Callable[..., Run]) -> None:
     """The body is waited for until the deadline (1 s) at most; the batch is delivered."""
-    run = hostile(Peer(head_then_trickled_body, bad_is_2xx=True),
-                  sink={"timeout_seconds": 1.0})
+    run = hostile(Peer(head_then_trickled_body, bad_is_2xx=True), sink={"timeout_seconds": 1.0})
     stored = store_two_games(run)
     assert_delivered_once(run, stored, retried=0)
     assert sum(run.accepted().values()) == 4
@@ -145,22 +148,27 @@ def endless_continue(_n: int) -> Act:
         while not stop.wait(0.05):
             sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
         return False
+
     return act
 
 
-def test_endless_100_continue_is_a_protocol_error_and_retried(
-        hostile: Callable[..., Run]) -> None:
+def test_endless_100_continue_is_a_protocol_error_and_retried(hostile: Callable[..., Run]) -> None:
     run = hostile(Peer(endless_continue, bad_requests=2))
     stored = store_two_games(run)
     assert_delivered_once(run, stored, retried=2)
 
 
-@pytest.mark.parametrize("answer", [
-    b"HTTP/1.1 200 OK\r\nContent-Length: 52428800\r\n\r\n" + b"x" * 100_000,
-    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{\"ok\":true}",
-], ids=["huge-2xx-body", "2xx-without-length"])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 52428800\r\n\r\n" + b"x" * 100_000,
+        b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{"ok":true}',
+    ],
+    ids=["huge-2xx-body", "2xx-without-length"],
+)
 def test_an_odd_2xx_body_counts_as_delivered_and_is_never_sent_again(
-        hostile: Callable[..., Run], answer: bytes) -> None:
+    hostile: Callable[..., Run], answer: bytes
+) -> None:
     run = hostile(Peer(lambda _n: then_hold(answer), bad_is_2xx=True))
     stored = store_two_games(run, each=128)
     assert_delivered_once(run, stored, retried=0)
@@ -168,7 +176,8 @@ def test_an_odd_2xx_body_counts_as_delivered_and_is_never_sent_again(
 
 
 def test_retry_after_nan_is_ignored_with_a_warning(
-        hostile: Callable[..., Run], caplog: pytest.LogCaptureFixture) -> None:
+    hostile: Callable[..., Run], caplog: pytest.LogCaptureFixture
+) -> None:
     busy = b"HTTP/1.1 503 Busy\r\nRetry-After: nan\r\nContent-Length: 0\r\n\r\n"
     run = hostile(Peer(lambda _n: busy, bad_requests=1))
     stored = store_two_games(run)
@@ -181,8 +190,7 @@ def test_retry_after_nan_is_ignored_with_a_warning(
 def test_retry_after_as_an_http_date_is_honoured(hostile: Callable[..., Run]) -> None:
     def busy(_n: int) -> bytes:
         when = email.utils.formatdate(time.time() + 2, usegmt=True)
-        return (b"HTTP/1.1 503 Busy\r\nRetry-After: %s\r\nContent-Length: 0\r\n\r\n"
-                % when.encode())
+        return b"HTTP/1.1 503 Busy\r\nRetry-After: %s\r\nContent-Length: 0\r\n\r\n" % when.encode()
 
     run = hostile(Peer(busy, bad_requests=1), reporter={"workers": 1})
     games = games_in_distinct_shards(run.schema, 1, "dated")
@@ -193,14 +201,17 @@ def test_retry_after_as_an_http_date_is_honoured(hostile: Callable[..., Run]) ->
 
 
 def test_retry_after_huge_is_capped_and_the_stale_events_are_announced(
-        hostile: Callable[..., Run], caplog: pytest.LogCaptureFixture) -> None:
+    hostile: Callable[..., Run], caplog: pytest.LogCaptureFixture
+) -> None:
     busy = b"HTTP/1.1 429 Slow down\r\nRetry-After: 999999999\r\nContent-Length: 0\r\n\r\n"
     run = hostile(Peer(lambda _n: busy, bad_requests=1))
     games = games_in_distinct_shards(run.schema, 1, "capped")
     fill(run.client, run.schema, {games[0]: 100})
     keys = run.schema.for_game(games[0])
-    retry = wait_until(lambda: run.client.zrange(keys.retry, 0, -1, withscores=True),
-                       what="the batch waiting for its retry")
+    retry = wait_until(
+        lambda: run.client.zrange(keys.retry, 0, -1, withscores=True),
+        what="the batch waiting for its retry",
+    )
     seconds, micros = run.client.time()
     due_in = retry[0][1] / 1000 - (seconds + micros / 1e6)
     assert 590 <= due_in <= 601  # capped at 600 s, not 31 years
@@ -225,8 +236,10 @@ def test_close_without_a_response_is_retried(hostile: Callable[..., Run]) -> Non
 
 
 def test_a_redirect_is_dead_lettered_with_its_status(hostile: Callable[..., Run]) -> None:
-    moved = (b"HTTP/1.1 301 Moved Permanently\r\nLocation: http://127.0.0.1:9/elsewhere\r\n"
-             b"Content-Length: 0\r\n\r\n")
+    moved = (
+        b"HTTP/1.1 301 Moved Permanently\r\nLocation: http://127.0.0.1:9/elsewhere\r\n"
+        b"Content-Length: 0\r\n\r\n"
+    )
     run = hostile(Peer(lambda _n: moved))
     stored = store_two_games(run, each=128)
     totals = drain(run.client, run.schema)
@@ -238,17 +251,22 @@ def test_a_redirect_is_dead_lettered_with_its_status(hostile: Callable[..., Run]
 
 
 def test_four_endless_responses_do_not_hold_2000_events(
-        hostile: Callable[..., Run], caplog: pytest.LogCaptureFixture) -> None:
+    hostile: Callable[..., Run], caplog: pytest.LogCaptureFixture
+) -> None:
     """The default 4 workers and max_connections: the first 4 requests get a response that
     trickles forever (a header byte every 1.5 s); each is cut at its 5 s deadline and retried,
     and all 2,000 events get through within 40 s."""
     endless = after(b"HTTP/1.1 200 OK\r\n", trickle(b"X-Slow: " + b"a" * 100_000, 1.5))
-    run = hostile(Peer(lambda _n: endless, bad_requests=4),
-                  reporter={"workers": 4}, sink={"timeout_seconds": 5.0})
+    run = hostile(
+        Peer(lambda _n: endless, bad_requests=4),
+        reporter={"workers": 4},
+        sink={"timeout_seconds": 5.0},
+    )
     games = games_in_distinct_shards(run.schema, 4, "endless")
     stored = len(fill(run.client, run.schema, dict.fromkeys(games, 500)))
-    totals = wait_until(lambda: all_delivered(run, 2000), timeout=40.0,
-                        what="all 2,000 events delivered")
+    totals = wait_until(
+        lambda: all_delivered(run, 2000), timeout=40.0, what="all 2,000 events delivered"
+    )
     assert totals.counter("delivered") == stored == 2000
     assert totals.counter("batches_retried") == 4
     assert any("timed out while reading headers" in m for m in messages(caplog))

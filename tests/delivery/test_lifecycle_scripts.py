@@ -28,23 +28,25 @@ def take_one(shard: Shard, batch_id: str, token: str) -> int:
     return taken[0].attempts
 
 
-def expected_delay(attempt: int, initial: int, longest: int, jitter: float,
-                   least: int) -> int:
+def expected_delay(attempt: int, initial: int, longest: int, jitter: float, least: int) -> int:
     return max(least, math.floor(jitter * min(longest, initial * 2 ** (attempt - 1))))
 
 
 # -- nack: backoff, attempts, dead-lettering ---------------------------------------------------
 
+
 @pytest.mark.parametrize("jitter", [0.0, 0.25, 0.999999])
 def test_nack_backs_off_exponentially_with_full_jitter_and_counts_attempts(
-        shard: Shard, jitter: float) -> None:
+    shard: Shard, jitter: float
+) -> None:
     initial, longest, attempts = 20, 500, 8
     token = new_token()
     batch = shard.leased("g", 5, token)
     for attempt in range(1, attempts):
         before = server_ms(shard.r)
-        result = shard.nack(batch, token, initial_ms=initial, max_ms=longest,
-                            max_attempts=attempts, jitter=jitter)
+        result = shard.nack(
+            batch, token, initial_ms=initial, max_ms=longest, max_attempts=attempts, jitter=jitter
+        )
         after = server_ms(shard.r)
         ceiling = min(longest, initial * 2 ** (attempt - 1))
         assert result.state == "retry"
@@ -59,13 +61,21 @@ def test_nack_backs_off_exponentially_with_full_jitter_and_counts_attempts(
     assert shard.stats()["batches_retried"] == attempts - 1
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(attempt=st.integers(1, 12), initial=st.integers(1, 5000), extra=st.integers(0, 60_000),
-       jitter=st.floats(0, 1, exclude_max=True), least=st.integers(0, 90_000))
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    attempt=st.integers(1, 12),
+    initial=st.integers(1, 5000),
+    extra=st.integers(0, 60_000),
+    jitter=st.floats(0, 1, exclude_max=True),
+    least=st.integers(0, 90_000),
+)
 def test_nack_delay_is_full_jitter_below_the_ceiling_and_at_least_retry_after(
-        shard: Shard, attempt: int, initial: int, extra: int, jitter: float,
-        least: int) -> None:
+    shard: Shard, attempt: int, initial: int, extra: int, jitter: float, least: int
+) -> None:
     shard.clear()
     longest = initial + extra
     token = new_token()
@@ -75,8 +85,15 @@ def test_nack_delay_is_full_jitter_below_the_ceiling_and_at_least_retry_after(
         token = new_token()
         assert take_one(shard, batch, token) == earlier
 
-    result = shard.nack(batch, token, initial_ms=initial, max_ms=longest, max_attempts=99,
-                        jitter=jitter, min_delay_ms=least)
+    result = shard.nack(
+        batch,
+        token,
+        initial_ms=initial,
+        max_ms=longest,
+        max_attempts=99,
+        jitter=jitter,
+        min_delay_ms=least,
+    )
 
     ceiling = min(longest, initial * 2 ** (attempt - 1))
     assert result.state == "retry"
@@ -90,8 +107,7 @@ def test_retry_after_longer_than_the_backoff_wins(shard: Shard) -> None:
     token = new_token()
     batch = shard.leased("g", 3, token)
     before = server_ms(shard.r)
-    result = shard.nack(batch, token, initial_ms=20, max_ms=200, jitter=0.9,
-                        min_delay_ms=1000)
+    result = shard.nack(batch, token, initial_ms=20, max_ms=200, jitter=0.9, min_delay_ms=1000)
     assert result.state == "retry"
     assert result.delay_ms == 1000
     assert shard.retry()[batch] >= before + 1000
@@ -136,6 +152,7 @@ def test_permanent_rejection_dead_letters_at_once(shard: Shard) -> None:
 
 
 # -- extend and release ------------------------------------------------------------------------
+
 
 def test_extend_renews_the_lease_only_for_the_holder(shard: Shard) -> None:
     token = new_token()
@@ -192,6 +209,7 @@ def test_release_returns_to_retry_without_charging_an_attempt(shard: Shard) -> N
 
 
 # -- reap ----------------------------------------------------------------------------------------
+
 
 def test_reap_moves_expired_leases_to_retry_charging_an_attempt(shard: Shard) -> None:
     token = new_token()
@@ -250,6 +268,7 @@ def test_reap_is_bounded_per_call(shard: Shard) -> None:
 
 # -- stale tokens ---------------------------------------------------------------------------------
 
+
 def test_every_transition_with_a_stale_token_changes_nothing(shard: Shard) -> None:
     old = new_token()
     batch = shard.leased("g", 4, old)
@@ -300,6 +319,7 @@ def test_finished_batches_cannot_be_finished_again(shard: Shard) -> None:
 
 # -- claim after a lost reply --------------------------------------------------------------------
 
+
 def test_claim_again_with_the_same_batch_id_returns_the_same_batches(shard: Shard) -> None:
     pushed = shard.push("g", 300)
     token = new_token()
@@ -326,6 +346,7 @@ def test_claim_takes_at_most_a_full_batch_of_128(shard: Shard) -> None:
 
 
 # -- the dead list: capped, replayed, purged -------------------------------------------------------
+
 
 def test_dead_list_is_capped_and_what_falls_off_is_counted(shard: Shard) -> None:
     sizes = [1, 2, 3, 4, 5]

@@ -32,20 +32,30 @@ GARBAGE = [b"not an entry", b"12345", b"1234567890123", b"12345678901x3{}", b""]
 
 
 def test_garbage_in_a_games_list_is_dead_lettered_alone_and_its_neighbours_delivered(
-        redis_url: str, r: redis.Redis, make_endpoint: MakeEndpoint,
-        start_service: StartService) -> None:
+    redis_url: str, r: redis.Redis, make_endpoint: MakeEndpoint, start_service: StartService
+) -> None:
     endpoint = make_endpoint()
     config = make_config(redis_url, endpoint.url)
     schema = schema_of(config)
     keys = schema.for_game(GAME)
     now = time.time_ns() // 1_000_000
-    good = [encode_entry(now + seq, orjson.dumps({"game": GAME, "seq": seq}))
-            for seq in range(6)]
+    good = [encode_entry(now + seq, orjson.dumps({"game": GAME, "seq": seq})) for seq in range(6)]
     # Garbage first (the head is what the sweeper reads), between and after good entries,
     # written through the store layer's collect call; one line with a newline inside can only
     # be written by hand.
-    entries = [GARBAGE[0], good[0], GARBAGE[1], good[1], GARBAGE[4], good[2], GARBAGE[2],
-               good[3], GARBAGE[3], good[4], good[5]]
+    entries = [
+        GARBAGE[0],
+        good[0],
+        GARBAGE[1],
+        good[1],
+        GARBAGE[4],
+        good[2],
+        GARBAGE[2],
+        good[3],
+        GARBAGE[3],
+        good[4],
+        good[5],
+    ]
     Scripts(store_of(r, schema)).collect(keys, GAME, 1000, 3600, entries)
     r.rpush(keys.queue(GAME), encode_entry(now, b'{"game":"framing",\n"seq":99}'))
     r.hincrby(keys.stats, "stored", 1)  # as a hand-writer that keeps the books would
@@ -77,8 +87,8 @@ def test_replay_leaves_the_dead_letters_of_malformed_entries_in_place(r: redis.R
 
 
 def test_raw_json_with_a_newline_is_refused_and_forges_nothing(
-        redis_url: str, r: redis.Redis, make_endpoint: MakeEndpoint,
-        start_service: StartService) -> None:
+    redis_url: str, r: redis.Redis, make_endpoint: MakeEndpoint, start_service: StartService
+) -> None:
     endpoint = make_endpoint()
     config = make_config(redis_url, endpoint.url)
     schema = schema_of(config)
@@ -120,8 +130,8 @@ def test_raw_json_that_is_not_one_json_value_is_refused_by_the_sdk(raw: bytes) -
 
 
 def test_a_forged_envelope_written_to_redis_never_reaches_the_endpoint_as_another_games(
-        redis_url: str, r: redis.Redis, make_endpoint: MakeEndpoint,
-        start_service: StartService) -> None:
+    redis_url: str, r: redis.Redis, make_endpoint: MakeEndpoint, start_service: StartService
+) -> None:
     """The bytes the SDK refuses, pushed straight into an attacker's list: the reporter
     checks every event before it builds a body, dead-letters that one alone as a malformed
     entry (counted), and delivers its neighbours and the victim's own events as they are."""
@@ -131,16 +141,24 @@ def test_a_forged_envelope_written_to_redis_never_reaches_the_endpoint_as_anothe
     scripts = Scripts(store_of(r, schema))
     now = time.time_ns() // 1_000_000
     for game in ("attacker", "victim"):
-        scripts.collect(schema.for_game(game), game, 1000, 3600,
-                        [encode_entry(now, orjson.dumps({"game": game, "seq": seq}))
-                         for seq in range(5)])
+        scripts.collect(
+            schema.for_game(game),
+            game,
+            1000,
+            3600,
+            [encode_entry(now, orjson.dumps({"game": game, "seq": seq})) for seq in range(5)],
+        )
     forged = encode_entry(now, b'{"game":"attacker","x":' + FORGED + b"}")
     keys = schema.for_game("attacker")
     r.rpush(keys.queue("attacker"), forged)
     r.hincrby(keys.stats, "stored", 1)  # as a hand-writer that keeps the books would
-    scripts.collect(keys, "attacker", 1000, 3600,
-                    [encode_entry(now, orjson.dumps({"game": "attacker", "seq": seq}))
-                     for seq in range(5, 10)])
+    scripts.collect(
+        keys,
+        "attacker",
+        1000,
+        3600,
+        [encode_entry(now, orjson.dumps({"game": "attacker", "seq": seq})) for seq in range(5, 10)],
+    )
     service = start_service(config)
 
     final = wait_until(lambda: drained(r, schema), timeout=30)
@@ -150,7 +168,8 @@ def test_a_forged_envelope_written_to_redis_never_reaches_the_endpoint_as_anothe
     assert all(req.batch_id != "forged" for req in received)
     assert all(event.get("game") == req.game for req in received for event in req.events)
     assert received_keys(endpoint) == Counter(
-        [("victim", seq) for seq in range(5)] + [("attacker", seq) for seq in range(10)])
+        [("victim", seq) for seq in range(5)] + [("attacker", seq) for seq in range(10)]
+    )
     summary = final.summary()
     assert (summary["delivered"], summary["dead_events"]) == (15, 1)
     assert (summary["malformed_entries"], summary["rejected_items"]) == (1, 0)
@@ -161,16 +180,36 @@ def test_a_forged_envelope_written_to_redis_never_reaches_the_endpoint_as_anothe
 
 
 # Texts that are exactly one JSON value, and texts that are not, as the reporter meets them.
-ONE_VALUE = [b'{"a":1}', b' {"a":[1,{"b":null}]} ', b'"\xe4\xb8\x80"', b"-0", b"true",
-             b"123456789012345678901234567890", b'{"a":1,"a":2}', b"[" * 200 + b"]" * 200]
-NOT_ONE_VALUE = [FORGED, b"1,2", b'{"a":1}{"b":2}', b"", b" ", b'{"a":1,}', b'"\\ud800"',
-                 b'"\xff"', b'"\xed\xa0\x80"', b'{"a":"\x01"}', b"\xef\xbb\xbf{}", b"nul",
-                 b"[" * 100_000]
+ONE_VALUE = [
+    b'{"a":1}',
+    b' {"a":[1,{"b":null}]} ',
+    b'"\xe4\xb8\x80"',
+    b"-0",
+    b"true",
+    b"123456789012345678901234567890",
+    b'{"a":1,"a":2}',
+    b"[" * 200 + b"]" * 200,
+]
+NOT_ONE_VALUE = [
+    FORGED,
+    b"1,2",
+    b'{"a":1}{"b":2}',
+    b"",
+    b" ",
+    b'{"a":1,}',
+    b'"\\ud800"',
+    b'"\xff"',
+    b'"\xed\xa0\x80"',
+    b'{"a":"\x01"}',
+    b"\xef\xbb\xbf{}",
+    b"nul",
+    b"[" * 100_000,
+]
 
 
 def test_the_reporter_finds_exactly_the_events_that_are_not_one_json_value() -> None:
     events = [e for pair in zip(ONE_VALUE, NOT_ONE_VALUE, strict=False) for e in pair]
-    events += NOT_ONE_VALUE[len(ONE_VALUE):]
+    events += NOT_ONE_VALUE[len(ONE_VALUE) :]
     expected = [i for i, e in enumerate(events) if e in NOT_ONE_VALUE]
     assert malformed(events) == expected
     assert malformed(ONE_VALUE) == []

@@ -47,8 +47,9 @@ PAD = "x" * 40  # events of about 80 bytes stored: about 40,000 fit in 4 MB
 @pytest.fixture(params=sorted(BINARIES))
 def full_server(request: pytest.FixtureRequest) -> Iterator[Server]:
     """A private server of each kind with a small maxmemory and no eviction."""
-    srv = Server(BINARIES[request.param],
-                 extra=["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"]).start()
+    srv = Server(
+        BINARIES[request.param], extra=["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"]
+    ).start()
     yield srv
     srv.cleanup()
 
@@ -69,8 +70,13 @@ def fill(client: redis.Redis, schema: KeySchema) -> int:
             game = GAMES[calls % len(GAMES)]
             calls += 1
             try:
-                scripts.collect(schema.for_game(game), game, 1_000_000, 3600,
-                                entries(game, range(seq, seq + step)))
+                scripts.collect(
+                    schema.for_game(game),
+                    game,
+                    1_000_000,
+                    3600,
+                    entries(game, range(seq, seq + step)),
+                )
             except BackendFull:
                 break
             stored += step
@@ -88,7 +94,8 @@ def refuses_writes(client: redis.Redis | RedisCluster) -> bool:
 
 
 def test_a_full_redis_is_drained_and_takes_events_again(
-        full_server: Server, make_endpoint: MakeEndpoint, start_service: StartService) -> None:
+    full_server: Server, make_endpoint: MakeEndpoint, start_service: StartService
+) -> None:
     """The reproduction: Redis filled until it refuses writes, then a reporter starts. It
     takes its shards, sweeps and delivers everything; afterwards Redis stores events again."""
     endpoint = make_endpoint()
@@ -106,8 +113,9 @@ def test_a_full_redis_is_drained_and_takes_events_again(
     assert sum(keys.values()) >= stored and len(keys) == stored
     assert len(service.ownership.owned()) == config.redis.shards
     assert not refuses_writes(client)
-    Scripts(store_of(client, schema)).collect(schema.for_game(GAMES[0]), GAMES[0], 1000, 60,
-                                              entries(GAMES[0], range(10**6, 10**6 + 10)))
+    Scripts(store_of(client, schema)).collect(
+        schema.for_game(GAMES[0]), GAMES[0], 1000, 60, entries(GAMES[0], range(10**6, 10**6 + 10))
+    )
 
 
 @contextmanager
@@ -163,15 +171,42 @@ def test_every_script_the_drain_needs_runs_at_maxmemory(r: redis.Redis) -> None:
         assert len(ids) == 5
         assert scripts.extend(keys, ids[0], "tok", 60_000)
         assert scripts.ack(keys, ids[0], "tok") == 10
-        assert scripts.nack(keys, ids[1], "tok", permanent=False, min_delay_ms=0,
-                            initial_ms=1, max_ms=1, max_attempts=5, jitter=0.0, dead_max=100,
-                            reason="503").state == "retry"
-        assert scripts.nack(keys, ids[2], "tok", permanent=True, min_delay_ms=0,
-                            initial_ms=1, max_ms=1, max_attempts=5, jitter=0.0, dead_max=100,
-                            reason="400").state == "dead"
+        assert (
+            scripts.nack(
+                keys,
+                ids[1],
+                "tok",
+                permanent=False,
+                min_delay_ms=0,
+                initial_ms=1,
+                max_ms=1,
+                max_attempts=5,
+                jitter=0.0,
+                dead_max=100,
+                reason="503",
+            ).state
+            == "retry"
+        )
+        assert (
+            scripts.nack(
+                keys,
+                ids[2],
+                "tok",
+                permanent=True,
+                min_delay_ms=0,
+                initial_ms=1,
+                max_ms=1,
+                max_attempts=5,
+                jitter=0.0,
+                dead_max=100,
+                reason="400",
+            ).state
+            == "dead"
+        )
         assert scripts.release(keys, ids[3], "tok")
-        settled = scripts.settle(keys, ids[4], "tok", retry=[1, 2], refused=[(3, "bad")],
-                                 initial_ms=1, max_ms=1)
+        settled = scripts.settle(
+            keys, ids[4], "tok", retry=[1, 2], refused=[(3, "bad")], initial_ms=1, max_ms=1
+        )
         assert settled.delivered == 7
         assert scripts.reap(keys, 10, 5, 100).retried == 1
         taken = scripts.take_retries(keys, "tok2", 60_000, 10)
@@ -196,16 +231,31 @@ def test_the_lease_heartbeat_and_drain_work_on_a_full_cluster(cluster: Cluster) 
     schema = store.schema
     try:
         for k in schema.all_shards():
-            rc.delete(k.owner, k.ring, k.active, k.inflight, k.batches, k.payloads, k.stats,
-                      k.retry, k.dead, *(k.queue(g) for g in GAMES))
+            rc.delete(
+                k.owner,
+                k.ring,
+                k.active,
+                k.inflight,
+                k.batches,
+                k.payloads,
+                k.stats,
+                k.retry,
+                k.dead,
+                *(k.queue(g) for g in GAMES),
+            )
         rc.delete(schema.reporters)
         for game in GAMES:
             scripts.collect(schema.for_game(game), game, 10_000, 60, entries(game, range(20)))
         with full(*nodes):
             assert refuses_writes(rc)
             with pytest.raises(BackendFull):
-                scripts.collect(schema.for_game(GAMES[0]), GAMES[0], 10_000, 60,
-                                entries(GAMES[0], range(20, 30)))
+                scripts.collect(
+                    schema.for_game(GAMES[0]),
+                    GAMES[0],
+                    10_000,
+                    60,
+                    entries(GAMES[0], range(20, 30)),
+                )
             assert store.heartbeat("me", 1000, 5000) == 1
             memory = store.memory()
             assert len(memory) == len(cluster.nodes)
@@ -235,7 +285,8 @@ def test_a_shard_without_a_marker_is_marked_once_redis_has_room(r: redis.Redis) 
 
 
 def test_the_sdk_keeps_what_a_full_redis_refuses_and_stores_it_after_the_drain(
-        full_server: Server, make_endpoint: MakeEndpoint, start_service: StartService) -> None:
+    full_server: Server, make_endpoint: MakeEndpoint, start_service: StartService
+) -> None:
     """60,000 events over 20 games into a 4 MB Redis (about 40,000 fit): the SDK's writes are
     refused (BackendFull, counted in refused_oom, told to on_error) and its buffer holds the
     rest. A reporter then drains Redis, the SDK's held events get stored, and every event
@@ -250,24 +301,34 @@ def test_the_sdk_keeps_what_a_full_redis_refuses_and_stores_it_after_the_drain(
         with lock:
             errors.append((error, count))
 
-    sdk = Collector(url=full_server.url, shards=config.redis.shards, key_prefix="dlv",
-                    max_buffer_events=100_000, max_events_per_game=100_000,
-                    flush_interval_ms=10, retry_max_delay_ms=200, on_error=on_error)
+    sdk = Collector(
+        url=full_server.url,
+        shards=config.redis.shards,
+        key_prefix="dlv",
+        max_buffer_events=100_000,
+        max_events_per_game=100_000,
+        flush_interval_ms=10,
+        retry_max_delay_ms=200,
+        on_error=on_error,
+    )
     try:
         total = 60_000
         for seq in range(total // len(GAMES)):
             for game in GAMES:
                 sdk.collect(game, {"game": game, "seq": seq, "pad": PAD})
-        held = wait_until(lambda: sdk.stats()["refused_oom"] > 0 and sdk.stats()["buffered"],
-                          what="writes refused, events held in the SDK's buffer")
+        held = wait_until(
+            lambda: sdk.stats()["refused_oom"] > 0 and sdk.stats()["buffered"],
+            what="writes refused, events held in the SDK's buffer",
+        )
         memory = client.info("memory")  # the SDK's large writes are refused before the last
         assert memory["used_memory"] > 0.9 * memory["maxmemory"]  # bytes are taken
         assert 0 < held < total
 
         start_service(config)
         assert sdk.flush(timeout=60), "the held events were stored once Redis drained"
-        totals = wait_until(lambda: drained(client, schema), timeout=60,
-                            what="everything delivered")
+        totals = wait_until(
+            lambda: drained(client, schema), timeout=60, what="everything delivered"
+        )
         stats = sdk.stats()
     finally:
         sdk.close(timeout=1)

@@ -62,7 +62,8 @@ class Model:
     dead: list[str] = field(default_factory=list)  # newest first, as in Redis
     # where finished events went: delivered, evicted, stale, dead (dead-lettered)
     done: dict[str, list[bytes]] = field(
-        default_factory=lambda: {k: [] for k in ("delivered", "evicted", "stale", "dead")})
+        default_factory=lambda: {k: [] for k in ("delivered", "evicted", "stale", "dead")}
+    )
     collected: list[bytes] = field(default_factory=list)
     counters: Counter[str] = field(default_factory=Counter)
     stale_tokens: list[tuple[str, str]] = field(default_factory=list)
@@ -71,8 +72,9 @@ class Model:
     receipts: dict[str, tuple[str, str, object]] = field(default_factory=dict)
 
     def held(self) -> list[str]:
-        return sorted(b for b, v in self.batches.items()
-                      if v.where == "inflight" and v.token is not None)
+        return sorted(
+            b for b, v in self.batches.items() if v.where == "inflight" and v.token is not None
+        )
 
     def in_state(self, where: str) -> list[str]:
         return sorted(b for b, v in self.batches.items() if v.where == where)
@@ -157,30 +159,32 @@ class LifeCycle(RuleBasedStateMachine):
         queue = m.queues[game]
         queue += entries
         m.collected += entries
-        gone = queue[:max(0, len(queue) - CAP)]
-        del queue[:len(gone)]
+        gone = queue[: max(0, len(queue) - CAP)]
+        del queue[: len(gone)]
         m.done["evicted"] += gone
         m.counters["stored"] += count
         m.counters["evicted"] += len(gone)
         assert evicted == len(gone)
 
     def claim(self, data: st.DataObject) -> None:
-        game = data.draw(st.sampled_from([g for g in GAMES if self.model.queues[g]]),
-                         label="game")
+        game = data.draw(st.sampled_from([g for g in GAMES if self.model.queues[g]]), label="game")
         t, base = self.token(), self.token()
-        claimed = self.scripts.claim(self.keys, game, base, t, BATCH, MOST, LEASE_MS,
-                                     MAX_AGE_MS, 0)
+        claimed = self.scripts.claim(self.keys, game, base, t, BATCH, MOST, LEASE_MS, MAX_AGE_MS, 0)
         m = self.model
         queue = m.queues[game]
-        taken = queue[:BATCH * MOST]
-        del queue[:len(taken)]
+        taken = queue[: BATCH * MOST]
+        del queue[: len(taken)]
         now = int(time.time() * 1000)
         stale = [e for e in taken if now - int(e[:13]) > MAX_AGE_MS]
         fresh = [e for e in taken if e not in stale]
-        expected = [(f"{base}.{i // BATCH}", fresh[i:i + BATCH])
-                    for i in range(0, len(fresh), BATCH)]
+        expected = [
+            (f"{base}.{i // BATCH}", fresh[i : i + BATCH]) for i in range(0, len(fresh), BATCH)
+        ]
         assert (claimed.stale, claimed.remaining, claimed.batches) == (
-            len(stale), len(queue), expected)
+            len(stale),
+            len(queue),
+            expected,
+        )
         for batch_id, entries in expected:
             m.batches[batch_id] = Batch(game, entries, token=t)
         if stale:
@@ -194,9 +198,12 @@ class LifeCycle(RuleBasedStateMachine):
 
     def hold(self, data: st.DataObject) -> None:
         """What the worker holding a batch does with it."""
-        action = data.draw(st.sampled_from(
-            ("ack", "settle", "nack", "reject", "release", "extend", "crash", "expire")),
-            label="action")
+        action = data.draw(
+            st.sampled_from(
+                ("ack", "settle", "nack", "reject", "release", "extend", "crash", "expire")
+            ),
+            label="action",
+        )
         batch_id = data.draw(st.sampled_from(self.model.held()), label="batch")
         batch = self.model.batches[batch_id]
         assert batch.token is not None
@@ -206,12 +213,22 @@ class LifeCycle(RuleBasedStateMachine):
         elif action == "settle":
             n = len(batch.entries)
             stale = data.draw(st.integers(0, n), label="stale")
-            fates = data.draw(st.lists(st.sampled_from(("delivered", "retry", "refused")),
-                                       min_size=n - stale, max_size=n - stale), label="fates")
+            fates = data.draw(
+                st.lists(
+                    st.sampled_from(("delivered", "retry", "refused")),
+                    min_size=n - stale,
+                    max_size=n - stale,
+                ),
+                label="fates",
+            )
             self.settle(batch_id, batch, stale, fates)
         elif action in ("nack", "reject"):
-            self.nack(batch_id, batch, action == "reject",
-                      data.draw(st.floats(0, 1, exclude_max=True), label="jitter"))
+            self.nack(
+                batch_id,
+                batch,
+                action == "reject",
+                data.draw(st.floats(0, 1, exclude_max=True), label="jitter"),
+            )
         elif action == "release":
             assert self.scripts.release(self.keys, batch_id, batch.token) is True
             self.model.stale_tokens.append((batch_id, batch.token))
@@ -248,11 +265,21 @@ class LifeCycle(RuleBasedStateMachine):
         assert batch.token is not None
         sent = list(enumerate(batch.entries))[stale:]
         retry = [p for (p, _), fate in zip(sent, fates, strict=True) if fate == "retry"]
-        refused = [(p, f"no {p}") for (p, _), fate in zip(sent, fates, strict=True)
-                   if fate == "refused"]
-        settled = self.scripts.settle(self.keys, batch_id, batch.token, stale=stale,
-                                      retry=retry, refused=refused, initial_ms=1, max_ms=2,
-                                      max_attempts=MAX_ATTEMPTS, dead_max=self.dead_max)
+        refused = [
+            (p, f"no {p}") for (p, _), fate in zip(sent, fates, strict=True) if fate == "refused"
+        ]
+        settled = self.scripts.settle(
+            self.keys,
+            batch_id,
+            batch.token,
+            stale=stale,
+            retry=retry,
+            refused=refused,
+            initial_ms=1,
+            max_ms=2,
+            max_attempts=MAX_ATTEMPTS,
+            dead_max=self.dead_max,
+        )
         m = self.model
         del m.batches[batch_id]
         m.stale_tokens.append((batch_id, batch.token))
@@ -260,22 +287,30 @@ class LifeCycle(RuleBasedStateMachine):
         delivered = [e for (_, e), fate in zip(sent, fates, strict=True) if fate == "delivered"]
         m.done["stale"] += batch.entries[:stale]
         m.done["delivered"] += delivered
-        m.counters.update(stale=stale, delivered=len(delivered),
-                          batches_delivered=int(bool(delivered)))
+        m.counters.update(
+            stale=stale, delivered=len(delivered), batches_delivered=int(bool(delivered))
+        )
         attempt = batch.attempts + 1
-        expected = {"delivered": len(delivered), "retry_id": "", "retry_state": "",
-                    "refused_id": ""}
+        expected = {
+            "delivered": len(delivered),
+            "retry_id": "",
+            "retry_state": "",
+            "refused_id": "",
+        }
         if refused:
             event("settle refused items")
             expected["refused_id"] = f"{batch_id}.x{attempt}"
-            m.dead_letter(expected["refused_id"], Batch(
-                batch.game, [batch.entries[p] for p, _ in refused], attempts=attempt))
+            m.dead_letter(
+                expected["refused_id"],
+                Batch(batch.game, [batch.entries[p] for p, _ in refused], attempts=attempt),
+            )
             m.counters["rejected_items"] += len(refused)
         if retry:
             event("settle retried items")
             retry_id = expected["retry_id"] = f"{batch_id}.r{attempt}"
-            part = Batch(batch.game, [batch.entries[p] for p in retry], attempts=attempt,
-                         where="retry")
+            part = Batch(
+                batch.game, [batch.entries[p] for p in retry], attempts=attempt, where="retry"
+            )
             if attempt >= MAX_ATTEMPTS:
                 expected["retry_state"] = "dead"
                 m.dead_letter(retry_id, part)
@@ -289,9 +324,16 @@ class LifeCycle(RuleBasedStateMachine):
 
     def nack(self, batch_id: str, batch: Batch, permanent: bool, jitter: float) -> None:
         assert batch.token is not None
-        result = self.shard.nack(batch_id, batch.token, permanent=permanent, initial_ms=1,
-                                 max_ms=2, max_attempts=MAX_ATTEMPTS, jitter=jitter,
-                                 dead_max=self.dead_max)
+        result = self.shard.nack(
+            batch_id,
+            batch.token,
+            permanent=permanent,
+            initial_ms=1,
+            max_ms=2,
+            max_attempts=MAX_ATTEMPTS,
+            jitter=jitter,
+            dead_max=self.dead_max,
+        )
         m = self.model
         m.stale_tokens.append((batch_id, batch.token))
         m.receipts[batch_id] = ("nack", batch.token, result.state)
@@ -344,8 +386,7 @@ class LifeCycle(RuleBasedStateMachine):
         assert [b.batch_id for b in taken] == waiting[:limit]
         for b in taken:
             batch = m.batches[b.batch_id]
-            assert (b.game, b.attempts, b.entries) == (batch.game, batch.attempts,
-                                                       batch.entries)
+            assert (b.game, b.attempts, b.entries) == (batch.game, batch.attempts, batch.entries)
             batch.where, batch.token = "inflight", t
 
     def stale_token(self, data: st.DataObject) -> None:
@@ -365,9 +406,11 @@ class LifeCycle(RuleBasedStateMachine):
         before = self.shard.snapshot()
         assert self.scripts.ack(self.keys, batch_id, old) == answer("ack", -1)
         assert self.scripts.settle(self.keys, batch_id, old, refused=[(0, "x")]).delivered == (
-            answer("settle", -1))
-        assert self.shard.nack(batch_id, old, max_attempts=MAX_ATTEMPTS,
-                               dead_max=self.dead_max).state == answer("nack", "lost")
+            answer("settle", -1)
+        )
+        assert self.shard.nack(
+            batch_id, old, max_attempts=MAX_ATTEMPTS, dead_max=self.dead_max
+        ).state == answer("nack", "lost")
         assert self.scripts.release(self.keys, batch_id, old) is answer("release", False)
         assert self.scripts.extend(self.keys, batch_id, old, LEASE_MS) is False
         assert self.shard.snapshot() == before
@@ -384,7 +427,7 @@ class LifeCycle(RuleBasedStateMachine):
         limit = data.draw(st.integers(1, 3), label="limit")
         m = self.model
         ids = list(reversed(m.dead[-limit:]))  # oldest first
-        del m.dead[len(m.dead) - len(ids):]
+        del m.dead[len(m.dead) - len(ids) :]
         events = sum(len(m.batches[b].entries) for b in ids)
         event(f"{action} {len(ids)} dead batches")
         if action == "purge":
@@ -406,10 +449,14 @@ class LifeCycle(RuleBasedStateMachine):
     @invariant()
     def every_event_is_in_exactly_one_place(self) -> None:
         m = self.model
-        places = [*m.queues.values(), *m.done.values(),
-                  *(b.entries for b in m.batches.values() if b.where != "dead")]
+        places = [
+            *m.queues.values(),
+            *m.done.values(),
+            *(b.entries for b in m.batches.values() if b.where != "dead"),
+        ]
         dropped_dead = len(m.done["dead"]) - sum(
-            len(b.entries) for b in m.batches.values() if b.where == "dead")
+            len(b.entries) for b in m.batches.values() if b.where == "dead"
+        )
         flat = [e for place in places for e in place]
         assert len(flat) == len(set(flat))
         assert Counter(flat) == Counter(e for e in m.collected)
@@ -433,15 +480,20 @@ class LifeCycle(RuleBasedStateMachine):
         assert sorted(b.decode() for b in retry) == m.in_state("retry")
         assert [b.decode() for b in dead] == m.dead
         assert {k.decode(): v for k, v in payloads.items()} == {
-            b: b"\n".join(v.entries) for b, v in m.batches.items()}
+            b: b"\n".join(v.entries) for b, v in m.batches.items()
+        }
         assert len(metas) == len(m.batches)
         for batch_id, raw in metas.items():
             meta = json.loads(raw)
             batch = m.batches[batch_id.decode()]
-            assert (meta["g"], meta["n"], meta["a"]) == (batch.game, len(batch.entries),
-                                                         batch.attempts)
+            assert (meta["g"], meta["n"], meta["a"]) == (
+                batch.game,
+                len(batch.entries),
+                batch.attempts,
+            )
         assert {k.decode(): int(v) for k, v in stats.items()} == {
-            k: v for k, v in m.counters.items() if v}
+            k: v for k, v in m.counters.items() if v
+        }
 
     @invariant()
     def the_counters_add_up(self) -> None:
@@ -449,8 +501,9 @@ class LifeCycle(RuleBasedStateMachine):
         totals = read_totals(store_of(self.client, self.shard.schema))
         assert totals.unaccounted == 0
         assert totals.buffered == sum(len(q) for q in m.queues.values())
-        assert totals.pending_events == sum(len(b.entries) for b in m.batches.values()
-                                            if b.where != "dead")
+        assert totals.pending_events == sum(
+            len(b.entries) for b in m.batches.values() if b.where != "dead"
+        )
         assert totals.dead_now == len(m.done["dead"])
         assert totals.counter("delivered") == len(m.done["delivered"])
         assert totals.counter("stale") == len(m.done["stale"])
@@ -460,6 +513,13 @@ class LifeCycle(RuleBasedStateMachine):
 
 def test_random_interleavings_keep_every_event_accounted_for(r: redis.Redis) -> None:
     LifeCycle.client = r
-    run_state_machine_as_test(LifeCycle, settings=settings(
-        max_examples=40, stateful_step_count=30, deadline=None, database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+    run_state_machine_as_test(
+        LifeCycle,
+        settings=settings(
+            max_examples=40,
+            stateful_step_count=30,
+            deadline=None,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )

@@ -58,20 +58,36 @@ def services() -> Iterator[MakeService]:
         service.store.close()
 
 
-def key_config(server: Server, endpoint: NppaEndpoint, key_file: Path, key: str = OLD,
-               metrics: dict[str, Any] | None = None, **nppa_settings: Any) -> ReporterConfig:
+def key_config(
+    server: Server,
+    endpoint: NppaEndpoint,
+    key_file: Path,
+    key: str = OLD,
+    metrics: dict[str, Any] | None = None,
+    **nppa_settings: Any,
+) -> ReporterConfig:
     """The key in a file; the rest as the other nppa delivery tests have it."""
     key_file.write_text(f"{key}\n", encoding="utf-8")
     return make_config(
-        server.url, shards=4, sink={"kind": "nppa"}, metrics=metrics or {},
-        nppa={"base_url": endpoint.url, "app_id": APP_ID, "secret_key_file": str(key_file),
-              "throttle_seconds": 1.0, **nppa_settings},
+        server.url,
+        shards=4,
+        sink={"kind": "nppa"},
+        metrics=metrics or {},
+        nppa={
+            "base_url": endpoint.url,
+            "app_id": APP_ID,
+            "secret_key_file": str(key_file),
+            "throttle_seconds": 1.0,
+            **nppa_settings,
+        },
         games={game: {"biz_id": biz} for game, biz in GAMES.items()},
-        reporter={"linger_ms": 100, "poll_interval_ms": 20, "lease_seconds": 10.0})
+        reporter={"linger_ms": 100, "poll_interval_ms": 20, "lease_seconds": 10.0},
+    )
 
 
-def sessions(config: ReporterConfig, game: str, count: int, login_ot: int, logout_ot: int,
-             pi: str = PI) -> None:
+def sessions(
+    config: ReporterConfig, game: str, count: int, login_ot: int, logout_ot: int, pi: str = PI
+) -> None:
     """``count`` sessions of ``game``: every login, then every logout, stored in Redis."""
     c = Collector(config=config)
     try:
@@ -98,26 +114,43 @@ def counter(service: ReporterService, name: str) -> int:
 
 
 def test_a_key_the_system_refuses_holds_every_reporter_until_the_key_file_changes(
-        own_server: Server, tmp_path: Path, services: MakeService) -> None:
+    own_server: Server, tmp_path: Path, services: MakeService
+) -> None:
     key_file = tmp_path / "nppa.key"
     with NppaEndpoint(app_id=APP_ID, secret_key=NEW, biz_ids=GAMES.values()) as endpoint:
-        config = key_config(own_server, endpoint, key_file, metrics={"listen": "127.0.0.1:0"},
-                            probe_interval_seconds=600.0)  # only a key change probes
+        config = key_config(
+            own_server,
+            endpoint,
+            key_file,
+            metrics={"listen": "127.0.0.1:0"},
+            probe_interval_seconds=600.0,
+        )  # only a key change probes
         sessions(config, "farm", 50, int(time.time()), int(time.time()))
         sessions(config, "kart", 50, int(time.time()), int(time.time()))
         first, second = services(config), services(config)
-        wait_until(lambda: first.hold and second.hold and first.hold.held and second.hold.held,
-                   timeout=20, what="both reporters held")
+        wait_until(
+            lambda: first.hold and second.hold and first.hold.held and second.hold.held,
+            timeout=20,
+            what="both reporters held",
+        )
         held = read_hold(first.store, HOLD)
         assert held.held and held.cause == "nppa 1011" and "secret_key" in held.check
         text = status_text(first.store, config, as_json=False)
         assert "HELD" in text and "nppa 1011" in text and "secret_key" in text
-        assert json.loads(status_text(first.store, config, as_json=True, shards=False)
-                          )["hold"]["cause"] == "nppa 1011"
+        assert (
+            json.loads(status_text(first.store, config, as_json=True, shards=False))["hold"][
+                "cause"
+            ]
+            == "nppa 1011"
+        )
         assert first.endpoint is not None
         metrics = httpx.get(f"{first.endpoint.url}/metrics", timeout=10).text
-        [held_seconds] = [s for f in text_string_to_metric_families(metrics)
-                          for s in f.samples if s.name == "telemetry_sending_held_seconds"]
+        [held_seconds] = [
+            s
+            for f in text_string_to_metric_families(metrics)
+            for s in f.samples
+            if s.name == "telemetry_sending_held_seconds"
+        ]
         assert held_seconds.labels == {"cause": "nppa 1011"}
         # A request that had passed its last check (its slot, the gate) when the hold was
         # seen is already on the wire: its answer may come a moment later.
@@ -131,37 +164,48 @@ def test_a_key_the_system_refuses_holds_every_reporter_until_the_key_file_change
         assert totals.counter("batches_released") >= 1
 
         key_file.write_text(NEW, encoding="utf-8")  # no signal: the file is watched
-        wait_until(lambda: accepted_count(endpoint) == 200, timeout=30,
-                   what="every event accepted with the new key")
-        wait_until(lambda: counter(first, "delivered") == 200, timeout=30,
-                   what="acknowledged")
+        wait_until(
+            lambda: accepted_count(endpoint) == 200,
+            timeout=30,
+            what="every event accepted with the new key",
+        )
+        wait_until(lambda: counter(first, "delivered") == 200, timeout=30, what="acknowledged")
     assert not read_hold(first.store, HOLD).held
     codes = [code for _, code in answered(endpoint)]
     # a probe at once after the key changed lifted it (each reporter probes when it sees its
     # file change, unless the hold is over by then), long before the 600 s interval
     assert 1 <= codes.count(3002) <= 2
     totals = read_totals(first.store)
-    assert (totals.counter("delivered"), totals.counter("dead_events"),
-            totals.counter("stale")) == (200, 0, 0)
+    assert (
+        totals.counter("delivered"),
+        totals.counter("dead_events"),
+        totals.counter("stale"),
+    ) == (200, 0, 0)
     counts = [service.stop().counts for service in (first, second)]
     assert 1 <= sum(c.get("config_errors", 0) for c in counts) <= codes.count(1011)
     assert [a.name for a in first.store.alerts()] == ["nppa 1011"]
 
 
 @pytest.mark.parametrize("late", ["resend", "drop"])
-def test_sessions_that_went_late_during_a_hold(own_server: Server, tmp_path: Path,
-                                               services: MakeService, late: str) -> None:
+def test_sessions_that_went_late_during_a_hold(
+    own_server: Server, tmp_path: Path, services: MakeService, late: str
+) -> None:
     """300 sessions, fresh when collected, go out of the window while the sender is held;
     once the key is right (SIGHUP's re-read), "resend" sends all 600 items with their times
     moved, each logout still at or after its login, "drop" counts them stale."""
     with NppaEndpoint(app_id=APP_ID, secret_key=NEW, biz_ids=GAMES.values()) as endpoint:
-        config = key_config(own_server, endpoint, tmp_path / "nppa.key",
-                            probe_interval_seconds=1.0, late_behaviour=late, **SHORT_WINDOW)
+        config = key_config(
+            own_server,
+            endpoint,
+            tmp_path / "nppa.key",
+            probe_interval_seconds=1.0,
+            late_behaviour=late,
+            **SHORT_WINDOW,
+        )
         now = int(time.time())
         sessions(config, "farm", 300, now - 8, now - 6)
         service = services(config)
-        wait_until(lambda: service.hold is not None and service.hold.held, timeout=20,
-                   what="held")
+        wait_until(lambda: service.hold is not None and service.hold.held, timeout=20, what="held")
         began = time.monotonic()
         wait_until(lambda: time.time() > now + 9, timeout=20, what="every item late")
         probes = [t for t, code in answered(endpoint) if code == 1011]
@@ -170,14 +214,14 @@ def test_sessions_that_went_late_during_a_hold(own_server: Server, tmp_path: Pat
         (tmp_path / "nppa.key").write_text(NEW, encoding="utf-8")
         service.reload("SIGHUP")
         if late == "drop":
-            wait_until(lambda: counter(service, "stale") == 600, timeout=30,
-                       what="every item stale")
+            wait_until(
+                lambda: counter(service, "stale") == 600, timeout=30, what="every item stale"
+            )
             assert accepted_count(endpoint) == 0
             assert counter(service, "late_sent") == 0
             return
         wait_until(lambda: accepted_count(endpoint) == 600, timeout=30, what="all accepted")
-        wait_until(lambda: counter(service, "delivered") == 600, timeout=30,
-                   what="acknowledged")
+        wait_until(lambda: counter(service, "delivered") == 600, timeout=30, what="acknowledged")
         with endpoint.lock:
             accepted = list(endpoint.accepted)
     assert not read_hold(service.store, HOLD).held
@@ -189,19 +233,27 @@ def test_sessions_that_went_late_during_a_hold(own_server: Server, tmp_path: Pat
     in_order = [a.item["ot"] for a in accepted]
     assert in_order == sorted(in_order)  # the game's items keep their order
     totals = read_totals(service.store)
-    assert (totals.counter("late_sent"), totals.counter("delivered"),
-            totals.counter("stale")) == (600, 600, 0)
+    assert (totals.counter("late_sent"), totals.counter("delivered"), totals.counter("stale")) == (
+        600,
+        600,
+        0,
+    )
     assert "late_sent" in status_text(service.store, config, as_json=False)
-    records = [orjson.loads(r) for shard in service.schema.all_shards()
-               for r in service.store.backend.client.lrange(shard.late, 0, -1)]
+    records = [
+        orjson.loads(r)
+        for shard in service.schema.all_shards()
+        for r in service.store.backend.client.lrange(shard.late, 0, -1)
+    ]
     original = {(si, bt): ot for r in records for si, bt, ot, _ in r["items"]}
-    assert original == {(f"farm-{i:05d}", bt): now - (8 if bt else 6)
-                        for i in range(300) for bt in (0, 1)}
+    assert original == {
+        (f"farm-{i:05d}", bt): now - (8 if bt else 6) for i in range(300) for bt in (0, 1)
+    }
     assert service.stop().counts["late_sent"] == 600
 
 
 def test_events_stamped_an_hour_ahead_are_dead_lettered_while_the_rest_go(
-        own_server: Server, tmp_path: Path, services: MakeService) -> None:
+    own_server: Server, tmp_path: Path, services: MakeService
+) -> None:
     with NppaEndpoint(app_id=APP_ID, secret_key=OLD, biz_ids=GAMES.values()) as endpoint:
         config = key_config(own_server, endpoint, tmp_path / "nppa.key")
         now = int(time.time())
@@ -209,8 +261,11 @@ def test_events_stamped_an_hour_ahead_are_dead_lettered_while_the_rest_go(
         sessions(config, "farm", 10, now, now)
         service = services(config)
         wait_until(lambda: accepted_count(endpoint) == 20, timeout=30, what="the fresh ones")
-        wait_until(lambda: counter(service, "dead_events") == 20, timeout=30,
-                   what="the hour-ahead ones dead-lettered")
+        wait_until(
+            lambda: counter(service, "dead_events") == 20,
+            timeout=30,
+            what="the hour-ahead ones dead-lettered",
+        )
     dead = service.store.dead_batches(100)
     keys = service.store.find_batch(dead[0].batch_id)
     assert keys is not None
@@ -220,8 +275,9 @@ def test_events_stamped_an_hour_ahead_are_dead_lettered_while_the_rest_go(
 
 
 @pytest.mark.parametrize("late", ["resend", "drop"])
-def test_dead_replay_follows_the_late_policy(own_server: Server, tmp_path: Path,
-                                             services: MakeService, late: str) -> None:
+def test_dead_replay_follows_the_late_policy(
+    own_server: Server, tmp_path: Path, services: MakeService, late: str
+) -> None:
     """Items the system refused (3010, say a pi it did not know yet) are replayed after they
     missed the window: "resend" sends them with their times moved, "drop" counts them stale."""
     unknown = "9" * 38
@@ -229,24 +285,29 @@ def test_dead_replay_follows_the_late_policy(own_server: Server, tmp_path: Path,
     def not_yet(item: dict[str, Any]) -> int | None:
         return 3010 if item.get("pi") == unknown else None
 
-    with NppaEndpoint(app_id=APP_ID, secret_key=OLD, biz_ids=GAMES.values(),
-                      unknown=not_yet) as endpoint:
-        config = key_config(own_server, endpoint, tmp_path / "nppa.key", late_behaviour=late,
-                            **SHORT_WINDOW)
+    with NppaEndpoint(
+        app_id=APP_ID, secret_key=OLD, biz_ids=GAMES.values(), unknown=not_yet
+    ) as endpoint:
+        config = key_config(
+            own_server, endpoint, tmp_path / "nppa.key", late_behaviour=late, **SHORT_WINDOW
+        )
         now = int(time.time())
         sessions(config, "kart", 5, now - 10, now - 9, pi=unknown)
         service = services(config)
-        wait_until(lambda: counter(service, "dead_events") == 10, timeout=30,
-                   what="refused and dead-lettered")
+        wait_until(
+            lambda: counter(service, "dead_events") == 10,
+            timeout=30,
+            what="refused and dead-lettered",
+        )
         endpoint.unknown = None  # the system knows the players now
         wait_until(lambda: time.time() > now + 7, timeout=20, what="the items late")
-        replayed = sum(service.store.call(Replay(shard)).events
-                       for shard in service.schema.all_shards())
+        replayed = sum(
+            service.store.call(Replay(shard)).events for shard in service.schema.all_shards()
+        )
         assert replayed == 10
         if late == "resend":
             wait_until(lambda: accepted_count(endpoint) == 10, timeout=30, what="accepted")
-            wait_until(lambda: counter(service, "delivered") == 10, timeout=30,
-                       what="acknowledged")
+            wait_until(lambda: counter(service, "delivered") == 10, timeout=30, what="acknowledged")
             assert counter(service, "late_sent") == 10
         else:
             wait_until(lambda: counter(service, "stale") == 10, timeout=30, what="stale")

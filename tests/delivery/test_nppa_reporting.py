@@ -28,15 +28,31 @@ PI = "1" * 38
 MakeService = Callable[[ReporterConfig], ReporterService]
 
 
-def nppa_config(redis_url: str, endpoint: NppaEndpoint, reporter: dict[str, Any] | None = None,
-                **nppa_settings: Any) -> ReporterConfig:
+def nppa_config(
+    redis_url: str,
+    endpoint: NppaEndpoint,
+    reporter: dict[str, Any] | None = None,
+    **nppa_settings: Any,
+) -> ReporterConfig:
     return make_config(
-        redis_url, shards=4, sink={"kind": "nppa"},
-        nppa={"base_url": endpoint.url, "app_id": APP_ID, "secret_key": SECRET,
-              "throttle_seconds": 1.0, **nppa_settings},
+        redis_url,
+        shards=4,
+        sink={"kind": "nppa"},
+        nppa={
+            "base_url": endpoint.url,
+            "app_id": APP_ID,
+            "secret_key": SECRET,
+            "throttle_seconds": 1.0,
+            **nppa_settings,
+        },
         games={game: {"biz_id": biz} for game, biz in GAMES.items()},
-        reporter={"linger_ms": 100, "poll_interval_ms": 20, "lease_seconds": 10.0,
-                  **(reporter or {})})
+        reporter={
+            "linger_ms": 100,
+            "poll_interval_ms": 20,
+            "lease_seconds": 10.0,
+            **(reporter or {}),
+        },
+    )
 
 
 @pytest.fixture
@@ -56,15 +72,20 @@ def services() -> Iterator[MakeService]:
         service.store.close()
 
 
-def collect(config: ReporterConfig, per_game: int, ot: int | None = None,
-            pi: Callable[[int], str] = lambda i: PI) -> None:
+def collect(
+    config: ReporterConfig,
+    per_game: int,
+    ot: int | None = None,
+    pi: Callable[[int], str] = lambda i: PI,
+) -> None:
     """Logins and logouts of sessions of every game, stored in Redis."""
     c = Collector(config=config)
     try:
         for game in GAMES:
             for i in range(per_game):
                 event = (nppa.login if i % 2 == 0 else nppa.logout)(
-                    si=f"{game}-{i // 2:05d}", ot=ot or int(time.time()), pi=pi(i))
+                    si=f"{game}-{i // 2:05d}", ot=ot or int(time.time()), pi=pi(i)
+                )
                 c.collect(game, event)
         assert c.flush(timeout=20)
     finally:
@@ -82,13 +103,13 @@ def codes(endpoint: NppaEndpoint) -> Counter[int]:
 
 
 def test_a_backlog_of_two_games_is_accepted_in_full_requests(
-        redis_url: str, services: MakeService) -> None:
+    redis_url: str, services: MakeService
+) -> None:
     with NppaEndpoint(app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values()) as endpoint:
         config = nppa_config(redis_url, endpoint)
         collect(config, 600)
         services(config)
-        wait_until(lambda: accepted_count(endpoint) == 1200, timeout=30,
-                   what="every item accepted")
+        wait_until(lambda: accepted_count(endpoint) == 1200, timeout=30, what="every item accepted")
         with endpoint.lock:
             requests, accepted = list(endpoint.requests), list(endpoint.accepted)
     assert codes(endpoint) == Counter({0: len(requests)})  # no 1006, no 1011, no item errors
@@ -101,8 +122,12 @@ def test_a_backlog_of_two_games_is_accepted_in_full_requests(
 
 
 def test_expired_timestamps_are_sent_again(redis_url: str, services: MakeService) -> None:
-    with NppaEndpoint(app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values(),
-                      force=lambda n: 1007 if n == 1 else None) as endpoint:
+    with NppaEndpoint(
+        app_id=APP_ID,
+        secret_key=SECRET,
+        biz_ids=GAMES.values(),
+        force=lambda n: 1007 if n == 1 else None,
+    ) as endpoint:
         config = nppa_config(redis_url, endpoint)
         collect(config, 4)
         services(config)
@@ -110,17 +135,24 @@ def test_expired_timestamps_are_sent_again(redis_url: str, services: MakeService
     assert codes(endpoint)[1007] == 1
 
 
-def test_over_the_limit_every_reporter_backs_off(redis_url: str,
-                                                  services: MakeService) -> None:
+def test_over_the_limit_every_reporter_backs_off(redis_url: str, services: MakeService) -> None:
     """The interface allows 2 requests/s here; the reporters believe 10. After each 1006 the
     shared bucket pauses both reporters for throttle_seconds: nothing reaches the interface
     in that time (but what was already on its way)."""
-    with NppaEndpoint(app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values(),
-                      requests_per_second=2, throttle_seconds=0.5) as endpoint:
+    with NppaEndpoint(
+        app_id=APP_ID,
+        secret_key=SECRET,
+        biz_ids=GAMES.values(),
+        requests_per_second=2,
+        throttle_seconds=0.5,
+    ) as endpoint:
         # Both games hot: both reporters send both (hot pools do not look at shard leases).
-        config = nppa_config(redis_url, endpoint, {
-            "batch_size": 2, "max_batches_per_claim": 1, "hot_games": dict.fromkeys(GAMES, 1)},
-            throttle_seconds=1.0)
+        config = nppa_config(
+            redis_url,
+            endpoint,
+            {"batch_size": 2, "max_batches_per_claim": 1, "hot_games": dict.fromkeys(GAMES, 1)},
+            throttle_seconds=1.0,
+        )
         collect(config, 10)  # 20 events in batches of 2: 10 requests, claimed one by one
         first, second = services(config), services(config)
         wait_until(lambda: accepted_count(endpoint) == 20, timeout=60, what="all accepted")
@@ -131,27 +163,42 @@ def test_over_the_limit_every_reporter_backs_off(redis_url: str,
     for at, code in answered:
         if code == 1006:
             assert not [t for t, _ in answered if at + 0.3 < t < at + 0.9], "sent in a pause"
-    assert first.tally.counted().get("batches_retried", 0) + second.tally.counted().get(
-        "batches_retried", 0) == throttled
+    assert (
+        first.tally.counted().get("batches_retried", 0)
+        + second.tally.counted().get("batches_retried", 0)
+        == throttled
+    )
 
 
 @pytest.mark.parametrize("partial_errcode", [0, 3001])
 def test_items_the_system_refuses_are_dead_lettered_one_by_one(
-        redis_url: str, r: redis.Redis, services: MakeService, partial_errcode: int) -> None:
+    redis_url: str, r: redis.Redis, services: MakeService, partial_errcode: int
+) -> None:
     unknown = "9" * 38
 
     def unknown_pi(item: dict[str, Any]) -> int | None:
         return 3010 if item.get("pi") == unknown else None
 
-    with NppaEndpoint(app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values(),
-                      partial_errcode=partial_errcode, unknown=unknown_pi) as endpoint:
+    with NppaEndpoint(
+        app_id=APP_ID,
+        secret_key=SECRET,
+        biz_ids=GAMES.values(),
+        partial_errcode=partial_errcode,
+        unknown=unknown_pi,
+    ) as endpoint:
         config = nppa_config(redis_url, endpoint)
         collect(config, 30, pi=lambda i: unknown if i % 10 == 3 else PI)
         service = services(config)
-        wait_until(lambda: accepted_count(endpoint) == 54, timeout=30,
-                   what="the known players' events accepted")
-        wait_until(lambda: read_totals(service.store).counter("rejected_items") == 6,
-                   timeout=30, what="the unknown ones refused")
+        wait_until(
+            lambda: accepted_count(endpoint) == 54,
+            timeout=30,
+            what="the known players' events accepted",
+        )
+        wait_until(
+            lambda: read_totals(service.store).counter("rejected_items") == 6,
+            timeout=30,
+            what="the unknown ones refused",
+        )
     totals = read_totals(service.store)
     assert (totals.counter("delivered"), totals.counter("dead_events")) == (54, 6)
     assert totals.unaccounted == 0 and totals.pending_events == 0
@@ -164,10 +211,12 @@ def test_items_the_system_refuses_are_dead_lettered_one_by_one(
 
 
 @pytest.mark.parametrize("offset", [4.0, -4.0])
-def test_a_system_clock_a_few_seconds_off_is_fine(redis_url: str, services: MakeService,
-                                                  offset: float) -> None:
-    with NppaEndpoint(app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values(),
-                      clock=lambda: time.time() + offset) as endpoint:
+def test_a_system_clock_a_few_seconds_off_is_fine(
+    redis_url: str, services: MakeService, offset: float
+) -> None:
+    with NppaEndpoint(
+        app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values(), clock=lambda: time.time() + offset
+    ) as endpoint:
         config = nppa_config(redis_url, endpoint)
         collect(config, 6)
         services(config)
@@ -176,7 +225,8 @@ def test_a_system_clock_a_few_seconds_off_is_fine(redis_url: str, services: Make
 
 
 def test_events_from_a_game_server_clock_ahead_wait_until_they_are_valid(
-        redis_url: str, services: MakeService) -> None:
+    redis_url: str, services: MakeService
+) -> None:
     with NppaEndpoint(app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values()) as endpoint:
         config = nppa_config(redis_url, endpoint)
         ahead = int(time.time()) + 3
@@ -195,7 +245,8 @@ def busiest_second(times: list[float]) -> int:
 
 
 def test_three_reporters_together_keep_under_ten_requests_a_second(
-        redis_url: str, services: MakeService) -> None:
+    redis_url: str, services: MakeService
+) -> None:
     """The interface's limit holds across processes: three reporters (services sharing the
     Redis, as processes would) draw from one bucket; none of them meets a 1006."""
     with NppaEndpoint(app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values()) as endpoint:

@@ -29,8 +29,7 @@ class ItemSender:
         self.outcome = outcome
         self.sent: list[list[int]] = []
 
-    def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1
-             ) -> Outcome:
+    def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1) -> Outcome:
         self.sent.append([orjson.loads(e)["seq"] for e in events])
         return self.outcome
 
@@ -41,10 +40,11 @@ class ItemSender:
         pass
 
 
-def setup(r: redis.Redis, outcome: Outcome) -> tuple[Batches, Delivery, KeySchema,
-                                                      ItemSender]:
-    config = make_config("redis://unused", reporter={
-        "event_time_field": "ot", "event_time_unit": "s", "linger_ms": 0})
+def setup(r: redis.Redis, outcome: Outcome) -> tuple[Batches, Delivery, KeySchema, ItemSender]:
+    config = make_config(
+        "redis://unused",
+        reporter={"event_time_field": "ot", "event_time_unit": "s", "linger_ms": 0},
+    )
     batches = Batches(store_on(r, config), config)
     sender = ItemSender(outcome)
     deliverer = delivery_for(batches, sender, config, time.time)
@@ -53,8 +53,12 @@ def setup(r: redis.Redis, outcome: Outcome) -> tuple[Batches, Delivery, KeySchem
 
 def push(r: redis.Redis, schema: KeySchema, stale_seqs: set[int], count: int) -> None:
     now = int(time.time())
-    entries = [encode_entry(now * 1000, orjson.dumps(
-        {"seq": s, "ot": now - 600 if s in stale_seqs else now})) for s in range(count)]
+    entries = [
+        encode_entry(
+            now * 1000, orjson.dumps({"seq": s, "ot": now - 600 if s in stale_seqs else now})
+        )
+        for s in range(count)
+    ]
     Scripts(r).collect(schema.for_game(GAME), GAME, 10_000, 3600, entries)
 
 
@@ -65,8 +69,13 @@ def seqs_of(r: redis.Redis, schema: KeySchema, batch_id: str) -> list[int]:
 
 def test_items_refused_and_retried_past_stale_events(r: redis.Redis) -> None:
     # sent: seqs 0 1 3 4 6 7 8 9 (2 and 5 are stale); refuse sent #0 and #7, retry sent #3
-    outcome = Outcome(DELIVERED, "items to retry", 2.0,
-                      refused=((0, "3005 bad ot"), (7, "3010 invalid pi")), retry_items=(3,))
+    outcome = Outcome(
+        DELIVERED,
+        "items to retry",
+        2.0,
+        refused=((0, "3005 bad ot"), (7, "3010 invalid pi")),
+        retry_items=(3,),
+    )
     batches, deliverer, schema, sender = setup(r, outcome)
     push(r, schema, {2, 5}, 10)
     keys = schema.for_game(GAME)
@@ -91,10 +100,24 @@ def test_items_refused_and_retried_past_stale_events(r: redis.Redis) -> None:
     assert (c("delivered"), c("stale"), c("rejected_items"), c("dead_events")) == (5, 2, 2, 2)
     assert (totals.pending_events, totals.unaccounted) == (1, 0)
     tally = deliverer.counts.snapshot()
-    assert {k: tally.get(k) for k in ("delivered", "stale", "rejected_items", "dead_events",
-                                      "dead_batches", "batches_retried")} == {
-        "delivered": 5, "stale": 2, "rejected_items": 2, "dead_events": 2, "dead_batches": 1,
-        "batches_retried": 1}
+    assert {
+        k: tally.get(k)
+        for k in (
+            "delivered",
+            "stale",
+            "rejected_items",
+            "dead_events",
+            "dead_batches",
+            "batches_retried",
+        )
+    } == {
+        "delivered": 5,
+        "stale": 2,
+        "rejected_items": 2,
+        "dead_events": 2,
+        "dead_batches": 1,
+        "batches_retried": 1,
+    }
     assert deliverer.gate.is_open()  # the endpoint answered: no pause
 
 

@@ -82,29 +82,75 @@ def set_aside(shard: Shard, key: str, found: str) -> QuarantineRecord:
 # (script, the key's name in ShardKeys, its type, what the call leaves if that key was junk)
 Case = tuple[str, str, str]
 CASES: list[Case] = [
-    *[("collect", k, t) for k, t in [("queue", "list"), ("active", "set"), ("ring", "zset"),
-                                      ("stats", "hash"), ("marker", "string")]],
-    *[("claim", k, t) for k, t in [("queue", "list"), ("active", "set"), ("ring", "zset"),
-                                    ("inflight", "zset"), ("batches", "hash"),
-                                    ("payloads", "hash"), ("stats", "hash"), ("dead", "list")]],
-    *[(s, k, t) for s in ("ack", "release", "extend", "nack", "settle")
-      for k, t in [("inflight", "zset"), ("batches", "hash"), ("stats", "hash")]],
+    *[
+        ("collect", k, t)
+        for k, t in [
+            ("queue", "list"),
+            ("active", "set"),
+            ("ring", "zset"),
+            ("stats", "hash"),
+            ("marker", "string"),
+        ]
+    ],
+    *[
+        ("claim", k, t)
+        for k, t in [
+            ("queue", "list"),
+            ("active", "set"),
+            ("ring", "zset"),
+            ("inflight", "zset"),
+            ("batches", "hash"),
+            ("payloads", "hash"),
+            ("stats", "hash"),
+            ("dead", "list"),
+        ]
+    ],
+    *[
+        (s, k, t)
+        for s in ("ack", "release", "extend", "nack", "settle")
+        for k, t in [("inflight", "zset"), ("batches", "hash"), ("stats", "hash")]
+    ],
     *[(s, "payloads", "hash") for s in ("ack", "nack", "settle")],
     *[(s, "retry", "zset") for s in ("release", "nack", "settle")],
     *[(s, "dead", "list") for s in ("nack", "settle")],
-    *[("reap", k, t) for k, t in [("batches", "hash"), ("payloads", "hash"), ("retry", "zset"),
-                                   ("dead", "list"), ("stats", "hash")]],
-    *[("take_retries", k, t) for k, t in [("retry", "zset"), ("inflight", "zset"),
-                                           ("batches", "hash"), ("payloads", "hash")]],
-    *[(s, k, t) for s in ("replay", "purge", "purge_ids")
-      for k, t in [("dead", "list"), ("batches", "hash"), ("payloads", "hash"),
-                   ("stats", "hash")]],
+    *[
+        ("reap", k, t)
+        for k, t in [
+            ("batches", "hash"),
+            ("payloads", "hash"),
+            ("retry", "zset"),
+            ("dead", "list"),
+            ("stats", "hash"),
+        ]
+    ],
+    *[
+        ("take_retries", k, t)
+        for k, t in [
+            ("retry", "zset"),
+            ("inflight", "zset"),
+            ("batches", "hash"),
+            ("payloads", "hash"),
+        ]
+    ],
+    *[
+        (s, k, t)
+        for s in ("replay", "purge", "purge_ids")
+        for k, t in [("dead", "list"), ("batches", "hash"), ("payloads", "hash"), ("stats", "hash")]
+    ],
     ("replay", "retry", "zset"),
     ("shard_lease", "owner", "string"),
     ("heartbeat", "reporters", "zset"),
-    *[("set_aside", k, t) for k, t in [("ring", "zset"), ("active", "set"), ("retry", "zset"),
-                                        ("marker", "string"), ("stats", "hash"),
-                                        ("legacy_ring", "list")]],
+    *[
+        ("set_aside", k, t)
+        for k, t in [
+            ("ring", "zset"),
+            ("active", "set"),
+            ("retry", "zset"),
+            ("marker", "string"),
+            ("stats", "hash"),
+            ("legacy_ring", "list"),
+        ]
+    ],
 ]
 
 
@@ -125,8 +171,9 @@ def _collect(shard: Shard) -> Call:
 
 def _claim(shard: Shard) -> Call:
     shard.scripts.collect(shard.keys, "g", 1000, 3600, [b"malformed", *shard.entries("g", 4)])
-    return lambda: shard.scripts.store.call(Claim(shard.keys, "g", "c1", new_token(), 128, 4,
-                                                  LEASE_MS, MAX_AGE_MS, 0, 100))
+    return lambda: shard.scripts.store.call(
+        Claim(shard.keys, "g", "c1", new_token(), 128, 4, LEASE_MS, MAX_AGE_MS, 0, 100)
+    )
 
 
 def _reap(shard: Shard) -> Call:
@@ -158,6 +205,7 @@ def _call(make: Callable[[Shard], ScriptCall[Any]]) -> Callable[[Shard], Call]:
     def prepare(shard: Shard) -> Call:
         request = make(shard)
         return lambda: shard.scripts.store.call(request)
+
     return prepare
 
 
@@ -185,10 +233,10 @@ PREPARE: dict[str, Callable[[Shard], Call]] = {
 }
 
 
-@pytest.mark.parametrize(("script", "name", "kind"), CASES,
-                         ids=[f"{s}-{k}" for s, k, _ in CASES])
+@pytest.mark.parametrize(("script", "name", "kind"), CASES, ids=[f"{s}-{k}" for s, k, _ in CASES])
 def test_a_key_of_another_type_is_set_aside_and_the_script_goes_on(
-        shard: Shard, script: str, name: str, kind: str) -> None:
+    shard: Shard, script: str, name: str, kind: str
+) -> None:
     call = PREPARE[script](shard)
     key = key_of(shard, name)
     found = spoil(shard, key, kind)
@@ -206,12 +254,15 @@ def test_the_quarantine_list_itself_of_another_type_is_set_aside_first(shard: Sh
     spoil(shard, shard.keys.queue("g"), "list")
     shard.push("g", 2)
     assert {(q.key, q.found) for q in records(shard)} == {
-        (shard.keys.quarantine, "string"), (shard.keys.queue("g"), "string")}
+        (shard.keys.quarantine, "string"),
+        (shard.keys.queue("g"), "string"),
+    }
     assert shard.r.llen(shard.keys.queue("g")) == 2
 
 
 def test_the_quarantine_is_capped(shard: Shard) -> None:
     from collector.store import QUARANTINE_KEEP
+
     shard.r.rpush(shard.keys.quarantine, *([b"{}"] * QUARANTINE_KEEP))
     spoil(shard, shard.keys.queue("g"), "list")
     shard.push("g", 1)
@@ -221,6 +272,7 @@ def test_the_quarantine_is_capped(shard: Shard) -> None:
 
 def test_the_lua_and_python_caps_agree() -> None:
     from collector.store import QUARANTINE_KEEP, script_text
+
     assert f"local QUARANTINE_KEEP = {QUARANTINE_KEEP}\n" in script_text("ack")
 
 
@@ -241,7 +293,8 @@ def spoil_meta(shard: Shard, batch: str, raw: bytes) -> None:
 @pytest.mark.parametrize("bad", sorted(BAD_META))
 @pytest.mark.parametrize("script", ["ack", "nack", "settle", "release", "extend"])
 def test_a_held_batch_whose_metadata_cannot_be_used_is_set_aside(
-        shard: Shard, script: str, bad: str) -> None:
+    shard: Shard, script: str, bad: str
+) -> None:
     token = new_token()
     batch = shard.leased("g", 3, token)
     other = shard.leased("g", 2, token)
@@ -255,8 +308,11 @@ def test_a_held_batch_whose_metadata_cannot_be_used_is_set_aside(
         "settle": Settle(keys, batch, token, POLICY, 0.5, 0, [0]),
     }
     result = store.call(requests[script])
-    assert result in (-1, 0, False) or getattr(result, "state", "") == "lost" or (
-        getattr(result, "delivered", 0) == -1)
+    assert (
+        result in (-1, 0, False)
+        or getattr(result, "state", "") == "lost"
+        or (getattr(result, "delivered", 0) == -1)
+    )
     [record] = records(shard)
     assert (record.key, record.field, record.events) == (keys.batches, batch, 3)
     assert shard.meta(batch) is None and batch not in shard.inflight()
@@ -267,7 +323,8 @@ def test_a_held_batch_whose_metadata_cannot_be_used_is_set_aside(
 
 
 def test_due_retries_with_unreadable_metadata_are_set_aside_and_the_rest_taken(
-        shard: Shard) -> None:
+    shard: Shard,
+) -> None:
     """Case (b) of the issue: take_retries failed in cjson.decode before its ZREM, on every
     sweep."""
     token = new_token()
@@ -281,14 +338,16 @@ def test_due_retries_with_unreadable_metadata_are_set_aside_and_the_rest_taken(
     assert [b.batch_id for b in taken] == [batches[2]]
     assert {(q.field, q.reason, q.events) for q in records(shard)} == {
         (batches[0], "metadata that is not JSON", 2),
-        (batches[1], "a batch without its payload", 2)}
+        (batches[1], "a batch without its payload", 2),
+    }
     assert shard.retry() == {}
     assert shard.stats()["quarantined_events"] == 4
     assert totals(shard).unaccounted == 0
 
 
 def test_expired_leases_with_unreadable_metadata_are_set_aside_and_the_rest_reaped(
-        shard: Shard) -> None:
+    shard: Shard,
+) -> None:
     token = new_token()
     bad, good = shard.leased("g", 2, token), shard.leased("g", 3, token)
     spoil_meta(shard, bad, BAD_META["no size"])
@@ -298,8 +357,7 @@ def test_expired_leases_with_unreadable_metadata_are_set_aside_and_the_rest_reap
 
 
 @pytest.mark.parametrize("script", ["replay", "purge", "purge_ids", "trim"])
-def test_dead_letters_with_unreadable_metadata_are_set_aside(shard: Shard,
-                                                             script: str) -> None:
+def test_dead_letters_with_unreadable_metadata_are_set_aside(shard: Shard, script: str) -> None:
     token = new_token()
     bad, good = shard.leased("g", 2, token), shard.leased("g", 3, token)
     shard.nack(bad, token, permanent=True)
@@ -323,8 +381,7 @@ def test_dead_letters_with_unreadable_metadata_are_set_aside(shard: Shard,
     assert totals(shard).unaccounted == 0
 
 
-def test_a_counter_that_is_not_an_integer_is_set_aside_and_counting_goes_on(
-        shard: Shard) -> None:
+def test_a_counter_that_is_not_an_integer_is_set_aside_and_counting_goes_on(shard: Shard) -> None:
     token = new_token()
     batch = shard.leased("g", 4, token)
     shard.r.hset(shard.keys.stats, "delivered", "lots")
@@ -353,8 +410,7 @@ def test_a_ring_set_aside_is_built_again_from_the_registered_games(shard: Shard)
     assert shard.r.zrange(shard.keys.ring, 0, -1) == [b"a", b"b", b"c"]
 
 
-def test_a_limiter_bucket_of_another_type_is_set_aside_in_its_own_quarantine(
-        shard: Shard) -> None:
+def test_a_limiter_bucket_of_another_type_is_set_aside_in_its_own_quarantine(shard: Shard) -> None:
     key = shard.schema.limiter("sink")
     shard.r.rpush(key, "junk")
     tokens = shard.scripts.store.call(TakeTokens(key, 10.0, 5, 2, now_us=1_000_000))
@@ -373,6 +429,7 @@ def test_junk_limiter_fields_read_as_absent(shard: Shard) -> None:
 
 
 # -- the store's readers -------------------------------------------------------------------
+
 
 def test_the_readers_show_junk_instead_of_failing(shard: Shard) -> None:
     """What status, the sweeper and the metrics read, with junk in every key of a shard."""
@@ -395,8 +452,7 @@ def test_the_readers_show_junk_instead_of_failing(shard: Shard) -> None:
     assert any(pending in p for p in view.problems)
     assert view.counters["stored"] == 0
     [dead] = store.dead_batches(10)
-    assert (dead.batch_id, dead.game, dead.reason) == (batch, "?",
-                                                       "metadata that cannot be used")
+    assert (dead.batch_id, dead.game, dead.reason) == (batch, "?", "metadata that cannot be used")
     detail = store.batch(keys, batch)
     assert detail is not None and detail.reason.startswith("metadata that cannot be used")
     assert store.alerts() == []
@@ -410,4 +466,5 @@ def test_the_readers_show_junk_instead_of_failing(shard: Shard) -> None:
     assert ring.games == ["h"] and ring.junk == []
     assert shard.r.zrange(keys.ring, 0, -1) == [b"h"]
     assert [(q.key, q.field, q.script) for q in records(shard)] == [
-        (keys.ring, "\\xff\\xfe", "set_aside")]
+        (keys.ring, "\\xff\\xfe", "set_aside")
+    ]

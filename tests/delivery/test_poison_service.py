@@ -55,8 +55,12 @@ def poison(r: redis.Redis, schema: KeySchema) -> tuple[ShardKeys, ShardKeys, Sha
 
 
 def collect_all(redis_url: str, config: ReporterConfig) -> dict[str, int]:
-    sdk = Collector(url=redis_url, key_prefix=config.redis.key_prefix,
-                    shards=config.redis.shards, flush_interval_ms=10)
+    sdk = Collector(
+        url=redis_url,
+        key_prefix=config.redis.key_prefix,
+        shards=config.redis.shards,
+        flush_interval_ms=10,
+    )
     try:
         for seq in range(EVENTS):
             for game in GAMES:
@@ -83,12 +87,20 @@ def check_status(path: Path, capsys: pytest.CaptureFixture[str], must_show: list
 
 
 def test_poisoned_records_are_set_aside_and_every_other_game_is_delivered_once(
-        redis_url: str, r: redis.Redis, make_endpoint: MakeEndpoint,
-        start_service: StartService, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        caplog: pytest.LogCaptureFixture) -> None:
+    redis_url: str,
+    r: redis.Redis,
+    make_endpoint: MakeEndpoint,
+    start_service: StartService,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     endpoint = make_endpoint()
-    config = make_config(redis_url, endpoint.url,
-                         metrics={"listen": f"127.0.0.1:{free_port()}", "cache_seconds": 0.0})
+    config = make_config(
+        redis_url,
+        endpoint.url,
+        metrics={"listen": f"127.0.0.1:{free_port()}", "cache_seconds": 0.0},
+    )
     schema = schema_of(config)
     a, b, c = poison(r, schema)
     path = tmp_path / "poison.toml"
@@ -123,7 +135,8 @@ def test_poisoned_records_are_set_aside_and_every_other_game_is_delivered_once(
         (c.shard, c.ring, "\\xff\\x1b[2J", "a ring member that is not a game name"),
     }
     assert sorted(int(m.split(":")[0].removeprefix("shard ")) for m in logged()) == sorted(
-        {a.shard, b.shard, c.shard})
+        {a.shard, b.shard, c.shard}
+    )
 
     assert service.endpoint is not None
     metrics = httpx.get(f"{service.endpoint.url}/metrics", timeout=10).text

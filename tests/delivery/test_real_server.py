@@ -50,8 +50,13 @@ class IngestApp:
         with self.lock:
             self.batches.append(orjson.loads(body))
             self.ports.append(scope["client"][1])
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
         await send({"type": "http.response.body", "body": b'{"ok":true}'})
 
     def connections(self) -> int:
@@ -63,11 +68,19 @@ class Uvicorn:
     def __init__(self, app: IngestApp) -> None:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/ingest"
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                http="h11", ws="none", timeout_keep_alive=KEEP_ALIVE_SECONDS)
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            http="h11",
+            ws="none",
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        )
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run,
-                                       kwargs={"sockets": [self.sock]}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
 
     def start(self) -> Uvicorn:
         self.thread.start()
@@ -93,7 +106,8 @@ def pause(seconds: float) -> None:
 
 
 def test_requests_at_the_keep_alive_boundary_all_go_through_quietly(
-        asgi: tuple[IngestApp, Uvicorn], caplog: pytest.LogCaptureFixture) -> None:
+    asgi: tuple[IngestApp, Uvicorn], caplog: pytest.LogCaptureFixture
+) -> None:
     """The sender on its own: two POSTs at a time (so the pool holds two connections, which
     the server closes together), 14 times, spaced at the server's keep-alive timeout."""
     app, server = asgi
@@ -116,21 +130,26 @@ def test_requests_at_the_keep_alive_boundary_all_go_through_quietly(
         sender.close()
     assert [o.kind for o in outcomes] == [DELIVERED] * 28, outcomes
     assert sorted(b["batch_id"] for b in app.batches) == sorted(
-        f"b{i}.{k}" for i in range(14) for k in range(2))
+        f"b{i}.{k}" for i in range(14) for k in range(2)
+    )
     assert app.connections() > 2  # the server did close connections at the boundary
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_the_reporter_at_the_keep_alive_boundary_counts_no_retry(
-        asgi: tuple[IngestApp, Uvicorn], own_server: Server, start_service: StartService,
-        caplog: pytest.LogCaptureFixture) -> None:
+    asgi: tuple[IngestApp, Uvicorn],
+    own_server: Server,
+    start_service: StartService,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """The whole service: a few events of each of two games (two shards, two workers) every
     0.95 to 1.05 s; each round is two POSTs."""
     app, server = asgi
     config = make_config(own_server.url, server.url, reporter={"workers": 2})
     service = start_service(config)
-    wait_until(lambda: len(service.ownership.owned()) == config.redis.shards,
-               what="every shard owned")
+    wait_until(
+        lambda: len(service.ownership.owned()) == config.redis.shards, what="every shard owned"
+    )
     client, schema = own_server.client(), schema_of(config)
     games = games_in_distinct_shards(schema, 2, "boundary")
     for i, spacing in enumerate(SPACINGS * 2):

@@ -57,11 +57,12 @@ class Producer(threading.Thread):
 
 @pytest.mark.parametrize("fault", ["killed", "hung"])
 def test_redis_outage_while_collecting_and_delivering(
-        durable_server: Server, make_endpoint: MakeEndpoint,
-        start_service: StartService, fault: str) -> None:
+    durable_server: Server, make_endpoint: MakeEndpoint, start_service: StartService, fault: str
+) -> None:
     endpoint = make_endpoint()
     config = make_config(
-        durable_server.url, endpoint.url,
+        durable_server.url,
+        endpoint.url,
         redis={"socket_timeout_seconds": 0.5, "connect_timeout_seconds": 0.5},
     )
     schema = schema_of(config)
@@ -79,23 +80,33 @@ def test_redis_outage_while_collecting_and_delivering(
             durable_server.pause()
         down_at = time.monotonic()
         wait_until(lambda: collector.stats()["backend_errors"] >= 2, what="flushes failing")
-        wait_until(lambda: time.monotonic() - down_at >= OUTAGE_SECONDS, step=0.1,
-                   what="the outage to last")
+        wait_until(
+            lambda: time.monotonic() - down_at >= OUTAGE_SECONDS,
+            step=0.1,
+            what="the outage to last",
+        )
         during = len(producer.collected)
         if fault == "killed":
             durable_server.start()
         else:
             durable_server.resume()
 
-        wait_until(lambda: len(producer.collected) >= during + 1000,
-                   what="events collected after the restart")
+        wait_until(
+            lambda: len(producer.collected) >= during + 1000,
+            what="events collected after the restart",
+        )
         producer.stop.set()
         producer.join(10)
         assert collector.flush(timeout=20)
         totals = wait_until(
-            lambda: (t := drained(client, schema)) and
-            t.counter("stored") >= len(producer.collected) and t,
-            timeout=40, what="everything delivered after the restart")
+            lambda: (
+                (t := drained(client, schema))
+                and t.counter("stored") >= len(producer.collected)
+                and t
+            ),
+            timeout=40,
+            what="everything delivered after the restart",
+        )
     finally:
         producer.stop.set()
         collector.close(timeout=1)
@@ -106,8 +117,12 @@ def test_redis_outage_while_collecting_and_delivering(
     assert stats["buffered"] == 0
     assert stats["accepted"] == len(producer.collected)
     assert stats["dropped_buffer_full"] == stats["dropped_at_close"] == 0
-    assert stats["accepted"] == (stats["stored"] + stats["dropped_buffer_full"]
-                                 + stats["dropped_at_close"] + stats["buffered"])
+    assert stats["accepted"] == (
+        stats["stored"]
+        + stats["dropped_buffer_full"]
+        + stats["dropped_at_close"]
+        + stats["buffered"]
+    )
 
     assert_reconciled(totals)
     # A write whose answer was lost in the outage is sent again as it is (the same writer id

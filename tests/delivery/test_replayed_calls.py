@@ -69,6 +69,7 @@ def leased(shard: Shard, count: int = 5) -> tuple[str, str]:
 
 # -- each script, twice ----------------------------------------------------------------------
 
+
 def claim_request(shard: Shard, batch_id: str = "b1") -> Claim:
     return Claim(shard.keys, "g", batch_id, new_token(), 128, 4, LEASE_MS, MAX_AGE_MS, 0, 100)
 
@@ -87,8 +88,7 @@ def test_claim_that_only_drops_stale_entries(shard: Shard) -> None:
     assert shard.stats()["stale"] == 5
 
 
-def test_claim_that_only_dead_letters_malformed_entries_takes_nothing_more(
-        shard: Shard) -> None:
+def test_claim_that_only_dead_letters_malformed_entries_takes_nothing_more(shard: Shard) -> None:
     shard.scripts.collect(shard.keys, "g", 1000, 3600, [b"junk-1", b"junk-2"])
     request = claim_request(shard)
     first = shard.scripts.store.call(request)
@@ -123,8 +123,10 @@ def test_nack(shard: Shard, permanent: bool) -> None:
 
 def test_settle(shard: Shard) -> None:
     batch, token = leased(shard, 6)
-    settled = twice(shard, Settle(shard.keys, batch, token, POLICY, 0.5, 1, [1, 2],
-                                  [(3, "bad item")], 0, "HTTP 207"))
+    settled = twice(
+        shard,
+        Settle(shard.keys, batch, token, POLICY, 0.5, 1, [1, 2], [(3, "bad item")], 0, "HTTP 207"),
+    )
     assert (settled.delivered, settled.retry_state) == (2, "retry")
     stats = shard.stats()
     assert (stats["delivered"], stats["rejected_items"], stats["batches_retried"]) == (2, 1, 1)
@@ -322,8 +324,11 @@ def _claim(shard: Shard) -> tuple[ScriptCall[Any], Any, Callable[[Shard], None]]
     return claim_request(shard), 3, check
 
 
-@pytest.mark.parametrize("prepare", [_ack, _take_retries, _settle, _claim],
-                         ids=["ack", "take_retries", "settle", "claim"])
+@pytest.mark.parametrize(
+    "prepare",
+    [_ack, _take_retries, _settle, _claim],
+    ids=["ack", "take_retries", "settle", "claim"],
+)
 def test_a_lost_reply_and_its_resend_apply_once(shard: Shard, prepare: Prepare) -> None:
     request, expected, check = prepare(shard)
     kwargs = shard.r.connection_pool.connection_kwargs
@@ -337,8 +342,14 @@ def test_a_lost_reply_and_its_resend_apply_once(shard: Shard, prepare: Prepare) 
         client.close()
     calls = int(shard.r.info("commandstats")["cmdstat_evalsha"]["calls"]) - before
     assert relay.dropped == 1 and calls == 2  # the call, and its resend after the lost reply
-    got = ([b.batch_id for b in result] if isinstance(request, TakeRetries)
-           else result.stale if isinstance(request, Claim)
-           else result.delivered if isinstance(request, Settle) else result)
+    got = (
+        [b.batch_id for b in result]
+        if isinstance(request, TakeRetries)
+        else result.stale
+        if isinstance(request, Claim)
+        else result.delivered
+        if isinstance(request, Settle)
+        else result
+    )
     assert got == expected
     check(shard)

@@ -39,8 +39,7 @@ def owners(client: redis.Redis, schema: KeySchema) -> list[str]:
 
 
 def live(client: redis.Redis, schema: KeySchema) -> set[str]:
-    return {m.decode() for m in client.zrangebyscore(schema.reporters, time.time() * 1000,
-                                                     "+inf")}
+    return {m.decode() for m in client.zrangebyscore(schema.reporters, time.time() * 1000, "+inf")}
 
 
 def pid_of(owner: str) -> int:
@@ -48,16 +47,22 @@ def pid_of(owner: str) -> int:
 
 
 def test_a_killed_reporters_shards_are_taken_over_and_only_reaped_batches_come_twice(
-        own_server: Server, make_endpoint: MakeEndpoint, spawn: Spawn) -> None:  # noqa: F811
+    own_server: Server,
+    make_endpoint: MakeEndpoint,
+    spawn: Spawn,  # noqa: F811
+) -> None:
     def decide(_: int, __: dict[str, Any]) -> tuple[int, dict[str, str]]:
         script.release.wait(0.02)  # slow enough that POSTs are in flight at the kill
         return 200, {}
 
     script = Script(decide)
     endpoint = make_endpoint(script)
-    config = make_config(own_server.url, endpoint.url, redis={"shards": SHARDS},
-                         reporter={"shard_lease_seconds": LEASE, "lease_seconds": LEASE,
-                                   "max_batches_per_claim": 2})
+    config = make_config(
+        own_server.url,
+        endpoint.url,
+        redis={"shards": SHARDS},
+        reporter={"shard_lease_seconds": LEASE, "lease_seconds": LEASE, "max_batches_per_claim": 2},
+    )
     schema, client = schema_of(config), own_server.client()
     try:
         run_and_kill_one(config, schema, client, endpoint, spawn)
@@ -65,13 +70,23 @@ def test_a_killed_reporters_shards_are_taken_over_and_only_reaped_batches_come_t
         client.close()
 
 
-def run_and_kill_one(config: ReporterConfig, schema: KeySchema, client: redis.Redis,
-                     endpoint: LocalEndpoint, spawn: Spawn) -> None:  # noqa: F811
+def run_and_kill_one(
+    config: ReporterConfig,
+    schema: KeySchema,
+    client: redis.Redis,
+    endpoint: LocalEndpoint,
+    spawn: Spawn,  # noqa: F811
+) -> None:
     processes = [spawn(config) for _ in range(3)]
-    wait_until(lambda: len(live(client, schema)) == 3
-               and len(set(owners(client, schema)) - {""}) == 3
-               and "" not in owners(client, schema),
-               timeout=30, what="three reporters sharing every shard")
+    wait_until(
+        lambda: (
+            len(live(client, schema)) == 3
+            and len(set(owners(client, schema)) - {""}) == 3
+            and "" not in owners(client, schema)
+        ),
+        timeout=30,
+        what="three reporters sharing every shard",
+    )
 
     for game in GAMES:
         push_events(client, schema, game, range(EVENTS))
@@ -93,16 +108,18 @@ def run_and_kill_one(config: ReporterConfig, schema: KeySchema, client: redis.Re
 
     wait_until(taken_over, timeout=4 * LEASE + 10, what="the dead reporter's shards taken over")
     takeover = time.monotonic() - killed_at
-    finished = wait_until(lambda: drained(client, schema), timeout=60,
-                          what="every event delivered and acknowledged")
+    finished = wait_until(
+        lambda: drained(client, schema), timeout=60, what="every event delivered and acknowledged"
+    )
 
     assert_reconciled(finished)
     got = received_keys(endpoint)
     assert set(got) == {(g, s) for g in GAMES for s in range(EVENTS)}
     with endpoint.lock:
         posts = Counter(r.batch_id for r in endpoint.received)
-        attempts = {r.batch_id: int(r.headers.get("X-Telemetry-Attempt", "1"))
-                    for r in endpoint.received}
+        attempts = {
+            r.batch_id: int(r.headers.get("X-Telemetry-Attempt", "1")) for r in endpoint.received
+        }
     twice = {batch for batch, n in posts.items() if n > 1}
     assert all(n <= 2 for n in posts.values())
     assert all(attempts[batch] > 1 for batch in twice)  # the second came after a reap
@@ -111,8 +128,10 @@ def run_and_kill_one(config: ReporterConfig, schema: KeySchema, client: redis.Re
     with endpoint.lock:
         assert extra == sum(len(r.events) for r in endpoint.received) - len(got)
     assert finished.counter("delivered") == len(GAMES) * EVENTS
-    print(f"shards {its_shards} taken over {takeover:.1f} s after the SIGKILL; "
-          f"{len(twice)} batches delivered twice, {finished.counter('batches_reaped')} reaped")
+    print(
+        f"shards {its_shards} taken over {takeover:.1f} s after the SIGKILL; "
+        f"{len(twice)} batches delivered twice, {finished.counter('batches_reaped')} reaped"
+    )
 
     for process in processes:
         if process is not victim:

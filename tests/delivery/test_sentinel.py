@@ -38,9 +38,9 @@ SENTINEL_PW = secret("sentinel-pw")
 DATA_PW = secret("data-pw")
 
 
-def test_sdk_and_reporter_deliver_through_sentinel(sentinel_group: SentinelGroup,
-                                                   make_endpoint: MakeEndpoint,
-                                                   start_service: StartService) -> None:
+def test_sdk_and_reporter_deliver_through_sentinel(
+    sentinel_group: SentinelGroup, make_endpoint: MakeEndpoint, start_service: StartService
+) -> None:
     endpoint = make_endpoint()
     config = sentinel_config(sentinel_group, endpoint.url)
     games = [f"s-game-{i}" for i in range(6)]
@@ -64,17 +64,22 @@ def test_sdk_and_reporter_deliver_through_sentinel(sentinel_group: SentinelGroup
     assert set(received_keys(endpoint)) == {(g, s) for g in games for s in range(300)}
     # It went to the primary the sentinels name, and reached the replica from there.
     replica = sentinel_group.replicas[0].client()
-    wait_until(lambda: replica.hget(schema.for_game(games[0]).stats, "delivered"),
-               what="the replica in step")
+    wait_until(
+        lambda: replica.hget(schema.for_game(games[0]).stats, "delivered"),
+        what="the replica in step",
+    )
 
 
 def group_name(config: ReporterConfig) -> str:
     return config.redis.sentinel_service
 
 
-def test_the_cli_works_through_sentinel(sentinel_group: SentinelGroup, tmp_path: Path,
-                                        capsys: pytest.CaptureFixture[str],
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cli_works_through_sentinel(
+    sentinel_group: SentinelGroup,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     for var in [v for v in os.environ if v.startswith("TELEMETRY_")]:
         monkeypatch.delenv(var)
     password = sentinel_group.password
@@ -89,8 +94,9 @@ def test_the_cli_works_through_sentinel(sentinel_group: SentinelGroup, tmp_path:
 
     assert main(["status", "--config", str(path)]) == 0
     out, err = capsys.readouterr()
-    expected = (f"sentinel service {sentinel_group.service!r} via "
-                + ", ".join(sentinel_group.addresses))
+    expected = f"sentinel service {sentinel_group.service!r} via " + ", ".join(
+        sentinel_group.addresses
+    )
     assert f"redis: {expected}" in out
     assert main(["dead", "--config", str(path), "list"]) == 0
     assert capsys.readouterr().out.strip() == "no dead-lettered batches"
@@ -127,8 +133,10 @@ def test_a_demoted_primary_sends_the_client_back_to_the_sentinels() -> None:
         store.call(request)
         primary = group.primary.client()
         primary.replicaof("127.0.0.1", elsewhere.port)
-        wait_until(lambda: primary.info("replication")["master_link_status"] == "up",
-                   what="the primary demoted")
+        wait_until(
+            lambda: primary.info("replication")["master_link_status"] == "up",
+            what="the primary demoted",
+        )
         with pytest.raises(BackendUnavailable, match="previous master is now a slave"):
             store.call(request)
         for seq in range(50):
@@ -149,9 +157,15 @@ def test_a_demoted_primary_sends_the_client_back_to_the_sentinels() -> None:
 
 def test_no_sentinel_answering_is_unavailable() -> None:
     """No sentinel answers: a store call fails as BackendUnavailable naming the service."""
-    config = make_config("redis://127.0.0.1:1/0", redis={
-        "sentinels": [f"127.0.0.1:{free_port()}"], "sentinel_service": "nowhere",
-        "connect_timeout_seconds": 0.2, "retries": 0})
+    config = make_config(
+        "redis://127.0.0.1:1/0",
+        redis={
+            "sentinels": [f"127.0.0.1:{free_port()}"],
+            "sentinel_service": "nowhere",
+            "connect_timeout_seconds": 0.2,
+            "retries": 0,
+        },
+    )
     store = open_store(config.redis)
     try:
         with pytest.raises(BackendUnavailable, match="No master found for 'nowhere'"):
@@ -161,9 +175,14 @@ def test_no_sentinel_answering_is_unavailable() -> None:
 
 
 def test_the_start_up_line_names_the_sentinels_not_the_password() -> None:
-    config = make_config(f"redis://:{DATA_PW}@127.0.0.1:1/0", redis={
-        "sentinels": ["10.0.0.1:26379", "10.0.0.2:26379"], "sentinel_service": "telemetry",
-        "sentinel_password": SENTINEL_PW})
+    config = make_config(
+        f"redis://:{DATA_PW}@127.0.0.1:1/0",
+        redis={
+            "sentinels": ["10.0.0.1:26379", "10.0.0.2:26379"],
+            "sentinel_service": "telemetry",
+            "sentinel_password": SENTINEL_PW,
+        },
+    )
     message, fields = startup_line(config, "no rate limit")
     expected = "sentinel service 'telemetry' via 10.0.0.1:26379, 10.0.0.2:26379"
     assert fields["redis"] == expected and expected in message

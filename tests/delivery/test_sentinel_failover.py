@@ -32,17 +32,29 @@ RATE = 2000  # events per second, over all games
 
 
 @pytest.mark.parametrize(("how", "wait_for_replicas"), RUNS)
-def test_a_failover_under_load(sentinel_group: SentinelGroup, make_endpoint: MakeEndpoint,
-                               start_service: StartService, how: str,
-                               wait_for_replicas: int) -> None:
+def test_a_failover_under_load(
+    sentinel_group: SentinelGroup,
+    make_endpoint: MakeEndpoint,
+    start_service: StartService,
+    how: str,
+    wait_for_replicas: int,
+) -> None:
     """``kill``: the primary SIGKILLed.  ``demote``: ``SENTINEL FAILOVER``, the old primary
     still running, turned into a replica (READONLY to the connections left on it)."""
     endpoint = make_endpoint()
     extra = {"wait_for_replicas": wait_for_replicas} if wait_for_replicas else {}
     config = sentinel_config(sentinel_group, endpoint.url, redis=extra)
     service = start_service(config)
-    run = run_failover(sentinel_group, config, endpoint, games=GAMES, rate=RATE,
-                       kill_after_delivered=RATE, after_failover_seconds=2.0, how=how)
+    run = run_failover(
+        sentinel_group,
+        config,
+        endpoint,
+        games=GAMES,
+        rate=RATE,
+        kill_after_delivered=RATE,
+        after_failover_seconds=2.0,
+        how=how,
+    )
     print("\n" + run.summary())
 
     assert (run.scripts_before, run.scripts_after) == (False, True)  # NOSCRIPT was met
@@ -56,4 +68,5 @@ def test_a_failover_under_load(sentinel_group: SentinelGroup, make_endpoint: Mak
         assert not run.missing
     else:  # only what the old primary took before it died or was demoted, not passed on
         assert all(t < run.dead_at for t in run.missing.values()), Counter(
-            "after the kill" if t >= run.dead_at else "before" for t in run.missing.values())
+            "after the kill" if t >= run.dead_at else "before" for t in run.missing.values()
+        )

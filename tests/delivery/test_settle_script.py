@@ -47,10 +47,12 @@ SPLITS = [
 ]
 
 
-@pytest.mark.parametrize(("size", "retry", "refused"), SPLITS,
-                         ids=[f"{n}-r{len(t)}-x{len(x)}" for n, t, x in SPLITS])
-def test_a_split_is_accounted_exactly(shard: Shard, size: int, retry: list[int],
-                                      refused: list[int]) -> None:
+@pytest.mark.parametrize(
+    ("size", "retry", "refused"), SPLITS, ids=[f"{n}-r{len(t)}-x{len(x)}" for n, t, x in SPLITS]
+)
+def test_a_split_is_accounted_exactly(
+    shard: Shard, size: int, retry: list[int], refused: list[int]
+) -> None:
     token = new_token()
     entries = shard.push("g", size)
     claimed = shard.claim("g", token)
@@ -58,8 +60,9 @@ def test_a_split_is_accounted_exactly(shard: Shard, size: int, retry: list[int],
     assert batch_entries == entries
     reasons = [(p, f"bad item {p}") for p in refused]
 
-    settled = shard.scripts.settle(shard.keys, batch_id, token, retry=retry, refused=reasons,
-                                   reason="HTTP 200, items to retry")
+    settled = shard.scripts.settle(
+        shard.keys, batch_id, token, retry=retry, refused=reasons, reason="HTTP 200, items to retry"
+    )
 
     delivered = size - len(retry) - len(refused)
     assert settled.delivered == delivered
@@ -103,8 +106,9 @@ def test_stale_events_are_counted_and_kept_nowhere(shard: Shard) -> None:
     token = new_token()
     shard.push("g", 10)
     [(batch_id, _)] = shard.claim("g", token).batches
-    settled = shard.scripts.settle(shard.keys, batch_id, token, stale=4, retry=[5],
-                                   refused=[(6, "no")])
+    settled = shard.scripts.settle(
+        shard.keys, batch_id, token, stale=4, retry=[5], refused=[(6, "no")]
+    )
     assert settled.delivered == 4
     stats = shard.stats()
     assert (stats["stale"], stats["delivered"], stats["rejected_items"]) == (4, 4, 1)
@@ -115,8 +119,15 @@ def test_the_retry_part_out_of_attempts_is_dead_lettered(shard: Shard) -> None:
     token = new_token()
     shard.push("g", 6)
     [(batch_id, _)] = shard.claim("g", token).batches
-    settled = shard.scripts.settle(shard.keys, batch_id, token, retry=[0, 1], refused=[(2, "x")],
-                                   max_attempts=1, reason="endpoint busy")
+    settled = shard.scripts.settle(
+        shard.keys,
+        batch_id,
+        token,
+        retry=[0, 1],
+        refused=[(2, "x")],
+        max_attempts=1,
+        reason="endpoint busy",
+    )
     assert (settled.delivered, settled.retry_state) == (3, "dead")
     assert shard.dead() == [settled.retry_id, settled.refused_id]
     assert shard.meta(settled.retry_id)["r"] == "endpoint busy"  # type: ignore[index]
@@ -151,19 +162,22 @@ def test_a_late_holder_settles_nothing(shard: Shard) -> None:
     assert shard.snapshot() == before
 
 
-@pytest.mark.parametrize(("retry", "refused", "stale"), [
-    ([4], [], 0),            # past the end
-    ([0, 0], [], 0),         # twice
-    ([1], [(1, "x")], 0),    # in both parts
-    ([0, 1], [(2, "x")], 2),  # more than the batch with the stale ones
-])
-def test_impossible_splits_change_nothing(shard: Shard, retry: list[int],
-                                          refused: list[tuple[int, str]], stale: int) -> None:
+@pytest.mark.parametrize(
+    ("retry", "refused", "stale"),
+    [
+        ([4], [], 0),  # past the end
+        ([0, 0], [], 0),  # twice
+        ([1], [(1, "x")], 0),  # in both parts
+        ([0, 1], [(2, "x")], 2),  # more than the batch with the stale ones
+    ],
+)
+def test_impossible_splits_change_nothing(
+    shard: Shard, retry: list[int], refused: list[tuple[int, str]], stale: int
+) -> None:
     token = new_token()
     shard.push("g", 4)
     [(batch_id, _)] = shard.claim("g", token).batches
     before = shard.snapshot()
     with pytest.raises(BackendRefused, match="settle"):
-        shard.scripts.settle(shard.keys, batch_id, token, retry=retry, refused=refused,
-                             stale=stale)
+        shard.scripts.settle(shard.keys, batch_id, token, retry=retry, refused=refused, stale=stale)
     assert shard.snapshot() == before

@@ -22,8 +22,9 @@ def failing(_: int, __: dict[str, object]) -> tuple[int, dict[str, str]]:
     return 503, {}  # keeps every batch pending: what a reset then loses
 
 
-def run_until_seen(server: Server, make_endpoint: MakeEndpoint, start_service: StartService,
-                   events: int) -> tuple[Collector, ReporterService]:
+def run_until_seen(
+    server: Server, make_endpoint: MakeEndpoint, start_service: StartService, events: int
+) -> tuple[Collector, ReporterService]:
     endpoint = make_endpoint(Script(failing))
     config = make_config(server.url, endpoint.url)
     collector = Collector(config=config)
@@ -33,14 +34,20 @@ def run_until_seen(server: Server, make_endpoint: MakeEndpoint, start_service: S
     service = start_service(config)
     shard = service.schema.shard_of(GAME)
     # Until a sweep has seen the shard with every event outstanding.
-    wait_until(lambda: service.store_watch._known.get(shard, ("", 0))[1] == events,
-               timeout=20, what="a sweep to see the shard")
+    wait_until(
+        lambda: service.store_watch._known.get(shard, ("", 0))[1] == events,
+        timeout=20,
+        what="a sweep to see the shard",
+    )
     return collector, service
 
 
 def test_a_redis_restarted_empty_is_reported_with_the_events_lost(
-        own_server: Server, make_endpoint: MakeEndpoint, start_service: StartService,
-        caplog: pytest.LogCaptureFixture) -> None:
+    own_server: Server,
+    make_endpoint: MakeEndpoint,
+    start_service: StartService,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.ERROR)
     collector, service = run_until_seen(own_server, make_endpoint, start_service, 500)
     try:
@@ -49,14 +56,21 @@ def test_a_redis_restarted_empty_is_reported_with_the_events_lost(
         collector.collect(GAME, {"seq": "after"})
         assert collector.flush(timeout=20)
 
-        wait_until(lambda: service.tally.snapshot().get("store_resets") == 1,
-                   timeout=20, what="the reporter to report the reset")
+        wait_until(
+            lambda: service.tally.snapshot().get("store_resets") == 1,
+            timeout=20,
+            what="the reporter to report the reset",
+        )
         assert collector.stats()["store_resets"] == 1
-        [reporter_line] = [r.getMessage() for r in caplog.records
-                           if r.name == "reporter" and "store reset detected" in r.getMessage()]
+        [reporter_line] = [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == "reporter" and "store reset detected" in r.getMessage()
+        ]
         assert "about 500 events lost" in reporter_line
-        assert any(r.name == "collector" and "store reset" in r.getMessage()
-                   for r in caplog.records)
+        assert any(
+            r.name == "collector" and "store reset" in r.getMessage() for r in caplog.records
+        )
         [alert] = [a for a in service.store.alerts() if a.name == ALERT_NAME]
         assert "about 500 events lost" in alert.message
     finally:
@@ -64,8 +78,11 @@ def test_a_redis_restarted_empty_is_reported_with_the_events_lost(
 
 
 def test_a_restart_that_kept_the_data_is_no_reset(
-        durable_server: Server, make_endpoint: MakeEndpoint, start_service: StartService,
-        caplog: pytest.LogCaptureFixture) -> None:
+    durable_server: Server,
+    make_endpoint: MakeEndpoint,
+    start_service: StartService,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.ERROR)
     collector, service = run_until_seen(durable_server, make_endpoint, start_service, 200)
     try:
@@ -74,8 +91,11 @@ def test_a_restart_that_kept_the_data_is_no_reset(
         collector.collect(GAME, {"seq": "after"})
         assert collector.flush(timeout=20)
         shard = service.schema.shard_of(GAME)
-        wait_until(lambda: service.store_watch._known[shard][1] == 201,
-                   timeout=20, what="a sweep after the restart")
+        wait_until(
+            lambda: service.store_watch._known[shard][1] == 201,
+            timeout=20,
+            what="a sweep after the restart",
+        )
         assert service.store_watch.loop() is False
         assert "store_resets" not in service.tally.snapshot()
         assert collector.stats()["store_resets"] == 0

@@ -32,30 +32,44 @@ class Delivery:
     gate: SinkGate
     counts: Tally
 
-    def drain(self, keys: ShardKeys, game: str, stop: threading.Event, wait: bool = True
-              ) -> bool:
+    def drain(self, keys: ShardKeys, game: str, stop: threading.Event, wait: bool = True) -> bool:
         """What a worker does for one ready game: claim, then deliver the lease."""
         return send(self.deliverer, self.claimer.claim(keys, game, stop, wait), stop)
 
     def send_retries(self, keys: ShardKeys, stop: threading.Event, game: str = "") -> bool:
         return send(self.deliverer, self.claimer.take_retries(keys, stop, game), stop)
 
-    def deliver_all(self, keys: ShardKeys, token: str,
-                    batches: Sequence[tuple[str, str, list[bytes], int]],
-                    stop: threading.Event) -> list[Result]:
+    def deliver_all(
+        self,
+        keys: ShardKeys,
+        token: str,
+        batches: Sequence[tuple[str, str, list[bytes], int]],
+        stop: threading.Event,
+    ) -> list[Result]:
         return self.deliverer.deliver(Lease(keys, token, [Leased(*b) for b in batches]), stop)
 
 
-def delivery_for(batches: Batches, sender: Sender, config: ReporterConfig,
-                 clock: Callable[[], float], limiter: ClaimLimiter | None = None,
-                 sending_held: Callable[[], bool] = lambda: False) -> Delivery:
+def delivery_for(
+    batches: Batches,
+    sender: Sender,
+    config: ReporterConfig,
+    clock: Callable[[], float],
+    limiter: ClaimLimiter | None = None,
+    sending_held: Callable[[], bool] = lambda: False,
+) -> Delivery:
     counts, held, gate = Tally(), Held(), SinkGate(0.01, 0.01, held=sending_held)
-    permits = Permits(limiter or Unlimited(),
-                      limiter if isinstance(limiter, SharedSlots) else None)
+    permits = Permits(limiter or Unlimited(), limiter if isinstance(limiter, SharedSlots) else None)
     body_limit = BodyLimit(0, JSON_BODY)
     r = config.reporter
-    claimer = Claimer(batches, permits, body_limit, counts, r.batch_size,
-                      r.max_batches_per_claim)
-    deliverer = Deliverer(Attempt(sender, body_limit), Settler(batches, held, counts), permits,
-                          gate, held, batches.freshness, counts, clock)
+    claimer = Claimer(batches, permits, body_limit, counts, r.batch_size, r.max_batches_per_claim)
+    deliverer = Deliverer(
+        Attempt(sender, body_limit),
+        Settler(batches, held, counts),
+        permits,
+        gate,
+        held,
+        batches.freshness,
+        counts,
+        clock,
+    )
     return Delivery(claimer, deliverer, gate, counts)

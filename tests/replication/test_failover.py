@@ -24,20 +24,36 @@ SHARDS = 8
 
 
 def test_a_killed_primary_loses_nothing_with_wait_for_replicas(
-        own_replicated_cluster: Cluster, endpoint: LocalEndpoint,
-        make_service: MakeService) -> None:
+    own_replicated_cluster: Cluster, endpoint: LocalEndpoint, make_service: MakeService
+) -> None:
     cluster = own_replicated_cluster
-    redis = {"cluster": True, "wait_for_replicas": 1, "wait_timeout_ms": 500,
-             "socket_timeout_seconds": 1.0, "connect_timeout_seconds": 0.5}
-    config = make_config(cluster.url, sink_url=endpoint.url, shards=SHARDS, redis=redis,
-                         reporter={"linger_ms": 50, "poll_interval_ms": 20,
-                                   "lease_seconds": 3.0})
+    redis = {
+        "cluster": True,
+        "wait_for_replicas": 1,
+        "wait_timeout_ms": 500,
+        "socket_timeout_seconds": 1.0,
+        "connect_timeout_seconds": 0.5,
+    }
+    config = make_config(
+        cluster.url,
+        sink_url=endpoint.url,
+        shards=SHARDS,
+        redis=redis,
+        reporter={"linger_ms": 50, "poll_interval_ms": 20, "lease_seconds": 3.0},
+    )
     service = make_service(config)
     service.start()
-    collector = Collector(url=cluster.url, cluster=True, shards=SHARDS, wait_for_replicas=1,
-                          wait_timeout_ms=500, socket_timeout_seconds=1.0,
-                          connect_timeout_seconds=0.5, retry_max_delay_ms=200,
-                          flush_interval_ms=10)
+    collector = Collector(
+        url=cluster.url,
+        cluster=True,
+        shards=SHARDS,
+        wait_for_replicas=1,
+        wait_timeout_ms=500,
+        socket_timeout_seconds=1.0,
+        connect_timeout_seconds=0.5,
+        retry_max_delay_ms=200,
+        flush_interval_ms=10,
+    )
     stop = threading.Event()
     sent = [0]
 
@@ -64,8 +80,11 @@ def test_a_killed_primary_loses_nothing_with_wait_for_replicas(
     assert collector.flush(timeout=30), collector.stats()
     store = open_store(config.redis)
     try:
-        wait_until(lambda: (t := read_totals(store)).buffered + t.pending_events == 0,
-                   timeout=30, what="everything delivered")
+        wait_until(
+            lambda: (t := read_totals(store)).buffered + t.pending_events == 0,
+            timeout=30,
+            what="everything delivered",
+        )
         totals = read_totals(store)
     finally:
         store.close()
@@ -75,8 +94,12 @@ def test_a_killed_primary_loses_nothing_with_wait_for_replicas(
 
     ids = Counter(e["id"] for r in endpoint.received if r.status == 200 for e in r.events)
     assert stats["accepted"] == sent[0]
-    counted = (stats["dropped_buffer_full"] + stats["dropped_at_close"]
-               + totals.counter("evicted") + totals.counter("stale"))
+    counted = (
+        stats["dropped_buffer_full"]
+        + stats["dropped_at_close"]
+        + totals.counter("evicted")
+        + totals.counter("stale")
+    )
     missing = set(range(sent[0])) - set(ids)
     assert len(missing) <= counted, f"{len(missing)} events lost, {counted} counted"
     # Writes WAIT could not confirm were sent again as they were: the promoted primary

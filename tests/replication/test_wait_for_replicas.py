@@ -29,10 +29,14 @@ SCHEMA = KeySchema("telemetry", 4)
 def primary_with_replica() -> Iterator[Server]:
     binary = BINARIES.get("redis") or BINARIES["valkey"]
     primary = Server(binary).start()
-    replica = Server(binary, extra=["--replicaof", "127.0.0.1", str(primary.port),
-                                    "--repl-diskless-sync-delay", "0"]).start()
-    wait_until(lambda: replica.client().info("replication")["master_link_status"] == "up",
-               what="the replica to sync")
+    replica = Server(
+        binary,
+        extra=["--replicaof", "127.0.0.1", str(primary.port), "--repl-diskless-sync-delay", "0"],
+    ).start()
+    wait_until(
+        lambda: replica.client().info("replication")["master_link_status"] == "up",
+        what="the replica to sync",
+    )
     yield primary
     replica.cleanup()
     primary.cleanup()
@@ -42,10 +46,17 @@ def waits_sent(server: Server) -> int:
     return int(server.client().info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
 
 
-def test_a_write_no_replica_confirms_is_kept_and_counted(own_server: Server,
-                                                         make_collector: MakeCollector) -> None:
-    c = make_collector(url=own_server.url, shards=4, wait_for_replicas=1, wait_timeout_ms=20,
-                       flush_interval_ms=5, retry_max_delay_ms=20)
+def test_a_write_no_replica_confirms_is_kept_and_counted(
+    own_server: Server, make_collector: MakeCollector
+) -> None:
+    c = make_collector(
+        url=own_server.url,
+        shards=4,
+        wait_for_replicas=1,
+        wait_timeout_ms=20,
+        flush_interval_ms=5,
+        retry_max_delay_ms=20,
+    )
     for i in range(10):
         c.collect("g", {"seq": i})
     wait_until(lambda: c.stats()["unreplicated_writes"] >= 20, what="writes resent")
@@ -60,9 +71,11 @@ def test_a_write_no_replica_confirms_is_kept_and_counted(own_server: Server,
 
 
 def test_with_a_replica_writes_are_confirmed_and_stored(
-        primary_with_replica: Server, make_collector: MakeCollector) -> None:
-    c = make_collector(url=primary_with_replica.url, shards=4, wait_for_replicas=1,
-                       wait_timeout_ms=1000)
+    primary_with_replica: Server, make_collector: MakeCollector
+) -> None:
+    c = make_collector(
+        url=primary_with_replica.url, shards=4, wait_for_replicas=1, wait_timeout_ms=1000
+    )
     for i in range(50):
         c.collect(f"g{i % 5}", {"seq": i})
     assert c.flush(timeout=10)
@@ -94,32 +107,43 @@ def test_the_store_raises_with_the_primarys_result(own_server: Server) -> None:
 
 def test_wait_timeout_must_be_shorter_than_the_socket_timeout(own_server: Server) -> None:
     with pytest.raises(ConfigError, match="wait_timeout_ms: must be shorter"):
-        make_config(own_server.url, redis={"wait_for_replicas": 1, "wait_timeout_ms": 2000,
-                                           "socket_timeout_seconds": 1.0})
+        make_config(
+            own_server.url,
+            redis={"wait_for_replicas": 1, "wait_timeout_ms": 2000, "socket_timeout_seconds": 1.0},
+        )
 
 
 def test_the_reporter_does_not_send_a_claim_no_replica_confirmed(
-        own_server: Server, endpoint: LocalEndpoint, make_service: MakeService) -> None:
-    config = make_config(own_server.url, sink_url=endpoint.url,
-                         redis={"wait_for_replicas": 1, "wait_timeout_ms": 20},
-                         reporter={"linger_ms": 0, "poll_interval_ms": 20})
+    own_server: Server, endpoint: LocalEndpoint, make_service: MakeService
+) -> None:
+    config = make_config(
+        own_server.url,
+        sink_url=endpoint.url,
+        redis={"wait_for_replicas": 1, "wait_timeout_ms": 20},
+        reporter={"linger_ms": 0, "poll_interval_ms": 20},
+    )
     service = make_service(config)
     store(Scripts(own_server.client()), service.schema, "g", numbered("g", 10))
     service.start()
-    wait_until(lambda: service.tally.snapshot().get("batches_unreplicated", 0) >= 3,
-               what="claims handed back")
+    wait_until(
+        lambda: service.tally.snapshot().get("batches_unreplicated", 0) >= 3,
+        what="claims handed back",
+    )
     counts = service.stop(grace=0).counts
     assert endpoint.events() == []
     assert counts["batches_released"] >= counts["batches_unreplicated"] - 1
     assert counts.get("delivered", 0) == 0
 
 
-def test_the_reporter_delivers_with_a_replica(primary_with_replica: Server,
-                                              endpoint: LocalEndpoint,
-                                              make_service: MakeService) -> None:
-    config = make_config(primary_with_replica.url, sink_url=endpoint.url,
-                         redis={"wait_for_replicas": 1, "wait_timeout_ms": 1000},
-                         reporter={"linger_ms": 0, "poll_interval_ms": 20})
+def test_the_reporter_delivers_with_a_replica(
+    primary_with_replica: Server, endpoint: LocalEndpoint, make_service: MakeService
+) -> None:
+    config = make_config(
+        primary_with_replica.url,
+        sink_url=endpoint.url,
+        redis={"wait_for_replicas": 1, "wait_timeout_ms": 1000},
+        reporter={"linger_ms": 0, "poll_interval_ms": 20},
+    )
     service = make_service(config)
     store(Scripts(primary_with_replica.client()), service.schema, "g", numbered("g", 300))
     service.start()
@@ -130,10 +154,12 @@ def test_the_reporter_delivers_with_a_replica(primary_with_replica: Server,
     assert waits_sent(primary_with_replica) >= 3
 
 
-def test_sync_mode_raises_an_unconfirmed_write(own_server: Server,
-                                               make_collector: MakeCollector) -> None:
-    c = make_collector(url=own_server.url, shards=4, mode="sync", wait_for_replicas=1,
-                       wait_timeout_ms=20)
+def test_sync_mode_raises_an_unconfirmed_write(
+    own_server: Server, make_collector: MakeCollector
+) -> None:
+    c = make_collector(
+        url=own_server.url, shards=4, mode="sync", wait_for_replicas=1, wait_timeout_ms=20
+    )
     with pytest.raises(BackendUnreplicated, match="0 replicas confirmed"):
         c.collect("g", {"seq": 1})
     stats = c.stats()

@@ -18,6 +18,7 @@ from tests.servers import Server
 
 MakeService = Callable[..., ReporterService]
 
+
 @pytest.fixture
 def client(redis_url: str) -> Iterator[redis.Redis]:
     """A client of the flushed shared server, closed when the test ends."""
@@ -60,9 +61,16 @@ def make_service() -> Iterator[MakeService]:
             service.stop(grace=0)
     # stop() joins the pools: no sweep may still be running to reach into the next test's
     # keys (the shared server is flushed, not replaced) or log after its server died
-    wait_until(lambda: not [t for t in threading.enumerate() if t not in before
-                            and t.name.startswith("ThreadPoolExecutor")],
-               what="the stopped services' pool threads to end")
+    wait_until(
+        lambda: (
+            not [
+                t
+                for t in threading.enumerate()
+                if t not in before and t.name.startswith("ThreadPoolExecutor")
+            ]
+        ),
+        what="the stopped services' pool threads to end",
+    )
 
 
 @pytest.fixture

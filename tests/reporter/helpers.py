@@ -19,8 +19,9 @@ NOWHERE = "http://127.0.0.1:9/ingest"
 TTL = 3600
 
 
-def make_config(redis_url: str, *, sink_url: str = NOWHERE, shards: int = 4,
-                **sections: dict[str, Any]) -> ReporterConfig:
+def make_config(
+    redis_url: str, *, sink_url: str = NOWHERE, shards: int = 4, **sections: dict[str, Any]
+) -> ReporterConfig:
     """The defaults with ``[redis] url/shards``, ``[sink] url`` and any section updates."""
     raw = raw_settings(ReporterConfig())
     raw["redis"].update(url=redis_url, shards=shards)
@@ -39,21 +40,20 @@ def entry(event: dict[str, Any], born_ms: int | None = None) -> bytes:
     return encode_entry(now_ms() if born_ms is None else born_ms, orjson.dumps(event))
 
 
-def numbered(game: str, count: int, born_ms: int | None = None, start: int = 0
-             ) -> list[bytes]:
-    return [entry({"id": f"{game}#{i}", "game": game}, born_ms) for i in range(start,
-                                                                              start + count)]
+def numbered(game: str, count: int, born_ms: int | None = None, start: int = 0) -> list[bytes]:
+    return [
+        entry({"id": f"{game}#{i}", "game": game}, born_ms) for i in range(start, start + count)
+    ]
 
 
-def store(scripts: Scripts, schema: KeySchema, game: str, entries: list[bytes],
-          cap: int = 100_000) -> ShardKeys:
+def store(
+    scripts: Scripts, schema: KeySchema, game: str, entries: list[bytes], cap: int = 100_000
+) -> ShardKeys:
     """Push ``entries`` through collect.lua, as the SDK would."""
     keys = schema.for_game(game)
     for first in range(0, len(entries), 5000):
-        scripts.collect(keys, game, cap, TTL, entries[first:first + 5000])
+        scripts.collect(keys, game, cap, TTL, entries[first : first + 5000])
     return keys
-
-
 
 
 def stats(client: Any, keys: ShardKeys) -> dict[str, int]:

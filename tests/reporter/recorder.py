@@ -34,10 +34,17 @@ class Recorder:
         body = orjson.loads(request.read())
         thread = threading.current_thread()
         with self.lock:
-            self.posts.append(Post(body["game"], body["batch_id"],
-                                   request.headers.get("Idempotency-Key", ""), body["events"],
-                                   thread.name, thread.ident or 0,
-                                   request.headers.get("X-Telemetry-Attempt", "")))
+            self.posts.append(
+                Post(
+                    body["game"],
+                    body["batch_id"],
+                    request.headers.get("Idempotency-Key", ""),
+                    body["events"],
+                    thread.name,
+                    thread.ident or 0,
+                    request.headers.get("X-Telemetry-Attempt", ""),
+                )
+            )
         return self.reply(request)
 
     def transport(self) -> httpx.MockTransport:

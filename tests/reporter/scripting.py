@@ -18,11 +18,18 @@ MAX_AGE_MS = 180_000
 TOKEN = "token-1"
 
 
-def claim(scripts: Scripts, batch_id: str = "b1", *, size: int = 128, most: int = 1,
-          lease_ms: int = LEASE_MS, max_age_ms: int = MAX_AGE_MS, linger_ms: int = 0,
-          token: str = TOKEN) -> Any:
-    return scripts.claim(KEYS, GAME, batch_id, token, size, most, lease_ms, max_age_ms,
-                         linger_ms)
+def claim(
+    scripts: Scripts,
+    batch_id: str = "b1",
+    *,
+    size: int = 128,
+    most: int = 1,
+    lease_ms: int = LEASE_MS,
+    max_age_ms: int = MAX_AGE_MS,
+    linger_ms: int = 0,
+    token: str = TOKEN,
+) -> Any:
+    return scripts.claim(KEYS, GAME, batch_id, token, size, most, lease_ms, max_age_ms, linger_ms)
 
 
 def registered(client: redis.Redis) -> tuple[bool, list[bytes]]:

@@ -73,15 +73,33 @@ def run_until_dead(config: Path, log: Path, redis_url: str, dead: int) -> str:
     """``telemetry-reporter run`` (text log) until ``dead`` batches are dead-lettered."""
     with open(log, "w", encoding="utf-8") as err:
         reporter = subprocess.Popen(
-            [sys.executable, "-m", "reporter", "run", "--log-format", "text", "--config",
-             str(config)], cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL, stderr=err)
+            [
+                sys.executable,
+                "-m",
+                "reporter",
+                "run",
+                "--log-format",
+                "text",
+                "--config",
+                str(config),
+            ],
+            cwd=REPO,
+            env=child_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     try:
         keys = KeySchema(PREFIX, SHARDS).all_shards()
         with redis.Redis.from_url(redis_url) as client:
-            wait_until(lambda: sum(client.llen(k.dead) for k in keys) >= dead, timeout=60,
-                       what="the refused batches dead-lettered")
-        wait_until(lambda: "dead-lettered" in log.read_text(encoding="utf-8"),
-                   what="the dead letter logged")
+            wait_until(
+                lambda: sum(client.llen(k.dead) for k in keys) >= dead,
+                timeout=60,
+                what="the refused batches dead-lettered",
+            )
+        wait_until(
+            lambda: "dead-lettered" in log.read_text(encoding="utf-8"),
+            what="the dead letter logged",
+        )
     finally:
         code = stop(reporter)
     text = log.read_text(encoding="utf-8")
@@ -108,9 +126,13 @@ def plant(client: redis.Redis, batch_id: str) -> None:
     client.hset(keys.batches, batch_id, json.dumps(meta))
     client.set(keys.owner, f"owner{HOSTILE}\n{FORGED}")
     client.zadd(schema.reporters, {f"reporter{HOSTILE}\n{FORGED}": time.time() * 1000 + 60_000})
-    client.hset(schema.alerts, mapping={
-        f"alert{HOSTILE}": json.dumps({"message": f"{HOSTILE}\n{FORGED}", "at": time.time()}),
-        f"alert{HOSTILE}#count": 1})
+    client.hset(
+        schema.alerts,
+        mapping={
+            f"alert{HOSTILE}": json.dumps({"message": f"{HOSTILE}\n{FORGED}", "at": time.time()}),
+            f"alert{HOSTILE}#count": 1,
+        },
+    )
 
 
 def assert_commands_clean(capsys: pytest.CaptureFixture[str], config: Path) -> str:
@@ -119,10 +141,12 @@ def assert_commands_clean(capsys: pytest.CaptureFixture[str], config: Path) -> s
     assert_clean(out)
     listed = json.loads(cli(capsys, "dead", "list", "--json", "--config", str(config)))
     assert listed
-    for shown in (cli(capsys, "dead", "list", "--json", "--config", str(config)),
-                  cli(capsys, "status", "--config", str(config)),
-                  cli(capsys, "status", "--json", "--config", str(config)),
-                  cli(capsys, "status", "--no-shards", "--config", str(config))):
+    for shown in (
+        cli(capsys, "dead", "list", "--json", "--config", str(config)),
+        cli(capsys, "status", "--config", str(config)),
+        cli(capsys, "status", "--json", "--config", str(config)),
+        cli(capsys, "status", "--no-shards", "--config", str(config)),
+    ):
         assert_clean(shown)
     detail = cli(capsys, "dead", "show", listed[0]["batch_id"], "--config", str(config))
     assert_clean(detail)
@@ -130,13 +154,22 @@ def assert_commands_clean(capsys: pytest.CaptureFixture[str], config: Path) -> s
 
 
 def test_an_endpoints_escape_sequences_reach_no_terminal(
-        tmp_path: Path, redis_url: str, hostile_endpoint: LocalEndpoint,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path,
+    redis_url: str,
+    hostile_endpoint: LocalEndpoint,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     config = tmp_path / "json.toml"
-    config.write_text(config_text(redis_url, f"""
+    config.write_text(
+        config_text(
+            redis_url,
+            f"""
         [sink]
         url = "{hostile_endpoint.url}"
-    """), encoding="utf-8")
+    """,
+        ),
+        encoding="utf-8",
+    )
     with Collector(url=redis_url, key_prefix=PREFIX, shards=SHARDS, mode="sync") as c:
         c.collect("victim", {"n": 1, "text": f"event{HOSTILE}"})
     log = run_until_dead(config, tmp_path / "json.log", redis_url, 1)
@@ -163,8 +196,13 @@ class NppaItemRefusals:
 
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                body = orjson.dumps({"errcode": 0, "errmsg": errmsg, "data": {"results": [
-                    {"no": 1, "errcode": 3005, "errmsg": errmsg}]}})
+                body = orjson.dumps(
+                    {
+                        "errcode": 0,
+                        "errmsg": errmsg,
+                        "data": {"results": [{"no": 1, "errcode": 3005, "errmsg": errmsg}]},
+                    }
+                )
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -189,10 +227,14 @@ class NppaItemRefusals:
 
 
 def test_an_errmsg_with_a_newline_forges_no_log_line(
-        tmp_path: Path, redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     interface = NppaItemRefusals()
     config = tmp_path / "nppa.toml"
-    config.write_text(config_text(redis_url, f"""
+    config.write_text(
+        config_text(
+            redis_url,
+            f"""
         [sink]
         kind = "nppa"
         [nppa]
@@ -201,7 +243,10 @@ def test_an_errmsg_with_a_newline_forges_no_log_line(
         secret_key = "{NPPA_KEY}"
         [games."farm"]
         biz_id = "1101999999"
-    """), encoding="utf-8")
+    """,
+        ),
+        encoding="utf-8",
+    )
     with Collector(url=redis_url, key_prefix=PREFIX, shards=SHARDS, mode="sync") as c:
         c.collect("farm", nppa.login(si="s" * 32, ot=int(time.time()), pi=PI))
     try:
@@ -219,11 +264,12 @@ def test_an_errmsg_with_a_newline_forges_no_log_line(
 
 # -- the helper and the formatters -------------------------------------------------------------
 
+
 def test_printable_escapes_every_control_character_and_keeps_the_rest() -> None:
-    for code in [*range(0x20), *range(0x7f, 0xa0)]:
+    for code in [*range(0x20), *range(0x7F, 0xA0)]:
         assert printable(chr(code)) == chr(code).encode("unicode_escape").decode()
     assert printable("a\nb", keep="\n") == "a\nb"
-    assert printable("玩家 ok: {\"x\"} \\ é") == "玩家 ok: {\"x\"} \\ é"
+    assert printable('玩家 ok: {"x"} \\ é') == '玩家 ok: {"x"} \\ é'
     assert printable("\u202eevil") == "\\u202eevil"
     text = json.dumps({"s": "\x7f\x9b\u2028"}, ensure_ascii=False)
     assert json.loads(printable_json(text)) == {"s": "\x7f\x9b\u2028"}
@@ -232,15 +278,17 @@ def test_printable_escapes_every_control_character_and_keeps_the_rest() -> None:
 
 def test_the_text_log_keeps_one_line_per_record_and_indents_a_traceback() -> None:
     formatter = make_formatter("text")
-    record = logging.LogRecord("reporter", logging.ERROR, __file__, 1, "refused: %s",
-                               (f"{HOSTILE}\n{FORGED}",), None)
+    record = logging.LogRecord(
+        "reporter", logging.ERROR, __file__, 1, "refused: %s", (f"{HOSTILE}\n{FORGED}",), None
+    )
     line = formatter.format(record)
     assert "\n" not in line and not CONTROL.search(line) and "\\nFORGED" not in line[:20]
     try:
         raise ValueError(f"peer said {HOSTILE}\n{FORGED}")
     except ValueError:
-        record = logging.LogRecord("reporter", logging.ERROR, __file__, 1, "failed", (),
-                                   sys.exc_info())
+        record = logging.LogRecord(
+            "reporter", logging.ERROR, __file__, 1, "failed", (), sys.exc_info()
+        )
     lines = formatter.format(record).split("\n")
     assert lines[0].endswith("failed") and len(lines) > 2
     assert all(line.startswith("  ") for line in lines[1:]), lines

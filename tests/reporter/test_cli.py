@@ -57,14 +57,23 @@ def child_env() -> dict[str, str]:
     return {**env_without_telemetry(), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
 
 
-def reporter_cli(*args: str, cwd: Path = REPO, timeout: float = 60
-                 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "reporter", *args], cwd=cwd, env=child_env(),
-                          capture_output=True, text=True, timeout=timeout, check=False)
+def reporter_cli(
+    *args: str, cwd: Path = REPO, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "reporter", *args],
+        cwd=cwd,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def write_config(path: Path, redis_url: str, sink_url: str) -> Path:
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         [redis]
         url = "{redis_url}"
         key_prefix = "{PREFIX}"
@@ -86,13 +95,15 @@ def write_config(path: Path, redis_url: str, sink_url: str) -> Path:
 
         [sink.headers]
         Authorization = "Bearer not-for-printing"
-    """), encoding="utf-8")
+    """),
+        encoding="utf-8",
+    )
     return path
 
 
-def test_end_to_end_across_processes(tmp_path: Path, own_server: Server,
-                                     own_client: redis.Redis,
-                                     endpoint: LocalEndpoint) -> None:
+def test_end_to_end_across_processes(
+    tmp_path: Path, own_server: Server, own_client: redis.Redis, endpoint: LocalEndpoint
+) -> None:
     config = write_config(tmp_path / "reporter.toml", own_server.url, endpoint.url)
     schema = KeySchema(PREFIX, SHARDS)
     # events collected 200 s ago, waiting in the buffers: never to be sent
@@ -105,22 +116,34 @@ def test_end_to_end_across_processes(tmp_path: Path, own_server: Server,
     with open(log, "w", encoding="utf-8") as err:
         reporter = subprocess.Popen(
             [sys.executable, "-m", "reporter", "run", "--config", str(config)],
-            cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL, stderr=err)
+            cwd=REPO,
+            env=child_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     try:
         collect = subprocess.run(
             [sys.executable, "-c", COLLECT_SCRIPT, own_server.url, str(PER_GAME), *GAMES],
-            cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=60,
-            check=False)
+            cwd=tmp_path,
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert collect.returncode == 0, collect.stderr
 
         expected = Counter(f"{g}#{i}" for g in GAMES for i in range(PER_GAME))
-        wait_until(lambda: len(endpoint.events()) >= expected.total(), timeout=60, step=0.05,
-                   what="every event delivered")
+        wait_until(
+            lambda: len(endpoint.events()) >= expected.total(),
+            timeout=60,
+            step=0.05,
+            what="every event delivered",
+        )
 
         def settled() -> bool:
             totals = read_totals(store_of(own_client, schema))
-            return (totals.buffered, totals.pending_events, totals.counter("stale")) == (
-                0, 0, 70)
+            return (totals.buffered, totals.pending_events, totals.counter("stale")) == (0, 0, 70)
 
         wait_until(settled, what="every batch acked and the stale events counted")
         status = reporter_cli("status", "--json", "--config", str(config))
@@ -155,10 +178,15 @@ def test_end_to_end_across_processes(tmp_path: Path, own_server: Server,
     assert counters["stored"] == expected.total() + 70
     assert counters["delivered"] == expected.total()
     assert counters["stale"] == 70
-    assert counters["stored"] == (counters["delivered"] + counters["evicted"]
-                                  + counters["stale"] + counters["dead_events"]
-                                  - counters["replayed"]
-                                  + counters["buffered"] + counters["pending_events"])
+    assert counters["stored"] == (
+        counters["delivered"]
+        + counters["evicted"]
+        + counters["stale"]
+        + counters["dead_events"]
+        - counters["replayed"]
+        + counters["buffered"]
+        + counters["pending_events"]
+    )
     assert table.returncode == 0, table.stderr
     for heading in ("shards", "counters", "hot games: game-0 (1 thread, shard", "unaccounted"):
         assert heading in table.stdout
@@ -177,7 +205,8 @@ def test_check_config_names_a_misspelled_key(tmp_path: Path) -> None:
 
 def test_check_config_prints_the_config_with_secrets_masked(tmp_path: Path) -> None:
     path = tmp_path / "ok.toml"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         [redis]
         url = "redis://app:{PW}@cache.internal:6379/0"
         [reporter]
@@ -187,7 +216,9 @@ def test_check_config_prints_the_config_with_secrets_masked(tmp_path: Path) -> N
         [sink.headers]
         Authorization = "Bearer {TOKEN}"
         X-Tenant = "acme"
-    """), encoding="utf-8")
+    """),
+        encoding="utf-8",
+    )
     result = reporter_cli("check-config", str(path))
     assert result.returncode == 0, result.stderr
     first, _, rest = result.stdout.partition("\n")
@@ -202,24 +233,38 @@ def test_check_config_prints_the_config_with_secrets_masked(tmp_path: Path) -> N
 
 def test_run_with_a_bad_config_exits_2(tmp_path: Path) -> None:
     path = tmp_path / "bad.toml"
-    path.write_text('[reporter]\nbatch_size = 129\n', encoding="utf-8")
+    path.write_text("[reporter]\nbatch_size = 129\n", encoding="utf-8")
     result = reporter_cli("run", "--config", str(path))
     assert result.returncode == 2
     assert "batch_size" in result.stderr
 
 
-def test_dead_letter_commands(tmp_path: Path, redis_url: str, client: redis.Redis,
-                              capsys: pytest.CaptureFixture[str],
-                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dead_letter_commands(
+    tmp_path: Path,
+    redis_url: str,
+    client: redis.Redis,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     for var in [v for v in os.environ if v.startswith("TELEMETRY_")]:
         monkeypatch.delenv(var)
     config = write_config(tmp_path / "dead.toml", redis_url, "http://127.0.0.1:9/ingest")
     schema, scripts = KeySchema(PREFIX, SHARDS), Scripts(client)
     keys = store(scripts, schema, "game-1", numbered("game-1", 3))
-    [(batch_id, _)] = scripts.claim(keys, "game-1", "b", "t", 128, 1, 30_000, 180_000,
-                                    0).batches
-    scripts.nack(keys, batch_id, "t", permanent=True, min_delay_ms=0, initial_ms=1, max_ms=1,
-                 max_attempts=3, jitter=0.0, dead_max=100, reason="HTTP 400: bad schema")
+    [(batch_id, _)] = scripts.claim(keys, "game-1", "b", "t", 128, 1, 30_000, 180_000, 0).batches
+    scripts.nack(
+        keys,
+        batch_id,
+        "t",
+        permanent=True,
+        min_delay_ms=0,
+        initial_ms=1,
+        max_ms=1,
+        max_attempts=3,
+        jitter=0.0,
+        dead_max=100,
+        reason="HTTP 400: bad schema",
+    )
 
     def run(*args: str) -> tuple[int, str]:
         code = main(["dead", "--config", str(config), *args])
@@ -276,13 +321,21 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = {**child_env(), "TMPDIR": str(tmp)}
-    demo = subprocess.Popen([sys.executable, "-m", "reporter", "demo", "--seconds", "3"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "reporter", "demo", "--seconds", "3"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         # while it runs, its server lives in a telemetry-demo-* directory under our TMPDIR
-        started = wait_until(lambda: demo.poll() is not None or demo_processes(tmp),
-                             timeout=30, what="the demo's server")
+        started = wait_until(
+            lambda: demo.poll() is not None or demo_processes(tmp),
+            timeout=30,
+            what="the demo's server",
+        )
         assert started is not True, "the demo ended before its server was seen"
         assert [p.name for p in tmp.iterdir() if p.name.startswith("telemetry-demo-")]
         out, err = demo.communicate(timeout=90)
@@ -293,8 +346,7 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
 
     assert demo.returncode == 0, err
     assert "summary" in out
-    rows = {line.split()[0]: line.split()[1] for line in out.splitlines()
-            if len(line.split()) > 1}
+    rows = {line.split()[0]: line.split()[1] for line in out.splitlines() if len(line.split()) > 1}
     assert int(rows["delivered"]) > 0
     assert int(rows["accepted"]) >= int(rows["delivered"])
     assert int(rows["unaccounted"]) == 0
@@ -302,20 +354,27 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     assert total == int(rows["accepted"])
     assert states["delivered"] == int(rows["delivered"]) > 0
     assert sum(states.values()) == total
-    assert set(states) <= {"delivered", "evicted", "stale", "dead-lettered",
-                           "dropped in the SDK", "still buffered or pending"}
+    assert set(states) <= {
+        "delivered",
+        "evicted",
+        "stale",
+        "dead-lettered",
+        "dropped in the SDK",
+        "still buffered or pending",
+    }
     assert out.rstrip().splitlines()[-2].startswith("next: copy config/telemetry.toml")
     assert "telemetry-reporter check-config" in out.rstrip().splitlines()[-1]
     assert not [p.name for p in tmp.iterdir() if p.name.startswith("telemetry-demo-")]
     assert demo_processes(tmp) == []
 
 
-def test_check_config_prints_deprecation_notices_on_stderr(tmp_path: Path,
-                                                           capsys: pytest.CaptureFixture[str]
-                                                           ) -> None:
+def test_check_config_prints_deprecation_notices_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "old.toml"
-    path.write_text('[sink]\nurl = "http://127.0.0.1:9/ingest"\ntransport = "stdlib"\n',
-                    encoding="utf-8")
+    path.write_text(
+        '[sink]\nurl = "http://127.0.0.1:9/ingest"\ntransport = "stdlib"\n', encoding="utf-8"
+    )
     assert main(["check-config", str(path)]) == 0
     out, err = capsys.readouterr()
     assert "deprecated" in err and "[sink] transport" in err
@@ -323,10 +382,12 @@ def test_check_config_prints_deprecation_notices_on_stderr(tmp_path: Path,
 
 
 def test_check_config_names_the_nppa_games_without_a_biz_id(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     key = "0123456789abcdef0123456789abcdef"
     path = tmp_path / "nppa.toml"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         [sink]
         kind = "nppa"
         [nppa]
@@ -338,14 +399,19 @@ def test_check_config_names_the_nppa_games_without_a_biz_id(
         max_events_per_game = 100
         [reporter.hot_games]
         "arena" = 2
-    """), encoding="utf-8")
+    """),
+        encoding="utf-8",
+    )
     assert main(["check-config", str(path)]) == 0
     out, err = capsys.readouterr()
     assert "games named in the file without a biz_id: kart, arena" in err
     assert key not in out + err
 
-    every_game = path.read_text(encoding="utf-8").replace(
-        "max_events_per_game = 100", 'biz_id = "1101999998"').replace('"arena" = 2', "")
+    every_game = (
+        path.read_text(encoding="utf-8")
+        .replace("max_events_per_game = 100", 'biz_id = "1101999998"')
+        .replace('"arena" = 2', "")
+    )
     path.write_text(every_game, encoding="utf-8")
     assert main(["check-config", str(path)]) == 0
     assert "biz_id" not in capsys.readouterr().err  # every game has one: nothing to say
@@ -362,12 +428,17 @@ def test_the_nppa_demo_reports_to_a_mock_of_the_interface() -> None:
 
     out = io.StringIO()
     assert run_demo(2.0, out, "nppa") == 0
-    rows = {line.split()[0]: line.split()[1] for line in out.getvalue().splitlines()
-            if len(line.split()) > 1}
+    rows = {
+        line.split()[0]: line.split()[1]
+        for line in out.getvalue().splitlines()
+        if len(line.split()) > 1
+    }
     assert int(rows["accepted"]) > 0
     assert int(rows["delivered"]) == int(rows["accepted"])
     assert (int(rows["unaccounted"]), int(rows["dead_events"])) == (0, 0)
     assert "anti-addiction" in out.getvalue()
-    assert verdict_states(out.getvalue()) == (int(rows["accepted"]),
-                                              {"delivered": int(rows["delivered"])})
+    assert verdict_states(out.getvalue()) == (
+        int(rows["accepted"]),
+        {"delivered": int(rows["delivered"])},
+    )
     assert "docs/nppa.md" in out.getvalue().rstrip().splitlines()[-1]

@@ -35,6 +35,7 @@ def load_error(path: Path, env: Mapping[str, str] | None = None) -> str:
 
 # -- the shipped file ---------------------------------------------------------------------------
 
+
 def test_shipped_file_equals_the_defaults() -> None:
     assert ReporterConfig.load(str(SHIPPED), env={}) == ReporterConfig()
     assert ReporterConfig.load(env={}) == ReporterConfig.default() == ReporterConfig()
@@ -105,8 +106,10 @@ ERRORS = [
     ("[redis]\ncluster = 'yes'\n", ["[redis] cluster", "true or false"]),
     ("[collector]\nmode = 'async'\n", ["[collector] mode", "'background'", "'async'"]),
     ("[buffer]\nttl_seconds = 180\n", ["[buffer] ttl_seconds", "max_age_seconds", "180"]),
-    ("[buffer]\nttl_seconds = 100\n[reporter]\nmax_age_seconds = 100.0\n",
-     ["[buffer] ttl_seconds", "max_age_seconds"]),
+    (
+        "[buffer]\nttl_seconds = 100\n[reporter]\nmax_age_seconds = 100.0\n",
+        ["[buffer] ttl_seconds", "max_age_seconds"],
+    ),
     ('[games."big"]\nttl_seconds = 60\n', ['[games."big"] ttl_seconds', "max_age_seconds"]),
     ('[games."big"]\nmax_events_per_game = -1\n', ['[games."big"] max_events_per_game']),
     ('[games."big"]\nmax_event = 5\n', ['[games."big"]', "'max_event'"]),
@@ -119,8 +122,10 @@ ERRORS = [
     ("[reporter]\nhot_games = 5\n", ["[reporter] hot_games", "table"]),
     ("[sink.headers]\nX-Num = 5\n", ["[sink] headers.X-Num", "string"]),
     ("[reporter]\nlinger_ms = 180000\n", ["[reporter] linger_ms", "180000"]),
-    ("[retry]\ninitial_delay_ms = 5000\nmax_delay_ms = 1000\n",
-     ["[retry] initial_delay_ms", "5000"]),
+    (
+        "[retry]\ninitial_delay_ms = 5000\nmax_delay_ms = 1000\n",
+        ["[retry] initial_delay_ms", "5000"],
+    ),
     ("[nppa]\nrate_limit_scope = 'bizid'\n", ["[nppa] rate_limit_scope", "'game'", "'bizid'"]),
     ('[games."big"]\npriority = 1001\n', ['[games."big"] priority', "1001"]),
     ('[games."big"]\npriority = "high"\n', ['[games."big"] priority', "integer"]),
@@ -131,8 +136,7 @@ ERRORS = [
 
 
 @pytest.mark.parametrize(("text", "expected"), ERRORS, ids=[t for t, _ in ERRORS])
-def test_errors_name_the_file_and_the_key(tmp_path: Path, text: str,
-                                          expected: list[str]) -> None:
+def test_errors_name_the_file_and_the_key(tmp_path: Path, text: str, expected: list[str]) -> None:
     path = write(tmp_path, text)
     message = load_error(path)
     assert str(path) in message
@@ -157,7 +161,9 @@ def test_empty_file_means_defaults(tmp_path: Path) -> None:
 
 
 def test_values_are_read(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         [redis]
         url = "redis://cache:6380/2"
         shards = 4
@@ -170,7 +176,8 @@ def test_values_are_read(tmp_path: Path) -> None:
         "big" = 3
         [sink.headers]
         X-Team = "games"
-    """.replace("\n        ", "\n"))
+    """.replace("\n        ", "\n"),
+    )
     config = ReporterConfig.load(str(path), env={})
     assert config.redis.url == "redis://cache:6380/2"
     assert config.redis.shards == 4
@@ -192,19 +199,23 @@ def test_config_is_frozen() -> None:
 
 # -- environment --------------------------------------------------------------------------------
 
+
 def test_env_overrides(tmp_path: Path) -> None:
     path = write(tmp_path, "[reporter]\nbatch_size = 32\n")
-    config = ReporterConfig.load(str(path), env={
-        "TELEMETRY_REDIS_URL": "redis://envhost:7000/1",
-        "TELEMETRY_REPORTER_BATCH_SIZE": "64",
-        "TELEMETRY_REPORTER_HOT_GAMES": '{ "g" = 2 }',
-        "TELEMETRY_REDIS_CLUSTER": "true",
-        "TELEMETRY_REPORTER_MAX_AGE_SECONDS": "200",
-        "TELEMETRY_SINK_HEADERS": '{ X-Team = "t" }',
-        "TELEMETRY_COLLECTOR_MODE": "sync",
-        "TELEMETRY_UNRELATED_THING": "ignored: not a section of ours",
-        "TELEMETRY_": "ignored",
-    })
+    config = ReporterConfig.load(
+        str(path),
+        env={
+            "TELEMETRY_REDIS_URL": "redis://envhost:7000/1",
+            "TELEMETRY_REPORTER_BATCH_SIZE": "64",
+            "TELEMETRY_REPORTER_HOT_GAMES": '{ "g" = 2 }',
+            "TELEMETRY_REDIS_CLUSTER": "true",
+            "TELEMETRY_REPORTER_MAX_AGE_SECONDS": "200",
+            "TELEMETRY_SINK_HEADERS": '{ X-Team = "t" }',
+            "TELEMETRY_COLLECTOR_MODE": "sync",
+            "TELEMETRY_UNRELATED_THING": "ignored: not a section of ours",
+            "TELEMETRY_": "ignored",
+        },
+    )
     assert config.redis.url == "redis://envhost:7000/1"
     assert config.reporter.batch_size == 64  # the environment wins over the file
     assert dict(config.reporter.hot_games) == {"g": 2}
@@ -214,35 +225,41 @@ def test_env_overrides(tmp_path: Path) -> None:
     assert config.collector.mode == "sync"
 
 
-@pytest.mark.parametrize(("var", "value", "expected"), [
-    ("TELEMETRY_REPORTER_BATCH_SIZE", "abc", "integer"),
-    ("TELEMETRY_REPORTER_BATCH_SIZE", "129", "from 1 to 128"),
-    ("TELEMETRY_REPORTER_BATCH_SIZE", "64.5", "integer"),
-    ("TELEMETRY_REDIS_CLUSTER", "yes", "true or false"),
-    ("TELEMETRY_REPORTER_HOT_GAMES", '{ "g" = 0 }', "hot_games.g"),
-    ("TELEMETRY_REPORTER_HOT_GAMES", "{ g = ", "TOML"),
-    ("TELEMETRY_COLLECTOR_MODE", "fast", "'background'"),
-    ("TELEMETRY_REDIS_URLL", "redis://x", "'urll'"),
-    ("TELEMETRY_BUFFER_MAX_EVENT_BYTE", "100", "'max_event_byte'"),
-])
-def test_bad_env_value_names_the_variable(tmp_path: Path, var: str, value: str,
-                                          expected: str) -> None:
+@pytest.mark.parametrize(
+    ("var", "value", "expected"),
+    [
+        ("TELEMETRY_REPORTER_BATCH_SIZE", "abc", "integer"),
+        ("TELEMETRY_REPORTER_BATCH_SIZE", "129", "from 1 to 128"),
+        ("TELEMETRY_REPORTER_BATCH_SIZE", "64.5", "integer"),
+        ("TELEMETRY_REDIS_CLUSTER", "yes", "true or false"),
+        ("TELEMETRY_REPORTER_HOT_GAMES", '{ "g" = 0 }', "hot_games.g"),
+        ("TELEMETRY_REPORTER_HOT_GAMES", "{ g = ", "TOML"),
+        ("TELEMETRY_COLLECTOR_MODE", "fast", "'background'"),
+        ("TELEMETRY_REDIS_URLL", "redis://x", "'urll'"),
+        ("TELEMETRY_BUFFER_MAX_EVENT_BYTE", "100", "'max_event_byte'"),
+    ],
+)
+def test_bad_env_value_names_the_variable(
+    tmp_path: Path, var: str, value: str, expected: str
+) -> None:
     message = load_error(write(tmp_path, ""), env={var: value})
     assert var in message
     assert expected in message
 
 
-@pytest.mark.parametrize(("var", "value"), [
-    ("TELEMETRY_REDIS_SHARDS", "3"),
-    ("TELEMETRY_REDIS_KEY_PREFIX", "{x}"),
-    ("TELEMETRY_BUFFER_TTL_SECONDS", "100"),
-])
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("TELEMETRY_REDIS_SHARDS", "3"),
+        ("TELEMETRY_REDIS_KEY_PREFIX", "{x}"),
+        ("TELEMETRY_BUFFER_TTL_SECONDS", "100"),
+    ],
+)
 def test_cross_key_errors_name_the_variable(tmp_path: Path, var: str, value: str) -> None:
     assert var in load_error(write(tmp_path, ""), env={var: value})
 
 
-def test_telemetry_config_selects_the_file(tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_telemetry_config_selects_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write(tmp_path, "[reporter]\nbatch_size = 7\n")
     config = ReporterConfig.load(env={"TELEMETRY_CONFIG": str(path)})
     assert config.reporter.batch_size == 7
@@ -260,8 +277,11 @@ def test_telemetry_config_selects_the_file(tmp_path: Path,
 
 # -- ${VAR} interpolation -----------------------------------------------------------------------
 
+
 def test_interpolation(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 [redis]
 url = "redis://:${REDIS_PW}@${REDIS_HOST}:6379/0"
 key_prefix = "${PREFIX}"
@@ -271,9 +291,12 @@ event_time_field = "cost$$usd$$${X}"
 url = "http://h/ingest?a=$b&c=$${NOT_A_VAR}"
 [sink.headers]
 Authorization = "Bearer ${TOKEN}"
-""")
-    config = ReporterConfig.load(str(path), env={
-        "REDIS_PW": "pw", "REDIS_HOST": "cache", "PREFIX": "tele", "TOKEN": "t0k", "X": "x"})
+""",
+    )
+    config = ReporterConfig.load(
+        str(path),
+        env={"REDIS_PW": "pw", "REDIS_HOST": "cache", "PREFIX": "tele", "TOKEN": "t0k", "X": "x"},
+    )
     assert config.redis.url == "redis://:pw@cache:6379/0"
     assert config.redis.key_prefix == "tele"
     assert config.reporter.event_time_field == "cost$usd$x"
@@ -290,9 +313,12 @@ def test_missing_variable_is_an_error_naming_it(tmp_path: Path) -> None:
 
 
 def test_every_missing_variable_is_named_at_once(tmp_path: Path) -> None:
-    path = write(tmp_path, '[redis]\nurl = "redis://:${PW}@${HOST}:6379/0"\n'
-                           '[sink.headers]\nAuthorization = "Bearer ${INGEST_TOKEN}"\n'
-                           'X-Again = "${PW}"\n')
+    path = write(
+        tmp_path,
+        '[redis]\nurl = "redis://:${PW}@${HOST}:6379/0"\n'
+        '[sink.headers]\nAuthorization = "Bearer ${INGEST_TOKEN}"\n'
+        'X-Again = "${PW}"\n',
+    )
     message = load_error(path, env={"HOST": "cache"})
     assert message.startswith(str(path))
     assert "${PW} at [redis] url" in message
@@ -305,14 +331,16 @@ def test_every_missing_variable_is_named_at_once(tmp_path: Path) -> None:
 def test_a_missing_variable_names_its_key_as_the_docs_spell_it(tmp_path: Path) -> None:
     path = write(tmp_path, '[games."farm.story"]\nbiz_id = "${BIZ}"\n')
     assert load_error(path, env={}).endswith(
-        ': ${BIZ} at [games."farm.story"] biz_id: the environment variable is not set: BIZ')
+        ': ${BIZ} at [games."farm.story"] biz_id: the environment variable is not set: BIZ'
+    )
 
 
 NEEDS = re.compile(r"^# Environment variables it needs: (.+)$", re.M)
 
 
-@pytest.mark.parametrize("name", sorted(str(p.relative_to(ROOT / "config"))
-                                        for p in (ROOT / "config").rglob("*.toml")))
+@pytest.mark.parametrize(
+    "name", sorted(str(p.relative_to(ROOT / "config")) for p in (ROOT / "config").rglob("*.toml"))
+)
 def test_every_shipped_config_file_lists_the_variables_it_needs(name: str) -> None:
     """The header line says which variables to set; loading without them names the same."""
     path = ROOT / "config" / name
@@ -379,8 +407,11 @@ def test_section_repr_masks_secrets(secret_config: ReporterConfig) -> None:
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "config").glob("*.toml")))
 def test_every_shipped_config_file_is_valid(name: str) -> None:
-    env = {"REDIS_PASSWORD": REDIS_PW, "INGEST_TOKEN": TOKEN,
-           "NPPA_SECRET_KEY": "00112233445566778899aabbccddeeff"}
+    env = {
+        "REDIS_PASSWORD": REDIS_PW,
+        "INGEST_TOKEN": TOKEN,
+        "NPPA_SECRET_KEY": "00112233445566778899aabbccddeeff",
+    }
     config = ReporterConfig.load(str(ROOT / "config" / name), env=env)
     assert config.source.endswith(name)
     assert REDIS_PW not in repr(config) and TOKEN not in repr(config)
@@ -404,8 +435,7 @@ def test_a_renamed_value_is_accepted_with_a_notice(tmp_path: Path) -> None:
     assert config.sink.transport == "builtin"
     [notice] = config.notices
     assert str(path) in notice and "[sink] transport" in notice and "'builtin'" in notice
-    env = ReporterConfig.load(str(write(tmp_path, "")), env={
-        "TELEMETRY_SINK_TRANSPORT": "stdlib"})
+    env = ReporterConfig.load(str(write(tmp_path, "")), env={"TELEMETRY_SINK_TRANSPORT": "stdlib"})
     assert env.sink.transport == "builtin"
     assert "TELEMETRY_SINK_TRANSPORT" in env.notices[0]
     assert ReporterConfig.load(str(SHIPPED), env={}).notices == ()
@@ -416,7 +446,8 @@ NPPA = '[sink]\nkind = "nppa"\n[nppa]\napp_id = "app"\nsecret_key = "${KEY}"\n'
 
 @pytest.mark.parametrize("key", ["", "0123", "g" * 32, "0" * 31, "0" * 33])
 def test_an_nppa_secret_that_is_not_32_hex_characters_is_refused_unshown(
-        tmp_path: Path, key: str) -> None:
+    tmp_path: Path, key: str
+) -> None:
     message = load_error(write(tmp_path, NPPA), env={"KEY": key})
     assert "[nppa] secret_key" in message and "32 hex characters" in message
     if key:
@@ -429,7 +460,7 @@ def test_the_nppa_secret_is_masked_everywhere(tmp_path: Path) -> None:
     assert config.nppa.secret_key == key
     for text in (repr(config), repr(config.nppa), str(config.masked())):
         assert key not in text
-    wrong_type = write(tmp_path, '[nppa]\nsecret_key = 730641928517364\n', name="t.toml")
+    wrong_type = write(tmp_path, "[nppa]\nsecret_key = 730641928517364\n", name="t.toml")
     assert "730641928517364" not in load_error(wrong_type)
 
 
@@ -465,8 +496,9 @@ def test_header_files_are_checked_when_the_config_is_loaded(tmp_path: Path) -> N
     token = tmp_path / "token"
     token.write_text("Bearer abc.def\n", encoding="utf-8")
     base = '[sink]\nurl = "http://127.0.0.1:9/x"\n[sink.header_files]\n'
-    config = ReporterConfig.load(str(write(tmp_path, base + f'Authorization = "{token}"\n')),
-                                 env={})
+    config = ReporterConfig.load(
+        str(write(tmp_path, base + f'Authorization = "{token}"\n')), env={}
+    )
     assert dict(config.sink.header_files) == {"Authorization": str(token)}
     token.write_text("Bearer abc\ndef", encoding="utf-8")
     message = load_error(write(tmp_path, base + f'Authorization = "{token}"\n'))

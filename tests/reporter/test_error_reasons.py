@@ -24,15 +24,18 @@ PLAYER = secret("player")
 PAYLOAD = f'{{"player":"{PLAYER}","ip":"10.1.2.3"}}'
 
 
-@pytest.mark.parametrize("body", [
-    PAYLOAD.encode(),  # the request echoed back
-    f"bad request: {PAYLOAD}".encode(),
-    b"<html><body>400 Bad Request " + PAYLOAD.encode() + b"</body></html>",
-    orjson.dumps({"received": {"events": [PAYLOAD]}, "status": "invalid"}),
-    orjson.dumps([{"error": PAYLOAD}]),  # not an object
-    b"\xff\xfe" + PAYLOAD.encode(),
-    b"",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        PAYLOAD.encode(),  # the request echoed back
+        f"bad request: {PAYLOAD}".encode(),
+        b"<html><body>400 Bad Request " + PAYLOAD.encode() + b"</body></html>",
+        orjson.dumps({"received": {"events": [PAYLOAD]}, "status": "invalid"}),
+        orjson.dumps([{"error": PAYLOAD}]),  # not an object
+        b"\xff\xfe" + PAYLOAD.encode(),
+        b"",
+    ],
+)
 @pytest.mark.parametrize("status", [400, 500])
 def test_a_body_without_a_known_field_gives_the_status_alone(status: int, body: bytes) -> None:
     outcome = classify_http(status, None, body)
@@ -40,15 +43,18 @@ def test_a_body_without_a_known_field_gives_the_status_alone(status: int, body: 
     assert outcome.reason == f"HTTP {status}"
 
 
-@pytest.mark.parametrize(("doc", "reason"), [
-    ({"error": "schema mismatch"}, "schema mismatch"),
-    ({"message": "quota exceeded"}, "quota exceeded"),
-    ({"detail": "game unknown", "input": PAYLOAD}, "game unknown"),
-    ({"errcode": 40001, "errmsg": "invalid credential"}, "invalid credential"),
-    ({"error": {"code": 400, "message": "bad field 'ts'"}, "echo": PAYLOAD}, "bad field 'ts'"),
-    ({"error": True, "message": "rejected"}, "rejected"),
-    ({"error": "two\r\nlines\tand  spaces"}, "two lines and spaces"),
-])
+@pytest.mark.parametrize(
+    ("doc", "reason"),
+    [
+        ({"error": "schema mismatch"}, "schema mismatch"),
+        ({"message": "quota exceeded"}, "quota exceeded"),
+        ({"detail": "game unknown", "input": PAYLOAD}, "game unknown"),
+        ({"errcode": 40001, "errmsg": "invalid credential"}, "invalid credential"),
+        ({"error": {"code": 400, "message": "bad field 'ts'"}, "echo": PAYLOAD}, "bad field 'ts'"),
+        ({"error": True, "message": "rejected"}, "rejected"),
+        ({"error": "two\r\nlines\tand  spaces"}, "two lines and spaces"),
+    ],
+)
 def test_a_known_error_field_gives_a_short_reason(doc: dict[str, object], reason: str) -> None:
     outcome = classify_http(422, None, orjson.dumps(doc))
     assert outcome.reason == f"HTTP 422: {reason}"

@@ -33,15 +33,18 @@ def settings(**reporter: Any) -> Freshness:
     return Freshness.of(make_config("redis://127.0.0.1:6379/0", reporter=reporter).reporter)
 
 
-@pytest.mark.parametrize(("age_ms", "fresh"), [
-    (0, True),
-    (1_000, True),
-    (MAX_AGE_MS - 1, True),
-    (MAX_AGE_MS, True),
-    (MAX_AGE_MS + 1, False),
-    (200_000, False),
-    (-5_000, True),  # collected "in the future" (another host's clock): not stale
-])
+@pytest.mark.parametrize(
+    ("age_ms", "fresh"),
+    [
+        (0, True),
+        (1_000, True),
+        (MAX_AGE_MS - 1, True),
+        (MAX_AGE_MS, True),
+        (MAX_AGE_MS + 1, False),
+        (200_000, False),
+        (-5_000, True),  # collected "in the future" (another host's clock): not stale
+    ],
+)
 def test_split_fresh_by_collect_time(age_ms: int, fresh: bool) -> None:
     event = {"id": "e", "nested": {"x": [1, "ü"]}}
     sent, stale, _ = split_fresh([entry(event, NOW_MS - age_ms)], NOW_MS, settings())
@@ -65,8 +68,7 @@ def test_split_fresh_positions_when_nothing_is_stale() -> None:
 
 def test_split_fresh_follows_max_age_seconds() -> None:
     entries = [entry({"id": 1}, NOW_MS - 11_000), entry({"id": 2}, NOW_MS - 9_000)]
-    sent, stale, _ = split_fresh(entries, NOW_MS,
-                                 settings(max_age_seconds=10, linger_ms=100))
+    sent, stale, _ = split_fresh(entries, NOW_MS, settings(max_age_seconds=10, linger_ms=100))
     assert (sent, stale) == ([b'{"id":2}'], 1)
 
 
@@ -93,9 +95,14 @@ def test_event_time_field_decides(unit: str, scale: int) -> None:
 # -- through the reporter ------------------------------------------------------------------
 
 
-def service_with(make_service: MakeService, redis_url: str, client: redis.Redis,
-                 recorder: Recorder, clock: Any = time.time, **reporter: Any
-                 ) -> ReporterService:
+def service_with(
+    make_service: MakeService,
+    redis_url: str,
+    client: redis.Redis,
+    recorder: Recorder,
+    clock: Any = time.time,
+    **reporter: Any,
+) -> ReporterService:
     config = make_config(redis_url, reporter={"linger_ms": 0, **reporter})
     service = make_service(config, client=client, transport=recorder.transport(), clock=clock)
     service.ownership.loop()
@@ -108,14 +115,16 @@ def sweep_all(service: ReporterService) -> None:
             pass
 
 
-def test_old_events_are_never_sent(redis_url: str, client: redis.Redis,
-                                   make_service: MakeService) -> None:
+def test_old_events_are_never_sent(
+    redis_url: str, client: redis.Redis, make_service: MakeService
+) -> None:
     recorder = Recorder()
     service = service_with(make_service, redis_url, client, recorder)
     old_ms = now_ms() - 200_000  # 13 digits, 200 s ago
     scripts, schema = Scripts(service.store), service.schema
-    store(scripts, schema, "g1", numbered("g1", 150, born_ms=old_ms) + numbered("g1", 20,
-                                                                                 start=150))
+    store(
+        scripts, schema, "g1", numbered("g1", 150, born_ms=old_ms) + numbered("g1", 20, start=150)
+    )
     store(scripts, schema, "g2", numbered("g2", 5, born_ms=old_ms))
 
     sweep_all(service)
@@ -128,11 +137,13 @@ def test_old_events_are_never_sent(redis_url: str, client: redis.Redis,
 
 
 def test_events_gone_stale_after_the_claim_are_dropped_before_the_post(
-        redis_url: str, client: redis.Redis, make_service: MakeService) -> None:
+    redis_url: str, client: redis.Redis, make_service: MakeService
+) -> None:
     recorder = Recorder()
     # Redis (claim) sees fresh events; the deliverer's clock is 200 s later
-    service = service_with(make_service, redis_url, client, recorder,
-                           clock=lambda: time.time() + 200)
+    service = service_with(
+        make_service, redis_url, client, recorder, clock=lambda: time.time() + 200
+    )
     keys = store(Scripts(service.store), service.schema, "g1", numbered("g1", 10))
 
     sweep_all(service)
@@ -145,11 +156,13 @@ def test_events_gone_stale_after_the_claim_are_dropped_before_the_post(
     assert read_totals(service.store).unaccounted == 0
 
 
-def test_the_events_own_time_decides(redis_url: str, client: redis.Redis,
-                                     make_service: MakeService) -> None:
+def test_the_events_own_time_decides(
+    redis_url: str, client: redis.Redis, make_service: MakeService
+) -> None:
     recorder = Recorder()
-    service = service_with(make_service, redis_url, client, recorder,
-                           event_time_field="ot", event_time_unit="s")
+    service = service_with(
+        make_service, redis_url, client, recorder, event_time_field="ot", event_time_unit="s"
+    )
     now_s = time.time()
     entries = [
         entry({"id": "old-ot", "ot": int(now_s) - 200}),
@@ -169,8 +182,11 @@ def test_the_events_own_time_decides(redis_url: str, client: redis.Redis,
 
 def test_the_nppa_sink_judges_the_behaviour_time_with_its_margin() -> None:
     """An item is stale once its ot is 180 s less the margin before the request."""
-    config = make_config("redis://127.0.0.1:6379/0", sink={"kind": "nppa"}, nppa={
-        "app_id": "app", "secret_key": "0" * 32, "freshness_margin_seconds": 10.0})
+    config = make_config(
+        "redis://127.0.0.1:6379/0",
+        sink={"kind": "nppa"},
+        nppa={"app_id": "app", "secret_key": "0" * 32, "freshness_margin_seconds": 10.0},
+    )
     rule = Freshness.for_config(config)
     assert (rule.field, rule.scale) == ("ot", 1000)
     now_s = NOW_MS // 1000
@@ -180,7 +196,10 @@ def test_the_nppa_sink_judges_the_behaviour_time_with_its_margin() -> None:
         sent, stale, _ = split_fresh([entry(event, NOW_MS)], now_s * 1000, rule)
         assert (len(sent), stale) == ((1, 0) if expect_sent else (0, 1)), age
     # max_age_seconds still applies when it is the shorter of the two
-    shorter = make_config("redis://127.0.0.1:6379/0", sink={"kind": "nppa"},
-                          reporter={"max_age_seconds": 60.0, "linger_ms": 100},
-                          nppa={"app_id": "app", "secret_key": "0" * 32})
+    shorter = make_config(
+        "redis://127.0.0.1:6379/0",
+        sink={"kind": "nppa"},
+        reporter={"max_age_seconds": 60.0, "linger_ms": 100},
+        nppa={"app_id": "app", "secret_key": "0" * 32},
+    )
     assert Freshness.for_config(shorter).max_age_ms == 60_000

@@ -26,11 +26,18 @@ OLD = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 NEW = "aa" * 16
 
 
-def call(client: redis.Redis, what: str, now_ms: int, interval_ms: int = 30_000,
-         cause: str = "", game: str = "") -> tuple[int, int, int, int, str]:
+def call(
+    client: redis.Redis,
+    what: str,
+    now_ms: int,
+    interval_ms: int = 30_000,
+    cause: str = "",
+    game: str = "",
+) -> tuple[int, int, int, int, str]:
     """(state: 0 not held, 1 held, 2 held and mine; since, probe_at, probes, cause)."""
-    s = store_of(client).call(Hold(KEY, what, interval_ms, cause, "check it", game,
-                                   86_400_000, now_ms))
+    s = store_of(client).call(
+        Hold(KEY, what, interval_ms, cause, "check it", game, 86_400_000, now_ms)
+    )
     return (2 if s.mine else int(s.held)), s.since_ms, s.probe_at_ms, s.probes, s.cause
 
 
@@ -38,7 +45,12 @@ def test_one_caller_starts_a_hold_and_one_per_interval_probes(client: redis.Redi
     assert call(client, "read", 1000)[0] == 0
     assert call(client, "probe", 1000)[0] == 0  # nothing held: nobody probes
     assert call(client, "hold", 1000, cause="nppa 1011", game="farm") == (
-        2, 1000, 31_000, 0, "nppa 1011")
+        2,
+        1000,
+        31_000,
+        0,
+        "nppa 1011",
+    )
     # a second reporter meets it too: not the one that started it; the latest cause is kept
     assert call(client, "hold", 1500, cause="nppa 1005") == (1, 1000, 31_000, 0, "nppa 1005")
     assert call(client, "probe", 30_999)[0] == 1  # not yet anybody's turn
@@ -59,8 +71,9 @@ def test_a_hold_nobody_touches_is_forgotten(client: redis.Redis) -> None:
     assert 0 < int(client.pttl(KEY)) <= 60_000
 
 
-def test_the_mirror_follows_redis_and_logs_once(client: redis.Redis,
-                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_the_mirror_follows_redis_and_logs_once(
+    client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
     store = store_of(client, KeySchema("t", 1))
     first = SendHold(store, "nppa:app", 30.0, "app app")
     second = SendHold(store, "nppa:app", 30.0, "app app")
@@ -84,13 +97,17 @@ def test_the_mirror_follows_redis_and_logs_once(client: redis.Redis,
     status = read_hold(store, "nppa:app")
     assert not status.held
     assert split_hold("HTTP 407: the proxy wants credentials: check [sink] proxy") == (
-        "HTTP 407", "the proxy wants credentials: check [sink] proxy")
+        "HTTP 407",
+        "the proxy wants credentials: check [sink] proxy",
+    )
 
 
 # -- secret files ------------------------------------------------------------------------------
 
-def test_a_key_file_is_read_again_when_it_changes(tmp_path: Path,
-                                                  caplog: pytest.LogCaptureFixture) -> None:
+
+def test_a_key_file_is_read_again_when_it_changes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "key"
     path.write_text(f"  {OLD}\n")
     key = SecretFile(NPPA_KEY, str(path), read_key_file)
@@ -134,6 +151,9 @@ def test_the_hold_and_the_audit_list_work_on_a_cluster(cluster: Cluster) -> None
             assert kept == [1, 2, 3, 3, 3]  # bounded: the oldest records go
         assert store.counter_totals()["late_sent"] == 20
         assert backend.client.lrange(schema.shard(9).late, 0, -1) == [
-            b'{"n":4}', b'{"n":3}', b'{"n":2}']
+            b'{"n":4}',
+            b'{"n":3}',
+            b'{"n":2}',
+        ]
     finally:
         backend.close()

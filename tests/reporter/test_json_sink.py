@@ -27,7 +27,7 @@ TOKEN = secret("token")
 URL = "http://ingest.invalid/v1/events"
 EVENTS: list[Any] = [
     {"type": "login", "player": "p1", "ts": 1_700_000_000_123},
-    {"名字": "玩家一", "emoji": "🎮", "text": "line\nbreak \"quoted\" \\ back"},
+    {"名字": "玩家一", "emoji": "🎮", "text": 'line\nbreak "quoted" \\ back'},
     {"nested": {"list": [1, 2.5, None, True, {"deep": ["x"]}], "empty": {}}, "n": -0.0},
     {"big": 2**62, "float": 1e-7, "ascii": "\u0000\u001f"},
 ]
@@ -51,8 +51,7 @@ class Recorder:
 def sink_config(env: dict[str, str] | None = None, **sink: Any) -> ReporterConfig:
     raw = raw_settings(ReporterConfig())
     raw["sink"].update({"url": URL, **sink})
-    return build_config(raw, "test", env=env or {}, interpolate=env is not None,
-                        cls=ReporterConfig)
+    return build_config(raw, "test", env=env or {}, interpolate=env is not None, cls=ReporterConfig)
 
 
 @pytest.fixture
@@ -61,8 +60,11 @@ def sender_for() -> Iterator[Callable[..., JsonSender]]:
 
     def make(recorder: Recorder, settings: SinkSettings | None = None) -> JsonSender:
         transport = httpx.MockTransport(recorder)
-        sender = (JsonSender(settings, transport) if settings is not None
-                  else make_sender(sink_config(), transport))
+        sender = (
+            JsonSender(settings, transport)
+            if settings is not None
+            else make_sender(sink_config(), transport)
+        )
         assert isinstance(sender, JsonSender)
         made.append(sender)
         return sender
@@ -100,9 +102,13 @@ def test_idempotency_key_is_the_batch_id(sender_for: Callable[..., JsonSender]) 
 
 
 def test_every_request_carries_the_standard_headers_and_the_timeouts(
-        sender_for: Callable[..., JsonSender]) -> None:
-    config = sink_config(url="https://ingest.invalid:8443/v1/events?src=a",
-                         timeout_seconds=7.5, connect_timeout_seconds=1.5)
+    sender_for: Callable[..., JsonSender],
+) -> None:
+    config = sink_config(
+        url="https://ingest.invalid:8443/v1/events?src=a",
+        timeout_seconds=7.5,
+        connect_timeout_seconds=1.5,
+    )
     recorder = Recorder()
     sender = sender_for(recorder, config.sink)
     for attempt in (1, 3):
@@ -118,7 +124,11 @@ def test_every_request_carries_the_standard_headers_and_the_timeouts(
         assert request.headers["Content-Length"] == str(len(request.content))
         assert request.headers["X-Telemetry-Attempt"] == str(attempt)
         assert request.extensions["timeout"] == {
-            "connect": 1.5, "read": 7.5, "write": 7.5, "pool": 7.5}
+            "connect": 1.5,
+            "read": 7.5,
+            "write": 7.5,
+            "pool": 7.5,
+        }
 
 
 def httpx_built(sender: JsonSender, recorded: httpx.Request) -> httpx.Request:
@@ -130,12 +140,20 @@ def httpx_built(sender: JsonSender, recorded: httpx.Request) -> httpx.Request:
     return httpx.Request("POST", URL, headers=headers, content=recorded.content)
 
 
-@pytest.mark.parametrize("sink", [
-    {}, {"gzip": True}, {"headers": {"X-Tenant": "acme", "Authorization": "Bearer t"}},
-    {"headers": {"Host": "other.invalid"}}, {"headers": {"Idempotency-Key": "mine"}},
-], ids=["default", "gzip", "headers", "own-host", "own-idempotency-key"])
-def test_the_request_is_the_one_httpx_would_build(sender_for: Callable[..., JsonSender],
-                                                   sink: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "sink",
+    [
+        {},
+        {"gzip": True},
+        {"headers": {"X-Tenant": "acme", "Authorization": "Bearer t"}},
+        {"headers": {"Host": "other.invalid"}},
+        {"headers": {"Idempotency-Key": "mine"}},
+    ],
+    ids=["default", "gzip", "headers", "own-host", "own-idempotency-key"],
+)
+def test_the_request_is_the_one_httpx_would_build(
+    sender_for: Callable[..., JsonSender], sink: dict[str, Any]
+) -> None:
     # send() builds each request from a head made once; what goes out must not change:
     # every header, in httpx's order (Host first, Content-Length last), and the body.
     recorder = Recorder()
@@ -151,8 +169,9 @@ def test_the_request_is_the_one_httpx_would_build(sender_for: Callable[..., Json
 
 
 @pytest.mark.parametrize("transport", ["builtin", "httpx"])
-def test_credentials_in_the_url_are_sent_as_basic_auth(sender_for: Callable[..., JsonSender],
-                                                       transport: str) -> None:
+def test_credentials_in_the_url_are_sent_as_basic_auth(
+    sender_for: Callable[..., JsonSender], transport: str
+) -> None:
     # Requests go straight to the transport only when nothing of the client's is missed:
     # the URL's user and password become an Authorization header, as httpx makes them.
     recorder = Recorder()
@@ -160,23 +179,26 @@ def test_credentials_in_the_url_are_sent_as_basic_auth(sender_for: Callable[...,
     sender = sender_for(recorder, sink_config(url=url, transport=transport).sink)
     sender.send("g", "b", raw_events())
     [request] = recorder.requests
-    assert request.headers["Authorization"] == httpx.BasicAuth(
-        "ingest-user", "s3cr@t")._auth_header
+    assert request.headers["Authorization"] == httpx.BasicAuth("ingest-user", "s3cr@t")._auth_header
 
 
 def test_json_body_is_assembled_from_raw_bytes() -> None:
     body = json_body('odd "game"', "id", [b'{"a":1}', b"[2]"])
-    assert json.loads(body) == {"game": 'odd "game"', "batch_id": "id",
-                                "events": [{"a": 1}, [2]]}
-    assert json.loads(json_body("g", "id", [])) == {"game": "g", "batch_id": "id",
-                                                     "events": []}
+    assert json.loads(body) == {"game": 'odd "game"', "batch_id": "id", "events": [{"a": 1}, [2]]}
+    assert json.loads(json_body("g", "id", [])) == {"game": "g", "batch_id": "id", "events": []}
 
 
 def test_configured_headers_are_sent_with_env_interpolation(
-        sender_for: Callable[..., JsonSender]) -> None:
-    config = sink_config(env={"INGEST_TOKEN": TOKEN, "TENANT": "acme"},
-                         headers={"Authorization": "Bearer ${INGEST_TOKEN}",
-                                  "X-Tenant": "${TENANT}", "X-Price": "$$5"})
+    sender_for: Callable[..., JsonSender],
+) -> None:
+    config = sink_config(
+        env={"INGEST_TOKEN": TOKEN, "TENANT": "acme"},
+        headers={
+            "Authorization": "Bearer ${INGEST_TOKEN}",
+            "X-Tenant": "${TENANT}",
+            "X-Price": "$$5",
+        },
+    )
     recorder = Recorder()
     sender_for(recorder, config.sink).send("g", "b", raw_events())
 
@@ -201,30 +223,38 @@ def test_gzip_body_decompresses_to_the_same_json(sender_for: Callable[..., JsonS
     assert "gzip" in sender.describe()
 
 
-@pytest.mark.parametrize(("status", "headers", "kind", "retry_after"), [
-    (200, {}, DELIVERED, 0.0),
-    (204, {}, DELIVERED, 0.0),
-    (408, {}, RETRY, 0.0),
-    (429, {"Retry-After": "9"}, RETRY, 9.0),
-    (500, {}, RETRY, 0.0),
-    (502, {}, RETRY, 0.0),
-    (503, {"Retry-After": "120"}, RETRY, 120.0),
-    (400, {}, REJECTED, 0.0),
-    (401, {}, REJECTED, 0.0),
-    (404, {}, REJECTED, 0.0),
-    (413, {"Retry-After": "9"}, REJECTED, 0.0),
-])
-def test_responses_map_to_outcomes(sender_for: Callable[..., JsonSender], status: int,
-                                   headers: dict[str, str], kind: str,
-                                   retry_after: float) -> None:
+@pytest.mark.parametrize(
+    ("status", "headers", "kind", "retry_after"),
+    [
+        (200, {}, DELIVERED, 0.0),
+        (204, {}, DELIVERED, 0.0),
+        (408, {}, RETRY, 0.0),
+        (429, {"Retry-After": "9"}, RETRY, 9.0),
+        (500, {}, RETRY, 0.0),
+        (502, {}, RETRY, 0.0),
+        (503, {"Retry-After": "120"}, RETRY, 120.0),
+        (400, {}, REJECTED, 0.0),
+        (401, {}, REJECTED, 0.0),
+        (404, {}, REJECTED, 0.0),
+        (413, {"Retry-After": "9"}, REJECTED, 0.0),
+    ],
+)
+def test_responses_map_to_outcomes(
+    sender_for: Callable[..., JsonSender],
+    status: int,
+    headers: dict[str, str],
+    kind: str,
+    retry_after: float,
+) -> None:
     recorder = Recorder(lambda _: httpx.Response(status, headers=headers, content=b"why"))
     outcome = sender_for(recorder).send("g", "b", raw_events())
     assert (outcome.kind, outcome.retry_after) == (kind, retry_after)
 
 
 @pytest.mark.parametrize("error", [httpx.ConnectError, httpx.ReadTimeout, httpx.WriteError])
-def test_transport_errors_become_retry(sender_for: Callable[..., JsonSender],
-                                       error: type[httpx.TransportError]) -> None:
+def test_transport_errors_become_retry(
+    sender_for: Callable[..., JsonSender], error: type[httpx.TransportError]
+) -> None:
     def fail(request: httpx.Request) -> httpx.Response:
         raise error("boom", request=request)
 
@@ -241,8 +271,8 @@ def test_unknown_sink_kind_is_a_sink_config_error() -> None:
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-5", "soon", "Wed, 99 Foo 2015"])
 def test_an_unusable_retry_after_is_ignored_with_one_warning_per_endpoint(
-        sender_for: Callable[..., JsonSender], caplog: pytest.LogCaptureFixture,
-        value: str) -> None:
+    sender_for: Callable[..., JsonSender], caplog: pytest.LogCaptureFixture, value: str
+) -> None:
     recorder = Recorder(lambda _: httpx.Response(503, headers={"Retry-After": value}))
     sender = sender_for(recorder)
     ratelog.reset(f"retry-after:{URL}")
@@ -254,7 +284,8 @@ def test_an_unusable_retry_after_is_ignored_with_one_warning_per_endpoint(
 
 
 def test_a_wait_longer_than_the_freshness_window_is_logged_with_the_events_it_makes_stale(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     recorder = Recorder(lambda _: httpx.Response(429, headers={"Retry-After": "100000"}))
     sender = JsonSender(sink_config().sink, httpx.MockTransport(recorder), max_age_seconds=180)
     ratelog.reset(f"long-wait:{URL}")
@@ -271,7 +302,7 @@ def test_a_wait_longer_than_the_freshness_window_is_logged_with_the_events_it_ma
 # The answers of a peer that accepts the batch but whose body is odd.
 ODD_2XX = [
     b"HTTP/1.1 200 OK\r\nContent-Length: 52428800\r\n\r\n" + b"x" * 200_000,
-    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{\"ok\":true}",
+    b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{"ok":true}',
     b"HTTP/1.1 202 Accepted\r\nContent-Length: 30\r\nContent-Encoding: gzip\r\n\r\nnot gzip",
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
 ]

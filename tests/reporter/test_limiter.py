@@ -33,8 +33,7 @@ class FakeClock:
         return self.now
 
 
-def run(take: Callable[[float], int], seconds: float = SECONDS, step: float = STEP
-        ) -> list[float]:
+def run(take: Callable[[float], int], seconds: float = SECONDS, step: float = STEP) -> list[float]:
     """Call ``take(t)`` every ``step`` seconds for ``seconds``; the times of every grant."""
     granted: list[float] = []
     for i in range(round(seconds / step) + 1):
@@ -93,8 +92,7 @@ def test_local_bucket_refund_pause_and_wait() -> None:
 
 
 @pytest.mark.parametrize(("rate", "burst"), [(10.0, 1), (10.0, 5)])
-def test_shared_bucket_script_rate_with_two_takers(r: redis.Redis, rate: float,
-                                                   burst: int) -> None:
+def test_shared_bucket_script_rate_with_two_takers(r: redis.Redis, rate: float, burst: int) -> None:
     """The script's algorithm on injected times: two processes taking in turn together get
     what one bucket allows."""
     store = store_of(r, KeySchema("lim", 1))
@@ -165,8 +163,9 @@ class Sent:
         pass
 
 
-def test_nothing_is_claimed_before_the_limiter_allows_it(redis_url: str,
-                                                         client: redis.Redis) -> None:
+def test_nothing_is_claimed_before_the_limiter_allows_it(
+    redis_url: str, client: redis.Redis
+) -> None:
     config = make_config(redis_url, reporter={"linger_ms": 0, "max_batches_per_claim": 8})
     batches = Batches(store_on(client, config), config)
     clock = FakeClock()
@@ -202,8 +201,9 @@ def test_shared_bucket_refills_from_the_end_of_a_pause(r: redis.Redis) -> None:
     base = 1_700_000_000_000_000
 
     def take(at_s: float, wanted: int = 1, pause_ms: int = 0) -> tuple[int, int]:
-        tokens = store.call(TakeTokens(key, 10.0, 1, wanted, pause_ms,
-                                       base + round(at_s * 1_000_000)))
+        tokens = store.call(
+            TakeTokens(key, 10.0, 1, wanted, pause_ms, base + round(at_s * 1_000_000))
+        )
         return tokens.granted, tokens.wait_us
 
     assert take(0.0, 0, pause_ms=1000) == (0, 1_000_000)
@@ -225,7 +225,8 @@ def test_a_partly_granted_ask_and_a_refund_do_not_block_the_next_ask(r: redis.Re
 
 
 def test_a_limited_sweeper_spends_its_requests_on_the_fullest_batch(
-        redis_url: str, client: redis.Redis) -> None:
+    redis_url: str, client: redis.Redis
+) -> None:
     """One request allowed at a time: the game with a full batch goes first, and a game
     short of a batch only takes a token nobody waits for."""
     from reporter._service.service import ReporterService
@@ -247,7 +248,7 @@ def test_a_limited_sweeper_spends_its_requests_on_the_fullest_batch(
         assert client.llen(schema.for_game("big").queue("big")) == 300 - 128  # big went first
         assert client.llen(schema.for_game("small").queue("small")) == 10
         clock.now += 1.0  # one more token; the small game is ready too (linger 0), but the
-        sweeper.loop()    # full batch comes first again
+        sweeper.loop()  # full batch comes first again
         assert client.llen(schema.for_game("big").queue("big")) == 300 - 256
         assert client.llen(schema.for_game("small").queue("small")) == 10
     finally:
@@ -256,7 +257,8 @@ def test_a_limited_sweeper_spends_its_requests_on_the_fullest_batch(
 
 
 def test_while_requests_are_scarce_a_short_game_waits_longer(
-        redis_url: str, client: redis.Redis) -> None:
+    redis_url: str, client: redis.Redis
+) -> None:
     from reporter._service.service import ReporterService
 
     config = make_config(redis_url, shards=1, reporter={"linger_ms": 0})
@@ -289,13 +291,12 @@ def test_a_spare_caller_gets_no_token_while_a_full_batch_waits(r: redis.Redis) -
         tokens = store.call(TakeTokens(key, 10.0, 1, 1, 0, base + round(at_s * 1e6), spare))
         return tokens.granted, tokens.scarce
 
-    assert take(0.0, spare=True) == (1, False)      # nobody waits: a spare caller is served
-    assert take(0.01, spare=False) == (0, True)     # a full batch is refused: scarce now
-    assert take(0.2, spare=True) == (0, True)       # a token is there, but not for spares
-    assert take(0.2, spare=False) == (1, True)      # it goes to the full batch
-    assert take(1.5, spare=True) == (1, False)      # a second later, spares are served again
+    assert take(0.0, spare=True) == (1, False)  # nobody waits: a spare caller is served
+    assert take(0.01, spare=False) == (0, True)  # a full batch is refused: scarce now
+    assert take(0.2, spare=True) == (0, True)  # a token is there, but not for spares
+    assert take(0.2, spare=False) == (1, True)  # it goes to the full batch
+    assert take(1.5, spare=True) == (1, False)  # a second later, spares are served again
     local = LocalTokenBucket(10.0, 1, FakeClock())
     assert local.acquire(1, spare=True).granted == 1
     assert not local.acquire(1).granted
-    assert (local.acquire(1, spare=True).granted, local.acquire(1, spare=True).scarce) == (
-        0, True)
+    assert (local.acquire(1, spare=True).granted, local.acquire(1, spare=True).scarce) == (0, True)

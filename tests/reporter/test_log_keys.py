@@ -18,25 +18,29 @@ from tests.reporter.recorder import Recorder
 from tests.scriptcalls import Scripts
 
 
-@pytest.mark.parametrize(("outcome", "kind"), [
-    (Outcome(REJECTED, "HTTP 400: bad request id=81f3", code="400"), "400"),
-    (Outcome(RETRY, "ReadTimeout: timed out", code="ReadTimeout"), "ReadTimeout"),
-    (Outcome(REJECTED, "nppa 1011 wrong app id", alert="nppa 1011: check app_id"), "nppa 1011"),
-    (Outcome(RETRY, "nppa 4001 busy, trace 9a8b"), "nppa 4001"),
-    (Outcome(RETRY, "HTTP 502"), "HTTP 502"),
-    (Outcome(REJECTED, "request 7d1c refused: quota"), "other"),
-    (Outcome(REJECTED, "game 'g' has no biz_id", alert="no biz_id for game 'g'"), "other"),
-])
-def test_the_kind_of_an_outcome_never_holds_the_endpoints_text(outcome: Outcome, kind: str
-                                                                ) -> None:
+@pytest.mark.parametrize(
+    ("outcome", "kind"),
+    [
+        (Outcome(REJECTED, "HTTP 400: bad request id=81f3", code="400"), "400"),
+        (Outcome(RETRY, "ReadTimeout: timed out", code="ReadTimeout"), "ReadTimeout"),
+        (Outcome(REJECTED, "nppa 1011 wrong app id", alert="nppa 1011: check app_id"), "nppa 1011"),
+        (Outcome(RETRY, "nppa 4001 busy, trace 9a8b"), "nppa 4001"),
+        (Outcome(RETRY, "HTTP 502"), "HTTP 502"),
+        (Outcome(REJECTED, "request 7d1c refused: quota"), "other"),
+        (Outcome(REJECTED, "game 'g' has no biz_id", alert="no biz_id for game 'g'"), "other"),
+    ],
+)
+def test_the_kind_of_an_outcome_never_holds_the_endpoints_text(outcome: Outcome, kind: str) -> None:
     assert log_kind(outcome) == kind
 
 
 def test_dead_letters_whose_errors_carry_a_request_id_log_one_line(
-        redis_url: str, make_service: MakeService, caplog: pytest.LogCaptureFixture) -> None:
+    redis_url: str, make_service: MakeService, caplog: pytest.LogCaptureFixture
+) -> None:
     ids = itertools.count()
-    recorder = Recorder(lambda request: httpx.Response(
-        400, json={"error": f"rejected, request id {next(ids):08x}"}))
+    recorder = Recorder(
+        lambda request: httpx.Response(400, json={"error": f"rejected, request id {next(ids):08x}"})
+    )
     config = make_config(redis_url, reporter={"linger_ms": 50, "poll_interval_ms": 20})
     service = make_service(config, transport=recorder.transport())
     for g in range(40):

@@ -53,33 +53,66 @@ PREFIX = "logs"
 
 # -- units -------------------------------------------------------------------------------------
 
-def record(msg: str, *args: object, level: int = logging.INFO, **extra: object
-           ) -> logging.LogRecord:
+
+def record(
+    msg: str, *args: object, level: int = logging.INFO, **extra: object
+) -> logging.LogRecord:
     rec = logging.LogRecord("reporter", level, __file__, 1, msg, args, None)
     rec.__dict__.update(extra)
     return rec
 
 
 def test_json_lines_carry_the_structured_fields() -> None:
-    line = JsonFormatter().format(record("batch %s dead", "b.0", game="g", shard=3,
-                                         batch_id="b.0", attempt=2, status_code=400))
+    line = JsonFormatter().format(
+        record(
+            "batch %s dead", "b.0", game="g", shard=3, batch_id="b.0", attempt=2, status_code=400
+        )
+    )
     parsed = json.loads(line)
     assert "\n" not in line
-    assert {k: parsed[k] for k in ("level", "logger", "message", "game", "shard", "batch_id",
-                                   "attempt", "status_code")} == {
-        "level": "INFO", "logger": "reporter", "message": "batch b.0 dead", "game": "g",
-        "shard": 3, "batch_id": "b.0", "attempt": 2, "status_code": 400}
+    assert {
+        k: parsed[k]
+        for k in (
+            "level",
+            "logger",
+            "message",
+            "game",
+            "shard",
+            "batch_id",
+            "attempt",
+            "status_code",
+        )
+    } == {
+        "level": "INFO",
+        "logger": "reporter",
+        "message": "batch b.0 dead",
+        "game": "g",
+        "shard": 3,
+        "batch_id": "b.0",
+        "attempt": 2,
+        "status_code": 400,
+    }
     assert parsed["time"].endswith("Z") and "T" in parsed["time"]
-    assert set(parsed) == {"time", "level", "logger", "message", "game", "shard", "batch_id",
-                           "attempt", "status_code"}
+    assert set(parsed) == {
+        "time",
+        "level",
+        "logger",
+        "message",
+        "game",
+        "shard",
+        "batch_id",
+        "attempt",
+        "status_code",
+    }
 
 
 def test_json_lines_hold_a_traceback_on_one_line() -> None:
     try:
         raise ValueError("boom")
     except ValueError:
-        rec = logging.LogRecord("reporter", logging.ERROR, __file__, 1, "failed", (),
-                                sys.exc_info())
+        rec = logging.LogRecord(
+            "reporter", logging.ERROR, __file__, 1, "failed", (), sys.exc_info()
+        )
     line = JsonFormatter().format(rec)
     assert "\n" not in line
     assert "ValueError: boom" in json.loads(line)["exception"]
@@ -87,10 +120,14 @@ def test_json_lines_hold_a_traceback_on_one_line() -> None:
 
 def test_batch_fields_read_the_status_code() -> None:
     assert batch_fields("g", "b", 1, 2, "HTTP 503: busy", retry_in=1.5) == {
-        "game": "g", "batch_id": "b", "shard": 1, "attempt": 2, "status_code": 503,
-        "retry_in": 1.5}
-    assert batch_fields("g", "b", reason="ConnectError: refused") == {"game": "g",
-                                                                       "batch_id": "b"}
+        "game": "g",
+        "batch_id": "b",
+        "shard": 1,
+        "attempt": 2,
+        "status_code": 503,
+        "retry_in": 1.5,
+    }
+    assert batch_fields("g", "b", reason="ConnectError: refused") == {"game": "g", "batch_id": "b"}
 
 
 def test_log_settings_come_from_the_options_then_the_environment() -> None:
@@ -102,37 +139,51 @@ def test_log_settings_come_from_the_options_then_the_environment() -> None:
         log_settings(None, None, {"TELEMETRY_LOG_FORMAT": "xml"})
 
 
-@pytest.mark.parametrize(("url", "shown"), [
-    ("http://h:1/ingest?api_key=abc&x=1", "http://h:1/ingest?api_key=***&x=***"),
-    ("https://u:pw@h/i", "https://u:***@h/i"),
-    ("redis://:pw@127.0.0.1:6379/0?password=pw", "redis://:***@127.0.0.1:6379/0?password=***"),
-    ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
-])
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://h:1/ingest?api_key=abc&x=1", "http://h:1/ingest?api_key=***&x=***"),
+        ("https://u:pw@h/i", "https://u:***@h/i"),
+        ("redis://:pw@127.0.0.1:6379/0?password=pw", "redis://:***@127.0.0.1:6379/0?password=***"),
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+    ],
+)
 def test_masked_urls(url: str, shown: str) -> None:
     assert masked_url(url) == shown
 
 
 def test_every_config_secret_is_masked_in_whatever_the_handler_writes() -> None:
-    config = ReporterConfig.load(None, env={
-        "TELEMETRY_REDIS_URL": f"redis://u:{REDIS_PASSWORD}@h:1/0",
-        "TELEMETRY_SINK_URL": f"https://h/i?api_key={API_KEY}&format=json",
-        "TELEMETRY_SINK_HEADERS": f'{{ Authorization = "Bearer {HEADER_TOKEN}", '
-                                  f'X-Tenant = "acme" }}',
-        "TELEMETRY_NPPA_SECRET_KEY": NPPA_KEY})
-    assert set(config_secrets(config)) == {REDIS_PASSWORD, API_KEY, f"Bearer {HEADER_TOKEN}",
-                                           HEADER_TOKEN, NPPA_KEY}
+    config = ReporterConfig.load(
+        None,
+        env={
+            "TELEMETRY_REDIS_URL": f"redis://u:{REDIS_PASSWORD}@h:1/0",
+            "TELEMETRY_SINK_URL": f"https://h/i?api_key={API_KEY}&format=json",
+            "TELEMETRY_SINK_HEADERS": f'{{ Authorization = "Bearer {HEADER_TOKEN}", '
+            f'X-Tenant = "acme" }}',
+            "TELEMETRY_NPPA_SECRET_KEY": NPPA_KEY,
+        },
+    )
+    assert set(config_secrets(config)) == {
+        REDIS_PASSWORD,
+        API_KEY,
+        f"Bearer {HEADER_TOKEN}",
+        HEADER_TOKEN,
+        NPPA_KEY,
+    }
     out = io.StringIO()
     configure_logging("debug", "text", out)  # the handler and level: put back by the fixture
     note_secrets(config)
     logging.getLogger("reporter.test").warning(
-        "leak %s %s %s %s acme json", REDIS_PASSWORD, API_KEY, HEADER_TOKEN, NPPA_KEY)
+        "leak %s %s %s %s acme json", REDIS_PASSWORD, API_KEY, HEADER_TOKEN, NPPA_KEY
+    )
     written = out.getvalue()
     assert "leak *** *** *** *** acme json" in written
 
 
 def test_the_start_up_line_names_everything_masked(tmp_path: Path) -> None:
     path = tmp_path / "s.toml"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         [redis]
         url = "redis://reporter:{REDIS_PASSWORD}@cache:6379/0"
         shards = 8
@@ -142,14 +193,17 @@ def test_the_start_up_line_names_everything_masked(tmp_path: Path) -> None:
         "big" = 2
         [sink]
         url = "https://ingest.example/v1?api_key={API_KEY}"
-    """), encoding="utf-8")
+    """),
+        encoding="utf-8",
+    )
     config = ReporterConfig.load(str(path), env={})
     message, fields = startup_line(config, "no rate limit")
     assert message == (
         f"telemetry-reporter: config {path}; redis redis://reporter:***@cache:6379/0; key "
         "prefix 'telemetry'; 8 shards; sink json https://ingest.example/v1?api_key=*** (no "
         "rate limit); pools default=3, control=2, hot:big=2; metrics "
-        f"{fields['metrics']}; version {fields['version']}")
+        f"{fields['metrics']}; version {fields['version']}"
+    )
     assert fields["pools"] == {"default": 3, "control": 2, "hot:big": 2}
     assert (fields["config"], fields["shards"]) == (str(path), 8)
     assert REDIS_PASSWORD not in str(fields) and API_KEY not in str(fields)
@@ -168,20 +222,24 @@ def test_the_stopped_line_has_every_reporter_counter() -> None:
 def test_the_stopped_line_lists_what_was_left_to_lease_expiry() -> None:
     left = tuple(f"b{i}" for i in range(12))
     message, fields = stopped_line(Stopped({}, left, ("sweep:3",)))
-    assert message.endswith("; left to lease expiry: 12 batches (b0, b1, b2, b3, b4, b5, b6, "
-                            "b7, b8, b9, and 2 more); still blocked: 1 job (sweep:3)")
+    assert message.endswith(
+        "; left to lease expiry: 12 batches (b0, b1, b2, b3, b4, b5, b6, "
+        "b7, b8, b9, and 2 more); still blocked: 1 job (sweep:3)"
+    )
     assert fields["left_to_lease"] == list(left) and fields["blocked_jobs"] == ["sweep:3"]
 
 
 # -- a whole run -------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def locked_server() -> Iterator[Server]:
     """A server every client must log in to (user ``reporter``, ``REDIS_PASSWORD``)."""
     binaries = server_binaries()
-    server = Server(binaries.get("redis") or binaries["valkey"],
-                    extra=["--user", "reporter", "on", f">{REDIS_PASSWORD}", "~*", "&*",
-                           "+@all"])
+    server = Server(
+        binaries.get("redis") or binaries["valkey"],
+        extra=["--user", "reporter", "on", f">{REDIS_PASSWORD}", "~*", "&*", "+@all"],
+    )
     server.start()
     with server.client() as admin:
         admin.acl_setuser("default", enabled=False)
@@ -195,10 +253,13 @@ def redis_url(server: Server) -> str:
 
 def run_reporter(config: Path, log: Path, *options: str) -> subprocess.Popen[bytes]:
     with open(log, "w", encoding="utf-8") as err:
-        return subprocess.Popen([sys.executable, "-m", "reporter", "run", *options,
-                                 "--config", str(config)],
-                                cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL,
-                                stderr=err)
+        return subprocess.Popen(
+            [sys.executable, "-m", "reporter", "run", *options, "--config", str(config)],
+            cwd=REPO,
+            env=child_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
 
 
 def stop(reporter: subprocess.Popen[bytes]) -> int:
@@ -226,10 +287,12 @@ def answer(number: int, body: dict[str, Any]) -> tuple[int, dict[str, str], byte
 
 
 def test_a_debug_run_logs_json_lines_without_secrets_or_payloads(
-        tmp_path: Path, locked_server: Server) -> None:
+    tmp_path: Path, locked_server: Server
+) -> None:
     endpoint = LocalEndpoint(answer).start()
     config = tmp_path / "run.toml"
-    config.write_text(textwrap.dedent(f"""
+    config.write_text(
+        textwrap.dedent(f"""
         [redis]
         url = "{redis_url(locked_server)}"
         key_prefix = "{PREFIX}"
@@ -244,9 +307,10 @@ def test_a_debug_run_logs_json_lines_without_secrets_or_payloads(
         url = "{endpoint.url}?api_key={API_KEY}"
         [sink.headers]
         Authorization = "Bearer {HEADER_TOKEN}"
-    """), encoding="utf-8")
-    with Collector(url=redis_url(locked_server), key_prefix=PREFIX, shards=4,
-                   mode="sync") as c:
+    """),
+        encoding="utf-8",
+    )
+    with Collector(url=redis_url(locked_server), key_prefix=PREFIX, shards=4, mode="sync") as c:
         for i in range(300):
             c.collect("good-game", {"player": PAYLOAD, "n": i})
         for i in range(5):
@@ -254,14 +318,18 @@ def test_a_debug_run_logs_json_lines_without_secrets_or_payloads(
     log = tmp_path / "reporter.log"
     reporter = run_reporter(config, log, "-v", "--log-format", "json")
     try:
-        wait_until(lambda: len(endpoint.events()) >= 300, timeout=60,
-                   what="the good game delivered")
+        wait_until(
+            lambda: len(endpoint.events()) >= 300, timeout=60, what="the good game delivered"
+        )
         dead = [k.dead for k in KeySchema(PREFIX, 4).all_shards()]
         with redis.Redis.from_url(redis_url(locked_server)) as client:
-            wait_until(lambda: sum(client.llen(k) for k in dead) == 1,
-                       what="the bad game dead-lettered")
-        wait_until(lambda: "dead-lettered" in log.read_text(encoding="utf-8"),
-                   what="the dead letter logged")
+            wait_until(
+                lambda: sum(client.llen(k) for k in dead) == 1, what="the bad game dead-lettered"
+            )
+        wait_until(
+            lambda: "dead-lettered" in log.read_text(encoding="utf-8"),
+            what="the dead letter logged",
+        )
     finally:
         code = stop(reporter)
         endpoint.stop()
@@ -278,7 +346,11 @@ def test_a_debug_run_logs_json_lines_without_secrets_or_payloads(
     assert start["config"] == str(config) and "metrics" in start
     [dead_line] = [line for line in lines if "dead-lettered" in line["message"]]
     assert {k: dead_line[k] for k in ("level", "game", "attempt", "status_code")} == {
-        "level": "ERROR", "game": "bad-game", "attempt": 1, "status_code": 400}
+        "level": "ERROR",
+        "game": "bad-game",
+        "attempt": 1,
+        "status_code": 400,
+    }
     assert dead_line["batch_id"] in dead_line["message"] and "shard" in dead_line
     retries = [line for line in lines if line.get("status_code") == 503]
     assert retries and all(line["game"] == "good-game" for line in retries)
@@ -288,11 +360,12 @@ def test_a_debug_run_logs_json_lines_without_secrets_or_payloads(
 
 
 def test_an_nppa_debug_run_logs_no_secret_key_or_player_data(
-        tmp_path: Path, locked_server: Server) -> None:
-    endpoint = NppaEndpoint(app_id="app-logs", secret_key=NPPA_KEY,
-                            biz_ids=["1101999999"]).start()
+    tmp_path: Path, locked_server: Server
+) -> None:
+    endpoint = NppaEndpoint(app_id="app-logs", secret_key=NPPA_KEY, biz_ids=["1101999999"]).start()
     config = tmp_path / "nppa.toml"
-    config.write_text(textwrap.dedent(f"""
+    config.write_text(
+        textwrap.dedent(f"""
         [redis]
         url = "{redis_url(locked_server)}"
         key_prefix = "{PREFIX}"
@@ -308,17 +381,17 @@ def test_an_nppa_debug_run_logs_no_secret_key_or_player_data(
         secret_key = "{NPPA_KEY}"
         [games."farm"]
         biz_id = "1101999999"
-    """), encoding="utf-8")
+    """),
+        encoding="utf-8",
+    )
     sessions = [f"{PAYLOAD[:20]}{i:02d}" for i in range(20)]
-    with Collector(url=redis_url(locked_server), key_prefix=PREFIX, shards=4,
-                   mode="sync") as c:
+    with Collector(url=redis_url(locked_server), key_prefix=PREFIX, shards=4, mode="sync") as c:
         for si in sessions:
             c.collect("farm", nppa.login(si=si, ot=int(time.time()), pi=PI))
     log = tmp_path / "nppa.log"
     reporter = run_reporter(config, log, "--log-level", "debug")
     try:
-        wait_until(lambda: len(endpoint.accepted) >= 20, timeout=60,
-                   what="every login accepted")
+        wait_until(lambda: len(endpoint.accepted) >= 20, timeout=60, what="every login accepted")
     finally:
         code = stop(reporter)
         endpoint.stop()
@@ -329,21 +402,28 @@ def test_an_nppa_debug_run_logs_no_secret_key_or_player_data(
     assert "stopped: stale=0, delivered=20," in text
 
 
-def test_the_log_level_variable_reaches_the_run(tmp_path: Path,
-                                               locked_server: Server) -> None:
+def test_the_log_level_variable_reaches_the_run(tmp_path: Path, locked_server: Server) -> None:
     config = tmp_path / "quiet.toml"
-    config.write_text(f'[redis]\nurl = "{redis_url(locked_server)}"\nkey_prefix = "q"\n'
-                      '[sink]\nurl = "http://127.0.0.1:9/ingest"\n', encoding="utf-8")
+    config.write_text(
+        f'[redis]\nurl = "{redis_url(locked_server)}"\nkey_prefix = "q"\n'
+        '[sink]\nurl = "http://127.0.0.1:9/ingest"\n',
+        encoding="utf-8",
+    )
     log = tmp_path / "quiet.log"
     with open(log, "w", encoding="utf-8") as err:
         reporter = subprocess.Popen(
-            [sys.executable, "-m", "reporter", "run", "--config", str(config)], cwd=REPO,
+            [sys.executable, "-m", "reporter", "run", "--config", str(config)],
+            cwd=REPO,
             env={**child_env(), "TELEMETRY_LOG_LEVEL": "warning"},
-            stdout=subprocess.DEVNULL, stderr=err)
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     try:
         with redis.Redis.from_url(redis_url(locked_server)) as client:
-            wait_until(lambda: client.zcard(KeySchema("q", 16).reporters) == 1,
-                       what="the reporter's heartbeat")
+            wait_until(
+                lambda: client.zcard(KeySchema("q", 16).reporters) == 1,
+                what="the reporter's heartbeat",
+            )
     finally:
         code = stop(reporter)
     assert code == 0

@@ -27,14 +27,16 @@ def states_of_every_kind(scripts: Scripts, schema: KeySchema) -> None:
     """Buffered events, batches in flight, retries due and not yet due, and a dead letter,
     spread over the shards."""
     for i in range(12):
-        store(scripts, schema, f"game-{i}", numbered(f"game-{i}", 10 + i,
-                                                     born_ms=now_ms() - 1000 * i))
+        store(
+            scripts, schema, f"game-{i}", numbered(f"game-{i}", 10 + i, born_ms=now_ms() - 1000 * i)
+        )
     keys = schema.for_game("game-11")
     claimed = scripts.claim(keys, "game-11", "b", "t", 3, 4, LEASE_MS, 0, 0)
     ids = [b.batch_id for b in claimed.batches]
     assert len(ids) == 4
-    policy: dict[str, Any] = dict(initial_ms=1, max_ms=1, max_attempts=10, jitter=0.0,
-                                  dead_max=100, reason="test")
+    policy: dict[str, Any] = dict(
+        initial_ms=1, max_ms=1, max_attempts=10, jitter=0.0, dead_max=100, reason="test"
+    )
     scripts.nack(keys, ids[0], "t", permanent=True, min_delay_ms=0, **policy)
     scripts.nack(keys, ids[1], "t", permanent=False, min_delay_ms=600_000, **policy)
     scripts.nack(keys, ids[2], "t", permanent=False, min_delay_ms=0, **policy)
@@ -61,10 +63,8 @@ def test_shard_levels_agree_with_the_full_read_of_each_shard(client: redis.Redis
     assert [lv.shard for lv in levels] == list(range(8))
     for level, view in zip(levels, views, strict=True):
         assert level.buffered == view.buffered
-        assert (level.inflight, level.retry, level.dead) == (view.inflight, view.retry,
-                                                             view.dead)
-        assert {g.game: g.length for g in level.games} == {g.game: g.buffered
-                                                           for g in view.games}
+        assert (level.inflight, level.retry, level.dead) == (view.inflight, view.retry, view.dead)
+        assert {g.game: g.length for g in level.games} == {g.game: g.buffered for g in view.games}
         oldest = [g.oldest_ms for g in view.games if g.oldest_ms is not None and g.buffered]
         assert level.oldest_ms == (min(oldest) if oldest else None)
     assert sum(lv.retry for lv in levels) == 2
@@ -98,8 +98,11 @@ def test_live_reporters_counts_unexpired_heartbeats(client: redis.Redis) -> None
 
 
 def test_ping_raises_when_redis_is_gone(own_server: Server) -> None:
-    s = open_store(make_config(own_server.url, redis={"socket_timeout_seconds": 0.2,
-                                                      "connect_timeout_seconds": 0.2}).redis)
+    s = open_store(
+        make_config(
+            own_server.url, redis={"socket_timeout_seconds": 0.2, "connect_timeout_seconds": 0.2}
+        ).redis
+    )
     try:
         s.ping()
         own_server.stop()

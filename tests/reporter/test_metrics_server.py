@@ -57,8 +57,9 @@ def handler() -> Iterator[Handler]:
 
 
 def serve(handler: Handler, **limits: float) -> BoundedServer:
-    server = BoundedServer(("127.0.0.1", 0), socket.AF_INET, handler,
-                           lambda r: r.path == "/healthz", Limits(**limits))  # type: ignore
+    server = BoundedServer(
+        ("127.0.0.1", 0), socket.AF_INET, handler, lambda r: r.path == "/healthz", Limits(**limits)
+    )  # type: ignore
     server.start()
     return server
 
@@ -96,7 +97,8 @@ def closed_by_server(sock: socket.socket) -> bool:
 
 
 def test_a_request_that_never_completes_is_closed_and_counted(
-        handler: Handler, running: list[BoundedServer]) -> None:
+    handler: Handler, running: list[BoundedServer]
+) -> None:
     server = serve(handler, request_seconds=0.3)
     running.append(server)
     idle = connect(server)
@@ -104,14 +106,14 @@ def test_a_request_that_never_completes_is_closed_and_counted(
     with idle, half:
         assert closed_by_server(idle)
         assert closed_by_server(half)
-    wait_until(lambda: server.counts.dropped()["deadline"] == 2, timeout=WAIT,
-               what="both counted")
+    wait_until(lambda: server.counts.dropped()["deadline"] == 2, timeout=WAIT, what="both counted")
     assert server.open_connections == 0
     assert httpx.get(url(server, "/echo"), timeout=WAIT).text == "/echo"  # still serving
 
 
 def test_a_trickled_request_meets_one_deadline_for_the_whole_request(
-        handler: Handler, running: list[BoundedServer]) -> None:
+    handler: Handler, running: list[BoundedServer]
+) -> None:
     server = serve(handler, request_seconds=0.5)
     running.append(server)
     with connect(server) as sock:
@@ -131,7 +133,8 @@ def test_a_trickled_request_meets_one_deadline_for_the_whole_request(
 
 
 def test_past_the_cap_the_longest_waiting_connection_gives_way(
-        handler: Handler, running: list[BoundedServer]) -> None:
+    handler: Handler, running: list[BoundedServer]
+) -> None:
     server = serve(handler, max_connections=4)
     running.append(server)
     idle = [connect(server) for _ in range(4)]
@@ -146,7 +149,8 @@ def test_past_the_cap_the_longest_waiting_connection_gives_way(
 
 
 def test_past_the_cap_with_every_connection_answered_the_new_one_is_closed(
-        handler: Handler, running: list[BoundedServer]) -> None:
+    handler: Handler, running: list[BoundedServer]
+) -> None:
     server = serve(handler, max_connections=2, workers=2)
     running.append(server)
     busy = [connect(server, b"GET /slow HTTP/1.1\r\n\r\n") for _ in range(2)]
@@ -161,15 +165,19 @@ def test_past_the_cap_with_every_connection_answered_the_new_one_is_closed(
 
 
 def test_kept_alive_and_pipelined_requests_are_answered_in_order(
-        handler: Handler, running: list[BoundedServer]) -> None:
+    handler: Handler, running: list[BoundedServer]
+) -> None:
     server = serve(handler)
     running.append(server)
     with httpx.Client(timeout=WAIT) as client:
         for path in ["/a", "/healthz", "/b"]:
             assert client.get(url(server, path)).text == path
     assert server.open_connections <= 1
-    with connect(server, b"GET /healthz HTTP/1.1\r\n\r\nGET /x HTTP/1.1\r\n\r\n"
-                         b"HEAD /healthz HTTP/1.1\r\nConnection: close\r\n\r\n") as sock:
+    with connect(
+        server,
+        b"GET /healthz HTTP/1.1\r\n\r\nGET /x HTTP/1.1\r\n\r\n"
+        b"HEAD /healthz HTTP/1.1\r\nConnection: close\r\n\r\n",
+    ) as sock:
         received = b""
         while chunk := sock.recv(65536):
             received += chunk
@@ -179,18 +187,21 @@ def test_kept_alive_and_pipelined_requests_are_answered_in_order(
     assert b"Connection: close" in answers[3] and answers[3].endswith(b"\r\n\r\n")  # HEAD
 
 
-@pytest.mark.parametrize(("request_bytes", "status"), [
-    (b"GET /" + b"a" * (MAX_HEAD_BYTES + 10), b"414"),
-    (b"GET / HTTP/1.1\r\nX: " + b"a" * MAX_HEAD_BYTES + b"\r\n\r\n", b"431"),
-    (b"POST /metrics HTTP/1.1\r\nContent-Length: 2\r\n\r\nab", b"405"),
-    (b"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", b"501"),
-    (b"GET / HTTP/1.1\r\nContent-Length: 999999\r\n\r\n", b"413"),
-    (b"GET / HTTP/2.0\r\n\r\n", b"505"),
-    (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", b"400"),
-])
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"GET /" + b"a" * (MAX_HEAD_BYTES + 10), b"414"),
+        (b"GET / HTTP/1.1\r\nX: " + b"a" * MAX_HEAD_BYTES + b"\r\n\r\n", b"431"),
+        (b"POST /metrics HTTP/1.1\r\nContent-Length: 2\r\n\r\nab", b"405"),
+        (b"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", b"501"),
+        (b"GET / HTTP/1.1\r\nContent-Length: 999999\r\n\r\n", b"413"),
+        (b"GET / HTTP/2.0\r\n\r\n", b"505"),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", b"400"),
+    ],
+)
 def test_requests_it_will_not_serve_are_answered_closed_and_counted(
-        handler: Handler, running: list[BoundedServer], request_bytes: bytes, status: bytes
-        ) -> None:
+    handler: Handler, running: list[BoundedServer], request_bytes: bytes, status: bytes
+) -> None:
     server = serve(handler)
     running.append(server)
     with connect(server, request_bytes) as sock:
@@ -202,8 +213,7 @@ def test_requests_it_will_not_serve_are_answered_closed_and_counted(
     assert not handler.paths
 
 
-def test_a_small_body_is_read_and_ignored(handler: Handler, running: list[BoundedServer]
-                                          ) -> None:
+def test_a_small_body_is_read_and_ignored(handler: Handler, running: list[BoundedServer]) -> None:
     server = serve(handler)
     running.append(server)
     answer = httpx.request("GET", url(server, "/echo"), content=b"x" * 5000, timeout=WAIT)
@@ -211,8 +221,8 @@ def test_a_small_body_is_read_and_ignored(handler: Handler, running: list[Bounde
 
 
 def test_long_paths_reset_by_the_client_leave_no_log_and_no_state(
-        handler: Handler, running: list[BoundedServer], caplog: pytest.LogCaptureFixture
-        ) -> None:
+    handler: Handler, running: list[BoundedServer], caplog: pytest.LogCaptureFixture
+) -> None:
     server = serve(handler)
     running.append(server)
     assert httpx.get(url(server, "/echo"), timeout=WAIT).text == "/echo"
@@ -222,10 +232,10 @@ def test_long_paths_reset_by_the_client_leave_no_log_and_no_state(
         with caplog.at_level(logging.DEBUG, logger="reporter"):
             before = tracemalloc.get_traced_memory()[0]
             for i in range(100):
-                sock = connect(server, f"GET /{i}".encode() + b"a" * 60_000
-                               + b" HTTP/1.1\r\n\r\n")
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                struct.pack("ii", 1, 0))  # close sends a reset
+                sock = connect(server, f"GET /{i}".encode() + b"a" * 60_000 + b" HTTP/1.1\r\n\r\n")
+                sock.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )  # close sends a reset
                 sock.close()
             wait_until(lambda: server.open_connections == 0, timeout=WAIT, what="all closed")
             kept = tracemalloc.get_traced_memory()[0] - before
@@ -238,8 +248,8 @@ def test_long_paths_reset_by_the_client_leave_no_log_and_no_state(
 
 
 def test_a_failing_handler_is_a_500_logged_once_under_one_key(
-        handler: Handler, running: list[BoundedServer], caplog: pytest.LogCaptureFixture
-        ) -> None:
+    handler: Handler, running: list[BoundedServer], caplog: pytest.LogCaptureFixture
+) -> None:
     server = serve(handler)
     running.append(server)
     keys = connections.ratelog.keys
@@ -283,8 +293,13 @@ server.stop()
 
 
 def test_accepts_failing_for_lack_of_descriptors_back_off_and_recover() -> None:
-    with subprocess.Popen([sys.executable, "-c", EMFILE_CHILD], cwd=ROOT, text=True,
-                          stdin=subprocess.PIPE, stdout=subprocess.PIPE) as child:
+    with subprocess.Popen(
+        [sys.executable, "-c", EMFILE_CHILD],
+        cwd=ROOT,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    ) as child:
         assert child.stdin is not None and child.stdout is not None
         try:
             port = int(child.stdout.readline())
@@ -313,7 +328,8 @@ class Broken:
 
 @pytest.mark.parametrize("details", [False, True])
 def test_a_500_names_the_error_only_when_the_operator_asks(
-        client: redis.Redis, details: bool, caplog: pytest.LogCaptureFixture) -> None:
+    client: redis.Redis, details: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     health = Health(store_of(client), threading.Event(), 30.0, frozenset)
     server = MetricsServer(("127.0.0.1", 0), Broken(), health, details=details)
     server_module.ratelog.reset("bug:/metrics")  # logged by an earlier test within 30 s

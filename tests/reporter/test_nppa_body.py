@@ -20,14 +20,16 @@ ANSWER = b'{"errcode":0,"errmsg":"ok"}'
 
 def send(reply: bytes) -> tuple[str, str]:
     with raw_server(always(then_hold(reply))) as server:
-        config = make_config("redis://127.0.0.1:1/0",
-                             sink={"kind": "nppa", "timeout_seconds": 0.5},
-                             nppa={"app_id": "app-1", "secret_key": SECRET,
-                                   "base_url": server.url("")},
-                             games={"g1": {"biz_id": "biz-1"}})
+        config = make_config(
+            "redis://127.0.0.1:1/0",
+            sink={"kind": "nppa", "timeout_seconds": 0.5},
+            nppa={"app_id": "app-1", "secret_key": SECRET, "base_url": server.url("")},
+            games={"g1": {"biz_id": "biz-1"}},
+        )
         sender = NppaSender(config.nppa, config.sink, config.biz_id)
-        event = orjson.dumps({"si": "s1", "bt": 0, "ot": int(time.time()) - 5, "ct": 0,
-                              "pi": "1" * 38})
+        event = orjson.dumps(
+            {"si": "s1", "bt": 0, "ot": int(time.time()) - 5, "ct": 0, "pi": "1" * 38}
+        )
         try:
             outcome = sender.send("g1", "b.0", [event])
         finally:
@@ -41,11 +43,14 @@ def test_a_small_answer_is_read_whole() -> None:
     assert send(reply) == (DELIVERED, "")
 
 
-@pytest.mark.parametrize("reply, error", [
-    (b"HTTP/1.1 200 OK\r\nContent-Length: 52428800\r\n\r\n" + ANSWER, "RemoteProtocolError"),
-    (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n" + ANSWER, "ReadTimeout"),
-    (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + ANSWER, "ReadTimeout"),
-])
+@pytest.mark.parametrize(
+    "reply, error",
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 52428800\r\n\r\n" + ANSWER, "RemoteProtocolError"),
+        (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n" + ANSWER, "ReadTimeout"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + ANSWER, "ReadTimeout"),
+    ],
+)
 def test_an_answer_that_cannot_be_read_whole_is_retried(reply: bytes, error: str) -> None:
     kind, reason = send(reply)
     assert kind == RETRY

@@ -24,8 +24,10 @@ from tests.reporter.helpers import make_config
 
 # The worked example of the interface description (shared/nppa.md).
 EXAMPLE_SECRET = "2836e95fcd10e04b0069bb1ee659955b"
-EXAMPLE_BODY = (b'{"data":"CqT/33f3jyoiYqT8MtxEFk3x2rlfhmgzhxpHqWosSj4d3hq2EbrtVyx2aLj565ZQNTc'
-                b'PrcDipnvpq/D/vQDaLKW70O83Q42zvR0//OfnYLcIjTPMnqa+SOhsjQrSdu66ySSORCAo"}')
+EXAMPLE_BODY = (
+    b'{"data":"CqT/33f3jyoiYqT8MtxEFk3x2rlfhmgzhxpHqWosSj4d3hq2EbrtVyx2aLj565ZQNTc'
+    b'PrcDipnvpq/D/vQDaLKW70O83Q42zvR0//OfnYLcIjTPMnqa+SOhsjQrSdu66ySSORCAo"}'
+)
 EXAMPLE_SIGN = "386c03b776a28c06b8032a958fbd89337424ef45c62d0422706cca633d8ad5fd"
 EXAMPLE_PLAIN = {"ai": "test-accountId", "name": "用户姓名", "idNum": "371321199012310912"}
 
@@ -36,8 +38,13 @@ NOW = 1_732_241_234.5
 
 
 def test_the_worked_example_signs_and_opens() -> None:
-    signed = {"appId": "test-appId", "bizId": "test-bizId", "timestamps": "1584949895758",
-              "id": "test-id", "name": "test-name"}
+    signed = {
+        "appId": "test-appId",
+        "bizId": "test-bizId",
+        "timestamps": "1584949895758",
+        "id": "test-id",
+        "name": "test-name",
+    }
     assert signature(EXAMPLE_SECRET, signed, EXAMPLE_BODY) == EXAMPLE_SIGN
     assert json.loads(unseal(EXAMPLE_SECRET, EXAMPLE_BODY)) == EXAMPLE_PLAIN
 
@@ -66,16 +73,20 @@ def test_sealing_both_ways_against_an_independent_reading_of_the_spec() -> None:
 
 
 def config(**nppa: Any) -> ReporterConfig:
-    return make_config("redis://127.0.0.1:1/0", sink={"kind": "nppa"}, nppa={
-        "app_id": APP_ID, "secret_key": SECRET, "base_url": "http://nppa.test", **nppa},
-        games={"g1": {"biz_id": "biz-1"}})
+    return make_config(
+        "redis://127.0.0.1:1/0",
+        sink={"kind": "nppa"},
+        nppa={"app_id": APP_ID, "secret_key": SECRET, "base_url": "http://nppa.test", **nppa},
+        games={"g1": {"biz_id": "biz-1"}},
+    )
 
 
 class Captured:
     """An httpx.MockTransport handler: keeps every request, answers with ``reply``."""
 
-    def __init__(self, reply: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-                 status: int = 200) -> None:
+    def __init__(
+        self, reply: Callable[[dict[str, Any]], dict[str, Any]] | None = None, status: int = 200
+    ) -> None:
         self.requests: list[httpx.Request] = []
         self.reply = reply or (lambda plain: {"errcode": 0, "errmsg": "ok", "data": ""})
         self.status = status
@@ -105,27 +116,35 @@ def test_the_request_is_what_the_interface_specifies() -> None:
     h = request.headers
     assert (h["appId"], h["bizId"], h["timestamps"]) == (APP_ID, "biz-1", "1732241234500")
     assert h["Content-Type"] == "application/json;charset=utf-8"
-    expected = hashlib.sha256((SECRET + "appId" + APP_ID + "bizId" + "biz-1" + "timestamps"
-                               + "1732241234500").encode() + request.content).hexdigest()
+    expected = hashlib.sha256(
+        (SECRET + "appId" + APP_ID + "bizId" + "biz-1" + "timestamps" + "1732241234500").encode()
+        + request.content
+    ).hexdigest()
     assert h["sign"] == expected
     assert set(json.loads(request.content)) == {"data"}
     plain = json.loads(independent_open(SECRET, request.content))
     assert [item["no"] for item in plain["collections"]] == [1, 2, 3]
-    assert plain["collections"][1] == {"no": 2, "si": "s1", "bt": 1, "ot": int(NOW) - 5,
-                                       "ct": 0, "pi": PI}
+    assert plain["collections"][1] == {
+        "no": 2,
+        "si": "s1",
+        "bt": 1,
+        "ot": int(NOW) - 5,
+        "ct": 0,
+        "pi": PI,
+    }
 
 
 def test_the_test_systems_url_is_used_as_it_is() -> None:
     test_url = "https://wlc.nppa.gov.cn/test/collection/loginout/ABC123"
     assert endpoint_url(test_url) == test_url
     assert endpoint_url("http://api2.wlc.nppa.gov.cn/") == (
-        "http://api2.wlc.nppa.gov.cn/behavior/collection/loginout")
+        "http://api2.wlc.nppa.gov.cn/behavior/collection/loginout"
+    )
 
 
 def test_items_that_break_a_rule_are_refused_alone_and_never_sent() -> None:
     captured = Captured()
-    events = [event(0), event(1, ot=int(NOW) * 1000), event(2, pi="short"), b"not json",
-              event(4)]
+    events = [event(0), event(1, ot=int(NOW) * 1000), event(2, pi="short"), b"not json", event(4)]
     outcome = sender(captured).send("g1", "b.0", events)
     assert outcome.kind == DELIVERED
     assert [i for i, _ in outcome.refused] == [1, 2, 3]
@@ -140,19 +159,26 @@ def test_items_from_the_future_wait_and_the_rest_go() -> None:
     outcome = sender(captured).send("g1", "b.0", events)
     assert (outcome.kind, outcome.retry_items) == (DELIVERED, (1,))
     assert 30 <= outcome.retry_after <= 32
-    assert len(json.loads(independent_open(SECRET, captured.requests[0].content)
-                          )["collections"]) == 1
+    assert (
+        len(json.loads(independent_open(SECRET, captured.requests[0].content))["collections"]) == 1
+    )
 
 
 def test_items_far_in_the_future_are_refused_naming_the_game_servers_clock() -> None:
     captured = Captured()
-    events = [event(0), event(1, ot=int(NOW) + 3600), event(2, ot=int(NOW) + 300),
-              event(3, ot=int(NOW) + 302)]
+    events = [
+        event(0),
+        event(1, ot=int(NOW) + 3600),
+        event(2, ot=int(NOW) + 300),
+        event(3, ot=int(NOW) + 302),
+    ]
     outcome = sender(captured).send("g1", "b.0", events)
     assert outcome.kind == DELIVERED
     assert [i for i, _ in outcome.refused] == [1, 3]
-    assert all("game server's clock" in reason and "max_future_seconds" in reason
-               for _, reason in outcome.refused)
+    assert all(
+        "game server's clock" in reason and "max_future_seconds" in reason
+        for _, reason in outcome.refused
+    )
     assert outcome.retry_items == (2,)  # within the bound: it waits
     sent = json.loads(independent_open(SECRET, captured.requests[0].content))["collections"]
     assert [item["si"] for item in sent] == ["s0"]
@@ -160,7 +186,8 @@ def test_items_far_in_the_future_are_refused_naming_the_game_servers_clock() -> 
 
 def moved_request(captured: Captured) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = json.loads(
-        independent_open(SECRET, captured.requests[0].content))["collections"]
+        independent_open(SECRET, captured.requests[0].content)
+    )["collections"]
     return items
 
 
@@ -177,14 +204,20 @@ def test_resend_moves_late_items_into_the_window_in_order() -> None:
     time at the request, the logout never before the login; a fresh item keeps its time."""
     captured = Captured()
     floor = int(NOW) - 170  # 180 s less the 10 s margin
-    events = [event(0, ot=int(NOW) - 900), event(1, ot=int(NOW) - 400, si="s0"),
-              event(2, ot=floor + 3), event(3, ot=int(NOW) - 1)]
+    events = [
+        event(0, ot=int(NOW) - 900),
+        event(1, ot=int(NOW) - 400, si="s0"),
+        event(2, ot=floor + 3),
+        event(3, ot=int(NOW) - 1),
+    ]
     outcome = sender(captured, late_behaviour="resend").send("g1", "b.0", events)
     assert outcome.kind == DELIVERED
     sent = moved_request(captured)
     assert [item["ot"] for item in sent] == [floor + 1, floor + 1, floor + 3, int(NOW) - 1]
-    assert [m[:4] for m in outcome.moved] == [(0, "s0", 0, int(NOW) - 900),
-                                              (1, "s0", 1, int(NOW) - 400)]
+    assert [m[:4] for m in outcome.moved] == [
+        (0, "s0", 0, int(NOW) - 900),
+        (1, "s0", 1, int(NOW) - 400),
+    ]
     assert {m.sent for m in outcome.moved} == {floor + 1}
     assert all(int(NOW * 1000) - item["ot"] * 1000 < 180_000 for item in sent)
 
@@ -192,7 +225,8 @@ def test_resend_moves_late_items_into_the_window_in_order() -> None:
 def test_a_moved_item_the_system_refuses_is_not_reported_as_moved_and_sent() -> None:
     refuse_first = Captured(lambda plain: {"errcode": 1011, "errmsg": "sign"})
     outcome = sender(refuse_first, late_behaviour="resend").send(
-        "g1", "b.0", [event(0, ot=int(NOW) - 900)])
+        "g1", "b.0", [event(0, ot=int(NOW) - 900)]
+    )
     assert outcome.kind == RETRY and outcome.hold and not outcome.moved
 
 
@@ -210,14 +244,19 @@ def test_the_key_is_read_once_per_request() -> None:
     keys = iter([SECRET, "ff" * 16])
     captured = Captured()
     c = config()
-    s = NppaSender(c.nppa, c.sink, c.biz_id, httpx.MockTransport(captured), lambda: NOW,
-                   key=lambda: next(keys))
+    s = NppaSender(
+        c.nppa, c.sink, c.biz_id, httpx.MockTransport(captured), lambda: NOW, key=lambda: next(keys)
+    )
     assert s.send("g1", "b.0", [event(0)]).kind == DELIVERED
     request = captured.requests[0]
     stamp = request.headers["timestamps"]
-    assert request.headers["sign"] == hashlib.sha256(
-        (SECRET + "appId" + APP_ID + "bizId" + "biz-1" + "timestamps" + stamp).encode()
-        + request.content).hexdigest()
+    assert (
+        request.headers["sign"]
+        == hashlib.sha256(
+            (SECRET + "appId" + APP_ID + "bizId" + "biz-1" + "timestamps" + stamp).encode()
+            + request.content
+        ).hexdigest()
+    )
 
 
 def test_a_game_without_a_biz_id_is_rejected_with_an_alert() -> None:
@@ -261,11 +300,20 @@ SENT = [4, 7, 9]  # batch positions of the items numbered 1, 2, 3
 
 @pytest.mark.parametrize("code", [0, 3001])
 def test_per_item_results_refuse_item_errors_and_retry_the_others(code: int) -> None:
-    body = orjson.dumps({"errcode": code, "errmsg": "partial", "data": {"results": [
-        {"no": 1, "errcode": 3005, "errmsg": "bad ot"},
-        {"no": 3, "errcode": 3010, "errmsg": "bad pi"},
-        {"no": 2, "errcode": 1001, "errmsg": "busy"},
-        {"no": 3, "errcode": 3004, "errmsg": "listed twice"}]}})
+    body = orjson.dumps(
+        {
+            "errcode": code,
+            "errmsg": "partial",
+            "data": {
+                "results": [
+                    {"no": 1, "errcode": 3005, "errmsg": "bad ot"},
+                    {"no": 3, "errcode": 3010, "errmsg": "bad pi"},
+                    {"no": 2, "errcode": 1001, "errmsg": "busy"},
+                    {"no": 3, "errcode": 3004, "errmsg": "listed twice"},
+                ]
+            },
+        }
+    )
     outcome = classify(200, None, body, SENT, 60.0)
     assert outcome.kind == DELIVERED
     assert outcome.refused == ((4, "nppa 3005 bad ot"), (9, "nppa 3010 bad pi"))
@@ -274,54 +322,80 @@ def test_per_item_results_refuse_item_errors_and_retry_the_others(code: int) -> 
 
 @pytest.mark.parametrize("code", [0, 3001])
 def test_an_item_result_with_errcode_0_is_delivered(code: int) -> None:
-    body = orjson.dumps({"errcode": code, "data": {"results": [
-        {"no": 1, "errcode": 0, "errmsg": "ok"},
-        {"no": 2, "errcode": 3005, "errmsg": "bad ot"},
-        {"no": 1, "errcode": 1001, "errmsg": "listed twice: the first stands"}]}})
+    body = orjson.dumps(
+        {
+            "errcode": code,
+            "data": {
+                "results": [
+                    {"no": 1, "errcode": 0, "errmsg": "ok"},
+                    {"no": 2, "errcode": 3005, "errmsg": "bad ot"},
+                    {"no": 1, "errcode": 1001, "errmsg": "listed twice: the first stands"},
+                ]
+            },
+        }
+    )
     outcome = classify(200, None, body, SENT, 60.0)
     assert (outcome.kind, outcome.refused, outcome.retry_items) == (
-        DELIVERED, ((7, "nppa 3005 bad ot"),), ())
+        DELIVERED,
+        ((7, "nppa 3005 bad ot"),),
+        (),
+    )
 
 
-@pytest.mark.parametrize("result", [
-    {"no": 1.9, "errcode": 3005}, {"no": True, "errcode": 3005}, {"no": "1", "errcode": 3005},
-    {"no": 1, "errcode": 3005.0}, {"no": 1, "errcode": False}, {"no": 1, "errcode": "0"},
-    {"no": 0, "errcode": 3005}, {"no": 4, "errcode": 3005}, {"no": None, "errcode": 0},
-    {"errcode": 3005}, {"no": 1}, [1, 3005], "1",
-])
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"no": 1.9, "errcode": 3005},
+        {"no": True, "errcode": 3005},
+        {"no": "1", "errcode": 3005},
+        {"no": 1, "errcode": 3005.0},
+        {"no": 1, "errcode": False},
+        {"no": 1, "errcode": "0"},
+        {"no": 0, "errcode": 3005},
+        {"no": 4, "errcode": 3005},
+        {"no": None, "errcode": 0},
+        {"errcode": 3005},
+        {"no": 1},
+        [1, 3005],
+        "1",
+    ],
+)
 def test_an_item_result_that_is_not_integers_in_range_makes_the_answer_unreadable(
-        result: object) -> None:
+    result: object,
+) -> None:
     """Never read as some item's result: the whole batch is retried, nothing refused."""
-    body = orjson.dumps({"errcode": 3001, "data": {"results": [
-        {"no": 3, "errcode": 3010}, result]}})
+    body = orjson.dumps(
+        {"errcode": 3001, "data": {"results": [{"no": 3, "errcode": 3010}, result]}}
+    )
     outcome = classify(200, None, body, SENT, 60.0)
     assert (outcome.kind, outcome.refused, outcome.retry_items) == (RETRY, (), ()), outcome
     assert "item result" in outcome.reason
 
 
-@pytest.mark.parametrize(("status", "body", "kind", "alert"), [
-    (200, b'{"errcode":0,"errmsg":"ok","data":""}', DELIVERED, False),
-    (200, b'{"errcode":1001,"errmsg":"system error"}', RETRY, False),
-    (200, b'{"errcode":4001,"errmsg":"test system"}', RETRY, False),
-    (200, b'{"errcode":1007,"errmsg":"expired"}', RETRY, False),
-    (200, b'{"errcode":3002,"errmsg":"empty"}', REJECTED, True),
-    (200, b'{"errcode":3003,"errmsg":"too many"}', REJECTED, True),
-    (200, b'{"errcode":3001,"errmsg":"partial"}', RETRY, False),  # no results: not trusted
-    (200, b'{"errcode":"0"}', RETRY, False),
-    (200, b"<html>gateway</html>", RETRY, False),
-    (200, b'{"errmsg":"no code"}', RETRY, False),
-    (502, b"bad gateway", RETRY, False),
-    (200, b'{"errcode":0,"data":{"results":[{"no":9,"errcode":3005}]}}', RETRY, False),
-])
-def test_every_answer_has_its_meaning(status: int, body: bytes, kind: str,
-                                      alert: bool) -> None:
+@pytest.mark.parametrize(
+    ("status", "body", "kind", "alert"),
+    [
+        (200, b'{"errcode":0,"errmsg":"ok","data":""}', DELIVERED, False),
+        (200, b'{"errcode":1001,"errmsg":"system error"}', RETRY, False),
+        (200, b'{"errcode":4001,"errmsg":"test system"}', RETRY, False),
+        (200, b'{"errcode":1007,"errmsg":"expired"}', RETRY, False),
+        (200, b'{"errcode":3002,"errmsg":"empty"}', REJECTED, True),
+        (200, b'{"errcode":3003,"errmsg":"too many"}', REJECTED, True),
+        (200, b'{"errcode":3001,"errmsg":"partial"}', RETRY, False),  # no results: not trusted
+        (200, b'{"errcode":"0"}', RETRY, False),
+        (200, b"<html>gateway</html>", RETRY, False),
+        (200, b'{"errmsg":"no code"}', RETRY, False),
+        (502, b"bad gateway", RETRY, False),
+        (200, b'{"errcode":0,"data":{"results":[{"no":9,"errcode":3005}]}}', RETRY, False),
+    ],
+)
+def test_every_answer_has_its_meaning(status: int, body: bytes, kind: str, alert: bool) -> None:
     outcome = classify(status, None, body, SENT, 60.0)
     assert (outcome.kind, bool(outcome.alert)) == (kind, alert), outcome
     assert not outcome.hold
 
 
-@pytest.mark.parametrize("code", [1002, 1003, 1004, 1005, 1008, 1009, 1010, 1011, 1012,
-                                  4002, 4003])
+@pytest.mark.parametrize("code", [1002, 1003, 1004, 1005, 1008, 1009, 1010, 1011, 1012, 4002, 4003])
 def test_identity_and_configuration_answers_hold_the_sender(code: int) -> None:
     """Not a dead letter: the batch is retried once the operator has fixed the cause."""
     body = orjson.dumps({"errcode": code, "errmsg": "no", "data": ""})
@@ -338,11 +412,14 @@ def test_a_proxy_or_gateway_refusing_us_holds_the_sender(status: int) -> None:
     assert not classify(502, None, b"", SENT, 60.0).hold
 
 
-@pytest.mark.parametrize(("body", "kind"), [
-    (b'{"errcode":3002,"errmsg":"empty collections","data":""}', DELIVERED),
-    (b'{"errcode":0,"errmsg":"ok","data":""}', DELIVERED),
-    (b'{"errcode":1011,"errmsg":"sign"}', RETRY),
-])
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        (b'{"errcode":3002,"errmsg":"empty collections","data":""}', DELIVERED),
+        (b'{"errcode":0,"errmsg":"ok","data":""}', DELIVERED),
+        (b'{"errcode":1011,"errmsg":"sign"}', RETRY),
+    ],
+)
 def test_a_probe_passes_on_3002(body: bytes, kind: str) -> None:
     outcome = classify(200, None, body, [], 60.0, probe=True)
     assert outcome.kind == kind

@@ -57,26 +57,29 @@ def test_reason_is_short_and_survives_bad_utf8() -> None:
     assert len(outcome.reason) < 260
 
 
-@pytest.mark.parametrize(("header", "seconds"), [
-    ("7", 7.0),
-    (" 12 ", 12.0),
-    ("0", 0.0),
-    ("2.5", 2.5),
-    ("-5", 0.0),
-    (None, 0.0),
-    ("", 0.0),
-    ("soon", 0.0),
-    ("100000", MAX_RETRY_AFTER_SECONDS),
-    (email.utils.formatdate(NOW + 30, usegmt=True), 30.0),
-    (email.utils.formatdate(NOW + 3600, usegmt=True), MAX_RETRY_AFTER_SECONDS),
-    (email.utils.formatdate(NOW - 30, usegmt=True), 0.0),
-    ("Wed, 99 Foo 2015 07:28:00 GMT", 0.0),
-    ("nan", 0.0),
-    ("NaN", 0.0),
-    ("inf", 0.0),
-    ("-inf", 0.0),
-    ("1e400", 0.0),
-])
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("7", 7.0),
+        (" 12 ", 12.0),
+        ("0", 0.0),
+        ("2.5", 2.5),
+        ("-5", 0.0),
+        (None, 0.0),
+        ("", 0.0),
+        ("soon", 0.0),
+        ("100000", MAX_RETRY_AFTER_SECONDS),
+        (email.utils.formatdate(NOW + 30, usegmt=True), 30.0),
+        (email.utils.formatdate(NOW + 3600, usegmt=True), MAX_RETRY_AFTER_SECONDS),
+        (email.utils.formatdate(NOW - 30, usegmt=True), 0.0),
+        ("Wed, 99 Foo 2015 07:28:00 GMT", 0.0),
+        ("nan", 0.0),
+        ("NaN", 0.0),
+        ("inf", 0.0),
+        ("-inf", 0.0),
+        ("1e400", 0.0),
+    ],
+)
 def test_parse_retry_after(header: str | None, seconds: float) -> None:
     assert parse_retry_after(header, now=NOW) == seconds
 
@@ -89,12 +92,15 @@ def test_retry_after_as_an_http_date_in_a_response() -> None:
     assert 290.0 <= outcome.retry_after <= 300.0
 
 
-@pytest.mark.parametrize("error", [
-    httpx.ConnectError("connection refused"),
-    httpx.ReadTimeout("timed out"),
-    httpx.RemoteProtocolError("peer closed"),
-    OSError("network down"),
-])
+@pytest.mark.parametrize(
+    "error",
+    [
+        httpx.ConnectError("connection refused"),
+        httpx.ReadTimeout("timed out"),
+        httpx.RemoteProtocolError("peer closed"),
+        OSError("network down"),
+    ],
+)
 def test_transport_errors_retry(error: Exception) -> None:
     outcome = classify_transport_error(error)
     assert outcome.kind == RETRY
@@ -104,11 +110,15 @@ def test_transport_errors_retry(error: Exception) -> None:
 
 def test_failed_answers_are_counted_by_code() -> None:
     errors = SendErrors()
-    for outcome in [classify_http(503, None, b""), classify_http(503, "1", b""),
-                    classify_http(400, None, b""), classify_http(200, None, b""),
-                    classify_transport_error(httpx.ReadTimeout("timed out")),
-                    Outcome(RETRY, "a sender's own reason"),
-                    Outcome(DELIVERED, retry_items=(0,))]:
+    for outcome in [
+        classify_http(503, None, b""),
+        classify_http(503, "1", b""),
+        classify_http(400, None, b""),
+        classify_http(200, None, b""),
+        classify_transport_error(httpx.ReadTimeout("timed out")),
+        Outcome(RETRY, "a sender's own reason"),
+        Outcome(DELIVERED, retry_items=(0,)),
+    ]:
         errors.record(outcome)
     assert errors.read() == {"503": 2, "400": 1, "ReadTimeout": 1, "retry": 1}
 
@@ -122,18 +132,21 @@ def test_only_a_delivered_outcome_lists_items() -> None:
         Outcome(REJECTED, refused=((0, "bad"),))
 
 
-@pytest.mark.parametrize(("header", "problem"), [
-    ("nan", "not a finite number"),
-    ("inf", "not a finite number"),
-    ("-1", "negative"),
-    ("soon", "neither delta-seconds nor an HTTP date"),
-    ("Wed, 99 Foo 2015 07:28:00 GMT", "neither delta-seconds nor an HTTP date"),
-    (None, ""),
-    ("", ""),
-    ("7", ""),
-    ("100000", ""),  # capped, not wrong
-    (email.utils.formatdate(NOW - 30, usegmt=True), ""),  # a date past: now
-])
+@pytest.mark.parametrize(
+    ("header", "problem"),
+    [
+        ("nan", "not a finite number"),
+        ("inf", "not a finite number"),
+        ("-1", "negative"),
+        ("soon", "neither delta-seconds nor an HTTP date"),
+        ("Wed, 99 Foo 2015 07:28:00 GMT", "neither delta-seconds nor an HTTP date"),
+        (None, ""),
+        ("", ""),
+        ("7", ""),
+        ("100000", ""),  # capped, not wrong
+        (email.utils.formatdate(NOW - 30, usegmt=True), ""),  # a date past: now
+    ],
+)
 def test_what_is_wrong_with_a_retry_after(header: str | None, problem: str) -> None:
     assert read_retry_after(header, now=NOW)[1] == problem
 

@@ -22,7 +22,8 @@ def store(redis_url: str) -> Iterator[Store]:
 
 
 def test_two_processes_split_the_shards_and_one_takes_all_when_the_other_leaves(
-        store: Store) -> None:
+    store: Store,
+) -> None:
     a = ShardOwnership(store, 10.0, owner="a")
     b = ShardOwnership(store, 10.0, owner="b")
     a.loop()
@@ -42,13 +43,15 @@ def test_two_processes_split_the_shards_and_one_takes_all_when_the_other_leaves(
 
 
 def test_shards_whose_lease_expired_go_to_another_process_and_the_first_lets_go(
-        store: Store) -> None:
+    store: Store,
+) -> None:
     a = ShardOwnership(store, 0.2, owner="a")
     a.loop()
     b = ShardOwnership(store, 10.0, owner="b")
     # a stops renewing (a long pause, say): once its leases and heartbeat expire, b takes all
-    wait_until(lambda: b.loop() or b.owned() == frozenset(range(SHARDS)),
-               what="a's leases to expire")
+    wait_until(
+        lambda: b.loop() or b.owned() == frozenset(range(SHARDS)), what="a's leases to expire"
+    )
     a.loop()  # its renewals are refused, and every shard is held: it keeps none
     assert a.owned() == frozenset()
     b.loop()

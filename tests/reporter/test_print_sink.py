@@ -41,8 +41,11 @@ def test_a_batch_is_one_line_holding_what_the_json_sink_would_post() -> None:
     assert outcome.kind == DELIVERED
     lines = out.getvalue().splitlines()
     assert len(lines) == 1
-    assert orjson.loads(lines[0]) == {"game": "my-game", "batch_id": "b-1.0",
-                                      "events": [{"player": "p1", "名字": "玩家"}, {"n": 2}]}
+    assert orjson.loads(lines[0]) == {
+        "game": "my-game",
+        "batch_id": "b-1.0",
+        "events": [{"player": "p1", "名字": "玩家"}, {"n": 2}],
+    }
 
 
 def test_concurrent_batches_never_share_a_line() -> None:
@@ -61,7 +64,8 @@ def test_concurrent_batches_never_share_a_line() -> None:
         thread.join()
     bodies = [orjson.loads(line) for line in out.getvalue().splitlines()]
     assert sorted(b["batch_id"] for b in bodies) == sorted(
-        f"{w}.{i}" for w in range(4) for i in range(50))
+        f"{w}.{i}" for w in range(4) for i in range(50)
+    )
     assert all(len(b["events"]) == 8 for b in bodies)
 
 
@@ -104,8 +108,7 @@ def test_check_config_accepts_it_and_says_a_url_is_not_used(tmp_path: Path) -> N
     quiet = reporter_cli("check-config", str(path))
     assert quiet.returncode == 0, quiet.stderr
     assert "warning" not in quiet.stderr
-    path.write_text('[sink]\nkind = "print"\nurl = "http://ingest.invalid/"\n',
-                    encoding="utf-8")
+    path.write_text('[sink]\nkind = "print"\nurl = "http://ingest.invalid/"\n', encoding="utf-8")
     noted = reporter_cli("check-config", str(path))
     assert noted.returncode == 0, noted.stderr
     assert "[sink] url is not used" in noted.stderr
@@ -113,7 +116,8 @@ def test_check_config_accepts_it_and_says_a_url_is_not_used(tmp_path: Path) -> N
 
 def test_run_prints_every_collected_event_once(tmp_path: Path, own_server: Server) -> None:
     config = tmp_path / "try.toml"
-    config.write_text(textwrap.dedent(f"""
+    config.write_text(
+        textwrap.dedent(f"""
         [redis]
         url = "{own_server.url}"
 
@@ -123,7 +127,9 @@ def test_run_prints_every_collected_event_once(tmp_path: Path, own_server: Serve
 
         [sink]
         kind = "print"
-    """), encoding="utf-8")
+    """),
+        encoding="utf-8",
+    )
     games = ["game-a", "game-b"]
     with Collector(url=own_server.url) as telemetry:
         for i in range(300):
@@ -135,13 +141,22 @@ def test_run_prints_every_collected_event_once(tmp_path: Path, own_server: Serve
     with open(out_path, "wb") as out, open(tmp_path / "stderr.log", "wb") as err:
         reporter = subprocess.Popen(
             [sys.executable, "-m", "reporter", "run", "--config", str(config)],
-            cwd=REPO, env=child_env(), stdout=out, stderr=err)
+            cwd=REPO,
+            env=child_env(),
+            stdout=out,
+            stderr=err,
+        )
     try:
+
         def lines() -> list[bytes]:
             return out_path.read_bytes().splitlines()
 
-        wait_until(lambda: sum(len(orjson.loads(line)["events"]) for line in lines()) >= 600,
-                   timeout=60, step=0.05, what="every event printed")
+        wait_until(
+            lambda: sum(len(orjson.loads(line)["events"]) for line in lines()) >= 600,
+            timeout=60,
+            step=0.05,
+            what="every event printed",
+        )
         reporter.send_signal(signal.SIGTERM)
         assert reporter.wait(timeout=30) == 0
     finally:

@@ -21,7 +21,8 @@ SECRET = "probe-secret-4242"
 
 def config_file(tmp_path: Path, redis_url: str, sink_url: str) -> Path:
     path = tmp_path / "probe.toml"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         [redis]
         url = "{redis_url}"
         connect_timeout_seconds = 0.5
@@ -33,12 +34,15 @@ def config_file(tmp_path: Path, redis_url: str, sink_url: str) -> Path:
 
         [sink.headers]
         X-Api-Credential = "{SECRET}"
-    """), encoding="utf-8")
+    """),
+        encoding="utf-8",
+    )
     return path
 
 
-def test_both_answer(tmp_path: Path, own_server: Server,
-                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_both_answer(
+    tmp_path: Path, own_server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
     endpoint = LocalEndpoint().start()
     try:
         path = config_file(tmp_path, own_server.url, f"{endpoint.url}?api_key={SECRET}")
@@ -55,11 +59,15 @@ def test_both_answer(tmp_path: Path, own_server: Server,
     assert SECRET not in out + err
 
 
-def test_neither_answers_exit_3_with_a_line_each(tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_neither_answers_exit_3_with_a_line_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     closed = free_port()
-    path = config_file(tmp_path, f"redis://:{SECRET}@127.0.0.1:{closed}/0",
-                       f"http://127.0.0.1:{closed}/ingest?token={SECRET}")
+    path = config_file(
+        tmp_path,
+        f"redis://:{SECRET}@127.0.0.1:{closed}/0",
+        f"http://127.0.0.1:{closed}/ingest?token={SECRET}",
+    )
     assert main(["check-config", "--connect", str(path)]) == 3
     out, err = capsys.readouterr()
     failed = [line for line in out.splitlines() if ": failed: " in line]
@@ -75,8 +83,9 @@ def sink_config(url: str = "https://ingest.example/v1") -> ReporterConfig:
 
 
 def test_refused_credentials_are_a_failure() -> None:
-    probe = probe_sink(sink_config(), transport=httpx.MockTransport(
-        lambda request: httpx.Response(401)))
+    probe = probe_sink(
+        sink_config(), transport=httpx.MockTransport(lambda request: httpx.Response(401))
+    )
     assert not probe.ok
     assert "HTTP 401" in probe.detail and "refused the credentials" in probe.detail
 
@@ -103,7 +112,8 @@ NPPA_KEY = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 def nppa_file(tmp_path: Path, redis_url: str, base_url: str, key: str) -> Path:
     (tmp_path / "nppa.key").write_text(key + "\n", encoding="utf-8")
     path = tmp_path / "nppa.toml"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         [redis]
         url = "{redis_url}"
         [sink]
@@ -111,34 +121,49 @@ def nppa_file(tmp_path: Path, redis_url: str, base_url: str, key: str) -> Path:
         [nppa]
         base_url = "{base_url}"
         app_id = "probe-app"
-        secret_key_file = "{tmp_path / 'nppa.key'}"
+        secret_key_file = "{tmp_path / "nppa.key"}"
         [games."farm"]
         biz_id = "1101999999"
-    """), encoding="utf-8")
+    """),
+        encoding="utf-8",
+    )
     return path
 
 
-@pytest.mark.parametrize(("accepted", "ok", "said"), [
-    (NPPA_KEY, True, "answered 3002 empty collections: the key and identity passed"),
-    ("ab" * 16, False, "answered nppa 1011 identity check failed; identity check failed: "
-                       "check [nppa] secret_key"),
-])
+@pytest.mark.parametrize(
+    ("accepted", "ok", "said"),
+    [
+        (NPPA_KEY, True, "answered 3002 empty collections: the key and identity passed"),
+        (
+            "ab" * 16,
+            False,
+            "answered nppa 1011 identity check failed; identity check failed: "
+            "check [nppa] secret_key",
+        ),
+    ],
+)
 def test_the_nppa_key_is_proven_without_reporting_anything(
-        tmp_path: Path, own_server: Server, capsys: pytest.CaptureFixture[str],
-        accepted: str, ok: bool, said: str) -> None:
+    tmp_path: Path,
+    own_server: Server,
+    capsys: pytest.CaptureFixture[str],
+    accepted: str,
+    ok: bool,
+    said: str,
+) -> None:
     from reporter._demo.nppa_mock import NppaEndpoint
 
-    with NppaEndpoint(app_id="probe-app", secret_key=accepted,
-                      biz_ids=["1101999999"]) as endpoint:
+    with NppaEndpoint(app_id="probe-app", secret_key=accepted, biz_ids=["1101999999"]) as endpoint:
         path = nppa_file(tmp_path, own_server.url, endpoint.url, NPPA_KEY)
         assert main(["check-config", "--connect", str(path)]) == (0 if ok else 3)
         with endpoint.lock:
             requests = list(endpoint.requests)
     out, err = capsys.readouterr()
     [sink] = [line for line in out.splitlines() if line.startswith("sink: ")]
-    assert sink.startswith(f"sink: {'ok' if ok else 'failed'}: POST {endpoint.url}"
-                           "/behavior/collection/loginout (app probe-app, bizId 1101999999, "
-                           "no items)")
+    assert sink.startswith(
+        f"sink: {'ok' if ok else 'failed'}: POST {endpoint.url}"
+        "/behavior/collection/loginout (app probe-app, bizId 1101999999, "
+        "no items)"
+    )
     assert said in sink
     assert [(r.items, r.errcode) for r in requests] == [(0, 3002 if ok else 1011)]
     assert endpoint.accepted == [] and NPPA_KEY not in out + err

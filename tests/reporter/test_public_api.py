@@ -9,8 +9,7 @@ from reporter._service.service import ReporterService
 
 
 def test_exported_names_are_pinned() -> None:
-    assert reporter.__all__ == ["Outcome", "ReporterError", "ReporterService",
-                                "SinkConfigError"]
+    assert reporter.__all__ == ["Outcome", "ReporterError", "ReporterService", "SinkConfigError"]
 
 
 def test_exports_are_the_real_objects() -> None:

@@ -40,9 +40,13 @@ PROBE_SECONDS = 2.0
 
 def start(config: Path, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "w", encoding="utf-8") as err:
-        return subprocess.Popen([sys.executable, "-m", "reporter", "run", "--config",
-                                 str(config)], cwd=REPO, env=child_env(),
-                                stdout=subprocess.DEVNULL, stderr=err)
+        return subprocess.Popen(
+            [sys.executable, "-m", "reporter", "run", "--config", str(config)],
+            cwd=REPO,
+            env=child_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
 
 
 def stop(reporter: subprocess.Popen[bytes]) -> int:
@@ -58,7 +62,8 @@ def stop(reporter: subprocess.Popen[bytes]) -> int:
 def nppa_file(tmp_path: Path, redis_url: str, base_url: str) -> Path:
     games = "".join(f'[games."{g}"]\nbiz_id = "{b}"\n' for g, b in GAMES.items())
     path = tmp_path / "nppa.toml"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         [redis]
         url = "{redis_url}"
         key_prefix = "{PREFIX}"
@@ -71,14 +76,18 @@ def nppa_file(tmp_path: Path, redis_url: str, base_url: str) -> Path:
         [nppa]
         base_url = "{base_url}"
         app_id = "{APP}"
-        secret_key_file = "{tmp_path / 'nppa.key'}"
+        secret_key_file = "{tmp_path / "nppa.key"}"
         probe_interval_seconds = {PROBE_SECONDS}
-    """) + games, encoding="utf-8")
+    """)
+        + games,
+        encoding="utf-8",
+    )
     return path
 
 
 def test_a_held_reporter_sends_its_backlog_after_sighup_with_the_new_key(
-        tmp_path: Path, own_server: Server, own_client: redis.Redis) -> None:
+    tmp_path: Path, own_server: Server, own_client: redis.Redis
+) -> None:
     key_file = tmp_path / "nppa.key"
     key_file.write_text(OLD + "\n", encoding="utf-8")
     log = tmp_path / "reporter.log"
@@ -89,8 +98,10 @@ def test_a_held_reporter_sends_its_backlog_after_sighup_with_the_new_key(
         now = int(time.time())
         for i in range(2000):
             game = f"game-{i % 4}"
-            collector.collect(game, (nppa.login if i % 8 < 4 else nppa.logout)(
-                si=f"{game}-{i // 8}", ot=now, pi=PI))
+            collector.collect(
+                game,
+                (nppa.login if i % 8 < 4 else nppa.logout)(si=f"{game}-{i // 8}", ot=now, pi=PI),
+            )
         assert collector.flush(timeout=20)
         collector.close(timeout=5)
         reporter = start(path, log)
@@ -108,8 +119,11 @@ def test_a_held_reporter_sends_its_backlog_after_sighup_with_the_new_key(
 
             key_file.write_text(NEW + "\n", encoding="utf-8")
             reporter.send_signal(signal.SIGHUP)
-            wait_until(lambda: len(endpoint.accepted) == 2000, timeout=30,
-                       what="the whole backlog accepted")
+            wait_until(
+                lambda: len(endpoint.accepted) == 2000,
+                timeout=30,
+                what="the whole backlog accepted",
+            )
             assert reporter.poll() is None  # the same process
         finally:
             code = stop(reporter)
@@ -123,13 +137,15 @@ def test_a_held_reporter_sends_its_backlog_after_sighup_with_the_new_key(
 
 
 def test_a_json_reporter_survives_sighup_and_takes_a_new_token(
-        tmp_path: Path, own_server: Server, own_client: redis.Redis) -> None:
+    tmp_path: Path, own_server: Server, own_client: redis.Redis
+) -> None:
     token = tmp_path / "token"
     token.write_text("Bearer first-token-value\n", encoding="utf-8")
     log = tmp_path / "reporter.log"
     with LocalEndpoint() as endpoint:
         path = tmp_path / "json.toml"
-        path.write_text(textwrap.dedent(f"""
+        path.write_text(
+            textwrap.dedent(f"""
             [redis]
             url = "{own_server.url}"
             key_prefix = "{PREFIX}"
@@ -141,7 +157,9 @@ def test_a_json_reporter_survives_sighup_and_takes_a_new_token(
             url = "{endpoint.url}"
             [sink.header_files]
             Authorization = "{token}"
-        """), encoding="utf-8")
+        """),
+            encoding="utf-8",
+        )
         reporter = start(path, log)
         try:
             collector = Collector(url=own_server.url, key_prefix=PREFIX, shards=4)
@@ -149,13 +167,21 @@ def test_a_json_reporter_survives_sighup_and_takes_a_new_token(
             assert collector.flush(timeout=10)
             wait_until(lambda: len(endpoint.received) == 1, timeout=30, what="first POST")
             reporter.send_signal(signal.SIGHUP)  # nothing changed
-            wait_until(lambda: "SIGHUP: re-read" in log.read_text(encoding="utf-8"),
-                       timeout=30, what="the re-read logged")
+            wait_until(
+                lambda: "SIGHUP: re-read" in log.read_text(encoding="utf-8"),
+                timeout=30,
+                what="the re-read logged",
+            )
             token.write_text("Bearer second-token-value", encoding="utf-8")
             reporter.send_signal(signal.SIGHUP)
-            wait_until(lambda: "(changed)" in log.read_text(encoding="utf-8")
-                       or "changed: the new" in log.read_text(encoding="utf-8"),
-                       timeout=30, what="the change logged")  # by SIGHUP or the file watch
+            wait_until(
+                lambda: (
+                    "(changed)" in log.read_text(encoding="utf-8")
+                    or "changed: the new" in log.read_text(encoding="utf-8")
+                ),
+                timeout=30,
+                what="the change logged",
+            )  # by SIGHUP or the file watch
             collector.collect("game", {"n": 2})
             assert collector.flush(timeout=10)
             collector.close(timeout=5)

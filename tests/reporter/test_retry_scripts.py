@@ -24,8 +24,9 @@ from tests.scriptcalls import Scripts
 # -- release, nack, take_retries -----------------------------------------------------------
 
 
-def test_release_returns_the_batch_without_charging_an_attempt(client: redis.Redis,
-                                                               scripts: Scripts) -> None:
+def test_release_returns_the_batch_without_charging_an_attempt(
+    client: redis.Redis, scripts: Scripts
+) -> None:
     entries = numbered(GAME, 7)
     store(scripts, SCHEMA, GAME, entries)
     claim(scripts)
@@ -41,15 +42,13 @@ def test_release_returns_the_batch_without_charging_an_attempt(client: redis.Red
     assert stats(client, KEYS)["batches_released"] == 1
     assert scripts.release(KEYS, "b1.0", "token-x") is False  # not held by anyone
     [batch] = scripts.take_retries(KEYS, "token-2", LEASE_MS, 10)
-    assert (batch.batch_id, batch.game, batch.attempts, batch.entries) == (
-        "b1.0", GAME, 0, entries)
+    assert (batch.batch_id, batch.game, batch.attempts, batch.entries) == ("b1.0", GAME, 0, entries)
     assert client.zrange(KEYS.retry, 0, -1) == []
     assert client.zrange(KEYS.inflight, 0, -1) == [b"b1.0"]
     assert meta(client, "b1.0")["t"] == "token-2"
 
 
-def test_release_with_a_wrong_token_changes_nothing(client: redis.Redis,
-                                                    scripts: Scripts) -> None:
+def test_release_with_a_wrong_token_changes_nothing(client: redis.Redis, scripts: Scripts) -> None:
     store(scripts, SCHEMA, GAME, numbered(GAME, 7))
     claim(scripts)
     before = snapshot(client)
@@ -57,11 +56,28 @@ def test_release_with_a_wrong_token_changes_nothing(client: redis.Redis,
     assert snapshot(client) == before
 
 
-def nack(scripts: Scripts, token: str = TOKEN, *, permanent: bool = False,
-         min_delay_ms: int = 0, max_attempts: int = 3, dead_max: int = 100) -> Any:
-    return scripts.nack(KEYS, "b1.0", token, permanent=permanent, min_delay_ms=min_delay_ms,
-                        initial_ms=10_000, max_ms=60_000, max_attempts=max_attempts,
-                        jitter=0.5, dead_max=dead_max, reason="HTTP 503: busy")
+def nack(
+    scripts: Scripts,
+    token: str = TOKEN,
+    *,
+    permanent: bool = False,
+    min_delay_ms: int = 0,
+    max_attempts: int = 3,
+    dead_max: int = 100,
+) -> Any:
+    return scripts.nack(
+        KEYS,
+        "b1.0",
+        token,
+        permanent=permanent,
+        min_delay_ms=min_delay_ms,
+        initial_ms=10_000,
+        max_ms=60_000,
+        max_attempts=max_attempts,
+        jitter=0.5,
+        dead_max=dead_max,
+        reason="HTTP 503: busy",
+    )
 
 
 def test_nack_schedules_a_retry_with_backoff(client: redis.Redis, scripts: Scripts) -> None:
@@ -87,19 +103,27 @@ def test_nack_honours_the_least_delay(client: redis.Redis, scripts: Scripts) -> 
     assert nack(scripts, min_delay_ms=7_000).delay_ms == 7_000
 
 
-def test_backoff_doubles_up_to_the_longest_delay(client: redis.Redis,
-                                                 scripts: Scripts) -> None:
+def test_backoff_doubles_up_to_the_longest_delay(client: redis.Redis, scripts: Scripts) -> None:
     store(scripts, SCHEMA, GAME, numbered(GAME, 1))
     claim(scripts)
     delays = []
     for _ in range(5):
-        result = scripts.nack(KEYS, "b1.0", TOKEN, permanent=False, min_delay_ms=0,
-                              initial_ms=1_000, max_ms=5_000, max_attempts=10,
-                              jitter=0.999, dead_max=100, reason="busy")
+        result = scripts.nack(
+            KEYS,
+            "b1.0",
+            TOKEN,
+            permanent=False,
+            min_delay_ms=0,
+            initial_ms=1_000,
+            max_ms=5_000,
+            max_attempts=10,
+            jitter=0.999,
+            dead_max=100,
+            reason="busy",
+        )
         delays.append(result.delay_ms)
         client.zadd(KEYS.retry, {"b1.0": 0})  # due now
-        assert [b.batch_id for b in scripts.take_retries(KEYS, TOKEN, LEASE_MS, 10)] == [
-            "b1.0"]
+        assert [b.batch_id for b in scripts.take_retries(KEYS, TOKEN, LEASE_MS, 10)] == ["b1.0"]
     assert delays == [999, 1998, 3996, 4995, 4995]  # full jitter of min(5 s, 1 s * 2^n)
 
 
@@ -120,8 +144,7 @@ def test_nack_dead_letters_a_permanent_rejection(client: redis.Redis, scripts: S
     assert nack(scripts, "token-x").state == "lost"
 
 
-def test_nack_dead_letters_after_the_last_attempt(client: redis.Redis,
-                                                  scripts: Scripts) -> None:
+def test_nack_dead_letters_after_the_last_attempt(client: redis.Redis, scripts: Scripts) -> None:
     store(scripts, SCHEMA, GAME, numbered(GAME, 5))
     claim(scripts)
     states = []
@@ -149,9 +172,19 @@ def test_dead_letters_are_capped(client: redis.Redis, scripts: Scripts) -> None:
     for i in range(3):
         store(scripts, SCHEMA, GAME, numbered(GAME, 2, start=2 * i))
         scripts.claim(KEYS, GAME, f"d{i}", TOKEN, 128, 1, LEASE_MS, MAX_AGE_MS, 0)
-        result = scripts.nack(KEYS, f"d{i}.0", TOKEN, permanent=True, min_delay_ms=0,
-                              initial_ms=1, max_ms=1, max_attempts=3, jitter=0.0,
-                              dead_max=2, reason="no")
+        result = scripts.nack(
+            KEYS,
+            f"d{i}.0",
+            TOKEN,
+            permanent=True,
+            min_delay_ms=0,
+            initial_ms=1,
+            max_ms=1,
+            max_attempts=3,
+            jitter=0.0,
+            dead_max=2,
+            reason="no",
+        )
         assert result.state == "dead"
     assert client.lrange(KEYS.dead, 0, -1) == [b"d2.0", b"d1.0"]
     assert not client.hexists(KEYS.batches, "d0.0")
@@ -230,8 +263,19 @@ def test_replay_and_purge_dead_letters(client: redis.Redis, scripts: Scripts) ->
     for i in range(2):
         store(scripts, SCHEMA, GAME, numbered(GAME, 4, start=4 * i))
         scripts.claim(KEYS, GAME, f"d{i}", TOKEN, 128, 1, LEASE_MS, MAX_AGE_MS, 0)
-        scripts.nack(KEYS, f"d{i}.0", TOKEN, permanent=True, min_delay_ms=0, initial_ms=1,
-                     max_ms=1, max_attempts=3, jitter=0.0, dead_max=100, reason="no")
+        scripts.nack(
+            KEYS,
+            f"d{i}.0",
+            TOKEN,
+            permanent=True,
+            min_delay_ms=0,
+            initial_ms=1,
+            max_ms=1,
+            max_attempts=3,
+            jitter=0.0,
+            dead_max=100,
+            reason="no",
+        )
 
     assert scripts.replay(KEYS, "d0.0") == (1, 4, 0)
     assert scripts.replay(KEYS, "d0.0") == (0, 0, 0)

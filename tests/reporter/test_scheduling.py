@@ -63,7 +63,8 @@ def test_a_quick_job_keeps_its_interval_and_one_job(runner: Runner) -> None:
 
 
 def test_a_slow_job_never_overlaps_and_nothing_is_skipped(
-        runner: Runner, caplog: pytest.LogCaptureFixture) -> None:
+    runner: Runner, caplog: pytest.LogCaptureFixture
+) -> None:
     running = threading.Lock()
     overlaps: list[int] = []
     runs: list[int] = []
@@ -84,8 +85,11 @@ def test_a_slow_job_never_overlaps_and_nothing_is_skipped(
     runner.start()
     wait_until(lambda: len(runs) >= 10, what="10 slow runs")
     assert overlaps == []
-    assert not [r for r in caplog.records if "maximum number of running instances" in
-                r.getMessage() or "was missed" in r.getMessage()]
+    assert not [
+        r
+        for r in caplog.records
+        if "maximum number of running instances" in r.getMessage() or "was missed" in r.getMessage()
+    ]
 
 
 def test_a_failing_job_backs_off_doubling_up_to_a_cap(runner: Runner) -> None:
@@ -94,16 +98,18 @@ def test_a_failing_job_backs_off_doubling_up_to_a_cap(runner: Runner) -> None:
 
     def fail_once() -> float:
         before = datetime.now(UTC)
-        runner._after_run(JobExecutionEvent(EVENT_JOB_EXECUTED, "failing", "default",
-                                            before, retval=None))
+        runner._after_run(
+            JobExecutionEvent(EVENT_JOB_EXECUTED, "failing", "default", before, retval=None)
+        )
         assert job.next_at is not None
         return (job.next_at - before).total_seconds()
 
     delays = [fail_once() for _ in range(8)]
-    expected = [min(0.1 * 2 ** n, FAILING_PAUSE_SECONDS) for n in range(1, 9)]
+    expected = [min(0.1 * 2**n, FAILING_PAUSE_SECONDS) for n in range(1, 9)]
     assert delays == pytest.approx(expected, abs=0.05)
-    runner._after_run(JobExecutionEvent(EVENT_JOB_EXECUTED, "failing", "default",
-                                        datetime.now(UTC), retval=False))
+    runner._after_run(
+        JobExecutionEvent(EVENT_JOB_EXECUTED, "failing", "default", datetime.now(UTC), retval=False)
+    )
     assert job.failures == 0
 
 
@@ -125,8 +131,11 @@ def test_shutdown_waits_for_the_running_job_and_joins_the_pools() -> None:
     stop.set()
     runner.shutdown()
     assert finished.is_set()
-    assert not [t for t in threading.enumerate()
-                if t not in before and t.name.startswith("ThreadPoolExecutor")]
+    assert not [
+        t
+        for t in threading.enumerate()
+        if t not in before and t.name.startswith("ThreadPoolExecutor")
+    ]
 
 
 def test_the_run_command_exits_normally(redis_url: str, tmp_path: Path) -> None:
@@ -134,17 +143,31 @@ def test_the_run_command_exits_normally(redis_url: str, tmp_path: Path) -> None:
     os._exit would skip."""
     config = make_config(redis_url, shards=2, reporter={"grace_seconds": 1.0})
     path = tmp_path / "telemetry.toml"
-    path.write_text(f'[redis]\nurl = "{config.redis.url}"\nshards = 2\n'
-                    '[reporter]\ngrace_seconds = 1.0\n'
-                    '[sink]\nurl = "http://127.0.0.1:9/ingest"\n', encoding="utf-8")
-    code = ("import atexit, sys; atexit.register(lambda: print('exited normally', flush=True))\n"
-            "from reporter._commands.cli import main\n"
-            f"sys.exit(main(['run', '--config', {str(path)!r}]))\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env_without_telemetry(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    path.write_text(
+        f'[redis]\nurl = "{config.redis.url}"\nshards = 2\n'
+        "[reporter]\ngrace_seconds = 1.0\n"
+        '[sink]\nurl = "http://127.0.0.1:9/ingest"\n',
+        encoding="utf-8",
+    )
+    code = (
+        "import atexit, sys; atexit.register(lambda: print('exited normally', flush=True))\n"
+        "from reporter._commands.cli import main\n"
+        f"sys.exit(main(['run', '--config', {str(path)!r}]))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env_without_telemetry(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
-        wait_until(lambda: proc.poll() is not None or _holds_shards(redis_url),
-                   timeout=30, what="the reporter to take its shards")
+        wait_until(
+            lambda: proc.poll() is not None or _holds_shards(redis_url),
+            timeout=30,
+            what="the reporter to take its shards",
+        )
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     finally:

@@ -24,18 +24,22 @@ from tests.scriptcalls import Scripts, store_on
 # -- claim ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("length", "most", "sizes", "left"), [
-    (0, 1, [], 0),
-    (1, 1, [1], 0),
-    (127, 1, [127], 0),
-    (128, 1, [128], 0),
-    (129, 1, [128], 1),
-    (129, 8, [128, 1], 0),
-    (300, 2, [128, 128], 44),
-    (1025, 8, [128] * 8, 1),
-])
-def test_claim_takes_exact_batches(client: redis.Redis, scripts: Scripts, length: int,
-                                   most: int, sizes: list[int], left: int) -> None:
+@pytest.mark.parametrize(
+    ("length", "most", "sizes", "left"),
+    [
+        (0, 1, [], 0),
+        (1, 1, [1], 0),
+        (127, 1, [127], 0),
+        (128, 1, [128], 0),
+        (129, 1, [128], 1),
+        (129, 8, [128, 1], 0),
+        (300, 2, [128, 128], 44),
+        (1025, 8, [128] * 8, 1),
+    ],
+)
+def test_claim_takes_exact_batches(
+    client: redis.Redis, scripts: Scripts, length: int, most: int, sizes: list[int], left: int
+) -> None:
     entries = numbered(GAME, length)
     if entries:
         store(scripts, SCHEMA, GAME, entries)
@@ -50,7 +54,7 @@ def test_claim_takes_exact_batches(client: redis.Redis, scripts: Scripts, length
     assert claimed.remaining == left
     assert claimed.stale == 0
     queue = client.lrange(KEYS.queue(GAME), 0, -1)
-    assert queue == entries[length - left:]
+    assert queue == entries[length - left :]
     # LRANGE 0..n-1 then LTRIM n..-1: every event exactly once, in order
     taken = [e for _, batch in claimed.batches for e in batch]
     assert taken + queue == entries
@@ -58,8 +62,13 @@ def test_claim_takes_exact_batches(client: redis.Redis, scripts: Scripts, length
     assert client.zcard(KEYS.inflight) == len(sizes)
     for batch_id, batch in claimed.batches:
         assert client.hget(KEYS.payloads, batch_id) == b"\n".join(batch)
-        assert meta(client, batch_id) | {"c": 0} == {"g": GAME, "t": TOKEN, "a": 0,
-                                                     "n": len(batch), "c": 0}
+        assert meta(client, batch_id) | {"c": 0} == {
+            "g": GAME,
+            "t": TOKEN,
+            "a": 0,
+            "n": len(batch),
+            "c": 0,
+        }
     counters = stats(client, KEYS)
     assert counters.get("claimed", 0) == length - left
     assert counters.get("batches_claimed", 0) == len(sizes)
@@ -97,8 +106,9 @@ def test_claim_is_idempotent_on_the_batch_id(client: redis.Redis, scripts: Scrip
     assert other.batches[0][1] == entries[256:]
 
 
-def test_claim_waits_for_linger_unless_the_batch_is_full(client: redis.Redis,
-                                                         scripts: Scripts) -> None:
+def test_claim_waits_for_linger_unless_the_batch_is_full(
+    client: redis.Redis, scripts: Scripts
+) -> None:
     fresh = numbered(GAME, 5)
     store(scripts, SCHEMA, GAME, fresh)
 
@@ -127,8 +137,7 @@ def test_claim_does_not_wait_for_a_full_batch(scripts: Scripts) -> None:
     assert claimed.remaining == 2
 
 
-def test_claim_drops_stale_entries_and_counts_them(client: redis.Redis,
-                                                   scripts: Scripts) -> None:
+def test_claim_drops_stale_entries_and_counts_them(client: redis.Redis, scripts: Scripts) -> None:
     old = numbered(GAME, 3, born_ms=now_ms() - 200_000)
     fresh = numbered(GAME, 4, start=3)
     store(scripts, SCHEMA, GAME, old + fresh)
@@ -143,8 +152,7 @@ def test_claim_drops_stale_entries_and_counts_them(client: redis.Redis,
     assert counters["claimed"] == 4
 
 
-def test_claim_of_only_stale_entries_makes_no_batch(client: redis.Redis,
-                                                    scripts: Scripts) -> None:
+def test_claim_of_only_stale_entries_makes_no_batch(client: redis.Redis, scripts: Scripts) -> None:
     store(scripts, SCHEMA, GAME, numbered(GAME, 10, born_ms=now_ms() - 200_000))
     claimed = claim(scripts)
     assert claimed.stale == 10
@@ -213,8 +221,9 @@ def test_ack_with_a_wrong_token_changes_nothing(client: redis.Redis, scripts: Sc
     assert snapshot(client) == before
 
 
-def test_a_late_worker_cannot_ack_a_batch_taken_again(client: redis.Redis,
-                                                      scripts: Scripts) -> None:
+def test_a_late_worker_cannot_ack_a_batch_taken_again(
+    client: redis.Redis, scripts: Scripts
+) -> None:
     store(scripts, SCHEMA, GAME, numbered(GAME, 4))
     claim(scripts)
     assert scripts.release(KEYS, "b1.0", TOKEN)
@@ -228,8 +237,9 @@ def test_a_late_worker_cannot_ack_a_batch_taken_again(client: redis.Redis,
 # -- Batches -------------------------------------------------------------------------------
 
 
-def test_batch_store_uses_the_configured_batch_size_and_linger(client: redis.Redis,
-                                                               redis_url: str) -> None:
+def test_batch_store_uses_the_configured_batch_size_and_linger(
+    client: redis.Redis, redis_url: str
+) -> None:
     config = make_config(redis_url, reporter={"batch_size": 50, "linger_ms": 60_000})
     store_ = Batches(store_on(client, config), config)
     schema = KeySchema(config.redis.key_prefix, config.redis.shards)
@@ -248,18 +258,24 @@ def test_batch_store_uses_the_configured_batch_size_and_linger(client: redis.Red
     assert stats(client, keys)["delivered"] == 120
 
 
-def test_batch_store_drops_stale_entries_at_claim_by_collect_time(client: redis.Redis,
-                                                                  redis_url: str) -> None:
+def test_batch_store_drops_stale_entries_at_claim_by_collect_time(
+    client: redis.Redis, redis_url: str
+) -> None:
     config = make_config(redis_url, reporter={"linger_ms": 0})
     store_ = Batches(store_on(client, config), config)
-    keys = store(Scripts(store_.store), KeySchema("telemetry", 4), GAME,
-                 numbered(GAME, 6, born_ms=now_ms() - 200_000))
+    keys = store(
+        Scripts(store_.store),
+        KeySchema("telemetry", 4),
+        GAME,
+        numbered(GAME, 6, born_ms=now_ms() - 200_000),
+    )
     claimed = store_.claim(keys, GAME, TOKEN, 8)
     assert (claimed.stale, claimed.batches) == (6, [])
 
 
-def test_batch_store_leaves_age_to_the_event_time_field(client: redis.Redis,
-                                                        redis_url: str) -> None:
+def test_batch_store_leaves_age_to_the_event_time_field(
+    client: redis.Redis, redis_url: str
+) -> None:
     # the script cannot read the event's own time: the deliverer decides, after the claim
     config = make_config(redis_url, reporter={"linger_ms": 0, "event_time_field": "ot"})
     store_ = Batches(store_on(client, config), config)

@@ -48,12 +48,15 @@ def check_batches(received: list[Received]) -> None:
         assert post.idempotency_key == post.batch_id
 
 
-def store_many(client: redis.Redis, service: ReporterService,
-               games: dict[str, list[bytes]]) -> None:
+def store_many(
+    client: redis.Redis, service: ReporterService, games: dict[str, list[bytes]]
+) -> None:
     """Store several games' entries in one write, through collect.lua."""
     schema = service.schema
-    calls = [Collect(schema.for_game(game), game, entries, service.config.cap_for(game), TTL)
-             for game, entries in games.items()]
+    calls = [
+        Collect(schema.for_game(game), game, entries, service.config.cap_for(game), TTL)
+        for game, entries in games.items()
+    ]
     replies = service.store.call_many(calls)
     assert not [reply for reply in replies if isinstance(reply, BackendError)]
 
@@ -61,9 +64,9 @@ def store_many(client: redis.Redis, service: ReporterService,
 # -- fairness ------------------------------------------------------------------------------
 
 
-def test_a_flooding_game_does_not_hold_up_small_games(own_server: Server,
-                                                      own_client: redis.Redis,
-                                                      make_service: MakeService) -> None:
+def test_a_flooding_game_does_not_hold_up_small_games(
+    own_server: Server, own_client: redis.Redis, make_service: MakeService
+) -> None:
     """20,000 events of one game (not hot) and 1,000 games with 3 events each.
 
     The endpoint is slow for the flood (25 ms a POST), so draining it takes seconds: a
@@ -78,9 +81,13 @@ def test_a_flooding_game_does_not_hold_up_small_games(own_server: Server,
         return 200, {}, b"{}"
 
     with LocalEndpoint(respond) as endpoint:
-        config = make_config(own_server.url, sink_url=endpoint.url, shards=16,
-                             reporter={**QUICK, "max_batches_per_claim": per_claim},
-                             buffer={"max_events_per_game": 50_000})
+        config = make_config(
+            own_server.url,
+            sink_url=endpoint.url,
+            shards=16,
+            reporter={**QUICK, "max_batches_per_claim": per_claim},
+            buffer={"max_events_per_game": 50_000},
+        )
         service = make_service(config, client=own_client)
         flood_entries = numbered(flood, 20_000)
         made_at = time.time()  # no small game's collect time is earlier
@@ -89,14 +96,19 @@ def test_a_flooding_game_does_not_hold_up_small_games(own_server: Server,
         store_many(own_client, service, small)  # behind the flood in its shard's ring
         service.start()
 
-        wait_until(lambda: delivered(endpoint) == 23_000, timeout=90, step=0.1,
-                   what="every event delivered")
+        wait_until(
+            lambda: delivered(endpoint) == 23_000,
+            timeout=90,
+            step=0.1,
+            what="every event delivered",
+        )
         received = list(endpoint.received)
 
     check_batches(received)
     expected = [*flood_entries, *(e for entries in small.values() for e in entries)]
     assert Counter(ids_of(e for r in received for e in r.events)) == Counter(
-        orjson.loads(entry_event(e))["id"] for e in expected)
+        orjson.loads(entry_event(e))["id"] for e in expected
+    )
     flood_done = max(r.at for r in received if r.game == flood)
     small_at: dict[str, float] = {}
     for r in received:
@@ -131,14 +143,21 @@ def pool_threads(service: ReporterService, executor: str) -> set[int]:
     return {t.ident for t in pool._threads if t.ident is not None}
 
 
-def test_hot_games_are_sent_by_their_own_pool(redis_url: str, client: redis.Redis,
-                                              make_service: MakeService) -> None:
+def test_hot_games_are_sent_by_their_own_pool(
+    redis_url: str, client: redis.Redis, make_service: MakeService
+) -> None:
     recorder = Recorder()
-    config = make_config(redis_url, reporter={**QUICK, "hot_games": {"hot": 2}},
-                         buffer={"max_events_per_game": 10_000})
+    config = make_config(
+        redis_url,
+        reporter={**QUICK, "hot_games": {"hot": 2}},
+        buffer={"max_events_per_game": 10_000},
+    )
     service = make_service(config, client=client, transport=recorder.transport())
-    games = {"hot": numbered("hot", 2000), "cold-1": numbered("cold-1", 1000),
-             "cold-2": numbered("cold-2", 300)}
+    games = {
+        "hot": numbered("hot", 2000),
+        "cold-1": numbered("cold-1", 1000),
+        "cold-2": numbered("cold-2", 300),
+    }
     store_many(client, service, games)
 
     service.start()
@@ -168,13 +187,17 @@ def blocking_endpoint(gate: threading.Event) -> LocalEndpoint:
 
 
 def quiet_config(redis_url: str, sink_url: str, **reporter: Any) -> ReporterConfig:
-    return make_config(redis_url, sink_url=sink_url, shards=1,
-                       reporter={**QUICK, "workers": 1, "max_batches_per_claim": 1,
-                                 **reporter})
+    return make_config(
+        redis_url,
+        sink_url=sink_url,
+        shards=1,
+        reporter={**QUICK, "workers": 1, "max_batches_per_claim": 1, **reporter},
+    )
 
 
 def test_stop_waits_for_an_inflight_post_within_the_grace(
-        redis_url: str, client: redis.Redis, make_service: MakeService) -> None:
+    redis_url: str, client: redis.Redis, make_service: MakeService
+) -> None:
     gate = threading.Event()
     endpoint = blocking_endpoint(gate)
     try:
@@ -202,7 +225,8 @@ def test_stop_waits_for_an_inflight_post_within_the_grace(
 
 
 def test_stop_releases_what_the_grace_did_not_cover(
-        redis_url: str, client: redis.Redis, make_service: MakeService) -> None:
+    redis_url: str, client: redis.Redis, make_service: MakeService
+) -> None:
     gate = threading.Event()
     endpoint = blocking_endpoint(gate)
     try:
@@ -231,11 +255,16 @@ def test_stop_releases_what_the_grace_did_not_cover(
 
 
 def test_acks_of_a_claim_go_together_after_its_posts(
-        redis_url: str, client: redis.Redis, make_service: MakeService) -> None:
+    redis_url: str, client: redis.Redis, make_service: MakeService
+) -> None:
     recorder = Recorder()
-    service = make_service(make_config(redis_url, shards=1, reporter={
-        **QUICK, "workers": 1, "max_batches_per_claim": 4}),
-        client=client, transport=recorder.transport())
+    service = make_service(
+        make_config(
+            redis_url, shards=1, reporter={**QUICK, "workers": 1, "max_batches_per_claim": 4}
+        ),
+        client=client,
+        transport=recorder.transport(),
+    )
     store_many(client, service, {"g": numbered("g", 4 * 128)})
     rounds: list[int] = []
     ack_many = service.batches.ack_many
@@ -246,8 +275,10 @@ def test_acks_of_a_claim_go_together_after_its_posts(
 
     service.batches.ack_many = counted  # type: ignore[method-assign]
     service.start()
-    wait_until(lambda: read_totals(service.store).counter("delivered") == 512,
-               what="every batch acknowledged")
+    wait_until(
+        lambda: read_totals(service.store).counter("delivered") == 512,
+        what="every batch acknowledged",
+    )
     assert rounds == [4]
     assert len(recorder.posts) == 4
     counts = service.stop().counts
@@ -255,12 +286,16 @@ def test_acks_of_a_claim_go_together_after_its_posts(
 
 
 def test_a_failed_ack_leaves_the_batch_in_flight_and_counts_it(
-        redis_url: str, client: redis.Redis, make_service: MakeService,
-        caplog: pytest.LogCaptureFixture) -> None:
+    redis_url: str, client: redis.Redis, make_service: MakeService, caplog: pytest.LogCaptureFixture
+) -> None:
     recorder = Recorder()
-    service = make_service(make_config(redis_url, shards=1, reporter={
-        **QUICK, "workers": 1, "max_batches_per_claim": 2}),
-        client=client, transport=recorder.transport())
+    service = make_service(
+        make_config(
+            redis_url, shards=1, reporter={**QUICK, "workers": 1, "max_batches_per_claim": 2}
+        ),
+        client=client,
+        transport=recorder.transport(),
+    )
     store_many(client, service, {"g": numbered("g", 2 * 128)})
 
     def refused(acks: Any) -> list[Any]:
@@ -280,7 +315,8 @@ def test_a_failed_ack_leaves_the_batch_in_flight_and_counts_it(
 
 
 def test_stop_acks_batches_delivered_before_a_post_it_gave_up_on(
-        redis_url: str, client: redis.Redis, make_service: MakeService) -> None:
+    redis_url: str, client: redis.Redis, make_service: MakeService
+) -> None:
     """The first batch of a claim is delivered, the second POST hangs past the grace: the
     first is acknowledged (never sent again), the second released."""
     gate = threading.Event()
@@ -292,8 +328,9 @@ def test_stop_acks_batches_delivered_before_a_post_it_gave_up_on(
 
     endpoint = LocalEndpoint(respond).start()
     try:
-        service = make_service(quiet_config(redis_url, endpoint.url,
-                                            max_batches_per_claim=2), client=client)
+        service = make_service(
+            quiet_config(redis_url, endpoint.url, max_batches_per_claim=2), client=client
+        )
         store_many(client, service, {"g1": numbered("g1", 256)})
         service.start()
         wait_until(lambda: endpoint.requests == 2, what="the second POST to arrive")
@@ -321,39 +358,53 @@ def test_stop_acks_batches_delivered_before_a_post_it_gave_up_on(
 # -- accounting ----------------------------------------------------------------------------
 
 
-def test_counters_add_up_after_a_run(redis_url: str, client: redis.Redis,
-                                     make_service: MakeService) -> None:
-    recorder = Recorder(lambda request: httpx.Response(
-        400 if b'"game":"bad"' in request.content else 200))
-    config = make_config(redis_url, reporter=QUICK, games={"capped": {
-        "max_events_per_game": 100}})
+def test_counters_add_up_after_a_run(
+    redis_url: str, client: redis.Redis, make_service: MakeService
+) -> None:
+    recorder = Recorder(
+        lambda request: httpx.Response(400 if b'"game":"bad"' in request.content else 200)
+    )
+    config = make_config(redis_url, reporter=QUICK, games={"capped": {"max_events_per_game": 100}})
     service = make_service(config, client=client, transport=recorder.transport())
     old = now_ms() - 200_000
-    store_many(client, service, {
-        "ok": numbered("ok", 500),
-        "capped": numbered("capped", 300),  # the cap keeps the newest 100
-        "old": numbered("old", 50, born_ms=old),
-        "bad": numbered("bad", 20),  # rejected: dead-lettered
-    })
+    store_many(
+        client,
+        service,
+        {
+            "ok": numbered("ok", 500),
+            "capped": numbered("capped", 300),  # the cap keeps the newest 100
+            "old": numbered("old", 50, born_ms=old),
+            "bad": numbered("bad", 20),  # rejected: dead-lettered
+        },
+    )
 
     service.start()
-    wait_until(lambda: read_totals(service.store).buffered == 0
-               and read_totals(service.store).pending_events == 0,
-               what="everything drained")
+    wait_until(
+        lambda: (
+            read_totals(service.store).buffered == 0
+            and read_totals(service.store).pending_events == 0
+        ),
+        what="everything drained",
+    )
     counts = service.stop().counts
     # after the run: one game buffered, one batch claimed and not finished
     store_many(client, service, {"late": numbered("late", 30), "held": numbered("held", 40)})
     keys = service.schema.for_game("held")
-    assert Scripts(service.store).claim(keys, "held", "b", "t", 128, 1, 30_000, 180_000, 0
-                                       ).batches
+    assert Scripts(service.store).claim(keys, "held", "b", "t", 128, 1, 30_000, 180_000, 0).batches
 
     totals = read_totals(service.store)
     c = totals.counter
     assert (c("stored"), c("delivered"), c("evicted"), c("stale")) == (940, 600, 200, 50)
     assert (totals.dead_now, totals.buffered, totals.pending_events) == (20, 30, 40)
     assert totals.unaccounted == 0
-    assert c("stored") == (c("delivered") + c("evicted") + c("stale") + totals.dead_now
-                           + totals.buffered + totals.pending_events)
+    assert c("stored") == (
+        c("delivered")
+        + c("evicted")
+        + c("stale")
+        + totals.dead_now
+        + totals.buffered
+        + totals.pending_events
+    )
     assert counts["delivered"] == 600
     assert counts["stale"] == 50
     assert (counts["dead_batches"], counts["dead_events"]) == (1, 20)

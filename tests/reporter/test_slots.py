@@ -35,11 +35,13 @@ def store(r: redis.Redis) -> Store:
     return store_of(r, KeySchema("slots", 1))
 
 
-def reserve(store: Store, at_us: int, scope: str = "", horizon_us: int = HORIZON_US,
-            pause_ms: int = 0) -> Slot:
+def reserve(
+    store: Store, at_us: int, scope: str = "", horizon_us: int = HORIZON_US, pause_ms: int = 0
+) -> Slot:
     key = store.schema.limiter("nppa:app")
-    return store.call(ReserveSlot(key, INTERVAL_US, scope, horizon_us, pause_ms,
-                                  now_us=BASE_US + at_us))
+    return store.call(
+        ReserveSlot(key, INTERVAL_US, scope, horizon_us, pause_ms, now_us=BASE_US + at_us)
+    )
 
 
 def busiest_second(times_us: list[int]) -> int:
@@ -121,11 +123,14 @@ def test_junk_fields_read_as_free(store: Store, r: redis.Redis) -> None:
 
 # -- Permits over slots ----------------------------------------------------------------------
 
+
 def nppa_slots(store: Store, scope: str = "app") -> SharedSlots:
-    config = make_config("redis://127.0.0.1:1/0", sink={"kind": "nppa"},
-                         nppa={"app_id": "app-1", "secret_key": "0" * 32,
-                               "rate_limit_scope": scope},
-                         games={"g1": {"biz_id": "biz-1"}, "g2": {"biz_id": "biz-2"}})
+    config = make_config(
+        "redis://127.0.0.1:1/0",
+        sink={"kind": "nppa"},
+        nppa={"app_id": "app-1", "secret_key": "0" * 32, "rate_limit_scope": scope},
+        games={"g1": {"biz_id": "biz-1"}, "g2": {"biz_id": "biz-2"}},
+    )
     limiter = make_limiter(config, store)
     assert isinstance(limiter, SharedSlots)
     return limiter
@@ -200,8 +205,9 @@ class Sent:
         pass
 
 
-def test_a_leased_batch_without_a_slot_goes_back_unsent(redis_url: str,
-                                                        client: redis.Redis) -> None:
+def test_a_leased_batch_without_a_slot_goes_back_unsent(
+    redis_url: str, client: redis.Redis
+) -> None:
     """Claimed while its slot was near, then the endpoint said 1006 (a pause): the batches
     are handed back unsent, no attempt charged, nothing left leased."""
     config = make_config(redis_url, reporter={"linger_ms": 0, "max_batches_per_claim": 2})
@@ -237,7 +243,8 @@ def test_a_thread_that_stalled_after_its_slot_takes_a_new_one(store: Store) -> N
 
 
 def test_a_batch_waiting_for_its_slot_when_sending_is_held_goes_back_unsent(
-        redis_url: str, client: redis.Redis) -> None:
+    redis_url: str, client: redis.Redis
+) -> None:
     """Claimed, then waiting for a slot a few tenths of a second away, when another thread
     hears an identity answer (the hold starts): at its slot the request is kept back and the
     batch handed back, no attempt charged."""

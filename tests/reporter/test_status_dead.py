@@ -47,12 +47,15 @@ def no_telemetry_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def config_file(tmp_path: Path, redis_url: str, shards: int = SHARDS) -> str:
     path = tmp_path / "sd.toml"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         [redis]
         url = "{redis_url}"
         key_prefix = "{PREFIX}"
         shards = {shards}
-    """), encoding="utf-8")
+    """),
+        encoding="utf-8",
+    )
     return str(path)
 
 
@@ -62,13 +65,25 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def dead_letter(scripts: Scripts, schema: KeySchema, game: str, events: int, tag: str,
-                age_seconds: float = 0.0) -> tuple[str, ShardKeys]:
+def dead_letter(
+    scripts: Scripts, schema: KeySchema, game: str, events: int, tag: str, age_seconds: float = 0.0
+) -> tuple[str, ShardKeys]:
     """A dead letter of ``events`` events of ``game``, dead ``age_seconds`` ago."""
     keys = store(scripts, schema, game, numbered(game, events))
     [(batch_id, _)] = scripts.claim(keys, game, tag, "t", 128, 1, 30_000, 180_000, 0).batches
-    scripts.nack(keys, batch_id, "t", permanent=True, min_delay_ms=0, initial_ms=1, max_ms=1,
-                 max_attempts=3, jitter=0.0, dead_max=100, reason="HTTP 400: bad")
+    scripts.nack(
+        keys,
+        batch_id,
+        "t",
+        permanent=True,
+        min_delay_ms=0,
+        initial_ms=1,
+        max_ms=1,
+        max_attempts=3,
+        jitter=0.0,
+        dead_max=100,
+        reason="HTTP 400: bad",
+    )
     if age_seconds:  # as if it had died then: the dead time is in the batch's metadata
         client = scripts.store.backend.client
         meta = json.loads(client.hget(keys.batches, batch_id))
@@ -79,9 +94,10 @@ def dead_letter(scripts: Scripts, schema: KeySchema, game: str, events: int, tag
 
 # -- status ------------------------------------------------------------------------------------
 
+
 def test_no_shards_reads_only_the_counters_and_the_registry(
-        tmp_path: Path, redis_url: str, client: redis.Redis,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, redis_url: str, client: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
     """16,384 shards and 10,000 games: one HGETALL and one GET (the lease holder) per shard,
     no ring, list or batch read."""
     shards = 16_384
@@ -89,19 +105,31 @@ def test_no_shards_reads_only_the_counters_and_the_registry(
     s = store_of(client, schema)
     games = [f"game-{i}" for i in range(10_000)]
     for first in range(0, len(games), 1000):
-        s.call_many([Collect(schema.for_game(g), g, numbered(g, 2), 100, 3600)
-                     for g in games[first:first + 1000]])
+        s.call_many(
+            [
+                Collect(schema.for_game(g), g, numbered(g, 2), 100, 3600)
+                for g in games[first : first + 1000]
+            ]
+        )
     s.heartbeat("host-a:1:aaaa", int(time.time() * 1000), 10_000)
     path = config_file(tmp_path, redis_url, shards)
     client.config_resetstat()
     code, out, err = run(capsys, "status", "--no-shards", "--json", "--config", path)
     assert (code, err) == (0, "")
-    calls = {name.removeprefix("cmdstat_"): stat["calls"]
-             for name, stat in client.info("commandstats").items()}
+    calls = {
+        name.removeprefix("cmdstat_"): stat["calls"]
+        for name, stat in client.info("commandstats").items()
+    }
     printed = json.loads(out)
     assert printed["stored"] == 20_000
-    assert set(printed) == {*map(str, STORE), "alerts", "reporters", "redis_memory",
-                            "hot_games", "shards_without_owner"}  # no levels
+    assert set(printed) == {
+        *map(str, STORE),
+        "alerts",
+        "reporters",
+        "redis_memory",
+        "hot_games",
+        "shards_without_owner",
+    }  # no levels
     assert [r["id"] for r in printed["reporters"]] == ["host-a:1:aaaa"]
     assert printed["shards_without_owner"] == shards
     assert calls["hgetall"] == shards + 1  # every shard's stats, and the alerts
@@ -111,8 +139,8 @@ def test_no_shards_reads_only_the_counters_and_the_registry(
 
 
 def test_no_shards_counters_match_the_full_status(
-        tmp_path: Path, redis_url: str, client: redis.Redis,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, redis_url: str, client: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
     schema, scripts = KeySchema(PREFIX, SHARDS), Scripts(client)
     for game in ("a", "b", "c"):
         store(scripts, schema, game, numbered(game, 10))
@@ -129,8 +157,8 @@ def test_no_shards_counters_match_the_full_status(
 
 
 def test_status_lists_the_reporters_with_their_heartbeat_age(
-        tmp_path: Path, redis_url: str, client: redis.Redis,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, redis_url: str, client: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
     schema = KeySchema(PREFIX, SHARDS)
     s = store_of(client, schema)
     now_ms = int(time.time() * 1000)
@@ -149,37 +177,55 @@ def test_status_lists_the_reporters_with_their_heartbeat_age(
     assert code == 0 and "reporters (1 live)" in text
     assert "host-b:2:bbbb  expired" in text
     cheap = json.loads(run(capsys, "status", "--json", "--no-shards", "--config", path)[1])
-    assert [(r["id"], r["shards"]) for r in cheap["reporters"]] == [("host-a:1:aaaa", 1),
-                                                                      ("host-b:2:bbbb", 0)]
+    assert [(r["id"], r["shards"]) for r in cheap["reporters"]] == [
+        ("host-a:1:aaaa", 1),
+        ("host-b:2:bbbb", 0),
+    ]
     assert cheap["shards_without_owner"] == SHARDS - 1
 
 
 @pytest.mark.parametrize("form", [[], ["--no-shards"]])
 def test_status_names_the_reporter_serving_each_hot_game(
-        form: list[str], tmp_path: Path, redis_url: str, client: redis.Redis,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    form: list[str],
+    tmp_path: Path,
+    redis_url: str,
+    client: redis.Redis,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     schema = KeySchema(PREFIX, SHARDS)
     s = store_of(client, schema)
-    served, idle = "big", next(g for g in (f"g{i}" for i in range(100))
-                               if schema.shard_of(g) != schema.shard_of("big"))
+    served, idle = (
+        "big",
+        next(
+            g for g in (f"g{i}" for i in range(100)) if schema.shard_of(g) != schema.shard_of("big")
+        ),
+    )
     s.heartbeat("host-a:1:aaaa", int(time.time() * 1000), 10_000)
     assert s.call(ShardLease(schema.for_game(served), "host-a:1:aaaa", 10_000))
     path = Path(config_file(tmp_path, redis_url))
-    path.write_text(path.read_text() + f'\n[reporter.hot_games]\n{served} = 3\n{idle} = 1\n')
+    path.write_text(path.read_text() + f"\n[reporter.hot_games]\n{served} = 3\n{idle} = 1\n")
     printed = json.loads(run(capsys, "status", "--json", *form, "--config", str(path))[1])
     assert printed["hot_games"] == [
-        {"game": served, "threads": 3, "shard": schema.shard_of(served),
-         "served_by": "host-a:1:aaaa"},
-        {"game": idle, "threads": 1, "shard": schema.shard_of(idle), "served_by": ""}]
+        {
+            "game": served,
+            "threads": 3,
+            "shard": schema.shard_of(served),
+            "served_by": "host-a:1:aaaa",
+        },
+        {"game": idle, "threads": 1, "shard": schema.shard_of(idle), "served_by": ""},
+    ]
     code, text, _ = run(capsys, "status", *form, "--config", str(path))
     assert code == 0
-    assert (f"hot games: {served} (3 threads, shard {schema.shard_of(served)}, served by "
-            f"host-a:1:aaaa), {idle} (1 thread, shard {schema.shard_of(idle)}, served by "
-            "no reporter)") in text
+    assert (
+        f"hot games: {served} (3 threads, shard {schema.shard_of(served)}, served by "
+        f"host-a:1:aaaa), {idle} (1 thread, shard {schema.shard_of(idle)}, served by "
+        "no reporter)"
+    ) in text
 
 
 def test_watch_prints_every_refresh_and_keeps_going_after_a_failure(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     answers = iter(["first", BackendUnavailable("redis x: down"), "third"])
 
     def render() -> str:
@@ -192,7 +238,10 @@ def test_watch_prints_every_refresh_and_keeps_going_after_a_failure(
     assert watch(render, 0.01, out, threading.Event(), rounds=3) == 0
     blocks = out.getvalue().split("--- ")[1:]
     assert [b.splitlines()[1] for b in blocks] == [
-        "first", "Redis unavailable: redis x: down", "third"]
+        "first",
+        "Redis unavailable: redis x: down",
+        "third",
+    ]
     assert "Redis unavailable: redis x: down" in capsys.readouterr().err
 
 
@@ -205,8 +254,8 @@ def test_watch_fails_at_once_when_the_first_refresh_fails() -> None:
 
 
 def test_watched_json_is_one_object_per_line(
-        tmp_path: Path, redis_url: str, client: redis.Redis,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, redis_url: str, client: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
     schema, scripts = KeySchema(PREFIX, SHARDS), Scripts(client)
     store(scripts, schema, "a", numbered("a", 3))
     config = ReporterConfig.load(config_file(tmp_path, redis_url))
@@ -219,8 +268,11 @@ def test_watched_json_is_one_object_per_line(
 
 # -- dead --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("90s", 90), ("15m", 900), ("2h", 7200), ("1d", 86400), ("1.5h", 5400), (" 10S ", 10)])
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90s", 90), ("15m", 900), ("2h", 7200), ("1d", 86400), ("1.5h", 5400), (" 10S ", 10)],
+)
 def test_durations(text: str, seconds: float) -> None:
     assert duration(text) == seconds
 
@@ -231,8 +283,9 @@ def test_bad_durations(text: str) -> None:
         duration(text)
 
 
-def test_dead_list_filters_and_json(tmp_path: Path, redis_url: str, client: redis.Redis,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_dead_list_filters_and_json(
+    tmp_path: Path, redis_url: str, client: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
     schema, scripts = KeySchema(PREFIX, SHARDS), Scripts(client)
     old_a, _ = dead_letter(scripts, schema, "game-a", 3, "oa", age_seconds=3 * 3600)
     new_a, _ = dead_letter(scripts, schema, "game-a", 4, "na")
@@ -249,18 +302,28 @@ def test_dead_list_filters_and_json(tmp_path: Path, redis_url: str, client: redi
     assert listed("--older-than", "1h") == [old_b, old_a]
     assert listed("--older-than", "1d", "--game", "game-a") == []
     assert listed("--game", "game-c") == []
-    [shown] = json.loads(run(capsys, "dead", "list", "--json", "--game", "game-b", "--config",
-                             path)[1])
+    [shown] = json.loads(
+        run(capsys, "dead", "list", "--json", "--game", "game-b", "--config", path)[1]
+    )
     assert {k: shown[k] for k in ("game", "events", "attempts", "reason")} == {
-        "game": "game-b", "events": 5, "attempts": 1, "reason": "HTTP 400: bad"}
+        "game": "game-b",
+        "events": 5,
+        "attempts": 1,
+        "reason": "HTTP 400: bad",
+    }
     assert time.time() - shown["dead_at"] == pytest.approx(2 * 86400, abs=60)
     assert run(capsys, "dead", "list", "--game", "game-c", "--config", path)[1] == (
-        "no dead-lettered batches of game 'game-c'\n")
+        "no dead-lettered batches of game 'game-c'\n"
+    )
 
 
 def test_purge_asks_first_and_takes_the_filters(
-        tmp_path: Path, redis_url: str, client: redis.Redis,
-        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path,
+    redis_url: str,
+    client: redis.Redis,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     schema, scripts = KeySchema(PREFIX, SHARDS), Scripts(client)
     old_a, _ = dead_letter(scripts, schema, "game-a", 3, "oa", age_seconds=3 * 3600)
     new_a, _ = dead_letter(scripts, schema, "game-a", 4, "na")
@@ -272,11 +335,13 @@ def test_purge_asks_first_and_takes_the_filters(
         return [b.batch_id for b in s.dead_batches(None)]
 
     monkeypatch.setattr("sys.stdin", io.StringIO("n\n"))
-    code, out, err = run(capsys, "dead", "purge", "--game", "game-a", "--older-than", "1h",
-                         "--config", path)
+    code, out, err = run(
+        capsys, "dead", "purge", "--game", "game-a", "--older-than", "1h", "--config", path
+    )
     assert (code, out) == (1, "")
-    assert ("delete 1 dead-lettered batch (3 events) of game 'game-a' dead for more than "
-            "3600s in redis") in err and "[y/N]" in err
+    assert (
+        "delete 1 dead-lettered batch (3 events) of game 'game-a' dead for more than 3600s in redis"
+    ) in err and "[y/N]" in err
     assert "nothing purged" in err
     assert remaining() == [old_b, old_a, new_a]
 
@@ -285,21 +350,20 @@ def test_purge_asks_first_and_takes_the_filters(
     assert remaining() == [old_b, old_a, new_a]
 
     monkeypatch.setattr("sys.stdin", io.StringIO("yes\n"))
-    code, out, _ = run(capsys, "dead", "purge", "--game", "game-a", "--older-than", "1h",
-                       "--config", path)
+    code, out, _ = run(
+        capsys, "dead", "purge", "--game", "game-a", "--older-than", "1h", "--config", path
+    )
     assert (code, out) == (0, "purged 1 batch (3 events)\n")
     assert remaining() == [old_b, new_a]
 
-    code, out, err = run(capsys, "dead", "purge", "--older-than", "1h", "--yes", "--config",
-                         path)
+    code, out, err = run(capsys, "dead", "purge", "--older-than", "1h", "--yes", "--config", path)
     assert (code, out, err) == (0, "purged 1 batch (5 events)\n", "")
     assert remaining() == [new_a]
     totals = read_totals(s)
     assert totals.counter(Counter.PURGED) == 8
     assert totals.unaccounted == 0
 
-    code, out, _ = run(capsys, "dead", "purge", "--older-than", "1h", "--yes", "--config",
-                       path)
+    code, out, _ = run(capsys, "dead", "purge", "--older-than", "1h", "--yes", "--config", path)
     assert (code, out) == (0, "no dead-lettered batches to purge dead for more than 3600s\n")
     code, out, _ = run(capsys, "dead", "purge", "-y", "--config", path)  # no filter: all
     assert (code, out) == (0, "purged 1 batch (4 events)\n")
@@ -307,8 +371,8 @@ def test_purge_asks_first_and_takes_the_filters(
 
 
 def test_purge_without_a_filter_asks_with_the_count(
-        tmp_path: Path, redis_url: str, client: redis.Redis,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, redis_url: str, client: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
     schema, scripts = KeySchema(PREFIX, SHARDS), Scripts(client)
     for i in range(3):
         dead_letter(scripts, schema, f"game-{i}", 2, f"t{i}")
@@ -322,8 +386,10 @@ def test_purge_without_a_filter_asks_with_the_count(
 
     args = argparse.Namespace(action="purge", game=None, older_than=None, yes=False)
     assert run_dead(s, args, ask) == 1
-    assert asked == [f"delete 3 dead-lettered batches in {s.describe()} (key prefix "
-                     f"{config.redis.key_prefix!r}) for good?"]
+    assert asked == [
+        f"delete 3 dead-lettered batches in {s.describe()} (key prefix "
+        f"{config.redis.key_prefix!r}) for good?"
+    ]
     assert len(s.dead_batches(None)) == 3
 
 

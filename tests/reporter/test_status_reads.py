@@ -30,47 +30,76 @@ SHARDS = 4
 
 def config_file(tmp_path: Path, redis_url: str) -> str:
     path = tmp_path / "reads.toml"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         [redis]
         url = "{redis_url}"
         key_prefix = "{PREFIX}"
         shards = {SHARDS}
-    """), encoding="utf-8")
+    """),
+        encoding="utf-8",
+    )
     return str(path)
 
 
 def claim(scripts: Scripts, schema: KeySchema, game: str, events: int, tag: str) -> str:
     keys = store(scripts, schema, game, numbered(game, events))
-    [(batch_id, _)] = scripts.claim(keys, game, tag, "t", events, 1, 30_000, 180_000,
-                                    0).batches
+    [(batch_id, _)] = scripts.claim(keys, game, tag, "t", events, 1, 30_000, 180_000, 0).batches
     return batch_id
 
 
 def calls(client: redis.Redis) -> dict[str, int]:
-    return {name.removeprefix("cmdstat_"): stat["calls"]
-            for name, stat in client.info("commandstats").items()}
+    return {
+        name.removeprefix("cmdstat_"): stat["calls"]
+        for name, stat in client.info("commandstats").items()
+    }
 
 
 def test_status_reads_no_dead_letters_metadata(
-        tmp_path: Path, redis_url: str, client: redis.Redis,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, redis_url: str, client: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
     schema, scripts = KeySchema(PREFIX, SHARDS), Scripts(client)
     game = "g"
     keys = schema.for_game(game)
     for i in range(30):  # 30 dead letters of 2 events
         batch_id = claim(scripts, schema, game, 2, f"d{i}")
-        scripts.nack(keys, batch_id, "t", permanent=True, min_delay_ms=0, initial_ms=1,
-                     max_ms=1, max_attempts=3, jitter=0.0, dead_max=100, reason="HTTP 400")
+        scripts.nack(
+            keys,
+            batch_id,
+            "t",
+            permanent=True,
+            min_delay_ms=0,
+            initial_ms=1,
+            max_ms=1,
+            max_attempts=3,
+            jitter=0.0,
+            dead_max=100,
+            reason="HTTP 400",
+        )
     claim(scripts, schema, game, 3, "flight")  # in flight
     retry_id = claim(scripts, schema, game, 4, "retry")
-    scripts.nack(keys, retry_id, "t", permanent=False, min_delay_ms=60_000, initial_ms=60_000,
-                 max_ms=60_000, max_attempts=5, jitter=0.0, dead_max=100, reason="HTTP 503")
+    scripts.nack(
+        keys,
+        retry_id,
+        "t",
+        permanent=False,
+        min_delay_ms=60_000,
+        initial_ms=60_000,
+        max_ms=60_000,
+        max_attempts=5,
+        jitter=0.0,
+        dead_max=100,
+        reason="HTTP 503",
+    )
     path = config_file(tmp_path, redis_url)
     client.config_resetstat()
     assert main(["status", "--json", "--config", path]) == 0
     shown = json.loads(capsys.readouterr().out)
-    assert (shown["batches_dead_listed"], shown["batches_in_flight"],
-            shown["batches_retry"]) == (30, 1, 1)
+    assert (shown["batches_dead_listed"], shown["batches_in_flight"], shown["batches_retry"]) == (
+        30,
+        1,
+        1,
+    )
     assert shown["pending_events"] == 7 and shown["unaccounted"] == 0
     read = calls(client)
     # Every shard's counters and the alerts; no batch hash read whole.
@@ -81,8 +110,8 @@ def test_status_reads_no_dead_letters_metadata(
 
 
 def test_status_shows_the_writes_and_dedup_keys_each_shard_keeps(
-        tmp_path: Path, redis_url: str, client: redis.Redis,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, redis_url: str, client: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
     schema, scripts = KeySchema(PREFIX, SHARDS), Scripts(client)
     with Collector(url=redis_url, key_prefix=PREFIX, shards=SHARDS) as c:
         for i in range(50):
@@ -94,8 +123,9 @@ def test_status_shows_the_writes_and_dedup_keys_each_shard_keeps(
         assert c.flush(30)
     # A game whose buffer was drained leaves the ring; its keys stay for the window.
     keys_a = schema.for_game("keyed-a")
-    for batch_id, _ in scripts.claim(keys_a, "keyed-a", "x", "t", 100, 1, 30_000, 180_000,
-                                     0).batches:
+    for batch_id, _ in scripts.claim(
+        keys_a, "keyed-a", "x", "t", 100, 1, 30_000, 180_000, 0
+    ).batches:
         scripts.ack(keys_a, batch_id, "t")
     assert scripts.claim(keys_a, "keyed-a", "y", "t", 100, 1, 30_000, 180_000, 0).batches == []
     assert client.zscore(keys_a.ring, "keyed-a") is None
@@ -108,21 +138,28 @@ def test_status_shows_the_writes_and_dedup_keys_each_shard_keeps(
     writes = sum(client.hlen(k.writes) - client.zcard(k.writers) for k in schema.all_shards())
     writers = sum(client.zcard(k.writers) for k in schema.all_shards())
     assert writers >= 1 and writes >= 0
-    assert {k: kept[k] for k in ("dedup_keys", "dedup_games", "remembered_writes",
-                                 "remembered_writers")} == {
-        "dedup_keys": 80, "dedup_games": 2, "remembered_writes": writes,
-        "remembered_writers": writers}
+    assert {
+        k: kept[k] for k in ("dedup_keys", "dedup_games", "remembered_writes", "remembered_writers")
+    } == {
+        "dedup_keys": 80,
+        "dedup_games": 2,
+        "remembered_writes": writes,
+        "remembered_writers": writers,
+    }
     by_shard = {s["shard"]: s for s in kept["shards"]}
     for game, count in (("keyed-a", 50), ("keyed-b", 30)):
         assert by_shard[schema.shard_of(game)]["dedup_keys"] >= count
     records = sum(client.hlen(k.writes) for k in schema.all_shards())
     assert kept["remembered_bytes_estimate"] == (
-        records * WRITE_RECORD_BYTES + writers * WRITER_BYTES + 80 * DEDUP_KEY_BYTES)
+        records * WRITE_RECORD_BYTES + writers * WRITER_BYTES + 80 * DEDUP_KEY_BYTES
+    )
 
     assert main(["status", "--config", path]) == 0
     text = capsys.readouterr().out
-    assert (f"kept to answer repeats: {counted(writes, 'write')} of "
-            f"{counted(writers, 'SDK writer')}, 80 dedup keys of 2 games: about") in text
+    assert (
+        f"kept to answer repeats: {counted(writes, 'write')} of "
+        f"{counted(writers, 'SDK writer')}, 80 dedup keys of 2 games: about"
+    ) in text
     header = next(line for line in text.splitlines() if line.startswith("shard "))
     assert header.split()[-4:] == ["writes", "kept", "dedup", "keys"]
 

@@ -50,8 +50,7 @@ def build(redis_url: str, client: redis.Redis, make_service: MakeService) -> Bui
     def make(owned: bool = True, **reporter: Any) -> tuple[ReporterService, Recorder, Clock]:
         config = make_config(redis_url, reporter={"linger_ms": LINGER_MS, **reporter})
         recorder, clock = Recorder(), Clock(now_ms() / 1000)
-        service = make_service(config, client=client, transport=recorder.transport(),
-                               clock=clock)
+        service = make_service(config, client=client, transport=recorder.transport(), clock=clock)
         if owned:
             service.ownership.loop()
         return service, recorder, clock
@@ -113,8 +112,9 @@ def test_linger_zero_sends_a_partial_batch_at_once(build: Build) -> None:
     assert len(recorder.events(GAME)) == 3
 
 
-def test_a_sweeper_does_nothing_in_a_shard_it_does_not_own(build: Build,
-                                                           client: redis.Redis) -> None:
+def test_a_sweeper_does_nothing_in_a_shard_it_does_not_own(
+    build: Build, client: redis.Redis
+) -> None:
     service, recorder, _ = build(owned=False)
     keys = store(Scripts(service.store), service.schema, GAME, numbered(GAME, 200))
     assert sweep(service, GAME) is False
@@ -126,8 +126,9 @@ def test_a_flooding_game_gets_one_claim_per_sweep(build: Build, client: redis.Re
     service, recorder, _ = build(max_batches_per_claim=4)
     flood = GAME
     keys = service.schema.for_game(flood)
-    small = [g for g in (f"small-{i}" for i in range(200))
-             if service.schema.for_game(g) == keys][:5]
+    small = [g for g in (f"small-{i}" for i in range(200)) if service.schema.for_game(g) == keys][
+        :5
+    ]
     scripts = Scripts(service.store)
     store(scripts, service.schema, flood, numbered(flood, 2000))
     for game in small:
@@ -146,8 +147,9 @@ def test_a_flooding_game_gets_one_claim_per_sweep(build: Build, client: redis.Re
     assert max(len(p.events) for p in recorder.posts) == 128
 
 
-def test_an_emptied_game_is_unregistered_by_the_next_sweep(build: Build,
-                                                            client: redis.Redis) -> None:
+def test_an_emptied_game_is_unregistered_by_the_next_sweep(
+    build: Build, client: redis.Redis
+) -> None:
     service, _, _ = build()
     keys = service.schema.for_game(GAME)
     client.sadd(keys.active, GAME)
@@ -197,12 +199,14 @@ def test_sweep_takes_due_retries_first(build: Build, client: redis.Redis) -> Non
     assert stats(client, keys)["delivered"] == 10
 
 
-def test_failed_posts_are_retried_then_delivered(redis_url: str, client: redis.Redis,
-                                                 make_service: MakeService) -> None:
+def test_failed_posts_are_retried_then_delivered(
+    redis_url: str, client: redis.Redis, make_service: MakeService
+) -> None:
     answers = [503, 500, 200]
     recorder = Recorder(lambda _: httpx.Response(answers.pop(0)))
-    config = make_config(redis_url, reporter={"linger_ms": 0},
-                         retry={"initial_delay_ms": 1, "max_delay_ms": 1})
+    config = make_config(
+        redis_url, reporter={"linger_ms": 0}, retry={"initial_delay_ms": 1, "max_delay_ms": 1}
+    )
     service = make_service(config, client=client, transport=recorder.transport())
     service.ownership.loop()
     keys = store(Scripts(service.store), service.schema, GAME, numbered(GAME, 10))
@@ -221,8 +225,9 @@ def test_failed_posts_are_retried_then_delivered(redis_url: str, client: redis.R
     assert read_totals(service.store).unaccounted == 0
 
 
-def test_a_rejected_batch_is_dead_lettered(redis_url: str, client: redis.Redis,
-                                           make_service: MakeService) -> None:
+def test_a_rejected_batch_is_dead_lettered(
+    redis_url: str, client: redis.Redis, make_service: MakeService
+) -> None:
     recorder = Recorder(lambda _: httpx.Response(400, content=b"schema mismatch"))
     config = make_config(redis_url, reporter={"linger_ms": 0})
     service = make_service(config, client=client, transport=recorder.transport())
@@ -243,8 +248,9 @@ def test_a_sweep_pages_through_the_ring(build: Build) -> None:
     """Games behind a page of games that are not ready yet are still reached."""
     service, recorder, clock = build(games_per_sweep=2)
     keys = service.schema.for_game(GAME)
-    games = sorted(g for g in (f"g-{i}" for i in range(300))
-                   if service.schema.for_game(g) == keys)[:5]
+    games = sorted(g for g in (f"g-{i}" for i in range(300)) if service.schema.for_game(g) == keys)[
+        :5
+    ]
     lingering, ready = games[:2], games[2:]  # the ring is in name order: these come first
     now = now_ms()
     for game in games:
@@ -264,8 +270,9 @@ def test_a_sweep_pages_through_the_ring(build: Build) -> None:
     assert [g.decode() for g in service.store.backend.client.zrange(keys.ring, 0, -1)] == lingering
 
 
-def test_a_ring_of_an_older_version_is_moved_into_the_sorted_set(build: Build,
-                                                                  client: redis.Redis) -> None:
+def test_a_ring_of_an_older_version_is_moved_into_the_sorted_set(
+    build: Build, client: redis.Redis
+) -> None:
     """Before the sorted set the ring was a list (``{p:n}:ring``): its games are still swept."""
     service, recorder, _ = build()
     keys = service.schema.for_game(GAME)
@@ -280,11 +287,13 @@ def test_a_ring_of_an_older_version_is_moved_into_the_sorted_set(build: Build,
 
 
 def test_a_game_whose_claim_is_refused_does_not_stop_its_shard(
-        build: Build, monkeypatch: pytest.MonkeyPatch) -> None:
+    build: Build, monkeypatch: pytest.MonkeyPatch
+) -> None:
     service, recorder, _ = build()
     keys = service.schema.for_game(GAME)
-    bad, *good = sorted(g for g in (f"g-{i}" for i in range(200))
-                        if service.schema.for_game(g) == keys)[:3]  # bad swept first
+    bad, *good = sorted(
+        g for g in (f"g-{i}" for i in range(200)) if service.schema.for_game(g) == keys
+    )[:3]  # bad swept first
     scripts = Scripts(service.store)
     for game in (bad, *good):
         store(scripts, service.schema, game, numbered(game, 128))

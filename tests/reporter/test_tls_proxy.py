@@ -59,7 +59,8 @@ TRANSPORTS = ["builtin", "httpx"]
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_ca_file_verifies_a_private_endpoint(
-        pki: Pki, tls_server: Callable[..., RawServer], transport: str) -> None:
+    pki: Pki, tls_server: Callable[..., RawServer], transport: str
+) -> None:
     server = tls_server()
     responses = post(sink(ca_file=str(pki.ca_file), transport=transport), server.url(), 3)
     assert [r.content for r in responses] == [b"ok"] * 3
@@ -68,7 +69,8 @@ def test_ca_file_verifies_a_private_endpoint(
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_without_the_ca_file_a_private_certificate_is_refused(
-        tls_server: Callable[..., RawServer], transport: str) -> None:
+    tls_server: Callable[..., RawServer], transport: str
+) -> None:
     server = tls_server()
     with pytest.raises(httpx.ConnectError, match=r"CERTIFICATE_VERIFY_FAILED|verify failed"):
         post(sink(transport=transport), server.url())
@@ -77,10 +79,15 @@ def test_without_the_ca_file_a_private_certificate_is_refused(
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_client_certificate_is_presented(
-        pki: Pki, tls_server: Callable[..., RawServer], transport: str) -> None:
+    pki: Pki, tls_server: Callable[..., RawServer], transport: str
+) -> None:
     server = tls_server(require_client_cert=True)
-    with_cert = sink(ca_file=str(pki.ca_file), client_cert_file=str(pki.client_cert),
-                     client_key_file=str(pki.client_key), transport=transport)
+    with_cert = sink(
+        ca_file=str(pki.ca_file),
+        client_cert_file=str(pki.client_cert),
+        client_key_file=str(pki.client_key),
+        transport=transport,
+    )
     assert post(with_cert, server.url())[0].content == b"ok"
     with pytest.raises(httpx.TransportError):
         post(sink(ca_file=str(pki.ca_file), transport=transport), server.url())
@@ -88,7 +95,8 @@ def test_a_client_certificate_is_presented(
 
 
 def test_a_certificate_file_holding_its_key_needs_no_key_file(
-        pki: Pki, tls_server: Callable[..., RawServer], tmp_path: Path) -> None:
+    pki: Pki, tls_server: Callable[..., RawServer], tmp_path: Path
+) -> None:
     both = tmp_path / "both.pem"
     both.write_bytes(pki.client_cert.read_bytes() + pki.client_key.read_bytes())
     server = tls_server(require_client_cert=True)
@@ -96,33 +104,42 @@ def test_a_certificate_file_holding_its_key_needs_no_key_file(
     assert post(settings, server.url())[0].content == b"ok"
 
 
-@pytest.mark.parametrize("values, match", [
-    ({"ca_file": "/nonexistent/ca.pem"}, r"\[sink\] ca_file: cannot load '/nonexistent/ca.pem'"),
-    ({"client_key_file": "/k.pem"}, r"\[sink\] client_key_file: set client_cert_file too"),
-    ({"client_cert_file": "/nonexistent/c.pem"}, r"\[sink\] client_cert_file: cannot load"),
-    ({"proxy": f"https://u:{PW}@proxy:3128"}, r"\[sink\] proxy: expected an http:// proxy"),
-    ({"proxy": f"http://u:{PW}@proxy:port"}, r"\[sink\] proxy: "),
-    ({"proxy": f"ftp://u:{PW}@proxy:21", "transport": "httpx"}, r"\[sink\] proxy: expected"),
-])
-def test_unusable_tls_files_and_proxies_are_config_errors(values: dict[str, str],
-                                                          match: str) -> None:
+@pytest.mark.parametrize(
+    "values, match",
+    [
+        (
+            {"ca_file": "/nonexistent/ca.pem"},
+            r"\[sink\] ca_file: cannot load '/nonexistent/ca.pem'",
+        ),
+        ({"client_key_file": "/k.pem"}, r"\[sink\] client_key_file: set client_cert_file too"),
+        ({"client_cert_file": "/nonexistent/c.pem"}, r"\[sink\] client_cert_file: cannot load"),
+        ({"proxy": f"https://u:{PW}@proxy:3128"}, r"\[sink\] proxy: expected an http:// proxy"),
+        ({"proxy": f"http://u:{PW}@proxy:port"}, r"\[sink\] proxy: "),
+        ({"proxy": f"ftp://u:{PW}@proxy:21", "transport": "httpx"}, r"\[sink\] proxy: expected"),
+    ],
+)
+def test_unusable_tls_files_and_proxies_are_config_errors(
+    values: dict[str, str], match: str
+) -> None:
     with pytest.raises(ConfigError, match=match) as caught:
         http_client(sink(**values), {})
     assert PW not in str(caught.value)
 
 
-def test_an_encrypted_client_key_is_a_config_error_not_a_prompt(
-        pki: Pki, tmp_path: Path) -> None:
+def test_an_encrypted_client_key_is_a_config_error_not_a_prompt(pki: Pki, tmp_path: Path) -> None:
     from cryptography.hazmat.primitives import serialization
 
     key = serialization.load_pem_private_key(pki.client_key.read_bytes(), None)
     locked = tmp_path / "locked.key"
-    locked.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                         serialization.PrivateFormat.PKCS8,
-                                         serialization.BestAvailableEncryption(b"pw")))
+    locked.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"pw"),
+        )
+    )
     with pytest.raises(ConfigError, match="client_cert_file"):
-        http_client(sink(client_cert_file=str(pki.client_cert),
-                         client_key_file=str(locked)), {})
+        http_client(sink(client_cert_file=str(pki.client_cert), client_key_file=str(locked)), {})
 
 
 class ConnectProxy:
@@ -158,10 +175,13 @@ class ConnectProxy:
             if self.silent:
                 self.stop.wait(10)
                 return
-            if self.authorization and (b"\r\nProxy-Authorization: " + self.authorization
-                                       + b"\r\n") not in head:
-                sock.sendall(b"HTTP/1.1 407 Proxy Authentication Required\r\n"
-                             b"Content-Length: 0\r\n\r\n")
+            if (
+                self.authorization
+                and (b"\r\nProxy-Authorization: " + self.authorization + b"\r\n") not in head
+            ):
+                sock.sendall(
+                    b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n"
+                )
                 return
             host, _, port = head.split(b" ")[1].decode().rpartition(":")
             with socket.create_connection((host, int(port))) as upstream:
@@ -200,20 +220,24 @@ def connect_proxy() -> Iterator[Callable[..., ConnectProxy]]:
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_https_through_a_proxy_tunnel(
-        pki: Pki, tls_server: Callable[..., RawServer],
-        connect_proxy: Callable[..., ConnectProxy], transport: str) -> None:
+    pki: Pki,
+    tls_server: Callable[..., RawServer],
+    connect_proxy: Callable[..., ConnectProxy],
+    transport: str,
+) -> None:
     server = tls_server()
     proxy = connect_proxy(authorization=b"Basic dTpwdw==")  # u:pw
-    settings = sink(ca_file=str(pki.ca_file), proxy=f"http://u:pw@127.0.0.1:{proxy.port}",
-                    transport=transport)
+    settings = sink(
+        ca_file=str(pki.ca_file), proxy=f"http://u:pw@127.0.0.1:{proxy.port}", transport=transport
+    )
     assert [r.content for r in post(settings, server.url(), 2)] == [b"ok", b"ok"]
     assert proxy.heads[0].startswith(f"CONNECT 127.0.0.1:{server.port} HTTP/1.1\r\n".encode())
     assert server.connections == 1
 
 
 def test_a_proxy_that_refuses_the_tunnel_is_a_proxy_error(
-        pki: Pki, tls_server: Callable[..., RawServer],
-        connect_proxy: Callable[..., ConnectProxy]) -> None:
+    pki: Pki, tls_server: Callable[..., RawServer], connect_proxy: Callable[..., ConnectProxy]
+) -> None:
     server = tls_server()
     proxy = connect_proxy(authorization=b"Basic c29tZW9uZTplbHNl")
     settings = sink(ca_file=str(pki.ca_file), proxy=f"http://u:pw@127.0.0.1:{proxy.port}")
@@ -223,12 +247,16 @@ def test_a_proxy_that_refuses_the_tunnel_is_a_proxy_error(
 
 
 def test_a_proxy_that_never_answers_is_cut_off_while_connecting(
-        pki: Pki, tls_server: Callable[..., RawServer],
-        connect_proxy: Callable[..., ConnectProxy], caplog: pytest.LogCaptureFixture) -> None:
+    pki: Pki,
+    tls_server: Callable[..., RawServer],
+    connect_proxy: Callable[..., ConnectProxy],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     server = tls_server()
     proxy = connect_proxy(silent=True)
-    settings = sink(ca_file=str(pki.ca_file), proxy=f"http://127.0.0.1:{proxy.port}",
-                    timeout_seconds=0.5)
+    settings = sink(
+        ca_file=str(pki.ca_file), proxy=f"http://127.0.0.1:{proxy.port}", timeout_seconds=0.5
+    )
     with pytest.raises(httpx.ConnectTimeout, match="connecting"):
         post(settings, server.url())
     assert any("timed out while connecting" in r.getMessage() for r in caplog.records)

@@ -51,13 +51,13 @@ def client() -> Iterator[httpx.Client]:
         yield c
 
 
-def post(client: httpx.Client, server: RawServer, body: bytes = b'{"a":1}',
-         **kwargs: Any) -> httpx.Response:
+def post(
+    client: httpx.Client, server: RawServer, body: bytes = b'{"a":1}', **kwargs: Any
+) -> httpx.Response:
     return client.post(server.url(), content=body, **kwargs)
 
 
-def test_posts_the_request_and_keeps_the_connection(
-        serve: Serve, client: httpx.Client) -> None:
+def test_posts_the_request_and_keeps_the_connection(serve: Serve, client: httpx.Client) -> None:
     server = serve(always(OK))
     for i in range(3):
         response = post(client, server, b'{"n":%d}' % i, headers={"X-Key": f"k{i}"})
@@ -72,7 +72,8 @@ def test_posts_the_request_and_keeps_the_connection(
 
 
 def test_before_send_runs_with_the_connection_ready_and_can_stop_the_request(
-        serve: Serve, client: httpx.Client) -> None:
+    serve: Serve, client: httpx.Client
+) -> None:
     """A rate's slot is checked once the connection is made, right before the bytes go; an
     error raised there sends nothing and keeps the connection."""
     server = serve(always(OK))
@@ -93,17 +94,23 @@ def test_before_send_runs_with_the_connection_ready_and_can_stop_the_request(
     assert server.connections == 1  # the connection was kept for the next request
 
 
-@pytest.mark.parametrize("reply, content", [
-    (b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n", b""),
-    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-     b"3\r\nabc\r\n5;ext=1\r\ndefgh\r\n0\r\nX-Trailer: t\r\n\r\n", b"abcdefgh"),
-    (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi", b"hi"),
-    (b"HTTP/1.1 204 No Content\r\n\r\n", b""),
-    (b"HTTP/1.1 503 Busy\r\nRetry-After: 7\r\ncontent-length: 4\r\n\r\nbusy", b"busy"),
-])
+@pytest.mark.parametrize(
+    "reply, content",
+    [
+        (b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n", b""),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"3\r\nabc\r\n5;ext=1\r\ndefgh\r\n0\r\nX-Trailer: t\r\n\r\n",
+            b"abcdefgh",
+        ),
+        (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi", b"hi"),
+        (b"HTTP/1.1 204 No Content\r\n\r\n", b""),
+        (b"HTTP/1.1 503 Busy\r\nRetry-After: 7\r\ncontent-length: 4\r\n\r\nbusy", b"busy"),
+    ],
+)
 def test_response_bodies_of_every_framing_keep_the_connection(
-        serve: Serve, client: httpx.Client, reply: bytes,
-        content: bytes) -> None:
+    serve: Serve, client: httpx.Client, reply: bytes, content: bytes
+) -> None:
     server = serve(always(reply))
     first = post(client, server)
     second = post(client, server)
@@ -113,12 +120,16 @@ def test_response_bodies_of_every_framing_keep_the_connection(
         assert first.headers["Retry-After"] == "7"
 
 
-@pytest.mark.parametrize("reply", [
-    b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
-    b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
-])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    ],
+)
 def test_connection_close_opens_a_new_connection(
-        serve: Serve, client: httpx.Client, reply: bytes) -> None:
+    serve: Serve, client: httpx.Client, reply: bytes
+) -> None:
     server = serve(lambda _n, _c: reply)
     assert post(client, server).content == b"ok"
     assert post(client, server).content == b"ok"
@@ -126,7 +137,8 @@ def test_connection_close_opens_a_new_connection(
 
 
 def test_body_read_until_the_server_closes_when_the_body_is_needed(
-        serve: Serve, client: httpx.Client) -> None:
+    serve: Serve, client: httpx.Client
+) -> None:
     server = serve(always(b"HTTP/1.1 200 OK\r\n\r\nuntil close"), close_after_reply=True)
     assert post(client, server, extensions={NEED_BODY: 100}).content == b"until close"
     assert post(client, server, extensions={NEED_BODY: 100}).content == b"until close"
@@ -134,55 +146,72 @@ def test_body_read_until_the_server_closes_when_the_body_is_needed(
 
 
 def test_fresh_connection_closed_without_a_reply_is_an_error(
-        serve: Serve, client: httpx.Client) -> None:
+    serve: Serve, client: httpx.Client
+) -> None:
     server = serve(lambda _n, _c: None)
     with pytest.raises(httpx.RemoteProtocolError, match="without a response"):
         post(client, server)
 
 
-@pytest.mark.parametrize("reply, match", [
-    (b"SPDY/3 200 OK\r\n\r\n", "malformed status line"),
-    (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "malformed header line"),
-    (b"HTTP/1.1 100 Continue\r\n\r\n" * 50, "informational"),
-])
+@pytest.mark.parametrize(
+    "reply, match",
+    [
+        (b"SPDY/3 200 OK\r\n\r\n", "malformed status line"),
+        (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "malformed header line"),
+        (b"HTTP/1.1 100 Continue\r\n\r\n" * 50, "informational"),
+    ],
+)
 def test_malformed_responses_are_protocol_errors(
-        serve: Serve, client: httpx.Client, reply: bytes, match: str) -> None:
+    serve: Serve, client: httpx.Client, reply: bytes, match: str
+) -> None:
     server = serve(always(reply))
     with pytest.raises(httpx.RemoteProtocolError, match=match):
         post(client, server)
     assert post(client, serve(always(OK))).content == b"ok"
 
 
-@pytest.mark.parametrize("reply, match", [
-    (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "Content-Length"),
-    (b"HTTP/1.1 200 OK\r\nContent-Length: 52428800\r\n\r\n" + b"x" * 5000,
-     "Content-Length"),
-    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "chunk size"),
-    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"800\r\n" + b"x" * 2048,
-     "over 1024 bytes"),
-])
+@pytest.mark.parametrize(
+    "reply, match",
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "Content-Length"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 52428800\r\n\r\n" + b"x" * 5000, "Content-Length"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "chunk size"),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"800\r\n" + b"x" * 2048,
+            "over 1024 bytes",
+        ),
+    ],
+)
 def test_a_needed_body_that_is_malformed_or_too_long_is_a_protocol_error(
-        serve: Serve, client: httpx.Client, reply: bytes, match: str) -> None:
+    serve: Serve, client: httpx.Client, reply: bytes, match: str
+) -> None:
     server = serve(always(reply))
     with pytest.raises(httpx.RemoteProtocolError, match=match):
         post(client, server, extensions={NEED_BODY: 1024})
 
 
-@pytest.mark.parametrize("reply", [
-    b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
-    b"HTTP/1.1 200 OK\r\nContent-Length: 52428800\r\n\r\n" + b"x" * 100_000,
-    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nno length, kept alive",
-])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 52428800\r\n\r\n" + b"x" * 100_000,
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nno length, kept alive",
+    ],
+)
 def test_the_status_is_the_answer_and_an_odd_body_is_left_with_its_connection(
-        serve: Serve, client: httpx.Client, reply: bytes) -> None:
+    serve: Serve, client: httpx.Client, reply: bytes
+) -> None:
     """A body too long, unframed on a kept-alive connection, malformed or cut short: the
     answer comes without waiting for it, and the connection is not used again."""
     server = serve(always(then_hold(reply)))
     done: list[httpx.Response] = []
-    threading.Thread(target=lambda: done.append(client.send(
-        client.build_request("POST", server.url(), content=b"x"), stream=True)),
-        daemon=True).start()
+    threading.Thread(
+        target=lambda: done.append(
+            client.send(client.build_request("POST", server.url(), content=b"x"), stream=True)
+        ),
+        daemon=True,
+    ).start()
     wait_until(lambda: done, what="the answer, without waiting for the body")
     assert done[0].status_code == 200
     done[0].close()
@@ -191,9 +220,11 @@ def test_the_status_is_the_answer_and_an_odd_body_is_left_with_its_connection(
 
 
 def test_truncated_body_is_a_protocol_error_when_the_body_is_needed(
-        serve: Serve, client: httpx.Client) -> None:
-    server = serve(always(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort"),
-                   close_after_reply=True)
+    serve: Serve, client: httpx.Client
+) -> None:
+    server = serve(
+        always(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort"), close_after_reply=True
+    )
     with pytest.raises(httpx.RemoteProtocolError, match="inside the response body"):
         post(client, server, extensions={NEED_BODY: 100})
 
@@ -207,8 +238,10 @@ def test_slow_server_is_a_read_timeout(serve: Serve) -> None:
 
     server = serve(slow)
     try:
-        with httpx.Client(transport=SocketTransport(2.0, 0.2, 8)) as c, \
-                pytest.raises(httpx.ReadTimeout):
+        with (
+            httpx.Client(transport=SocketTransport(2.0, 0.2, 8)) as c,
+            pytest.raises(httpx.ReadTimeout),
+        ):
             c.post(server.url(), content=b"x")
     finally:
         hold.set()
@@ -222,10 +255,12 @@ def test_refused_connection_is_a_connect_error(client: httpx.Client) -> None:
 
 
 def test_line_breaks_in_headers_are_refused_before_sending(
-        serve: Serve, client: httpx.Client) -> None:
+    serve: Serve, client: httpx.Client
+) -> None:
     server = serve(always(OK))
-    request = httpx.Request("POST", server.url(), content=b"x",
-                            headers=[(b"X-Evil", b"a\r\nInjected: yes")])
+    request = httpx.Request(
+        "POST", server.url(), content=b"x", headers=[(b"X-Evil", b"a\r\nInjected: yes")]
+    )
     with pytest.raises(httpx.LocalProtocolError, match="X-Evil"):
         client.send(request)
     assert server.requests == []
@@ -269,8 +304,7 @@ def test_connections_are_shared_and_bounded(serve: Serve) -> None:
     assert server.connections == 2
 
 
-def test_waiting_longer_than_the_pool_timeout_is_a_pool_timeout(
-        serve: Serve) -> None:
+def test_waiting_longer_than_the_pool_timeout_is_a_pool_timeout(serve: Serve) -> None:
     hold = threading.Event()
 
     def held(_n: int, _c: int) -> bytes:
@@ -278,8 +312,9 @@ def test_waiting_longer_than_the_pool_timeout_is_a_pool_timeout(
         return OK
 
     server = serve(held)
-    client = httpx.Client(transport=SocketTransport(2.0, 5.0, 1),
-                          timeout=httpx.Timeout(5.0, pool=0.2))
+    client = httpx.Client(
+        transport=SocketTransport(2.0, 5.0, 1), timeout=httpx.Timeout(5.0, pool=0.2)
+    )
     first = threading.Thread(target=client.post, args=(server.url(),), kwargs={"content": b"x"})
     first.start()
     try:
@@ -311,28 +346,38 @@ HEAD = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"
 
 def continues(every: float) -> Act:
     """A ``100 Continue`` every so often, and never the response."""
+
     def act(sock: socket.socket, stop: threading.Event) -> bool:
         while not stop.wait(every):
             sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
         return False
+
     return act
 
 
-@pytest.mark.parametrize("act, phase", [
-    (trickle(HEAD + b"ok", 0.3), "waiting for the status line"),
-    (after(HEAD[:17], trickle(HEAD[17:] + b"ok", 0.3)), "reading headers"),
-    (continues(every=0.3), "waiting for the status line"),
-    (after(b"HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n", trickle(b"x" * 20, 0.3)),
-     "reading the body"),
-])
+@pytest.mark.parametrize(
+    "act, phase",
+    [
+        (trickle(HEAD + b"ok", 0.3), "waiting for the status line"),
+        (after(HEAD[:17], trickle(HEAD[17:] + b"ok", 0.3)), "reading headers"),
+        (continues(every=0.3), "waiting for the status line"),
+        (
+            after(b"HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n", trickle(b"x" * 20, 0.3)),
+            "reading the body",
+        ),
+    ],
+)
 def test_a_trickling_peer_is_cut_off_by_the_deadline(
-        serve: Serve, caplog: pytest.LogCaptureFixture, act: Act, phase: str) -> None:
+    serve: Serve, caplog: pytest.LogCaptureFixture, act: Act, phase: str
+) -> None:
     """One byte every 0.3 s never lets a read wait 1 s, yet the request ends at its 1 s
     deadline, with a WARNING naming the endpoint (without credentials or query) and phase."""
     server = serve(always(act))
     url = server.url().replace("http://", f"http://user:{PW}@") + f"&api_key={KEY}"
-    with httpx.Client(transport=SocketTransport(2.0, 1.0, 8)) as c, pytest.raises(
-            httpx.ReadTimeout, match=phase):
+    with (
+        httpx.Client(transport=SocketTransport(2.0, 1.0, 8)) as c,
+        pytest.raises(httpx.ReadTimeout, match=phase),
+    ):
         c.post(url, content=b"x", extensions={NEED_BODY: 100})
     [record] = [r for r in caplog.records if "timed out" in r.getMessage()]
     assert record.levelname == "WARNING"
@@ -342,11 +387,14 @@ def test_a_trickling_peer_is_cut_off_by_the_deadline(
 
 
 def test_a_peer_that_does_not_read_is_cut_off_while_sending(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     with socket.create_server(("127.0.0.1", 0)) as listener:  # accepts nothing, reads nothing
         url = f"http://127.0.0.1:{listener.getsockname()[1]}/ingest"
-        with httpx.Client(transport=SocketTransport(2.0, 0.5, 8)) as c, pytest.raises(
-                httpx.WriteTimeout, match="sending"):
+        with (
+            httpx.Client(transport=SocketTransport(2.0, 0.5, 8)) as c,
+            pytest.raises(httpx.WriteTimeout, match="sending"),
+        ):
             c.post(url, content=b"x" * 50_000_000)
     assert any("while sending" in r.getMessage() for r in caplog.records)
 
@@ -366,6 +414,7 @@ def test_a_2xx_whose_body_trickles_is_answered_at_the_deadline(serve: Serve) -> 
 
 # --- connection reuse -----------------------------------------------------------------------
 
+
 def test_a_connection_idle_longer_than_the_expiry_is_not_reused(serve: Serve) -> None:
     server = serve(always(OK))
     with httpx.Client(transport=SocketTransport(2.0, 2.0, 8, keepalive_expiry=1.0)) as c:
@@ -379,7 +428,8 @@ def test_a_connection_idle_longer_than_the_expiry_is_not_reused(serve: Serve) ->
 
 
 def test_connections_the_server_closed_while_idle_are_noticed_before_reuse(
-        serve: Serve, caplog: pytest.LogCaptureFixture) -> None:
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
     """Both pooled connections were closed by the server (its keep-alive timeout): the
     request goes out once, on a new connection, instead of failing on one dead connection,
     then on the other."""
@@ -398,8 +448,7 @@ def test_connections_the_server_closed_while_idle_are_noticed_before_reuse(
     assert not [r for r in caplog.records if "sending it again" in r.getMessage()]
 
 
-def test_a_request_the_server_closes_on_is_sent_again_on_a_new_connection(
-        serve: Serve) -> None:
+def test_a_request_the_server_closes_on_is_sent_again_on_a_new_connection(serve: Serve) -> None:
     """The close races with the request: each connection answers one request and closes
     when the next one arrives.  The request goes again at once on a NEW connection, never on
     the other pooled one (which would fail the same way: "closed twice")."""
@@ -407,8 +456,9 @@ def test_a_request_the_server_closes_on_is_sent_again_on_a_new_connection(
     with httpx.Client(transport=SocketTransport(2.0, 5.0, 8)) as c:
         two_at_once(c, server)
         for _ in range(3):
-            request = c.build_request("POST", server.url(), content=b"x",
-                                      headers={"Idempotency-Key": "b-1"})
+            request = c.build_request(
+                "POST", server.url(), content=b"x", headers={"Idempotency-Key": "b-1"}
+            )
             assert c.send(request).content == b"ok"
     again = [head for head, _ in server.requests[2:]]
     assert len(again) == 6  # each went twice: on a pooled connection, then on a new one
@@ -418,8 +468,10 @@ def test_a_request_the_server_closes_on_is_sent_again_on_a_new_connection(
 
 def test_a_fresh_connection_reset_is_an_error_not_sent_again(serve: Serve) -> None:
     server = serve(always(reset))
-    with httpx.Client(transport=SocketTransport(2.0, 5.0, 8)) as c, pytest.raises(
-            httpx.TransportError):
+    with (
+        httpx.Client(transport=SocketTransport(2.0, 5.0, 8)) as c,
+        pytest.raises(httpx.TransportError),
+    ):
         c.post(server.url(), content=b"x")
     assert len(server.requests) == 1
 
@@ -433,8 +485,10 @@ def two_at_once(c: httpx.Client, server: RawServer) -> None:
         return OK
 
     script, server.script = server.script, held
-    threads = [threading.Thread(target=c.post, args=(server.url(),),
-                                kwargs={"content": b"x"}) for _ in range(2)]
+    threads = [
+        threading.Thread(target=c.post, args=(server.url(),), kwargs={"content": b"x"})
+        for _ in range(2)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -445,10 +499,12 @@ def two_at_once(c: httpx.Client, server: RawServer) -> None:
 
 # --- proxies ---------------------------------------------------------------------------------
 
+
 def test_plain_http_through_a_proxy_uses_the_absolute_form(serve: Serve) -> None:
     proxy = serve(always(OK))
-    transport = SocketTransport(2.0, 5.0, 8, proxy=Proxy.parse(
-        f"http://us%40er:p%3Ass@127.0.0.1:{proxy.port}"))
+    transport = SocketTransport(
+        2.0, 5.0, 8, proxy=Proxy.parse(f"http://us%40er:p%3Ass@127.0.0.1:{proxy.port}")
+    )
     with httpx.Client(transport=transport) as c:
         assert c.post("http://ingest.invalid:8080/v1?x=1", content=b"x").content == b"ok"
         assert c.post("http://ingest.invalid:8080/v1?x=1", content=b"x").content == b"ok"
@@ -459,8 +515,7 @@ def test_plain_http_through_a_proxy_uses_the_absolute_form(serve: Serve) -> None
     assert proxy.connections == 1
 
 
-@pytest.mark.parametrize("url", ["https://proxy:3128", "http://", "socks5://h:1",
-                                 "http://h:port"])
+@pytest.mark.parametrize("url", ["https://proxy:3128", "http://", "socks5://h:1", "http://h:port"])
 def test_proxy_urls_the_builtin_transport_cannot_use(url: str) -> None:
     with pytest.raises(ValueError, match=r"proxy|[Pp]ort"):
         Proxy.parse(url)

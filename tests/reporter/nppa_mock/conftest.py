@@ -23,8 +23,13 @@ def make() -> Iterator[MakeEndpoint]:
     made: list[NppaEndpoint] = []
 
     def make_(**kwargs: Any) -> NppaEndpoint:
-        settings: dict[str, Any] = {"app_id": APP, "secret_key": KEY, "biz_ids": [BIZ],
-                                    "clock": FakeClock(), **kwargs}
+        settings: dict[str, Any] = {
+            "app_id": APP,
+            "secret_key": KEY,
+            "biz_ids": [BIZ],
+            "clock": FakeClock(),
+            **kwargs,
+        }
         made.append(NppaEndpoint(**settings).start())
         return made[-1]
 

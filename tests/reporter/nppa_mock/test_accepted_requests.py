@@ -30,15 +30,17 @@ def test_valid_request_is_accepted(ep: NppaEndpoint, client: httpx.Client) -> No
         assert ep.requests == [RequestLog(T0, BIZ, 0, 3, {})]
 
 
-def test_boundaries_of_ot_and_128_items_are_accepted(ep: NppaEndpoint,
-                                                     client: httpx.Client) -> None:
+def test_boundaries_of_ot_and_128_items_are_accepted(
+    ep: NppaEndpoint, client: httpx.Client
+) -> None:
     items = [item(n, ot=S0 - 179 if n % 2 else S0) for n in range(1, 129)]
     assert post(ep, client, items) == {"errcode": 0, "errmsg": "ok", "data": ""}
     assert len(ep.accepted) == 128
 
 
 @pytest.mark.parametrize("offset", [-4.0, 4.0])
-def test_server_clock_ahead_or_behind_within_skew(make: MakeEndpoint, client: httpx.Client,
-                                                  offset: float) -> None:
+def test_server_clock_ahead_or_behind_within_skew(
+    make: MakeEndpoint, client: httpx.Client, offset: float
+) -> None:
     ep = make(clock=FakeClock(T0 + offset))
     assert code(ep, client, timestamps=str(round(T0 * 1000))) == 0

@@ -42,8 +42,9 @@ def test_force_answers_before_any_check(make: MakeEndpoint, client: httpx.Client
     assert [r.errcode for r in ep.requests] == answers
 
 
-def test_forced_answers_do_not_count_toward_the_rate(make: MakeEndpoint,
-                                                     client: httpx.Client) -> None:
+def test_forced_answers_do_not_count_toward_the_rate(
+    make: MakeEndpoint, client: httpx.Client
+) -> None:
     ep = make(force=lambda n: 1001 if n <= 20 else None)
     assert [code(ep, client) for _ in range(20)] == [1001] * 20
     assert code(ep, client) == 0
@@ -59,8 +60,7 @@ def test_set_secret_rotates_the_key(ep: NppaEndpoint, client: httpx.Client) -> N
     assert [r.errcode for r in ep.requests] == [0, 1011, 0, 1012]
 
 
-def test_both_keys_of_a_rotation_are_accepted(make: MakeEndpoint,
-                                              client: httpx.Client) -> None:
+def test_both_keys_of_a_rotation_are_accepted(make: MakeEndpoint, client: httpx.Client) -> None:
     ep = make(more_keys=[KEY2])
     assert code(ep, client, key=KEY) == 0 and code(ep, client, key=KEY2) == 0
     # each body is opened with the key its sign matched
@@ -90,8 +90,13 @@ def test_keep_alive_over_one_connection(ep: NppaEndpoint) -> None:
     try:
         ts = str(round(T0 * 1000))
         body = seal(KEY, plain([item(1)]))
-        headers = {"appId": APP, "bizId": BIZ, "timestamps": ts,
-                   "sign": sign(KEY, APP, BIZ, ts, body), "Content-Type": JSON}
+        headers = {
+            "appId": APP,
+            "bizId": BIZ,
+            "timestamps": ts,
+            "sign": sign(KEY, APP, BIZ, ts, body),
+            "Content-Type": JSON,
+        }
         sockets = []
         for method, path in [("POST", PATH), ("GET", PATH), ("POST", "/x"), ("POST", PATH)]:
             conn.request(method, path, body=body, headers=headers)

@@ -55,8 +55,14 @@ ITEM_CASES: list[tuple[str, dict[str, Any], int]] = [
 
 @pytest.mark.parametrize("partial", [0, 3001])
 @pytest.mark.parametrize(("case", "bad", "errcode"), ITEM_CASES, ids=[c[0] for c in ITEM_CASES])
-def test_item_error(make: MakeEndpoint, client: httpx.Client, partial: int, case: str,
-                    bad: dict[str, Any], errcode: int) -> None:
+def test_item_error(
+    make: MakeEndpoint,
+    client: httpx.Client,
+    partial: int,
+    case: str,
+    bad: dict[str, Any],
+    errcode: int,
+) -> None:
     ep = make(partial_errcode=partial)
     good = [item(1), guest(3)]
     answer = post(ep, client, [good[0], bad, good[1]])
@@ -81,8 +87,9 @@ def test_repeated_no_refuses_every_copy(ep: NppaEndpoint, client: httpx.Client) 
 
 def test_ot_window_is_relative_to_timestamps(make: MakeEndpoint, client: httpx.Client) -> None:
     ep = make(clock=FakeClock(T0 + 4))  # the server's clock does not matter, timestamps does
-    answer = post(ep, client, [item(1, ot=S0), item(2, ot=S0 + 1)],
-                  timestamps=str(round(T0 * 1000)))
+    answer = post(
+        ep, client, [item(1, ot=S0), item(2, ot=S0 + 1)], timestamps=str(round(T0 * 1000))
+    )
     assert answer["data"]["results"] == [{"no": 2, "errcode": 3005, "errmsg": "bad behaviour time"}]
 
 

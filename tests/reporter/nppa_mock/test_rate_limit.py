@@ -18,8 +18,9 @@ from tests.reporter.nppa_mock.protocol_requests import (
 )
 
 
-def test_eleventh_request_in_a_second_is_throttled(make: MakeEndpoint,
-                                                   client: httpx.Client) -> None:
+def test_eleventh_request_in_a_second_is_throttled(
+    make: MakeEndpoint, client: httpx.Client
+) -> None:
     clock = FakeClock()
     ep = make(clock=clock, throttle_seconds=60.0)
     assert [code(ep, client) for _ in range(10)] == [0] * 10
@@ -54,8 +55,9 @@ def test_window_slides(make: MakeEndpoint, client: httpx.Client) -> None:
     assert [code(ep, client) for _ in range(6)] == [0] * 5 + [1006]
 
 
-def test_only_requests_passing_the_header_checks_count(make: MakeEndpoint,
-                                                       client: httpx.Client) -> None:
+def test_only_requests_passing_the_header_checks_count(
+    make: MakeEndpoint, client: httpx.Client
+) -> None:
     clock = FakeClock()
     ep = make(clock=clock)
     assert [code(ep, client, sign_key=KEY2) for _ in range(20)] == [1011] * 20
@@ -72,8 +74,9 @@ def test_rate_limit_is_per_app_across_games(make: MakeEndpoint, client: httpx.Cl
     assert {a.biz_id for a in ep.accepted} == {BIZ, OTHER_BIZ}
 
 
-def test_rate_limit_holds_under_concurrent_requests(make: MakeEndpoint,
-                                                     client: httpx.Client) -> None:
+def test_rate_limit_holds_under_concurrent_requests(
+    make: MakeEndpoint, client: httpx.Client
+) -> None:
     ep = make()
     with ThreadPoolExecutor(max_workers=8) as pool:
         answers = list(pool.map(lambda _: code(ep, client), range(30)))
@@ -82,8 +85,9 @@ def test_rate_limit_holds_under_concurrent_requests(make: MakeEndpoint,
     assert len(ep.requests) == 30
 
 
-def test_busiest_second_counts_every_request_in_a_sliding_second(make: MakeEndpoint,
-                                                                  client: httpx.Client) -> None:
+def test_busiest_second_counts_every_request_in_a_sliding_second(
+    make: MakeEndpoint, client: httpx.Client
+) -> None:
     clock = FakeClock()
     ep = make(clock=clock, biz_ids=[BIZ, OTHER_BIZ])
     assert ep.busiest_second == 0
@@ -101,8 +105,7 @@ def test_busiest_second_counts_every_request_in_a_sliding_second(make: MakeEndpo
     assert ep.busiest_second_of("unknown") == 0
 
 
-def test_game_scope_limits_each_biz_id_on_its_own(make: MakeEndpoint,
-                                                  client: httpx.Client) -> None:
+def test_game_scope_limits_each_biz_id_on_its_own(make: MakeEndpoint, client: httpx.Client) -> None:
     ep = make(biz_ids=[BIZ, OTHER_BIZ], rate_scope="game", requests_per_second=3.0)
     assert [code(ep, client, biz=BIZ) for _ in range(4)] == [0, 0, 0, 1006]
     assert [code(ep, client, biz=OTHER_BIZ) for _ in range(3)] == [0, 0, 0]

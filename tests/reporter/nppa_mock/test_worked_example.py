@@ -35,10 +35,15 @@ def test_worked_example_decrypts() -> None:
         decrypt(KEY, EX_BODY)
 
 
-def test_worked_example_passes_the_sign_check_over_http(make: MakeEndpoint,
-                                                         client: httpx.Client) -> None:
-    ep = make(app_id="test-appId", secret_key=EX_KEY, biz_ids=["test-bizId"],
-              clock=FakeClock(1584949895.758))
+def test_worked_example_passes_the_sign_check_over_http(
+    make: MakeEndpoint, client: httpx.Client
+) -> None:
+    ep = make(
+        app_id="test-appId",
+        secret_key=EX_KEY,
+        biz_ids=["test-bizId"],
+        clock=FakeClock(1584949895.758),
+    )
     url = f"{ep.url}{PATH}?id=test-id&name=test-name"
     headers = {**EX_HEADERS, "sign": EX_SIGN, "Content-Type": JSON}
     # Signed and sealed right, but the plaintext has no collections: a body error, not 1011.
