@@ -6,9 +6,9 @@
   interface's sender, its sealed body and its signature; ``print_sink``: the ``print``
   sender, each batch as a JSON line on standard output (trying the reporter without an
   endpoint).
-- ``client``, ``transport``, ``wire``: the keep-alive ``httpx.Client`` and the lean HTTP/1.1
-  transport under it.
+- ``client``: the keep-alive ``httpx.Client`` every sender uses, built from ``[sink]``, over
+  the lean transport of ``reporter._http`` (or httpx's own).
 
-Knows nothing of Redis or of a batch's life cycle: imports only the ground floor and
-``collector``'s public modules.
+Knows nothing of Redis or of a batch's life cycle: imports only ``reporter._http``, the ground
+floor and ``collector``'s public modules.
 """

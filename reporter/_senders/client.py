@@ -11,7 +11,7 @@ import httpx
 
 from collector import ConfigError
 from reporter._config import SinkSettings
-from reporter._senders.transport import BEFORE_SEND, NEED_BODY, Proxy, SocketTransport
+from reporter._http.transport import BEFORE_SEND, NEED_BODY, Proxy, SocketTransport
 
 __all__ = [
     "BEFORE_SEND",

@@ -13,6 +13,7 @@ import orjson
 from collector.config import mask_url
 from collector.logs import RateLimitedLog
 from reporter._config import SinkSettings
+from reporter._http.transport import endpoint_text
 from reporter._senders.client import request_timeout, sink_client
 from reporter._senders.outcome import (
     DELIVERED,
@@ -23,7 +24,6 @@ from reporter._senders.outcome import (
     read_retry_after,
 )
 from reporter._senders.secrets import SecretFile
-from reporter._senders.transport import endpoint_text
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=60.0)

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from reporter._senders.transport import BEFORE_SEND, NEED_BODY, Proxy, SocketTransport
+from reporter._http.transport import BEFORE_SEND, NEED_BODY, Proxy, SocketTransport
 from tests.markers import secret
 from tests.polling import wait_until
 from tests.rawhttp import (

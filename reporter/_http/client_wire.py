@@ -1,5 +1,5 @@
 """One HTTP/1.1 exchange on one socket, under one deadline: the wire half of
-``reporter._senders.transport``.
+``reporter._http.transport``.
 
 ``Connection`` reads and writes a socket against the current request's deadline, naming the
 phase it was in when the deadline passed (``Expired``).  ``exchange`` sends a request and reads

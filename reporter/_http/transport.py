@@ -26,7 +26,7 @@ request that fails on a reused connection before any byte of a response came bac
 again at once on a new connection: the server closed it as the request went out.
 
 This module is the pool (connecting, proxies, reuse, the deadline's warnings); one exchange on
-one socket is ``reporter._senders.wire``.
+one socket is ``reporter._http.client_wire``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from urllib.parse import unquote, urlsplit
 import httpx
 
 from collector.logs import RateLimitedLog
-from reporter._senders.wire import (
+from reporter._http.client_wire import (
     CONNECTING,
     SENDING,
     Answer,
