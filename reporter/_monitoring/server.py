@@ -2,8 +2,8 @@
 
 It binds the configured address only, answers GET (and HEAD), and serves the Prometheus text
 format 0.0.4 (no OpenMetrics negotiation: one format, whatever the scraper asks).  The
-connections are handled by ``connections.BoundedServer`` (deadlines, a cap, accept back-off);
-what it closed on its own is counted on ``/metrics`` itself.
+connections are handled by ``reporter._http.bounded_server.BoundedServer`` (deadlines, a cap,
+accept back-off); what it closed on its own is counted on ``/metrics`` itself.
 
 Error answers say what is wrong without exception text, hosts or users unless ``[metrics]
 error_details`` is on; logs are keyed by route, never by the path a client sent.
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from collector.logs import RateLimitedLog, mask
 from reporter._exceptions import ReporterError
-from reporter._monitoring.connections import BoundedServer
+from reporter._http.bounded_server import BoundedServer
+from reporter._http.server_wire import Answer, Request
+from reporter._http.shedding import Counts, Limits
 from reporter._monitoring.health import Health
-from reporter._monitoring.http_wire import Answer, Request
-from reporter._monitoring.shedding import Counts, Limits
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric

@@ -19,13 +19,13 @@ import httpx
 import pytest
 import redis
 
-from reporter._monitoring import connections
+from reporter._http import bounded_server
+from reporter._http.bounded_server import BoundedServer
+from reporter._http.server_wire import MAX_HEAD_BYTES, Answer, Request
+from reporter._http.shedding import Limits
 from reporter._monitoring import server as server_module
-from reporter._monitoring.connections import BoundedServer
 from reporter._monitoring.health import Health
-from reporter._monitoring.http_wire import MAX_HEAD_BYTES, Answer, Request
 from reporter._monitoring.server import MetricsServer
-from reporter._monitoring.shedding import Limits
 from tests.polling import wait_until
 from tests.scriptcalls import store_of
 
@@ -226,7 +226,7 @@ def test_long_paths_reset_by_the_client_leave_no_log_and_no_state(
     server = serve(handler)
     running.append(server)
     assert httpx.get(url(server, "/echo"), timeout=WAIT).text == "/echo"
-    keys = connections.ratelog.keys
+    keys = bounded_server.ratelog.keys
     tracemalloc.start()
     try:
         with caplog.at_level(logging.DEBUG, logger="reporter"):
@@ -243,7 +243,7 @@ def test_long_paths_reset_by_the_client_leave_no_log_and_no_state(
         tracemalloc.stop()
     assert kept < 1_000_000  # 100 paths of 60 KB: nothing of them is kept
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert connections.ratelog.keys == keys
+    assert bounded_server.ratelog.keys == keys
     assert httpx.get(url(server, "/echo"), timeout=WAIT).text == "/echo"
 
 
@@ -252,25 +252,25 @@ def test_a_failing_handler_is_a_500_logged_once_under_one_key(
 ) -> None:
     server = serve(handler)
     running.append(server)
-    keys = connections.ratelog.keys
+    keys = bounded_server.ratelog.keys
     with caplog.at_level(logging.ERROR, logger="reporter"):
         for _ in range(20):
             answer = httpx.get(url(server, "/boom"), timeout=WAIT)
             assert answer.status_code == 500
             assert "a bug" not in answer.text
     assert len([r for r in caplog.records if r.levelno >= logging.ERROR]) <= 1
-    assert connections.ratelog.keys <= keys + 1
+    assert bounded_server.ratelog.keys <= keys + 1
 
 
 # A server in a child process whose file limit is used up: its accepts fail with EMFILE,
 # are counted and backed off, and it serves again once descriptors are free.
 EMFILE_CHILD = """
 import json, os, resource, socket, sys, time
-from reporter._monitoring.connections import BoundedServer
+from reporter._http.bounded_server import BoundedServer
 from reporter._monitoring.health import Health
 from reporter._monitoring.server import MetricsServer
-from reporter._monitoring.shedding import Limits
-from reporter._monitoring.http_wire import Answer
+from reporter._http.shedding import Limits
+from reporter._http.server_wire import Answer
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 server = BoundedServer(("127.0.0.1", 0), socket.AF_INET, lambda r: Answer(200, "text/plain", b"ok"),
                        lambda r: True, Limits())

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from collector.logs import RateLimitedLog
-from reporter._monitoring.http_wire import (
+from reporter._http.server_wire import (
     Answer,
     BadRequest,
     Request,
@@ -38,7 +38,7 @@ from reporter._monitoring.http_wire import (
     head_end,
     parse_head,
 )
-from reporter._monitoring.shedding import BAD_REQUEST, DEADLINE, OVER_CAP, Counts, Limits
+from reporter._http.shedding import BAD_REQUEST, DEADLINE, OVER_CAP, Counts, Limits
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=30.0)
