@@ -42,10 +42,10 @@ if str(ROOT) not in sys.path:
 from collector import Collector, nppa  # noqa: E402
 from collector.store import KeySchema  # noqa: E402
 from reporter._config import ReporterConfig  # noqa: E402
-from reporter._delivery.hold import read_hold  # noqa: E402
 from reporter._demo.endpoint import LocalEndpoint  # noqa: E402
 from reporter._demo.nppa_mock import NppaEndpoint  # noqa: E402
 from reporter._monitoring.accounting import read_totals  # noqa: E402
+from reporter._pacing.send_hold import read_hold  # noqa: E402
 from tests.scriptcalls import store_of  # noqa: E402
 from tests.servers import Server, env_without_telemetry, server_binaries  # noqa: E402
 

@@ -28,7 +28,7 @@ from collector.store import (
 )
 from reporter._config import ReporterConfig
 from reporter._constants import DEAD_LIST_LIMIT, REPLAY_STEP
-from reporter._delivery.body_limit import BodyLimit, body_model
+from reporter._pacing.body_limit import BodyLimit, body_model
 from reporter._tables import json_text, table
 
 EXIT_NOT_FOUND = 1

@@ -36,9 +36,9 @@ from collector.store import (
 )
 from collector.text import printable, printable_json
 from reporter._config import ReporterConfig
-from reporter._delivery.hold import read_hold
-from reporter._delivery.limiter import bucket_name
 from reporter._monitoring.accounting import Totals, read_totals
+from reporter._pacing.limiter import bucket_name
+from reporter._pacing.send_hold import read_hold
 from reporter._tables import table
 
 # Levels only the full form can give (they need every shard's batches and games).

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from reporter._delivery.body_limit import BodyLimit
+from reporter._pacing.body_limit import BodyLimit
 from reporter._senders.outcome import DELIVERED, MALFORMED, REJECTED, MovedItem, Outcome
 from reporter._senders.sender import Sender
 

@@ -18,9 +18,9 @@ from collector.metrics import Metrics
 from collector.store import BackendError, BackendUnreplicated, Claimed, RetryBatch, ShardKeys
 from reporter._constants import RETRIES_PER_LOOP
 from reporter._delivery.batches import Batches, new_id
-from reporter._delivery.body_limit import BodyLimit
 from reporter._delivery.lease import Lease, Leased
-from reporter._delivery.permits import Permits
+from reporter._pacing.body_limit import BodyLimit
+from reporter._pacing.permits import Permits
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=30.0)

@@ -23,12 +23,12 @@ from collector.counters import Histogram
 from collector.metrics import Metrics
 from reporter._delivery.attempt import Answer, Attempt
 from reporter._delivery.freshness import Freshness, split_fresh
-from reporter._delivery.gate import SinkGate
 from reporter._delivery.held import Held
-from reporter._delivery.hold import SendHold
 from reporter._delivery.lease import Lease, Leased, Result
-from reporter._delivery.permits import Permits
 from reporter._delivery.settling import Settler
+from reporter._pacing.gate import SinkGate
+from reporter._pacing.permits import Permits
+from reporter._pacing.send_hold import SendHold
 from reporter._senders.outcome import SendErrors
 
 Clock = Callable[[], float]  # wall-clock seconds, injectable for tests

@@ -23,7 +23,7 @@ from collector.store import (
     ShardLevels,
     Store,
 )
-from reporter._delivery.limiter import ClaimLimiter, Permit
+from reporter._pacing.limiter import ClaimLimiter, Permit
 
 Clock = Callable[[], float]
 

@@ -18,11 +18,11 @@ from collector.counters import REPORTER, STORE, Gauge
 from collector.prometheus import CLUSTER, Exposition, PrometheusMetrics
 from collector.store import Store
 from reporter._config import ReporterConfig, listen_address
-from reporter._delivery.hold import NOT_HELD, SendHold
 from reporter._http.shedding import Limits
 from reporter._monitoring.health import Health
 from reporter._monitoring.levels import Reading, RedisReadings, WatchedLimiter
 from reporter._monitoring.server import MetricsServer
+from reporter._pacing.send_hold import NOT_HELD, SendHold
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric

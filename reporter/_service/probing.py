@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from collector.logs import RateLimitedLog
 from collector.store import HoldState
 from reporter._constants import HOLD_REMINDER_SECONDS
-from reporter._delivery.hold import SendHold, split_hold
-from reporter._delivery.permits import Permits
+from reporter._pacing.permits import Permits
+from reporter._pacing.send_hold import SendHold, split_hold
 from reporter._senders.outcome import DELIVERED, Outcome
 from reporter._senders.secrets import NPPA_KEY, Reread, SecretFile
 

@@ -31,19 +31,19 @@ from reporter._constants import (
 )
 from reporter._delivery.attempt import Attempt
 from reporter._delivery.batches import Batches
-from reporter._delivery.body_limit import BodyLimit, body_model
 from reporter._delivery.claims import Claimer
 from reporter._delivery.deliverer import Clock, Deliverer
-from reporter._delivery.gate import SinkGate
 from reporter._delivery.held import Held
-from reporter._delivery.hold import SendHold
-from reporter._delivery.limiter import bucket_name
-from reporter._delivery.permits import SLOT_LEAD_SECONDS, Permits, make_limiter
 from reporter._delivery.settling import Settler
-from reporter._delivery.slots import SharedSlots
 from reporter._monitoring.health import Health
 from reporter._monitoring.levels import WatchedLimiter
 from reporter._monitoring.prometheus import MetricsEndpoint
+from reporter._pacing.body_limit import BodyLimit, body_model
+from reporter._pacing.gate import SinkGate
+from reporter._pacing.limiter import bucket_name
+from reporter._pacing.permits import SLOT_LEAD_SECONDS, Permits, make_limiter
+from reporter._pacing.send_hold import SendHold
+from reporter._pacing.slots import SharedSlots
 from reporter._senders.nppa import NppaSender
 from reporter._senders.outcome import SendErrors
 from reporter._senders.secrets import secret_files

@@ -25,10 +25,10 @@ from reporter._constants import REAP_PER_CALL
 from reporter._delivery.batches import Batches
 from reporter._delivery.claims import Claimer
 from reporter._delivery.deliverer import Clock, Deliverer, send
-from reporter._delivery.gate import SinkGate
 from reporter._delivery.held import Held
-from reporter._delivery.permits import Permits
-from reporter._delivery.slots import CLAIM_NEAR_SECONDS
+from reporter._pacing.gate import SinkGate
+from reporter._pacing.permits import Permits
+from reporter._pacing.slots import CLAIM_NEAR_SECONDS
 from reporter._service.ownership import ShardOwnership
 from reporter._service.store_watch import StoreWatch
 

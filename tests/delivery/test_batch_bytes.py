@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from collector.store import KeySchema, encode_entry
-from reporter._delivery.body_limit import JSON_BODY
+from reporter._pacing.body_limit import JSON_BODY
 from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
     assert_reconciled,

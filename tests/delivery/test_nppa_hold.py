@@ -24,9 +24,9 @@ from collector import Collector, nppa
 from collector.store import Replay
 from reporter._commands.status import status_text
 from reporter._config import ReporterConfig
-from reporter._delivery.hold import read_hold
 from reporter._demo.nppa_mock import NppaEndpoint
 from reporter._monitoring.accounting import read_totals
+from reporter._pacing.send_hold import read_hold
 from reporter._service.service import ReporterService
 from tests.delivery.test_nppa_reporting import APP_ID, GAMES, PI, accepted_count
 from tests.polling import wait_until

@@ -12,16 +12,16 @@ from collector.store import ShardKeys
 from reporter._config import ReporterConfig
 from reporter._delivery.attempt import Attempt
 from reporter._delivery.batches import Batches
-from reporter._delivery.body_limit import JSON_BODY, BodyLimit
 from reporter._delivery.claims import Claimer
 from reporter._delivery.deliverer import Deliverer, send
-from reporter._delivery.gate import SinkGate
 from reporter._delivery.held import Held
 from reporter._delivery.lease import Lease, Leased, Result
-from reporter._delivery.limiter import ClaimLimiter, Unlimited
-from reporter._delivery.permits import Permits
 from reporter._delivery.settling import Settler
-from reporter._delivery.slots import SharedSlots
+from reporter._pacing.body_limit import JSON_BODY, BodyLimit
+from reporter._pacing.gate import SinkGate
+from reporter._pacing.limiter import ClaimLimiter, Unlimited
+from reporter._pacing.permits import Permits
+from reporter._pacing.slots import SharedSlots
 from reporter._senders.sender import Sender
 
 

@@ -14,8 +14,8 @@ import redis
 from collector.store import Cluster as ClusterBackend
 from collector.store import Hold, KeySchema, NoteLate, Store
 from reporter._config import read_key_file
-from reporter._delivery.hold import SendHold, read_hold, split_hold
 from reporter._logging import REDACT
+from reporter._pacing.send_hold import SendHold, read_hold, split_hold
 from reporter._senders.secrets import NPPA_KEY, SecretFile
 from tests.reporter.helpers import make_config
 from tests.scriptcalls import store_of

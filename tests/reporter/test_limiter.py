@@ -14,8 +14,8 @@ import redis
 
 from collector.store import KeySchema, TakeTokens
 from reporter._delivery.batches import Batches
-from reporter._delivery.limiter import LocalTokenBucket, SharedTokenBucket, Unlimited
-from reporter._delivery.permits import make_limiter
+from reporter._pacing.limiter import LocalTokenBucket, SharedTokenBucket, Unlimited
+from reporter._pacing.permits import make_limiter
 from reporter._senders.outcome import Outcome
 from tests.delivery.wiring import delivery_for
 from tests.reporter.helpers import make_config, numbered, store

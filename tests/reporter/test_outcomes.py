@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from reporter._constants import MAX_RETRY_AFTER_SECONDS
-from reporter._delivery.gate import SinkGate
+from reporter._pacing.gate import SinkGate
 from reporter._senders.outcome import (
     DELIVERED,
     REJECTED,

@@ -20,10 +20,10 @@ import redis
 from collector import Collector, nppa
 from collector.store import KeySchema
 from reporter._config import ReporterConfig
-from reporter._delivery.hold import read_hold
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._demo.nppa_mock import NppaEndpoint
 from reporter._monitoring.accounting import read_totals
+from reporter._pacing.send_hold import read_hold
 from tests.polling import wait_until
 from tests.reporter.test_cli import REPO, child_env, reporter_cli
 from tests.scriptcalls import store_of

@@ -16,9 +16,9 @@ import redis
 
 from collector.store import KeySchema, ReserveSlot, Slot, Store
 from reporter._delivery.batches import Batches
-from reporter._delivery.limiter import Unlimited
-from reporter._delivery.permits import Permits, make_limiter
-from reporter._delivery.slots import SLOT_HORIZON_SECONDS, SharedSlots
+from reporter._pacing.limiter import Unlimited
+from reporter._pacing.permits import Permits, make_limiter
+from reporter._pacing.slots import SLOT_HORIZON_SECONDS, SharedSlots
 from reporter._senders.outcome import Outcome
 from tests.delivery.wiring import delivery_for
 from tests.reporter.helpers import make_config, numbered

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 
 from collector.store import ReserveSlot, Slot, Store
-from reporter._delivery.limiter import Permit
+from reporter._pacing.limiter import Permit
 
 # A slot further ahead than this is not reserved (a pause: the batch goes back); a queue of
 # every sweep thread of a few reporters is well within it.

@@ -1,7 +1,7 @@
 """Permits: the request limiter as the workers use it, and the limiter a config asks for.
 
-A token bucket (``reporter._delivery.limiter``) grants requests at claim time; slots
-(``reporter._delivery.slots``, the anti-addiction sink) are taken by each request right
+A token bucket (``reporter._pacing.limiter``) grants requests at claim time; slots
+(``reporter._pacing.slots``, the anti-addiction sink) are taken by each request right
 before it is sent, and a claim only looks.
 """
 
@@ -13,7 +13,7 @@ import time
 from collector.store import Store
 from reporter._config import ReporterConfig
 from reporter._constants import CONTENDED_SECONDS, LIMITER_WAIT_SECONDS, NPPA_RATE_HEADROOM
-from reporter._delivery.limiter import (
+from reporter._pacing.limiter import (
     ClaimLimiter,
     LocalTokenBucket,
     Permit,
@@ -21,7 +21,7 @@ from reporter._delivery.limiter import (
     Unlimited,
     bucket_name,
 )
-from reporter._delivery.slots import SharedSlots
+from reporter._pacing.slots import SharedSlots
 
 # A slot is used only this close to its time (else let go for the next); how many tries.
 SLOT_LATE_SECONDS = 0.02

@@ -10,8 +10,8 @@ limiters:
 - ``SharedTokenBucket``: one bucket in Redis (``take_tokens.lua``, Redis TIME) that every
   reporter process sharing the store draws from; works on a cluster (one key).
 
-The anti-addiction sink uses slots instead (``reporter._delivery.slots``: each request takes
-a slot of a GCRA in Redis right before it is sent); ``reporter._delivery.permits`` serves
+The anti-addiction sink uses slots instead (``reporter._pacing.slots``: each request takes
+a slot of a GCRA in Redis right before it is sent); ``reporter._pacing.permits`` serves
 both to the workers.
 
 A token bucket holds at most ``burst`` tokens and refills at ``rate`` per second.  Over any
