@@ -7,7 +7,7 @@
 - ``attempt``: one attempt at a batch (halving on 413, setting malformed events aside).
 - ``freshness``: which events are still fresh enough to send.
 - ``settling``: ``Settler``, one store call per outcome (acks of a lease in one round trip).
-- ``held``: the batches this process holds a lease on, and the delivered ones awaiting ack.
+- ``in_flight``: the batches this process holds a lease on, and the delivered ones awaiting ack.
 - ``batches``: the batch life-cycle calls of the store, with this config's settings.
 
 When a request may go and how large it may be is ``reporter._pacing``'s.  May import pacing,

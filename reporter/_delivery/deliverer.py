@@ -23,7 +23,7 @@ from collector.counters import Histogram
 from collector.metrics import Metrics
 from reporter._delivery.attempt import Answer, Attempt
 from reporter._delivery.freshness import Freshness, split_fresh
-from reporter._delivery.held import Held
+from reporter._delivery.in_flight import Held
 from reporter._delivery.lease import Lease, Leased, Result
 from reporter._delivery.settling import Settler
 from reporter._pacing.gate import SinkGate

@@ -21,7 +21,7 @@ from collector.metrics import Metrics
 from collector.store import Ack, BackendError, BackendUnreplicated, Settled, ShardKeys
 from reporter._delivery.batches import Batches
 from reporter._delivery.freshness import Fresh
-from reporter._delivery.held import Delivered, Held, ToAck
+from reporter._delivery.in_flight import Delivered, Held, ToAck
 from reporter._delivery.lease import Leased, Result
 from reporter._logging import batch_fields
 from reporter._senders.outcome import DELIVERED, MALFORMED, REJECTED, Outcome

@@ -33,7 +33,7 @@ from reporter._delivery.attempt import Attempt
 from reporter._delivery.batches import Batches
 from reporter._delivery.claims import Claimer
 from reporter._delivery.deliverer import Clock, Deliverer
-from reporter._delivery.held import Held
+from reporter._delivery.in_flight import Held
 from reporter._delivery.settling import Settler
 from reporter._monitoring.health import Health
 from reporter._monitoring.levels import WatchedLimiter

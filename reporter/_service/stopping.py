@@ -20,7 +20,7 @@ from collector.logs import counted
 from collector.store import Backend, ShardKeys, Store, open_backend
 from reporter._constants import STOP_REDIS_TIMEOUT_SECONDS
 from reporter._delivery.batches import Batches
-from reporter._delivery.held import ToAck
+from reporter._delivery.in_flight import ToAck
 from reporter._delivery.settling import Settler
 from reporter._service.ownership import ShardOwnership
 

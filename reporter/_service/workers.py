@@ -25,7 +25,7 @@ from reporter._constants import REAP_PER_CALL
 from reporter._delivery.batches import Batches
 from reporter._delivery.claims import Claimer
 from reporter._delivery.deliverer import Clock, Deliverer, send
-from reporter._delivery.held import Held
+from reporter._delivery.in_flight import Held
 from reporter._pacing.gate import SinkGate
 from reporter._pacing.permits import Permits
 from reporter._pacing.slots import CLAIM_NEAR_SECONDS

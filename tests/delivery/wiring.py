@@ -14,7 +14,7 @@ from reporter._delivery.attempt import Attempt
 from reporter._delivery.batches import Batches
 from reporter._delivery.claims import Claimer
 from reporter._delivery.deliverer import Deliverer, send
-from reporter._delivery.held import Held
+from reporter._delivery.in_flight import Held
 from reporter._delivery.lease import Lease, Leased, Result
 from reporter._delivery.settling import Settler
 from reporter._pacing.body_limit import JSON_BODY, BodyLimit
