@@ -8,7 +8,7 @@ the rest, and its outcome settled; then the delivered batches acknowledged toget
                        settler.settle              # settling.py: one store call, counts, log
       settler.finish                               # the delivered ones acked in one round trip
 
-Every batch of a lease is held from the start (``Held``), so the lease keeper renews the
+Every batch of a lease is held from the start (``InFlight``), so the lease keeper renews the
 leases of those still waiting behind a slow POST.  Once the process is stopping or the
 endpoint has started failing, the ones not yet sent are released without charging an
 attempt.
@@ -23,7 +23,7 @@ from collector.counters import Histogram
 from collector.metrics import Metrics
 from reporter._delivery.attempt import Answer, Attempt
 from reporter._delivery.freshness import Freshness, split_fresh
-from reporter._delivery.in_flight import Held
+from reporter._delivery.in_flight import InFlight
 from reporter._delivery.lease import Lease, Leased, Result
 from reporter._delivery.settling import Settler
 from reporter._pacing.gate import SinkGate
@@ -41,7 +41,7 @@ class Deliverer:
         settler: Settler,
         permits: Permits,
         gate: SinkGate,
-        held: Held,
+        in_flight: InFlight,
         freshness: Freshness,
         counts: Metrics,
         clock: Clock,
@@ -53,7 +53,7 @@ class Deliverer:
         self._settler = settler
         self._permits = permits
         self._gate = gate
-        self._held = held
+        self._in_flight = in_flight
         self._freshness = freshness
         self._counts = counts
         self._clock = clock
@@ -63,7 +63,7 @@ class Deliverer:
         """Send the lease's batches one after another; what became of each batch sent."""
         batch_ids = [batch.batch_id for batch in lease.batches]
         for batch_id in batch_ids:
-            self._held.add(lease.keys, batch_id, lease.token)
+            self._in_flight.add(lease.keys, batch_id, lease.token)
         results: list[Result] = []
         try:
             for i, batch in enumerate(lease.batches):

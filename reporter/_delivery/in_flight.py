@@ -22,7 +22,7 @@ ToAck = tuple[str, ShardKeys, str, Delivered]
 
 
 @dataclass
-class Held:
+class InFlight:
     """Batches this process holds a lease on, so they can be extended, released or, once
     delivered, acknowledged.  Whoever takes a batch out (its worker or ``stop()``) finishes
     it, so it is never both released and acknowledged."""

@@ -3,7 +3,7 @@
 An outcome comes in (from an attempt, or "every event was stale"); out go one store call
 (ack, settle item by item, nack into the retry set or the dead letters, release unsent), the
 counters, and at most one log line.  A delivered batch is not acked at once: it waits in
-``Held`` for the rest of its lease, and ``acknowledge`` acks them together in one round trip.
+``InFlight`` for the rest of its lease, and ``acknowledge`` acks them together in one round trip.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collector.metrics import Metrics
 from collector.store import Ack, BackendError, BackendUnreplicated, Settled, ShardKeys
 from reporter._delivery.batches import Batches
 from reporter._delivery.freshness import Fresh
-from reporter._delivery.in_flight import Delivered, Held, ToAck
+from reporter._delivery.in_flight import Delivered, InFlight, ToAck
 from reporter._delivery.lease import Leased, Result
 from reporter._logging import batch_fields
 from reporter._senders.outcome import DELIVERED, MALFORMED, REJECTED, Outcome
@@ -46,9 +46,9 @@ def log_kind(outcome: Outcome) -> str:
 
 
 class Settler:
-    def __init__(self, batches: Batches, held: Held, counts: Metrics) -> None:
+    def __init__(self, batches: Batches, in_flight: InFlight, counts: Metrics) -> None:
         self._batches = batches
-        self._held = held
+        self._in_flight = in_flight
         self._counts = counts
 
     def settle(
@@ -66,7 +66,7 @@ class Settler:
         if outcome.kind == DELIVERED:
             # Acked with the rest of its lease (one round trip); stop() acks it if it must.
             done = Delivered(batch.game, fresh.stale)
-            if not self._held.mark_delivered(batch.batch_id, done):  # stop() gave it back
+            if not self._in_flight.mark_delivered(batch.batch_id, done):  # stop() gave it back
                 self.acknowledge([(batch.batch_id, keys, token, done)])
             return Result.DELIVERED
         return self._nack(keys, token, batch, outcome)
@@ -89,10 +89,10 @@ class Settler:
     def finish(self, batch_ids: Sequence[str]) -> None:
         """The lease is over: ack its delivered batches together, let go of the rest."""
         try:
-            self.acknowledge(self._held.take_delivered(batch_ids))
+            self.acknowledge(self._in_flight.take_delivered(batch_ids))
         finally:
             for batch_id in batch_ids:
-                self._held.drop(batch_id)
+                self._in_flight.drop(batch_id)
 
     def acknowledge(self, delivered: Sequence[ToAck]) -> list[str]:
         """Ack delivered batches in one round trip (one per node on a cluster) and count

@@ -33,7 +33,7 @@ from reporter._delivery.attempt import Attempt
 from reporter._delivery.batches import Batches
 from reporter._delivery.claims import Claimer
 from reporter._delivery.deliverer import Clock, Deliverer
-from reporter._delivery.in_flight import Held
+from reporter._delivery.in_flight import InFlight
 from reporter._delivery.settling import Settler
 from reporter._monitoring.health import Health
 from reporter._monitoring.levels import WatchedLimiter
@@ -79,7 +79,7 @@ class ReporterService:
         self.sender = sender or make_sender(config, transport, self.secrets)
         self.stop_event = threading.Event()
         self.abort_event = threading.Event()  # a second signal: stop waiting for POSTs
-        self.held = Held()
+        self.in_flight = InFlight()
         r = config.reporter
         self.ownership = ShardOwnership(self.store, r.shard_lease_seconds)
         limiter = make_limiter(config, self.store)
@@ -153,13 +153,13 @@ class ReporterService:
             r.batch_size,
             r.max_batches_per_claim,
         )
-        self.settler = Settler(self.batches, self.held, self.metrics)
+        self.settler = Settler(self.batches, self.in_flight, self.metrics)
         self.deliverer = Deliverer(
             Attempt(self.sender, self.body_limit),
             self.settler,
             self.permits,
             self.gate,
-            self.held,
+            self.in_flight,
             self.batches.freshness,
             self.metrics,
             clock,
@@ -196,7 +196,7 @@ class ReporterService:
             for game, threads in r.hot_games.items()
             for _ in range(threads)
         ]
-        self.metrics.watch(Gauge.HELD_BATCHES, lambda: len(self.held))
+        self.metrics.watch(Gauge.HELD_BATCHES, lambda: len(self.in_flight))
         self.metrics.watch(Gauge.OWNED_SHARDS, lambda: len(self.ownership.owned()))
         hot_shards = [self.schema.shard_of(game) for game in r.hot_games]
         self.metrics.watch(
@@ -204,7 +204,7 @@ class ReporterService:
         )
         self.metrics.watch(Gauge.SINK_GATE_OPEN, lambda: int(self.gate.is_open()))
         self.reaper = Reaper(self.schema, self.batches, self.ownership, self.stop_event)
-        self.lease_keeper = LeaseKeeper(self.held, self.batches)
+        self.lease_keeper = LeaseKeeper(self.in_flight, self.batches)
         self.prober = (
             HoldProbe(
                 self.hold,
@@ -300,10 +300,10 @@ class ReporterService:
         began = time.monotonic()
         deadline = began + grace + self.config.redis.socket_timeout_seconds + STOP_MARGIN_SECONDS
         self.stop_event.set()
-        while len(self.held) and time.monotonic() < began + grace:
+        while len(self.in_flight) and time.monotonic() < began + grace:
             if self.abort_event.wait(0.02):
                 break
-        to_release, to_ack = self.held.take_all()
+        to_release, to_ack = self.in_flight.take_all()
         calls = StopCalls(self.store, self.config.redis)
         calls.acknowledge(self.settler, to_ack)  # delivered while a later POST was slow
         calls.release(self.batches, to_release)  # first, so a POST cut off cannot retry it
@@ -315,5 +315,5 @@ class ReporterService:
         self.metrics.count(Counter.BATCHES_RELEASED, calls.released)
         if self.endpoint is not None:
             self.endpoint.stop()
-        left = [*calls.left, *self.held.being_acked()]  # the last: their jobs are blocked
+        left = [*calls.left, *self.in_flight.being_acked()]  # the last: their jobs are blocked
         return Stopped(self.tally.counted(), tuple(left), tuple(blocked))

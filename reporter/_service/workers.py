@@ -25,7 +25,7 @@ from reporter._constants import REAP_PER_CALL
 from reporter._delivery.batches import Batches
 from reporter._delivery.claims import Claimer
 from reporter._delivery.deliverer import Clock, Deliverer, send
-from reporter._delivery.in_flight import Held
+from reporter._delivery.in_flight import InFlight
 from reporter._pacing.gate import SinkGate
 from reporter._pacing.permits import Permits
 from reporter._pacing.slots import CLAIM_NEAR_SECONDS
@@ -289,12 +289,12 @@ class Reaper:
 class LeaseKeeper:
     """Extends the leases of batches this process is still sending (slow endpoints)."""
 
-    def __init__(self, held: Held, store: Batches) -> None:
-        self._held = held
+    def __init__(self, in_flight: InFlight, store: Batches) -> None:
+        self._in_flight = in_flight
         self._store = store
 
     def loop(self) -> bool:
-        for batch_id, keys, token in self._held.snapshot():
+        for batch_id, keys, token in self._in_flight.snapshot():
             self._store.extend(keys, batch_id, token)
         return False
 

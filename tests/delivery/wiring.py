@@ -14,7 +14,7 @@ from reporter._delivery.attempt import Attempt
 from reporter._delivery.batches import Batches
 from reporter._delivery.claims import Claimer
 from reporter._delivery.deliverer import Deliverer, send
-from reporter._delivery.in_flight import Held
+from reporter._delivery.in_flight import InFlight
 from reporter._delivery.lease import Lease, Leased, Result
 from reporter._delivery.settling import Settler
 from reporter._pacing.body_limit import JSON_BODY, BodyLimit
@@ -57,17 +57,17 @@ def delivery_for(
     limiter: ClaimLimiter | None = None,
     sending_held: Callable[[], bool] = lambda: False,
 ) -> Delivery:
-    counts, held, gate = Tally(), Held(), SinkGate(0.01, 0.01, held=sending_held)
+    counts, in_flight, gate = Tally(), InFlight(), SinkGate(0.01, 0.01, held=sending_held)
     permits = Permits(limiter or Unlimited(), limiter if isinstance(limiter, SharedSlots) else None)
     body_limit = BodyLimit(0, JSON_BODY)
     r = config.reporter
     claimer = Claimer(batches, permits, body_limit, counts, r.batch_size, r.max_batches_per_claim)
     deliverer = Deliverer(
         Attempt(sender, body_limit),
-        Settler(batches, held, counts),
+        Settler(batches, in_flight, counts),
         permits,
         gate,
-        held,
+        in_flight,
         batches.freshness,
         counts,
         clock,

@@ -247,7 +247,7 @@ def test_stop_releases_what_the_grace_did_not_cover(
         assert client.get(keys.owner) is None  # the shard was handed back
     finally:
         gate.set()
-        wait_until(lambda: len(service.held) == 0, what="the late POST to finish")
+        wait_until(lambda: len(service.in_flight) == 0, what="the late POST to finish")
         endpoint.stop()
     # the late POST could not ack a batch it no longer held: it stays pending, to be sent
     # again (at least once)
@@ -347,7 +347,7 @@ def test_stop_acks_batches_delivered_before_a_post_it_gave_up_on(
         assert totals.unaccounted == 0
     finally:
         gate.set()
-        wait_until(lambda: len(service.held) == 0, what="the late POST to finish")
+        wait_until(lambda: len(service.in_flight) == 0, what="the late POST to finish")
         endpoint.stop()
     # the late POST's batch was released, so it cannot be acked: it stays to be sent again
     totals = read_totals(service.store)
