@@ -49,19 +49,19 @@ class Claimer:
         """The game's next batches, as many as requests may go out now.  ``wait``: wait for
         a token that is near (a full batch), else take only one that is there (a lingering
         game).  The lease's ``more`` says a full batch still waits."""
-        permit = self._permits.take(self._max_batches, stop, wait, game)
-        if not permit.granted:
+        grant = self._permits.take(self._max_batches, stop, wait, game)
+        if not grant.granted:
             return None
         token = new_id()
         budget = self._body_limit.claim_budget() if self._body_limit.limit else (0, 0)
         try:
-            claimed = self._batches.claim(keys, game, token, permit.granted, *budget)
+            claimed = self._batches.claim(keys, game, token, grant.granted, *budget)
         except BackendUnreplicated as exc:
             taken = exc.result if isinstance(exc.result, Claimed) else Claimed(0, 0, [], 0)
             self._hand_back(keys, token, [b.batch_id for b in taken.batches], exc)
-            self._permits.refund(permit.granted)
+            self._permits.refund(grant.granted)
             return None
-        self._permits.refund(permit.granted - len(claimed.batches))
+        self._permits.refund(grant.granted - len(claimed.batches))
         if claimed.stale:
             self._counts.count(C.STALE, claimed.stale)
         if claimed.malformed:
@@ -76,18 +76,18 @@ class Claimer:
     def take_retries(self, keys: ShardKeys, stop: threading.Event, game: str = "") -> Lease | None:
         """The shard's due retries (of one game, or of any); the lease's ``more`` says more
         may be due."""
-        permit = self._permits.take(RETRIES_PER_LOOP, stop, game=game)
-        if not permit.granted:
+        grant = self._permits.take(RETRIES_PER_LOOP, stop, game=game)
+        if not grant.granted:
             return None
         token = new_id()
         try:
-            due = self._batches.take_retries(keys, token, permit.granted, game)
+            due = self._batches.take_retries(keys, token, grant.granted, game)
         except BackendUnreplicated as exc:
             taken: list[RetryBatch] = exc.result if isinstance(exc.result, list) else []
             self._hand_back(keys, token, [b.batch_id for b in taken], exc)
-            self._permits.refund(permit.granted)
+            self._permits.refund(grant.granted)
             return None
-        self._permits.refund(permit.granted - len(due))
+        self._permits.refund(grant.granted - len(due))
         return Lease(
             keys,
             token,

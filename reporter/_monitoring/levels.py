@@ -23,7 +23,7 @@ from collector.store import (
     ShardLevels,
     Store,
 )
-from reporter._pacing.limiter import ClaimLimiter, Permit
+from reporter._pacing.limiter import ClaimLimiter, Grant
 
 Clock = Callable[[], float]
 
@@ -106,11 +106,11 @@ class WatchedLimiter:
         self.limited = inner.limited
         self.last_wait = 0.0  # seconds; 0 until a claim is refused
 
-    def acquire(self, requests: int, spare: bool = False, game: str = "") -> Permit:
-        permit = self.inner.acquire(requests, spare, game)
-        if not permit.granted:
-            self.last_wait = permit.wait
-        return permit
+    def acquire(self, requests: int, spare: bool = False, game: str = "") -> Grant:
+        grant = self.inner.acquire(requests, spare, game)
+        if not grant.granted:
+            self.last_wait = grant.wait
+        return grant
 
     def refund(self, requests: int) -> None:
         self.inner.refund(requests)

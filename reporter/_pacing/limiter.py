@@ -39,9 +39,10 @@ SCARCE_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
-class Permit:
-    """Requests granted now (0 to the number asked), seconds until one more may be, and
-    whether requests are scarce (a full batch found none in the last second)."""
+class Grant:
+    """A limiter's answer (``Permits.take`` passes it on): requests granted now (0 to the
+    number asked), seconds until one more may be, and whether requests are scarce (a full
+    batch found none in the last second)."""
 
     granted: int
     wait: float = 0.0
@@ -52,7 +53,7 @@ class ClaimLimiter(Protocol):
     # True when requests may be refused: workers then spend them on the fullest batches.
     limited: bool
 
-    def acquire(self, requests: int, spare: bool = False, game: str = "") -> Permit:
+    def acquire(self, requests: int, spare: bool = False, game: str = "") -> Grant:
         """Take up to ``requests`` permissions now (for ``game``'s batches); never waits.  A
         ``spare`` caller (a batch that is not full) gets none while requests are scarce."""
 
@@ -68,8 +69,8 @@ class ClaimLimiter(Protocol):
 class Unlimited:
     limited = False
 
-    def acquire(self, requests: int, spare: bool = False, game: str = "") -> Permit:
-        return Permit(requests)
+    def acquire(self, requests: int, spare: bool = False, game: str = "") -> Grant:
+        return Grant(requests)
 
     def refund(self, requests: int) -> None:
         pass
@@ -98,20 +99,20 @@ class LocalTokenBucket:
         self._paused_until = 0.0
         self._refused_at = -math.inf
 
-    def acquire(self, requests: int, spare: bool = False, game: str = "") -> Permit:
+    def acquire(self, requests: int, spare: bool = False, game: str = "") -> Grant:
         with self._lock:
             now = self._refill()
             if now < self._paused_until:
-                return Permit(0, self._paused_until - now)
+                return Grant(0, self._paused_until - now)
             scarce = now - self._refused_at < SCARCE_SECONDS
             if spare and scarce:
-                return Permit(0, max(0.0, 1 - self._tokens) / self.rate, True)
+                return Grant(0, max(0.0, 1 - self._tokens) / self.rate, True)
             granted = min(requests, math.floor(self._tokens))
             self._tokens -= granted
             wait = (1 - self._tokens) / self.rate if granted < requests else 0.0
             if not granted and not spare:
                 self._refused_at, scarce = now, True
-            return Permit(granted, wait, scarce)
+            return Grant(granted, wait, scarce)
 
     def refund(self, requests: int) -> None:
         with self._lock:
@@ -157,10 +158,10 @@ class SharedTokenBucket:
         self._not_before = 0.0
         self._scarce = False  # what the bucket said last
 
-    def acquire(self, requests: int, spare: bool = False, game: str = "") -> Permit:
+    def acquire(self, requests: int, spare: bool = False, game: str = "") -> Grant:
         now = self._clock()
         if now < self._not_before:
-            return Permit(0, self._not_before - now, self._scarce)
+            return Grant(0, self._not_before - now, self._scarce)
         tokens = self._store.call(
             TakeTokens(self._key, self.rate, self.burst, requests, spare=spare)
         )
@@ -168,7 +169,7 @@ class SharedTokenBucket:
         self._scarce = tokens.scarce
         if not tokens.granted:
             self._not_before = now + wait
-        return Permit(tokens.granted, wait, tokens.scarce)
+        return Grant(tokens.granted, wait, tokens.scarce)
 
     def refund(self, requests: int) -> None:
         if requests > 0:

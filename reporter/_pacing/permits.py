@@ -16,7 +16,7 @@ from reporter._constants import CONTENDED_SECONDS, LIMITER_WAIT_SECONDS, NPPA_RA
 from reporter._pacing.limiter import (
     ClaimLimiter,
     LocalTokenBucket,
-    Permit,
+    Grant,
     SharedTokenBucket,
     Unlimited,
     bucket_name,
@@ -62,19 +62,19 @@ class Permits:
 
     def take(
         self, requests: int, stop: threading.Event, wait: bool = True, game: str = ""
-    ) -> Permit:
+    ) -> Grant:
         """Permission for up to ``requests`` requests.  With ``wait`` (a full batch), a token
         that is near is waited for (a sweep's poll interval would leave the limit unused that
         long); without, only a token that is there is taken.  With slots: whether to claim
         (the slot is taken when the request goes)."""
-        permit = self.limiter.acquire(requests, spare=not wait, game=game)
-        if permit.scarce:
+        grant = self.limiter.acquire(requests, spare=not wait, game=game)
+        if grant.scarce:
             self._scarce_at = time.monotonic()
-        if permit.granted or not wait or self._slots is not None:
-            return permit
-        if permit.wait <= LIMITER_WAIT_SECONDS and not stop.wait(permit.wait):
-            permit = self.limiter.acquire(requests, game=game)
-        return permit
+        if grant.granted or not wait or self._slots is not None:
+            return grant
+        if grant.wait <= LIMITER_WAIT_SECONDS and not stop.wait(grant.wait):
+            grant = self.limiter.acquire(requests, game=game)
+        return grant
 
     def at_send(self, game: str, stop: threading.Event) -> bool:
         """Right before a batch's first request: with slots, its slot, slept for (False: none

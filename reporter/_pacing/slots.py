@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 
 from collector.store import ReserveSlot, Slot, Store
-from reporter._pacing.limiter import Permit
+from reporter._pacing.limiter import Grant
 
 # A slot further ahead than this is not reserved (a pause: the batch goes back); a queue of
 # every sweep thread of a few reporters is well within it.
@@ -50,14 +50,14 @@ class SharedSlots:
         self._interval_us = math.ceil(1_000_000 / rate)  # rounded up: never faster
         self._biz_id = biz_id  # None: one scope for every game
 
-    def acquire(self, requests: int, spare: bool = False, game: str = "") -> Permit:
+    def acquire(self, requests: int, spare: bool = False, game: str = "") -> Grant:
         """Whether to claim now (nothing is reserved): a full batch when the next free slot
         is near, a spare one only when nobody waits ahead of it."""
         slot = self._call(game, horizon_us=-1)
         wait = slot.wait_us / 1_000_000
         scarce = slot.ahead > 0
         near = not scarce if spare else wait <= CLAIM_NEAR_SECONDS
-        return Permit(requests if near else 0, wait, scarce)
+        return Grant(requests if near else 0, wait, scarce)
 
     def reserve(self, game: str = "") -> Slot:
         """Reserve the scope's next free slot, if it is within the horizon."""

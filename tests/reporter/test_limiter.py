@@ -77,14 +77,14 @@ def test_burst_one_spaces_requests_so_no_second_exceeds_the_rate() -> None:
 def test_local_bucket_refund_pause_and_wait() -> None:
     clock = FakeClock()
     bucket = LocalTokenBucket(4.0, 2, clock)
-    permit = bucket.acquire(5)
-    assert (permit.granted, permit.wait) == (2, pytest.approx(0.25))
+    grant = bucket.acquire(5)
+    assert (grant.granted, grant.wait) == (2, pytest.approx(0.25))
     bucket.refund(1)
     assert bucket.acquire(5).granted == 1
     bucket.pause(3.0)
     clock.now += 2.0
-    permit = bucket.acquire(1)
-    assert (permit.granted, permit.wait) == (0, pytest.approx(1.0))
+    grant = bucket.acquire(1)
+    assert (grant.granted, grant.wait) == (0, pytest.approx(1.0))
     clock.now += 1.0
     assert bucket.acquire(1).granted == 0  # the pause emptied it: one token takes 0.25 s
     clock.now += 0.25
@@ -132,8 +132,8 @@ def test_shared_bucket_refund_and_pause_on_redis_time(r: redis.Redis) -> None:
     assert bucket.acquire(1).granted == 1
     bucket.pause(30.0)
     clock.now += 31.0  # the local clock moved on, the shared pause has not ended
-    permit = bucket.acquire(1)
-    assert permit.granted == 0 and permit.wait > 25
+    grant = bucket.acquire(1)
+    assert grant.granted == 0 and grant.wait > 25
     assert r.pttl(store.schema.limiter("sink")) > 25_000
 
 
