@@ -15,8 +15,8 @@ from reporter._config import ReporterConfig
 from reporter._constants import CONTENDED_SECONDS, LIMITER_WAIT_SECONDS, NPPA_RATE_HEADROOM
 from reporter._pacing.limiter import (
     ClaimLimiter,
-    LocalTokenBucket,
     Grant,
+    LocalTokenBucket,
     SharedTokenBucket,
     Unlimited,
     bucket_name,
