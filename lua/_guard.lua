@@ -23,17 +23,10 @@
 -- token.  It expires after the receipt lifetime the store passes (how long a client may
 -- still send a call again after it ran).  The same call sent again, because its reply was
 -- lost, finds the receipt and answers the same, changing nothing.
+-- include: _time
 local QUARANTINE_KEEP = 1000
 local SAMPLE_BYTES = 256
-local guard = {script = '?', q = '', stats = '', q_checked = false, now = nil, count = 0}
-
-local function guard_now()
-  if not guard.now then
-    local t = redis.call('TIME')
-    guard.now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return guard.now
-end
+local guard = {script = '?', q = '', stats = '', q_checked = false, count = 0}
 
 -- Text for a record: at most SAMPLE_BYTES, every byte outside printable ASCII as \xNN (so a
 -- record is plain JSON, and nothing from it can drive a terminal).
@@ -79,7 +72,7 @@ end
 quarantine = function(record, events)
   check_quarantine()
   record.s = guard.script
-  record.at = guard_now()
+  record.at = clock_ms()
   redis.call('LPUSH', guard.q, cjson.encode(record))
   redis.call('LTRIM', guard.q, 0, QUARANTINE_KEEP - 1)
   redis.call('HINCRBY', guard.stats, 'quarantined_records', 1)

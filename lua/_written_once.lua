@@ -19,11 +19,7 @@
 -- as long as the horizon after the shard's latest write (to the second). A call costs three
 -- commands here (TIME, HMGET, HSET), the letting go one in sixteen, the rest once a second.
 
--- Milliseconds since the epoch, by the server's clock.
-local function once_now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+-- include: _time
 
 -- The writer's write state, and the first answer if this write is a repeat (nil if it is to
 -- be applied), or nil and an error text for bad arguments. Nothing is written here.

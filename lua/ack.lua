@@ -12,10 +12,10 @@
 -- KEYS[4]  stats      hash   the shard's counters
 -- KEYS[5]  quarantine list   records set aside, newest first
 -- KEYS[6]  receipt    string this call's answer, kept for a resend (done:<batch id>)
--- ARGV[1]  batch id
--- ARGV[2]  lease token
--- ARGV[3]  events dropped as stale before sending (count)
--- ARGV[4]  receipt lifetime in ms
+-- ARGV[1]  batch_id: batch id
+-- ARGV[2]  token: lease token
+-- ARGV[3]  stale: events dropped as stale before sending (count)
+-- ARGV[4]  receipt_ms: receipt lifetime in ms
 -- returns  events counted as delivered, or -1 if the lease is not held
 -- include: _guard
 guard_open('ack', KEYS[5], KEYS[4], {'delivered', 'stale', 'batches_delivered'})

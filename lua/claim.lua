@@ -31,18 +31,18 @@
 -- KEYS[8]  dead       list   dead-lettered batch ids, newest first
 -- KEYS[9]  quarantine list   records set aside, newest first
 -- KEYS[10] receipt    string this call's answer, kept for a resend (done:<batch id>)
--- ARGV[1]  game name
--- ARGV[2]  batch id; the batches are "<id>.0", "<id>.1", ...
--- ARGV[3]  lease token
--- ARGV[4]  events per batch (1-128)
--- ARGV[5]  batches to take at most
--- ARGV[6]  lease length in ms
--- ARGV[7]  max age in ms: older entries are dropped as stale here (0 = keep all)
--- ARGV[8]  linger in ms: take less than a full batch only when the oldest entry is this old
--- ARGV[9]  bytes per batch at most, counting each event's JSON plus ARGV[10] (0 = no limit)
--- ARGV[10] bytes the request adds per event (separator, numbering)
--- ARGV[11] most dead-lettered batches kept in this shard
--- ARGV[12] receipt lifetime in ms
+-- ARGV[1]  game: game name
+-- ARGV[2]  batch_id: batch id; the batches are "<id>.0", "<id>.1", ...
+-- ARGV[3]  token: lease token
+-- ARGV[4]  batch_size: events per batch (1-128)
+-- ARGV[5]  max_batches: batches to take at most
+-- ARGV[6]  lease_ms: lease length in ms
+-- ARGV[7]  max_age_ms: older entries are dropped as stale here (0 = keep all)
+-- ARGV[8]  linger_ms: take less than a full batch only when the oldest entry is this old
+-- ARGV[9]  max_bytes: bytes per batch at most, each event's JSON plus ARGV[10] (0 = no limit)
+-- ARGV[10] event_overhead: bytes the request adds per event (separator, numbering)
+-- ARGV[11] dead_max: most dead-lettered batches kept in this shard
+-- ARGV[12] receipt_ms: receipt lifetime in ms
 -- returns  {stale dropped, events left in the buffer, malformed entries dead-lettered,
 --           batch id 1, entries 1, batch id 2, ...}
 -- include: _guard
@@ -88,8 +88,7 @@ local function unregister()
   redis.call('ZREM', KEYS[3], game)
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clock_ms()
 local len = read('list', 0, 'LLEN', KEYS[1])
 if len == 0 then
   unregister()

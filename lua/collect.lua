@@ -10,31 +10,33 @@
 -- KEYS[4]  stats      hash   the shard's counters
 -- KEYS[5]  marker     string the shard's identity (set here if absent)
 -- KEYS[6]  quarantine list   records set aside, newest first (lua/_guard.lua)
--- ARGV[1]  game name
+-- ARGV[1]  game: game name
 -- ARGV[2]  cap: most events the buffer keeps (the oldest go first)
--- ARGV[3]  buffer TTL in seconds, refreshed on every push
--- ARGV[4]  events the client already evicted for this game before sending (count)
--- ARGV[5]  events the client dropped because its buffer was full (count, reported here)
--- ARGV[6]  events the client dropped as too large (count, reported here)
--- ARGV[7]  entries joined by "\n"; an entry is the 13-digit collect time in ms followed by
+-- ARGV[3]  ttl_seconds: buffer TTL in seconds, refreshed on every push
+-- ARGV[4]  pre_evicted: events the client already evicted for this game before sending (count)
+-- ARGV[5]  dropped_buffer_full: events the client dropped, its buffer full (count, reported here)
+-- ARGV[6]  dropped_too_large: events the client dropped as too large (count, reported here)
+-- ARGV[7]  entries: entries joined by "\n"; an entry is the 13-digit collect time in ms followed by
 --          the event's JSON (which never holds a raw newline). One argument instead of one per
 --          event halves the client's cost of sending them.
--- ARGV[8]  an identity for the shard, written if it has none ('' = one made from the time)
+-- ARGV[8]  identity: the shard's identity, written if it has none ('' = one made from the time)
 -- Written once, and duplicates merged (lua/_written_once.lua):
 -- KEYS[7]  writes       hash   the shard's remembered writes (see _written_once.lua)
 -- KEYS[8]  writers      zset   writer id -> ms of its latest write here
 -- KEYS[9]  seen:<game>  zset   dedup key -> ms its first event was stored
--- ARGV[9]  writer id, 1-64 of [A-Za-z0-9_.-] ('' = not remembered: applied every time)
--- ARGV[10] the write's sequence number, counted from 1 per writer and shard
--- ARGV[11] the writer's lowest sequence number for this shard still without an answer
+-- ARGV[9]  writer: writer id, 1-64 of [A-Za-z0-9_.-] ('' = not remembered: applied every time)
+-- ARGV[10] seq: the write's sequence number, counted from 1 per writer and shard
+-- ARGV[11] low: the writer's lowest sequence number for this shard still without an answer
 --          (<= ARGV[10]); the memory of the writes below it is let go
--- ARGV[12] ms a writer's writes are remembered after its latest write here (the horizon)
--- ARGV[13] writers remembered per shard at most (the least recent forgotten first)
--- ARGV[14] writes without an answer per writer and shard at most: ARGV[10] - ARGV[11] must
---          be less
--- ARGV[15] dedup window in ms: an entry "\30<key>\30<entry>" is merged (not stored) if an
+-- ARGV[12] writes_remembered_ms: ms a writer's writes are remembered after its latest write
+--          here (the horizon)
+-- ARGV[13] writers_per_shard: writers remembered per shard at most (the least recent forgotten
+--          first)
+-- ARGV[14] writes_per_writer: writes without an answer per writer and shard at most (ARGV[10] -
+--          ARGV[11] must be less)
+-- ARGV[15] dedup_window_ms: an entry "\30<key>\30<entry>" is merged (not stored) if an
 --          entry of the game with the same key was stored within it (0 = keys ignored)
--- ARGV[16] dedup keys remembered per game at most (the oldest forgotten first)
+-- ARGV[16] dedup_keys_per_game: dedup keys remembered per game at most (the oldest forgotten first)
 -- returns  {number of events the cap evicted, including ARGV[4]; the shard's identity;
 --           entries merged; 1 if the write was a repeat (nothing stored: the numbers are
 --           the first answer's), else 0}
@@ -63,12 +65,12 @@ local len = nil
 
 -- == written once: a repeat is answered, not applied ======================================
 local now_ms = 0 -- Redis time, read only when needed
-if ARGV[9] ~= '' or keyed then now_ms = once_now_ms() end
+if ARGV[9] ~= '' or keyed then now_ms = clock_ms() end
 local once, first, bad = once_begin(KEYS[7], ARGV[9], ARGV[10], ARGV[11], ARGV[14])
 if bad then return redis.error_reply('collect: ' .. bad) end
 local function identity_of(offered)
   if offered == '' then
-    local t = redis.call('TIME')
+    local t = clock_raw()
     offered = 't' .. t[1] .. t[2]
   end
   return redis.call('SET', KEYS[5], offered, 'NX', 'GET') or offered

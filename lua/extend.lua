@@ -11,9 +11,9 @@
 -- KEYS[3]  payloads   hash   batch id -> entries (only to set a batch aside)
 -- KEYS[4]  stats      hash   the shard's counters (only of what is set aside)
 -- KEYS[5]  quarantine list   records set aside, newest first
--- ARGV[1]  batch id
--- ARGV[2]  lease token
--- ARGV[3]  new lease length in ms, from now
+-- ARGV[1]  batch_id: batch id
+-- ARGV[2]  token: lease token
+-- ARGV[3]  lease_ms: new lease length in ms, from now
 -- returns  1 if renewed, 0 if the lease is no longer held
 -- include: _guard
 guard_open('extend', KEYS[5], KEYS[4], {})
@@ -28,7 +28,6 @@ if not meta then
   return 0
 end
 if meta.t ~= ARGV[2] then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clock_ms()
 redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[3]), id)
 return 1

@@ -12,9 +12,9 @@
 -- KEYS[1]  reporters  zset   reporter process id -> heartbeat deadline (ms, its own clock)
 -- KEYS[2]  stats      hash   the counters of the registry's shard (only of what is set aside)
 -- KEYS[3]  quarantine list   the registry's shard's records set aside, newest first
--- ARGV[1]  this process's id
--- ARGV[2]  now in ms (the reporter's clock, as every deadline in the registry)
--- ARGV[3]  heartbeat deadline in ms (now + lease)
+-- ARGV[1]  owner: this process's id
+-- ARGV[2]  now_ms: now in ms (the reporter's clock, as every deadline in the registry)
+-- ARGV[3]  deadline_ms: heartbeat deadline in ms (now + lease)
 -- returns  the number of live reporter processes, this one included
 -- include: _guard
 guard_open('heartbeat', KEYS[3], KEYS[2], {})

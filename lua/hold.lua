@@ -18,13 +18,13 @@
 -- ARGV[1]  what: 'hold' (start it, or note the latest cause), 'probe' (take the turn to
 --          probe if it has come), 'turn' (take it now: this caller's key just changed),
 --          'kick' (the next probe is due now, whoever takes it), 'lift' (end it), 'read'
--- ARGV[2]  probe interval in ms ('hold', 'probe', 'turn')
--- ARGV[3]  cause, e.g. "nppa 1011" ('hold')
--- ARGV[4]  what the operator should check ('hold')
--- ARGV[5]  the game whose request met it ('hold'): the probe goes with its bizId
--- ARGV[6]  ms a hold nobody touches is kept, then forgotten
--- ARGV[7]  the time in ms, or '' for Redis TIME (tests give their own)
--- ARGV[8]  receipt lifetime in ms
+-- ARGV[2]  interval_ms: probe interval in ms ('hold', 'probe', 'turn')
+-- ARGV[3]  cause: cause, e.g. "nppa 1011" ('hold')
+-- ARGV[4]  check: what the operator should check ('hold')
+-- ARGV[5]  game: the game whose request met it ('hold'): the probe goes with its bizId
+-- ARGV[6]  keep_ms: ms a hold nobody touches is kept, then forgotten
+-- ARGV[7]  now_ms: the time in ms, or '' for Redis TIME (tests give their own)
+-- ARGV[8]  receipt_ms: receipt lifetime in ms
 -- returns  {state, now (ms), since (ms), probe_at (ms), probes, cause, check, game}; state
 --          0: not held; 1: held; 2: held, and this call started it ('hold') or has the turn
 --          to probe ('probe', 'turn'); for 'lift', 2 if it ended a hold, else 0
@@ -38,8 +38,7 @@ end
 expect(KEYS[1], 'hash')
 local now
 if ARGV[7] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  now = clock_ms()
 else
   now = tonumber(ARGV[7])
 end

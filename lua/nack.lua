@@ -17,20 +17,21 @@
 -- KEYS[6]  stats      hash   the shard's counters
 -- KEYS[7]  quarantine list   records set aside, newest first
 -- KEYS[8]  receipt    string this call's answer, kept for a resend (done:<batch id>)
--- ARGV[1]  batch id
--- ARGV[2]  lease token
--- ARGV[3]  1 = rejected for good (dead-letter now), 0 = may succeed later
--- ARGV[4]  least delay in ms (the endpoint's Retry-After), 0 if none
--- ARGV[5]  first backoff delay in ms
--- ARGV[6]  longest backoff delay in ms
--- ARGV[7]  attempts before dead-lettering
--- ARGV[8]  a random number in [0, 1) for the jitter (scripts cannot draw their own)
--- ARGV[9]  most dead-lettered batches kept in this shard
--- ARGV[10] reason, kept with a dead letter
--- ARGV[11] receipt lifetime in ms
+-- ARGV[1]  batch_id: batch id
+-- ARGV[2]  token: lease token
+-- ARGV[3]  permanent: 1 = rejected for good (dead-letter now), 0 = may succeed later
+-- ARGV[4]  min_delay_ms: least delay in ms (the endpoint's Retry-After), 0 if none
+-- ARGV[5]  initial_ms: first backoff delay in ms
+-- ARGV[6]  max_ms: longest backoff delay in ms
+-- ARGV[7]  max_attempts: attempts before dead-lettering
+-- ARGV[8]  jitter: a random number in [0, 1) for the jitter (scripts cannot draw their own)
+-- ARGV[9]  dead_max: most dead-lettered batches kept in this shard
+-- ARGV[10] reason: reason, kept with a dead letter
+-- ARGV[11] receipt_ms: receipt lifetime in ms
 -- returns  {state, delay ms}: state 'retry' or 'dead', or {'lost', 0} if the lease is not held
 -- include: _guard
 -- include: _dead
+-- include: _backoff
 guard_open('nack', KEYS[7], KEYS[6],
            {'dead_events', 'dead_batches', 'batches_retried', 'dead_dropped'})
 local id, token = ARGV[1], ARGV[2]
@@ -48,8 +49,7 @@ expect(KEYS[3], 'hash')
 expect(KEYS[4], 'zset')
 expect(KEYS[5], 'list')
 redis.call('ZREM', KEYS[1], id)
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clock_ms()
 meta.a = meta.a + 1
 meta.t = ''
 meta.r = ARGV[10]
@@ -63,8 +63,8 @@ if ARGV[3] == '1' or meta.a >= tonumber(ARGV[7]) then
   trim_dead(KEYS[5], KEYS[2], KEYS[3], KEYS[6], tonumber(ARGV[9]), 100)
   reply = {'dead', 0}
 else
-  local ceiling = math.min(tonumber(ARGV[6]), tonumber(ARGV[5]) * 2 ^ (meta.a - 1))
-  local delay = math.max(tonumber(ARGV[4]), math.floor(tonumber(ARGV[8]) * ceiling))
+  local delay = backoff_ms(meta.a, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[8]),
+                          tonumber(ARGV[4]))
   redis.call('HSET', KEYS[2], id, cjson.encode(meta))
   redis.call('ZADD', KEYS[4], now + delay, id)
   redis.call('HINCRBY', KEYS[6], 'batches_retried', 1)

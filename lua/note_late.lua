@@ -11,10 +11,10 @@
 -- KEYS[2]  late       list   audit records (JSON), newest first
 -- KEYS[3]  quarantine list   records set aside, newest first
 -- KEYS[4]  receipt    string this call's answer, kept for a resend (done:<call id>)
--- ARGV[1]  items moved (count)
--- ARGV[2]  the record (JSON)
--- ARGV[3]  records kept at most
--- ARGV[4]  receipt lifetime in ms
+-- ARGV[1]  moved: items moved (count)
+-- ARGV[2]  record: the record (JSON)
+-- ARGV[3]  keep: records kept at most
+-- ARGV[4]  receipt_ms: receipt lifetime in ms
 -- returns  the records kept now
 -- include: _guard
 guard_open('note_late', KEYS[3], KEYS[1], {'late_sent'})

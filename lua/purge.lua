@@ -12,8 +12,8 @@
 -- KEYS[4]  stats      hash   the shard's counters
 -- KEYS[5]  quarantine list   records set aside, newest first
 -- KEYS[6]  receipt    string this call's answer, kept for a resend (done:<call id>)
--- ARGV[1]  batches to delete at most
--- ARGV[2]  receipt lifetime in ms
+-- ARGV[1]  limit: batches to delete at most
+-- ARGV[2]  receipt_ms: receipt lifetime in ms
 -- returns  {batches deleted, events deleted}
 -- include: _guard
 guard_open('purge', KEYS[5], KEYS[4], {'purged'})

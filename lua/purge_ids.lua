@@ -13,8 +13,8 @@
 -- KEYS[4]  stats      hash   the shard's counters
 -- KEYS[5]  quarantine list   records set aside, newest first
 -- KEYS[6]  receipt    string this call's answer, kept for a resend (done:<call id>)
--- ARGV[1..N]  the batch ids to delete (at most a few hundred per call: each is an LREM)
--- ARGV[N+1]   (the last) receipt lifetime in ms
+-- ARGV[1..N]  batch_ids: the batch ids to delete (at most a few hundred per call: each is an LREM)
+-- ARGV[N+1]   receipt_ms: (the last) receipt lifetime in ms
 -- returns  {batches deleted, events deleted}
 -- include: _guard
 guard_open('purge_ids', KEYS[5], KEYS[4], {'purged'})

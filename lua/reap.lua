@@ -15,16 +15,15 @@
 -- KEYS[5]  dead       list   dead-lettered batch ids, newest first
 -- KEYS[6]  stats      hash   the shard's counters
 -- KEYS[7]  quarantine list   records set aside, newest first
--- ARGV[1]  batches to reap at most
--- ARGV[2]  attempts before dead-lettering
--- ARGV[3]  most dead-lettered batches kept in this shard
+-- ARGV[1]  limit: batches to reap at most
+-- ARGV[2]  max_attempts: attempts before dead-lettering
+-- ARGV[3]  dead_max: most dead-lettered batches kept in this shard
 -- returns  {batches returned to retry, batches dead-lettered}
 -- include: _guard
 -- include: _dead
 guard_open('reap', KEYS[7], KEYS[6], {'dead_events', 'dead_batches', 'batches_reaped',
                                       'dead_dropped'})
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clock_ms()
 local expired = read('zset', {}, 'ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0,
                      tonumber(ARGV[1]))
 if #expired == 0 then return {0, 0} end

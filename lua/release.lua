@@ -13,9 +13,9 @@
 -- KEYS[5]  payloads   hash   batch id -> entries (only to set a batch aside)
 -- KEYS[6]  quarantine list   records set aside, newest first
 -- KEYS[7]  receipt    string this call's answer, kept for a resend (done:<batch id>)
--- ARGV[1]  batch id
--- ARGV[2]  lease token
--- ARGV[3]  receipt lifetime in ms
+-- ARGV[1]  batch_id: batch id
+-- ARGV[2]  token: lease token
+-- ARGV[3]  receipt_ms: receipt lifetime in ms
 -- returns  1 if released, 0 if the lease is no longer held
 -- include: _guard
 guard_open('release', KEYS[6], KEYS[4], {'batches_released'})
@@ -31,8 +31,7 @@ if not meta then
 end
 if meta.t ~= token then return receipt_of(KEYS[7], token) or 0 end
 expect(KEYS[3], 'zset')
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clock_ms()
 meta.t = ''
 redis.call('ZREM', KEYS[1], id)
 redis.call('HSET', KEYS[2], id, cjson.encode(meta))

@@ -17,11 +17,11 @@
 -- KEYS[5]  payloads   hash   batch id -> entries joined by "\n"
 -- KEYS[6]  quarantine list   records set aside, newest first
 -- KEYS[7]  receipt    string this call's answer, kept for a resend (done:<call id>)
--- ARGV[1]  batch id, or '' for the oldest ARGV[2] batches
--- ARGV[2]  batches to replay at most when ARGV[1] is ''
--- ARGV[3]  bytes per batch at most, counting each event's JSON plus ARGV[4] (0 = no limit)
--- ARGV[4]  bytes the request adds per event
--- ARGV[5]  receipt lifetime in ms
+-- ARGV[1]  batch_id: batch id, or '' for the oldest ARGV[2] batches
+-- ARGV[2]  limit: batches to replay at most when ARGV[1] is ''
+-- ARGV[3]  max_bytes: bytes per batch at most, each event's JSON plus ARGV[4] (0 = no limit)
+-- ARGV[4]  event_overhead: bytes the request adds per event
+-- ARGV[5]  receipt_ms: receipt lifetime in ms
 -- returns  {batches replayed, events replayed, malformed dead letters left in place}
 -- include: _guard
 guard_open('replay', KEYS[6], KEYS[4], {'replayed'})
@@ -44,8 +44,7 @@ else
   redis.call('LTRIM', KEYS[1], 0, -most - 1)
 end
 local budget, overhead = tonumber(ARGV[3]), tonumber(ARGV[4])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clock_ms()
 
 -- The batch's entries in parts of at most `budget` bytes (a single larger entry alone), or
 -- nil when it fits as it is.

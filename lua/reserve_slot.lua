@@ -20,12 +20,12 @@
 -- KEYS[2]  receipt    string this call's answer, kept for a resend (done:<call id>)
 -- KEYS[3]  quarantine list   the limiter's records set aside, newest first
 -- KEYS[4]  stats      hash   the limiter's counters (only of what is set aside)
--- ARGV[1]  interval: us between two slots (>= 1)
+-- ARGV[1]  interval_us: us between two slots (>= 1)
 -- ARGV[2]  scope: '' for the whole key, else a name with slots of its own
--- ARGV[3]  horizon: reserve only a slot at most this many us ahead; -1: look, reserve nothing
--- ARGV[4]  pause in ms from now (0 = none): no slot of any scope before then
--- ARGV[5]  the time in us, or '' for Redis TIME (tests of the algorithm give their own)
--- ARGV[6]  receipt lifetime in ms
+-- ARGV[3]  horizon_us: reserve only a slot at most this many us ahead; -1: look, reserve nothing
+-- ARGV[4]  pause_ms: pause in ms from now (0 = none): no slot of any scope before then
+-- ARGV[5]  now_us: the time in us, or '' for Redis TIME (tests of the algorithm give their own)
+-- ARGV[6]  receipt_ms: receipt lifetime in ms
 -- returns  {1 if a slot was reserved else 0, us from now until that slot (or until the next
 --           free one), slots reserved ahead of it}
 -- include: _guard
@@ -37,8 +37,7 @@ local pause = tonumber(ARGV[4])
 local field = 't:' .. ARGV[2]
 local now
 if ARGV[5] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = clock_us()
 else
   now = tonumber(ARGV[5])
 end

@@ -11,9 +11,10 @@
 -- KEYS[3]  retry      zset   batch id -> when it is due (ms)
 -- KEYS[4]  marker     string the shard's identity
 -- KEYS[5]  stats      hash   the shard's counters
--- KEYS[6]  old ring   list   the ring of versions before the sorted set
+-- KEYS[6]  legacy_ring list the ring of versions before the sorted set
 -- KEYS[7]  quarantine list   records set aside, newest first
--- ARGV     ring members that are not game names (each removed from the ring and `active`)
+-- ARGV     members: ring members that are not game names (each removed from the ring and
+--          `active`)
 -- returns  the records set aside
 -- include: _guard
 guard_open('set_aside', KEYS[7], KEYS[5], {})

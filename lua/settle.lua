@@ -21,24 +21,27 @@
 -- KEYS[6]  stats      hash   the shard's counters
 -- KEYS[7]  quarantine list   records set aside, newest first
 -- KEYS[8]  receipt    string this call's answer, kept for a resend (done:<batch id>)
--- ARGV[1]  batch id
--- ARGV[2]  lease token
--- ARGV[3]  events dropped as stale before sending (count; they are in no list below)
--- ARGV[4]  least retry delay in ms (the endpoint's Retry-After), 0 if none
--- ARGV[5]  first backoff delay in ms
--- ARGV[6]  longest backoff delay in ms
--- ARGV[7]  attempts before dead-lettering (the retry part is dead-lettered when out of them)
--- ARGV[8]  a random number in [0, 1) for the jitter
--- ARGV[9]  most dead-lettered batches kept in this shard
--- ARGV[10] reason for the retry part (kept with it; with a dead letter when out of attempts)
--- ARGV[11] positions (1-based, in the batch's payload) of the events to retry, comma-separated
--- ARGV[12] how many events were refused: R
--- ARGV[13..12+2R] R pairs: position of a refused event, its reason
--- ARGV[13+2R] (the last) receipt lifetime in ms
+-- ARGV[1]  batch_id: batch id
+-- ARGV[2]  token: lease token
+-- ARGV[3]  stale: events dropped as stale before sending (count; they are in no list below)
+-- ARGV[4]  min_delay_ms: least retry delay in ms (the endpoint's Retry-After), 0 if none
+-- ARGV[5]  initial_ms: first backoff delay in ms
+-- ARGV[6]  max_ms: longest backoff delay in ms
+-- ARGV[7]  max_attempts: attempts before dead-lettering (the retry part is dead-lettered when
+--          out of them)
+-- ARGV[8]  jitter: a random number in [0, 1) for the jitter
+-- ARGV[9]  dead_max: most dead-lettered batches kept in this shard
+-- ARGV[10] reason: for the retry part (kept with it; with a dead letter when out of attempts)
+-- ARGV[11] retry: positions (1-based, in the batch's payload) of the events to retry,
+--          comma-separated
+-- ARGV[12] refused_count: how many events were refused: R
+-- ARGV[13..12+2R] refused: R pairs: position of a refused event, its reason
+-- ARGV[13+2R] receipt_ms: (the last) receipt lifetime in ms
 -- returns  {delivered, retry id or '', 'retry' or 'dead' or '', delay ms, refused id or ''},
 --          or {-1, '', '', 0, ''} if the lease is not held
 -- include: _guard
 -- include: _dead
+-- include: _backoff
 guard_open('settle', KEYS[7], KEYS[6],
            {'dead_events', 'dead_batches', 'rejected_items', 'malformed_entries',
             'batches_retried', 'dead_dropped',
@@ -93,8 +96,7 @@ if delivered < 0 then return redis.error_reply('settle: counts exceed the batch 
 
 expect(KEYS[4], 'zset')
 expect(KEYS[5], 'list')
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clock_ms()
 local attempt = meta.a + 1
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
@@ -137,8 +139,8 @@ if #retry > 0 then
     dead_letter(retry_id, retry, ARGV[10], nil)
   else
     state = 'retry'
-    local ceiling = math.min(tonumber(ARGV[6]), tonumber(ARGV[5]) * 2 ^ (attempt - 1))
-    delay = math.max(tonumber(ARGV[4]), math.floor(tonumber(ARGV[8]) * ceiling))
+    delay = backoff_ms(attempt, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[8]),
+                       tonumber(ARGV[4]))
     local m = {g = meta.g, t = '', a = attempt, n = #retry, c = meta.c, r = ARGV[10]}
     redis.call('HSET', KEYS[2], retry_id, cjson.encode(m))
     redis.call('HSET', KEYS[3], retry_id, table.concat(retry, '\n'))

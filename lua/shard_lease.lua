@@ -11,8 +11,8 @@
 -- KEYS[1]  owner      string the process holding the shard
 -- KEYS[2]  stats      hash   the shard's counters (only of what is set aside)
 -- KEYS[3]  quarantine list   records set aside, newest first
--- ARGV[1]  this process's id
--- ARGV[2]  lease length in ms; 0 gives the shard up if this process holds it
+-- ARGV[1]  owner: this process's id
+-- ARGV[2]  lease_ms: lease length in ms; 0 gives the shard up if this process holds it
 -- returns  1 if this process holds the shard now, 0 if another one does
 -- include: _guard
 guard_open('shard_lease', KEYS[3], KEYS[2], {})

@@ -14,11 +14,11 @@
 -- KEYS[5]  stats      hash   the shard's counters (only of what is set aside)
 -- KEYS[6]  quarantine list   records set aside, newest first
 -- KEYS[7]  receipt    string this call's answer, kept for a resend (done:<token>)
--- ARGV[1]  lease token for every batch taken
--- ARGV[2]  lease length in ms
--- ARGV[3]  batches to take at most
--- ARGV[4]  only batches of this game ('' = any game)
--- ARGV[5]  receipt lifetime in ms
+-- ARGV[1]  token: lease token for every batch taken
+-- ARGV[2]  lease_ms: lease length in ms
+-- ARGV[3]  limit: batches to take at most
+-- ARGV[4]  game: only batches of this game ('' = any game)
+-- ARGV[5]  receipt_ms: receipt lifetime in ms
 -- returns  {batch id, game, attempts so far, entries, ...}
 -- include: _guard
 guard_open('take_retries', KEYS[6], KEYS[5], {})
@@ -45,8 +45,7 @@ if done then
   if #out > 0 then return out end
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clock_ms()
 local want = tonumber(ARGV[3])
 local scan = ARGV[4] == '' and want or want * 8
 local due = read('zset', {}, 'ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, scan)

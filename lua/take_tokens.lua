@@ -19,11 +19,11 @@
 -- KEYS[4]  stats      hash   the limiter's counters (only of what is set aside)
 -- ARGV[1]  rate: tokens per second (> 0)
 -- ARGV[2]  capacity: most tokens the bucket holds (>= 1)
--- ARGV[3]  tokens wanted now (>= 0); negative gives tokens back (unused), up to capacity
--- ARGV[4]  pause in ms from now (0 = none): grant nothing until then
--- ARGV[5]  the time in us, or '' for Redis TIME (tests of the algorithm give their own)
--- ARGV[6]  '1': a spare caller, served only while tokens are not scarce; '' otherwise
--- ARGV[7]  receipt lifetime in ms
+-- ARGV[3]  wanted: tokens wanted now (>= 0); negative gives tokens back (unused), up to capacity
+-- ARGV[4]  pause_ms: pause in ms from now (0 = none): grant nothing until then
+-- ARGV[5]  now_us: the time in us, or '' for Redis TIME (tests of the algorithm give their own)
+-- ARGV[6]  spare: '1': a spare caller, served only while tokens are not scarce; '' otherwise
+-- ARGV[7]  receipt_ms: receipt lifetime in ms
 -- returns  {tokens granted, us until the next token (or until the pause ends),
 --           1 if tokens are scarce else 0}
 -- include: _guard
@@ -36,8 +36,7 @@ local wanted, pause = tonumber(ARGV[3]), tonumber(ARGV[4])
 local spare = ARGV[6] == '1'
 local now
 if ARGV[5] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = clock_us()
 else
   now = tonumber(ARGV[5])
 end

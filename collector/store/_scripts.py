@@ -8,7 +8,9 @@ text with SCRIPT LOAD and the call is sent again.  That happens in one place,
 
 Code shared by several scripts lives in ``lua/_<part>.lua``; a line ``-- include: _<part>``
 is replaced by that file's text when the script is read (scripts cannot call each other), so
-the server sees, and the SHA1 covers, one whole script.
+the server sees, and the SHA1 covers, one whole script.  A part may include another; each part
+goes in once, where it is first included (a later include of it is dropped, so two parts can
+both rely on a third).
 """
 
 from __future__ import annotations
@@ -57,8 +59,21 @@ class LuaScript:
 def lua_script(name: str) -> LuaScript:
     if name not in SCRIPT_NAMES:
         raise KeyError(f"no script named {name!r}")
-    text = _INCLUDE.sub(lambda m: _read(m.group(1)).rstrip("\n"), _read(name))
+    text = _expand(name, set())
     return LuaScript(name, text, hashlib.sha1(text.encode()).hexdigest())
+
+
+def _expand(name: str, included: set[str]) -> str:
+    """The text of ``name`` with its includes (and theirs) in place, each part once."""
+
+    def part(match: re.Match[str]) -> str:
+        part_name = match.group(1)
+        if part_name in included:
+            return f"-- ({part_name} is included above)"
+        included.add(part_name)
+        return _expand(part_name, included).rstrip("\n")
+
+    return _INCLUDE.sub(part, _read(name))
 
 
 def _read(name: str) -> str:
