@@ -7,8 +7,9 @@
 - ``ownership``: shard leases (which process sweeps which shard).
 - ``store_watch``: notices a shard whose Redis data was lost.
 - ``stopping``: the bounded stop's Redis calls.
+- ``probing``: the jobs of a held sender (its probes) and of secrets read from files.
 
-May import monitoring, delivery, senders and the ground floor (``reporter._config``,
+May import monitoring, delivery, pacing, senders, http and the ground floor (``reporter._config``,
 ``_constants``, ``_exceptions``, ``_logging``, ``_tables``); the demo and the commands
 import it.
 """
