@@ -48,21 +48,21 @@ check: $(DEV_STAMP)
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 bench: $(DEV_STAMP)
-	$(PY) bench/collect.py
-	$(PY) bench/pipeline.py
+	$(PY) -m bench.collect
+	$(PY) -m bench.pipeline
 
 soak: $(DEV_STAMP)
-	$(PY) bench/soak.py
+	$(PY) -m bench.soak
 
 # A primary killed and a reporter SIGKILLed under load on a local 3+3 cluster, each run with
 # [redis] wait_for_replicas 0 and then 1: as is, then with the replica's link cut 300 ms
-# before the kill (a lagging replica); about 3 minutes. bench/soak_cluster.py --help.
+# before the kill (a lagging replica); about 3 minutes. $(PY) -m bench.soak_cluster --help.
 soak-cluster: $(DEV_STAMP)
-	$(PY) bench/soak_cluster.py
-	$(PY) bench/soak_cluster.py --replica-lag-ms 300
+	$(PY) -m bench.soak_cluster
+	$(PY) -m bench.soak_cluster --replica-lag-ms 300
 
 scale: $(DEV_STAMP)
-	$(PY) bench/scale.py
+	$(PY) -m bench.scale
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -1,5 +1,5 @@
-"""Benchmarks, run as scripts from the project root (``.venv/bin/python bench/<name>.py``).
-
-A package only so that bench/pipeline.py's private parts (``bench/_*.py``) import as
-``bench._name`` in the script and in its spawned child processes alike.
+"""Benchmarks: each public module is a script run from the project root as
+``.venv/bin/python -m bench.<name>`` (``--help`` says what it measures, ``--small`` runs it in
+seconds).  What the scripts share is in ``bench._harness``; the other ``bench._*`` modules are
+the parts of one script.  docs/benchmarks.md has what each measures and its figures.
 """

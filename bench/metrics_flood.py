@@ -18,7 +18,7 @@ are back to their level before it (all but the reporter's connections to Redis a
 endpoint, whose pools keep what a slowed process opened), and the 300 long paths grow the
 process by less than 5 MB and log at most a few lines.
 
-    .venv/bin/python bench/metrics_flood.py [--small] [--connections 1000] [--seconds 20]
+    .venv/bin/python -m bench.metrics_flood [--small] [--connections 1000] [--seconds 20]
 """
 
 from __future__ import annotations
@@ -41,15 +41,19 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench._small import parse_with_small  # noqa: E402
-from collector import Collector  # noqa: E402
-from reporter._config import ReporterConfig  # noqa: E402
-from reporter._demo.endpoint import LocalEndpoint  # noqa: E402
-from tests.servers import Server, env_without_telemetry, free_port, server_binaries  # noqa: E402
+from bench._harness import (
+    ROOT,
+    command_line,
+    footer,
+    header,
+    parse,
+    server_binary,
+    start_server,
+)
+from collector import Collector
+from reporter._config import ReporterConfig
+from reporter._demo.endpoint import LocalEndpoint
+from tests.servers import Server, env_without_telemetry, free_port
 
 FILE_LIMIT = 256
 PROBE_TIMEOUT = 10.0
@@ -293,19 +297,20 @@ def error_lines(log: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = command_line(__doc__)
     parser.add_argument("--connections", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--rate", type=int, default=500, help="events collected per second")
     parser.add_argument("--reopen-interval", type=float, default=0.5)
-    args = parse_with_small(parser, argv, {"connections": 300, "seconds": 4.0, "rate": 200})
+    args = parse(parser, argv, {"connections": 300, "seconds": 4.0, "rate": 200})
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     with contextlib.suppress(ValueError, OSError):  # this side holds the flood's sockets
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, args.connections + 512), hard))
 
-    binary = next(iter(server_binaries().values()))
+    header()
+    binary = server_binary()
     with tempfile.TemporaryDirectory(prefix="metrics-flood-") as tmp, LocalEndpoint() as endpoint:
-        server = Server(binary).start()
+        server = start_server(binary)
         try:
             return run(args, Path(tmp), server, endpoint)
         finally:
@@ -328,7 +333,7 @@ def run(args: argparse.Namespace, tmp: Path, server: Server, endpoint: LocalEndp
         proc = subprocess.Popen(
             [sys.executable, "-c", LIMITED_REPORTER, "run", "--config", str(path)],
             cwd=ROOT,
-            env={**env_without_telemetry(), "PYTHONPATH": str(ROOT)},
+            env=env_without_telemetry(),
             stdout=subprocess.DEVNULL,
             stderr=err,
         )
@@ -359,8 +364,7 @@ def measure(
     print(
         f"metrics flood: {args.connections} connections ({args.connections // 2} idle, "
         f"{args.connections - args.connections // 2} half-sent) for {args.seconds:g} s, "
-        f"reporter file limit {FILE_LIMIT}, {args.rate} events/s collected; load average "
-        f"{os.getloadavg()[0]:.1f}"
+        f"reporter file limit {FILE_LIMIT}, {args.rate} events/s collected"
     )
     flood = Flood(address, args.connections)
     stop = threading.Event()
@@ -425,7 +429,7 @@ def measure(
     )
     ok_paths = long_path_phase(address, pid, log)
     print_dropped(address)
-    print(f"  load average at the end                    {os.getloadavg()[0]:.1f}")
+    footer()
     if args.small:  # timing targets are printed, not enforced, in a small run
         return 0 if ok_events and ok_files else 1
     return 0 if ok_events and ok_health and ok_files and ok_paths else 1

@@ -15,7 +15,7 @@ Scenarios: ``backlog`` (four games with ``--events-per-game`` 6,400 events each)
 ``mixed`` (two such big games and ``--little-games`` 200 with 10 events each: the fullest
 batches should still go first).
 
-    .venv/bin/python bench/nppa.py [--reporters 1 3] [--scenario backlog mixed]
+    .venv/bin/python -m bench.nppa [--reporters 1 3] [--scenario backlog mixed]
                                    [--events-per-game 6400] [--little-games 200] [--small]
 
 ``--small`` runs both scenarios with a few requests' worth of events, in seconds: a check that
@@ -25,7 +25,6 @@ item was accepted; the rate and requests-per-second targets are only printed.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -35,16 +34,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench._small import parse_with_small  # noqa: E402
-from collector import Collector, nppa  # noqa: E402
-from collector.config import build_config, raw_settings  # noqa: E402
-from reporter._config import ReporterConfig  # noqa: E402
-from reporter._demo.nppa_mock import NppaEndpoint  # noqa: E402
-from tests.servers import Server, server_binaries  # noqa: E402
+from bench._harness import (
+    command_line,
+    exit_status,
+    footer,
+    header,
+    parse,
+    reporter_process,
+    server_binary,
+    start_server,
+)
+from collector import Collector, nppa
+from collector.config import build_config, raw_settings
+from reporter._config import ReporterConfig
+from reporter._demo.nppa_mock import NppaEndpoint
 
 APP_ID = "bench-app"
 SCENARIOS = ("backlog", "mixed")
@@ -127,7 +130,7 @@ def busiest_second(times: list[float]) -> int:
 
 def run(binary: str, reporters: int, scenario: str, games: dict[str, int]) -> Result:
     secret = os.urandom(16).hex()
-    server = Server(binary).start()
+    server = start_server(binary)
     tmp = Path(tempfile.mkdtemp(prefix="telemetry-bench-nppa-"))
     procs: list[subprocess.Popen[bytes]] = []
     with NppaEndpoint(
@@ -137,16 +140,7 @@ def run(binary: str, reporters: int, scenario: str, games: dict[str, int]) -> Re
             path = tmp / "nppa.toml"
             path.write_text(config_text(server.url, endpoint, secret, games))
             total = backlog(server.url, games)
-            for i in range(reporters):
-                with open(tmp / f"reporter{i}.log", "wb") as log:
-                    procs.append(
-                        subprocess.Popen(
-                            [sys.executable, "-m", "reporter", "run", "--config", str(path)],
-                            cwd=ROOT,
-                            stdout=log,
-                            stderr=log,
-                        )
-                    )
+            procs += [reporter_process(path, tmp / f"reporter{i}.log") for i in range(reporters)]
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
                 with endpoint.lock:
@@ -180,7 +174,7 @@ def run(binary: str, reporters: int, scenario: str, games: dict[str, int]) -> Re
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = command_line(__doc__)
     ap.add_argument("--reporters", type=int, nargs="+", default=[1, 3])
     ap.add_argument("--scenario", choices=SCENARIOS, nargs="+", default=list(SCENARIOS))
     ap.add_argument(
@@ -192,11 +186,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=200,
         help=f"games of {LITTLE_GAME_EVENTS} events in the mixed scenario (200)",
     )
-    args = parse_with_small(ap, argv, SMALL)
-    binary = server_binaries().get("redis") or server_binaries()["valkey"]
-    print(
-        "bench/nppa.py: reporters draining a backlog to a mock of the interface "
-        "(10 requests/s, 128 items each)"
+    args = parse(ap, argv, SMALL)
+    binary = server_binary()
+    header(
+        "reporters draining a backlog to a mock of the interface (10 requests/s, 128 items each)"
     )
     print(
         f"{'scenario':8} {'reporters':>9} {'items/s':>10} {'requests/s':>10} "
@@ -222,7 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if not everything:
         print("FAIL: not every item was accepted")
-    return 0 if everything and (ok or args.small) else 1
+    footer()
+    return exit_status(kept=everything, targets=ok, small=args.small)
 
 
 if __name__ == "__main__":

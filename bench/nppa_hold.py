@@ -19,12 +19,11 @@ which accepts only the new key:
 ``freshness_margin_seconds``, an 8 s hold) for a quick check; the suite runs the same
 scenarios that way (tests/delivery/test_nppa_hold.py, tests/reporter/test_reload.py).
 
-    .venv/bin/python bench/nppa_hold.py [--small] [--scenario key resend drop future json]
+    .venv/bin/python -m bench.nppa_hold [--small] [--scenario key resend drop future json]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import signal
 import subprocess
@@ -32,22 +31,28 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from collector import Collector, nppa  # noqa: E402
-from collector.store import KeySchema  # noqa: E402
-from reporter._config import ReporterConfig  # noqa: E402
-from reporter._demo.endpoint import LocalEndpoint  # noqa: E402
-from reporter._demo.nppa_mock import NppaEndpoint  # noqa: E402
-from reporter._monitoring.accounting import read_totals  # noqa: E402
-from reporter._pacing.send_hold import read_hold  # noqa: E402
-from tests.scriptcalls import store_of  # noqa: E402
-from tests.servers import Server, env_without_telemetry, server_binaries  # noqa: E402
+from bench._harness import (
+    ROOT,
+    command_line,
+    footer,
+    header,
+    parse,
+    reporter_process,
+    server_binary,
+    start_server,
+)
+from collector import Collector, nppa
+from collector.store import KeySchema
+from reporter._config import ReporterConfig
+from reporter._demo.endpoint import LocalEndpoint
+from reporter._demo.nppa_mock import NppaEndpoint
+from reporter._monitoring.accounting import read_totals
+from reporter._pacing.send_hold import read_hold
+from tests.scriptcalls import store_of
+from tests.servers import Server, env_without_telemetry
 
 APP = "bench-hold"
 OLD, NEW = "0f1e2d3c4b5a69788796a5b4c3d2e1f0", "5a" * 16
@@ -90,14 +95,7 @@ class Run:
         collector.close(timeout=5)
 
     def start(self) -> None:
-        with open(self.tmp / "reporter.log", "wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "reporter", "run", "--config", str(self.path)],
-                cwd=ROOT,
-                env={**env_without_telemetry(), "PYTHONPATH": str(ROOT)},
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-            )
+        self.proc = reporter_process(self.path, self.tmp / "reporter.log")
 
     def stop(self) -> int:
         assert self.proc is not None
@@ -134,7 +132,7 @@ class Run:
                 str(self.path),
             ],
             cwd=ROOT,
-            env={**env_without_telemetry(), "PYTHONPATH": str(ROOT)},
+            env=env_without_telemetry(),
             capture_output=True,
             text=True,
             timeout=60,
@@ -276,14 +274,7 @@ def json_sink(server: Server, tmp: Path) -> list[tuple[str, bool, str]]:
             f'[redis]\nurl = "{server.url}"\nkey_prefix = "{PREFIX}"\n'
             f'[sink]\nurl = "{endpoint.url}"\n'
         )
-        with open(tmp / "json.log", "wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "reporter", "run", "--config", str(path)],
-                cwd=ROOT,
-                env={**env_without_telemetry(), "PYTHONPATH": str(ROOT)},
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-            )
+        proc = reporter_process(path, tmp / "json.log")
         wait(lambda: "telemetry-reporter: config" in (tmp / "json.log").read_text(), 60)
         proc.send_signal(signal.SIGHUP)
         time.sleep(1)
@@ -300,16 +291,18 @@ def json_sink(server: Server, tmp: Path) -> list[tuple[str, bool, str]]:
     ]
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     scenarios = ["key", "resend", "drop", "future", "json"]
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--small", action="store_true", help="shortened times (about a minute)")
+    ap = command_line(__doc__)
     ap.add_argument("--scenario", choices=scenarios, nargs="+", default=scenarios)
-    args = ap.parse_args()
-    binary = server_binaries().get("redis") or server_binaries()["valkey"]
+    args = parse(
+        ap, argv, {}, also="probe interval 2 s, a 15 s window, an 8 s hold (about a minute)"
+    )
+    binary = server_binary()
+    header()
     ok = True
     for scenario in args.scenario:
-        server = Server(binary).start()
+        server = start_server(binary)
         tmp = Path(tempfile.mkdtemp(prefix="telemetry-bench-hold-"))
         began = time.monotonic()
         try:
@@ -341,6 +334,7 @@ def main() -> int:
             print(f"  {'ok  ' if passed else 'FAIL'} {name}: {detail}", flush=True)
             ok &= passed
     print("PASS" if ok else "FAIL")
+    footer()
     return 0 if ok else 1
 
 

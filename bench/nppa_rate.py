@@ -18,7 +18,7 @@ any excess, and a count of every request in a sliding second).
   items (the mock's arrival time less ``ot``) and of the busy game's, and the items never
   delivered.  Target: none undelivered, the small games' p99 under 60 s.
 
-    .venv/bin/python bench/nppa_rate.py [--phase rate trickle] [--reporters 1 3]
+    .venv/bin/python -m bench.nppa_rate [--phase rate trickle] [--reporters 1 3]
         [--items 12000] [--busy-rate 640] [--small-games 200] [--small-period 60]
         [--seconds 150] [--small]
 
@@ -29,7 +29,6 @@ the script works (``tests/test_benches.py`` runs it), not a measurement.  The ex
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import os
 import random
@@ -42,16 +41,20 @@ from dataclasses import dataclass
 from multiprocessing.sharedctypes import Synchronized
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench._small import parse_with_small  # noqa: E402
-from collector import Collector, nppa  # noqa: E402
-from collector.config import build_config, raw_settings  # noqa: E402
-from reporter._config import ReporterConfig  # noqa: E402
-from reporter._demo.nppa_mock import NppaEndpoint  # noqa: E402
-from tests.servers import Server, server_binaries  # noqa: E402
+from bench._harness import (
+    command_line,
+    exit_status,
+    footer,
+    header,
+    parse,
+    reporter_process,
+    server_binary,
+    start_server,
+)
+from collector import Collector, nppa
+from collector.config import build_config, raw_settings
+from reporter._config import ReporterConfig
+from reporter._demo.nppa_mock import NppaEndpoint
 
 APP_ID = "bench-app"
 PHASES = ("rate", "trickle")
@@ -119,17 +122,9 @@ class Reporters:
     """``count`` reporter processes on one config; stopped (SIGTERM) on leaving."""
 
     def __init__(self, tmp: Path, config: Path, count: int) -> None:
-        self._procs: list[subprocess.Popen[bytes]] = []
-        for i in range(count):
-            with open(tmp / f"reporter{i}.log", "wb") as log:
-                self._procs.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "reporter", "run", "--config", str(config)],
-                        cwd=ROOT,
-                        stdout=log,
-                        stderr=log,
-                    )
-                )
+        self._procs: list[subprocess.Popen[bytes]] = [
+            reporter_process(config, tmp / f"reporter{i}.log") for i in range(count)
+        ]
 
     def __enter__(self) -> Reporters:
         return self
@@ -153,7 +148,7 @@ def wait_accepted(endpoint: NppaEndpoint, total: int, timeout: float) -> None:
 def drain(binary: str, reporters: int, items: int) -> Drained:
     secret = os.urandom(16).hex()
     games = [f"game-{i}" for i in range(RATE_GAMES)]
-    server = Server(binary).start()
+    server = start_server(binary)
     tmp = Path(tempfile.mkdtemp(prefix="telemetry-bench-nppa-rate-"))
     try:
         with NppaEndpoint(
@@ -235,7 +230,7 @@ def trickle(
     secret = os.urandom(16).hex()
     small = [f"small-{i:03d}" for i in range(small_games)]
     games = [BUSY, *small]
-    server = Server(binary).start()
+    server = start_server(binary)
     tmp = Path(tempfile.mkdtemp(prefix="telemetry-bench-nppa-trickle-"))
     try:
         with NppaEndpoint(
@@ -286,7 +281,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = command_line(__doc__)
     ap.add_argument("--phase", choices=PHASES, nargs="+", default=list(PHASES))
     ap.add_argument(
         "--reporters",
@@ -312,13 +307,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--seconds", type=float, default=150.0, help="how long the trickle is offered (150)"
     )
-    args = parse_with_small(ap, argv, SMALL)
-    binary = server_binaries().get("redis") or server_binaries()["valkey"]
+    args = parse(ap, argv, SMALL)
+    binary = server_binary()
     everything = targets = True
-    print(
-        "bench/nppa_rate.py: the interface's rate (10 requests/s per app id) used by "
-        "reporters sharing it"
-    )
+    header("the interface's rate (10 requests/s per app id) used by reporters sharing it")
     if "rate" in args.phase:
         print(f"rate: a backlog of {args.items:,} items")
         print(
@@ -368,7 +360,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if not everything:
         print("FAIL: not every item was accepted")
-    return 0 if everything and (targets or args.small) else 1
+    footer()
+    return exit_status(kept=everything, targets=targets, small=args.small)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """What a Redis crash loses, per persistence setting: steady traffic, Redis SIGKILLed and
 started again, then everything drained and counted.
 
-    .venv/bin/python bench/persistence.py [--rate 2000] [--seconds 10] [--kill-at 5]
+    .venv/bin/python -m bench.persistence [--rate 2000] [--seconds 10] [--kill-at 5]
                                           [--shard-lease-seconds 10] [--small]
 
 For each setting (no persistence; append-only file with fsync every second; with fsync
@@ -34,18 +34,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench._small import parse_with_small  # noqa: E402
-from collector import Collector  # noqa: E402
-from collector.config import build_config, raw_settings  # noqa: E402
-from collector.counters import Counter as C  # noqa: E402
-from reporter._config import ReporterConfig  # noqa: E402
-from reporter._demo.endpoint import LocalEndpoint  # noqa: E402
-from reporter._monitoring.accounting import read_totals  # noqa: E402
-from reporter._service.service import ReporterService  # noqa: E402
-from tests.servers import Server, server_binaries  # noqa: E402
+from bench._harness import command_line, footer, header, parse, server_binary, start_server
+from collector import Collector
+from collector.config import build_config, raw_settings
+from collector.counters import Counter as C
+from reporter._config import ReporterConfig
+from reporter._demo.endpoint import LocalEndpoint
+from reporter._monitoring.accounting import read_totals
+from reporter._service.service import ReporterService
 
 GAMES = [f"game-{i:02d}" for i in range(20)]
 SETTINGS = {
@@ -95,7 +91,7 @@ def drained(service: ReporterService) -> bool:
 
 
 def run(name: str, binary: str, args: argparse.Namespace) -> dict[str, object]:
-    server = Server(binary, extra=SETTINGS[name]).start()
+    server = start_server(binary, SETTINGS[name])
     endpoint = LocalEndpoint().start()
     lines = LostLines()
     logging.getLogger("reporter").addHandler(lines)
@@ -137,7 +133,7 @@ def run(name: str, binary: str, args: argparse.Namespace) -> dict[str, object]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = command_line(__doc__)
     parser.add_argument("--rate", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--kill-at", type=float, default=5.0)
@@ -147,16 +143,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=10.0,
         help="[reporter] shard_lease_seconds (10, the default)",
     )
-    args = parse_with_small(parser, argv, SMALL)
-    binaries = server_binaries()
-    binary = binaries.get("redis") or binaries["valkey"]
-    print(
+    args = parse(parser, argv, SMALL)
+    binary = server_binary()
+    header(
         f"{args.rate} events/s for {args.seconds:g} s, Redis SIGKILLed and restarted at "
         f"{args.kill_at:g} s ({Path(binary).name})"
     )
     for name in SETTINGS:
         row = run(name, binary, args)
         print("  " + ", ".join(f"{k}: {v}" for k, v in row.items()), flush=True)
+    footer()
     return 0
 
 

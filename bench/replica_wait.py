@@ -11,7 +11,7 @@ times each:
 
 It prints the median events/s of each and the ratio wait 1 / wait 0.
 
-    .venv/bin/python bench/replica_wait.py [--events 200000] [--sync-events 5000]
+    .venv/bin/python -m bench.replica_wait [--events 200000] [--sync-events 5000]
                                            [--games 50] [--rounds 3] [--small]
 
 ``--small`` stores a few thousand events each way, one round, in seconds: a check that the
@@ -20,21 +20,15 @@ script works (``tests/test_benches.py`` runs it), not a measurement.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench._small import parse_with_small  # noqa: E402
-from collector import Collector  # noqa: E402
-from collector.counters import Counter  # noqa: E402
-from tests.polling import wait_until  # noqa: E402
-from tests.servers import Server, server_binaries  # noqa: E402
+from bench._harness import command_line, footer, header, parse, server_binary, start_server
+from collector import Collector
+from collector.counters import Counter
+from tests.polling import wait_until
 
 # --small: both modes, with and without the WAIT, once each, in seconds.
 SMALL = {"events": 5000, "sync_events": 300, "games": 10, "rounds": 1}
@@ -66,18 +60,18 @@ def store_rate(url: str, wait: int, mode: str, events: int, games: int) -> float
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = command_line(__doc__)
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--sync-events", type=int, default=5_000)
     ap.add_argument("--games", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=3)
-    args = parse_with_small(ap, argv, SMALL)
-    binary = server_binaries().get("redis") or server_binaries()["valkey"]
-    primary = Server(binary).start()
-    replica = Server(
-        binary,
-        extra=["--replicaof", "127.0.0.1", str(primary.port), "--repl-diskless-sync-delay", "0"],
-    ).start()
+    args = parse(ap, argv, SMALL)
+    binary = server_binary()
+    header()
+    primary = start_server(binary)
+    replica = start_server(
+        binary, ["--replicaof", "127.0.0.1", str(primary.port), "--repl-diskless-sync-delay", "0"]
+    )
     try:
         wait_until(
             lambda: replica.client().info("replication")["master_link_status"] == "up",
@@ -101,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"  {mode:<10} {events:>7} events  wait_for_replicas=0: {off:>9,.0f}/s  "
                 f"=1: {on:>9,.0f}/s  ratio {on / off:.2f}"
             )
+        footer()
     finally:
         replica.cleanup()
         primary.cleanup()

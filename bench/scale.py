@@ -26,7 +26,7 @@ never the machine's Redis on 6379):
   full form's read of a shard holding ``--status-dead`` (2,000) dead letters (Redis time of
   ``read_shard``, and a whole ``status`` read) against one holding none.
 
-    .venv/bin/python bench/scale.py [--only PART] [--seconds 600] [--rate 10000] ... [--small]
+    .venv/bin/python -m bench.scale [--only PART] [--seconds 600] [--rate 10000] ... [--small]
 
 ``--small`` runs every part with a few hundred games and a few seconds of trickle: a check
 that the script works (``tests/test_benches.py`` runs it), not a measurement.  Only "every
@@ -37,33 +37,24 @@ printed.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench._fast_endpoint import FastEndpoint  # noqa: E402
-from bench._pipeline_workload import our_raw  # noqa: E402
-from bench._scale_checks import (  # noqa: E402
+from bench._fast_endpoint import FastEndpoint
+from bench._harness import command_line, footer, header, parse, server_binary, start_server
+from bench._pipeline_workload import our_raw
+from bench._scale_checks import (
     memory_side_by_side,
     status_no_shards,
     status_with_dead,
     sweep_row,
     written_once_memory,
 )
-from bench._scale_trickle import HOT, rss_at, run_trickle  # noqa: E402
-from bench._small import parse_with_small  # noqa: E402
-from collector.counters import Counter  # noqa: E402
-from tests.servers import Server, server_binaries  # noqa: E402
+from bench._scale_trickle import HOT, rss_at, run_trickle
+from collector.counters import Counter
+from tests.servers import Server
 
-FORBIDDEN_PORT = 6379  # the machine's own Redis; never touched
 PARTS = ("trickle", "sweep", "memory", "status")
 # --small: every part, in seconds.
 SMALL = {
@@ -97,24 +88,16 @@ class Check:
         print(f"  {self.name:58} {verdict(self.ok)}")
 
 
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
 
-def start_server() -> Server:
-    binaries = server_binaries()
-    server = Server(binaries.get("redis") or binaries["valkey"])
-    if server.port == FORBIDDEN_PORT:
-        raise RuntimeError("refusing to use port 6379")
-    return server.start()
+def private_server() -> Server:
+    return start_server(server_binary())
 
 
 def trickle(args: argparse.Namespace) -> list[Check]:
-    server = start_server()
+    server = private_server()
     endpoint = FastEndpoint(per_game=True)
     try:
         reporter = {"poll_interval_ms": args.poll_ms, "workers": args.workers}
@@ -203,7 +186,7 @@ def trickle(args: argparse.Namespace) -> list[Check]:
 
 
 def sweep(args: argparse.Namespace) -> list[Check]:
-    server = start_server()
+    server = private_server()
     try:
         client = server.client()
         print(
@@ -239,7 +222,7 @@ def sweep(args: argparse.Namespace) -> list[Check]:
 
 
 def memory(args: argparse.Namespace) -> list[Check]:
-    project, plain = start_server(), start_server()
+    project, plain = private_server(), private_server()
     try:
         result = memory_side_by_side(
             project.client(),
@@ -261,7 +244,7 @@ def memory(args: argparse.Namespace) -> list[Check]:
     )
     check = Check("project within 1.1x of plain lists", ratio <= 1.1)
     check.show()
-    server = start_server()
+    server = private_server()
     try:
         kept = written_once_memory(server.url, args.kept_writers, 16)
     finally:
@@ -275,7 +258,7 @@ def memory(args: argparse.Namespace) -> list[Check]:
 
 
 def status(args: argparse.Namespace) -> list[Check]:
-    server = start_server()
+    server = private_server()
     try:
         result = status_no_shards(
             server.client(), server.url, args.status_shards, args.status_games, args.status_runs
@@ -288,7 +271,7 @@ def status(args: argparse.Namespace) -> list[Check]:
     )
     check = Check("under 2 s", max(result.seconds) < 2)
     check.show()
-    server = start_server()
+    server = private_server()
     try:
         none, dead = (status_with_dead(server.url, n) for n in (0, args.status_dead))
     finally:
@@ -303,7 +286,7 @@ def status(args: argparse.Namespace) -> list[Check]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = command_line(__doc__)
     p.add_argument("--only", choices=PARTS, action="append", help="run only this part (repeatable)")
     p.add_argument(
         "--seconds", type=float, default=600.0, help="trickle duration after the warm-up (600)"
@@ -345,21 +328,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=2_000,
         help="dead letters in one shard for status's reads (2000)",
     )
-    return parse_with_small(p, argv, SMALL)
+    return parse(p, argv, SMALL)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     parts = args.only or list(PARTS)
-    print(
-        f"bench/scale.py  {datetime.now(UTC):%Y-%m-%d %H:%M} UTC  "
-        f"{platform.python_implementation()} {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs; load average at the start: {load()}",
-        flush=True,
-    )
+    header()
     run = {"trickle": trickle, "sweep": sweep, "memory": memory, "status": status}
     checks = [check for part in parts for check in run[part](args)]
-    print(f"load average at the end: {load()}")
+    footer()
     return 0 if all(c.ok or (args.small and c.target) for c in checks) else 1
 
 

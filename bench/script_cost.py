@@ -6,30 +6,33 @@ before and after the call), so the client's and the network's share is left out;
 are the median and the minimum over many calls (on a busy machine the minimum is the steadier
 of the two).  A private server on a free loopback port, never the machine's Redis on 6379.
 
-    .venv/bin/python bench/script_cost.py [--server redis|valkey] [--calls 300] [--small]
+    .venv/bin/python -m bench.script_cost [--server redis|valkey] [--calls 300] [--small]
 
 To compare two trees, run it from each checkout (alternating, a few times).
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 import uuid
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import orjson
+import redis
 
-import orjson  # noqa: E402
-import redis  # noqa: E402
-
-from bench._small import parse_with_small  # noqa: E402
-from collector.store import (  # noqa: E402
+from bench._harness import (
+    command_line,
+    describe_server,
+    footer,
+    header,
+    parse,
+    server_binary,
+    start_server,
+)
+from collector.store import (
     Ack,
     Claim,
     Collect,
@@ -39,7 +42,6 @@ from collector.store import (  # noqa: E402
     Store,
     encode_entry,
 )
-from tests.servers import Server, server_binaries  # noqa: E402
 
 
 def measure(client: redis.Redis, calls: int) -> dict[str, list[int]]:
@@ -83,22 +85,20 @@ def measure(client: redis.Redis, calls: int) -> dict[str, list[int]]:
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--server", choices=("redis", "valkey"), default="redis")
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = command_line(__doc__, server_option=True)
     parser.add_argument("--calls", type=int, default=300, help="calls of each collect (300)")
-    args = parse_with_small(parser, None, {"calls": 20})
-    binaries = server_binaries()
-    server = Server(binaries.get(args.server) or next(iter(binaries.values()))).start()
+    args = parse(parser, argv, {"calls": 20})
+    server = start_server(server_binary(args.server))
     try:
         client = server.client()
-        version = client.info("server").get("redis_version", "?")
-        print(f"bench/script_cost.py  {args.server} {version}; server-side us per call")
+        header(f"server: {describe_server(server)}; server-side us per call")
         for name, spent in measure(client, args.calls).items():
             print(
                 f"  {name:22s} median {statistics.median(spent):7.1f}  min {min(spent):5d}"
                 f"  ({len(spent)} calls)"
             )
+        footer()
     finally:
         server.cleanup()
     return 0

@@ -1,6 +1,6 @@
 """What a Sentinel failover loses: the primary killed or demoted under steady traffic, repeated.
 
-    .venv/bin/python bench/sentinel_failover.py [--runs 7] [--rate 2000] [--kill-after 10000]
+    .venv/bin/python -m bench.sentinel_failover [--runs 7] [--rate 2000] [--kill-after 10000]
         [--after 8] [--how kill|demote] [--wait-for-replicas 0] [--small]
 
 Each run starts a primary, one replica and three sentinels (``tests.servers.SentinelGroup``:
@@ -26,16 +26,12 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench._small import parse_with_small  # noqa: E402
-from reporter._demo.endpoint import LocalEndpoint  # noqa: E402
-from reporter._service.service import ReporterService  # noqa: E402
-from tests.delivery.sentinel import FailoverRun, run_failover, sentinel_config  # noqa: E402
-from tests.servers import SentinelGroup, server_binaries  # noqa: E402
+from bench._harness import command_line, footer, header, parse, server_binary
+from reporter._demo.endpoint import LocalEndpoint
+from reporter._service.service import ReporterService
+from tests.delivery.sentinel import FailoverRun, run_failover, sentinel_config
+from tests.servers import SentinelGroup
 
 GAMES = [f"bench-game-{i}" for i in range(8)]
 SMALL = {"runs": 1, "rate": 1000, "kill_after": 500, "after": 1.0}  # --small: one failover
@@ -69,7 +65,7 @@ def one_run(binary: str, args: argparse.Namespace) -> FailoverRun:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = command_line(__doc__)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--rate", type=int, default=2000, help="events per second")
     parser.add_argument(
@@ -83,9 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--how", choices=("kill", "demote"), default="kill")
     parser.add_argument("--wait-for-replicas", type=int, default=0)
-    args = parse_with_small(parser, argv, SMALL)
+    args = parse(parser, argv, SMALL)
     logging.basicConfig(level=logging.CRITICAL)  # the failover's errors are expected
-    binary = server_binaries().get("redis") or server_binaries()["valkey"]
+    binary = server_binary()
+    header()
     collected = missing = duplicates = 0
     for number in range(1, args.runs + 1):
         run = one_run(binary, args)
@@ -97,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"total over {args.runs} runs: {collected} collected, {missing} missing "
         f"({100 * missing / max(collected, 1):.3f}%), {duplicates} duplicates"
     )
+    footer()
     return 0
 
 

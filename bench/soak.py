@@ -1,8 +1,8 @@
 """Soak run: steady traffic through server restarts, endpoint outages and reporter kills.
 
     make soak                      # about 10 minutes
-    .venv/bin/python bench/soak.py --seconds 120 --rate 5000   # a quicker pass
-    .venv/bin/python bench/soak.py --small     # every step of the schedule in seconds
+    .venv/bin/python -m bench.soak --seconds 120 --rate 5000   # a quicker pass
+    .venv/bin/python -m bench.soak --small     # every step of the schedule in seconds
 
 One producer process calls ``collect()`` at ``--rate`` events/s, two reporter processes
 (``python -m reporter run``) drain to a local endpoint in this process, and a schedule
@@ -17,7 +17,6 @@ accepted was received by the endpoint or is counted as dropped somewhere.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import signal
@@ -30,21 +29,28 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import redis
 
-import redis  # noqa: E402
-
-from bench._small import parse_with_small  # noqa: E402
-from collector import Collector  # noqa: E402
-from collector.counters import Counter  # noqa: E402
-from collector.store import KeySchema, SingleServer, Store  # noqa: E402
-from reporter._config import ReporterConfig  # noqa: E402
-from reporter._demo.endpoint import LocalEndpoint  # noqa: E402
-from reporter._monitoring.accounting import read_totals  # noqa: E402
-from tests.servers import Server, server_binaries  # noqa: E402
+from bench._harness import (
+    command_line,
+    footer,
+    header,
+    module_process,
+    parse,
+    reporter_process,
+    server_binary,
+    start_server,
+)
+from collector import Collector
+from collector.counters import Counter
+from collector.store import KeySchema, SingleServer, Store
+from reporter._config import ReporterConfig
+from reporter._demo.endpoint import LocalEndpoint
+from reporter._monitoring.accounting import read_totals
+from tests.servers import Server
 
 GAMES = [f"game-{i:02d}" for i in range(20)]
+PRODUCE = "--produce"
 # --small: the whole schedule, in seconds.
 SMALL = {"seconds": 6.0, "rate": 1000, "outage_seconds": 1.0, "reporter_down_seconds": 0.5}
 
@@ -112,18 +118,8 @@ class Outage:
         return 200, {}, b"{}"
 
 
-def start_reporter(config: Path, log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "ab") as fh:
-        return subprocess.Popen(
-            [sys.executable, "-m", "reporter", "run", "--config", str(config)],
-            cwd=ROOT,
-            stdout=fh,
-            stderr=fh,
-        )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = command_line(__doc__)
     ap.add_argument("--seconds", type=float, default=540.0, help="traffic duration (540)")
     ap.add_argument("--rate", type=int, default=10_000, help="events per second (10000)")
     ap.add_argument(
@@ -138,9 +134,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=5.0,
         help="how long the SIGKILLed reporter stays down (5)",
     )
-    args = parse_with_small(ap, argv, SMALL)
-    binary = server_binaries().get("redis") or server_binaries()["valkey"]
-    server = Server(binary, extra=["--appendonly", "yes", "--appendfsync", "always"]).start()
+    args = parse(ap, argv, SMALL)
+    header(
+        f"{args.rate} events/s for {args.seconds:g} s; outages of {args.outage_seconds:g} s, "
+        f"a reporter down {args.reporter_down_seconds:g} s"
+    )
+    server = start_server(server_binary(), ["--appendonly", "yes", "--appendfsync", "always"])
     outage = Outage()
     endpoint = LocalEndpoint(outage.respond).start()
     tmp = Path(tempfile.mkdtemp(prefix="telemetry-soak-"))
@@ -152,18 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     def say(msg: str) -> None:
         print(f"[{time.monotonic() - t0:6.1f}s] {msg}", flush=True)
 
-    reporters = [start_reporter(config, tmp / f"reporter{i}.log") for i in range(2)]
-    producer = subprocess.Popen(
-        [
-            sys.executable,
-            __file__,
-            "--produce",
-            server.url,
-            str(args.rate),
-            str(args.seconds),
-            str(stats_file),
-        ],
-        cwd=ROOT,
+    reporters = [reporter_process(config, tmp / f"reporter{i}.log") for i in range(2)]
+    producer = module_process(
+        "bench.soak", PRODUCE, server.url, str(args.rate), str(args.seconds), str(stats_file)
     )
     s, off, down = args.seconds, args.outage_seconds, args.reporter_down_seconds
     schedule = [
@@ -181,7 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             act(action, server, outage, reporters, config, tmp)
         producer.wait()
         say("traffic done; draining")
-        return reconcile(server, endpoint, reporters, stats_file, outage, say)
+        status = reconcile(server, endpoint, reporters, stats_file, outage, say)
+        footer()
+        return status
     finally:
         for proc in reporters:
             if proc.poll() is None:
@@ -211,7 +203,7 @@ def act(
         reporters[0].send_signal(signal.SIGKILL)
         reporters[0].wait()
     else:
-        reporters[0] = start_reporter(config, tmp / "reporter0.log")
+        reporters[0] = reporter_process(config, tmp / "reporter0.log")
 
 
 def reconcile(
@@ -277,7 +269,7 @@ def reconcile(
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--produce":
+    if sys.argv[1:2] == [PRODUCE]:  # the producer process this script starts
         produce(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5])
         sys.exit(0)
     sys.exit(main())

@@ -1,8 +1,8 @@
 """Failover soak: a primary killed and a reporter SIGKILLed under load on a 3+3 Redis Cluster.
 
     make soak-cluster                                   # both runs, wait_for_replicas 0 and 1
-    .venv/bin/python bench/soak_cluster.py --wait-for-replicas 1     # one run
-    .venv/bin/python bench/soak_cluster.py --small     # both runs, each as short as it goes
+    .venv/bin/python -m bench.soak_cluster --wait-for-replicas 1     # one run
+    .venv/bin/python -m bench.soak_cluster --small     # both runs, each as short as it goes
 
 The run of issue 10: a local cluster of 3 primaries with a replica each (started here, on
 loopback ports), one producer process calling ``collect()`` for 30,000 events paced over
@@ -35,7 +35,6 @@ fails.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import signal
@@ -49,20 +48,26 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench._small import parse_with_small  # noqa: E402
-from collector import Collector  # noqa: E402
-from collector.config import TelemetryConfig  # noqa: E402
-from collector.counters import Counter as C  # noqa: E402
-from collector.store import open_store  # noqa: E402
-from reporter._demo.endpoint import LocalEndpoint  # noqa: E402
-from reporter._monitoring.accounting import read_totals  # noqa: E402
-from tests.servers import Cluster, server_binaries  # noqa: E402
+from bench._harness import (
+    command_line,
+    footer,
+    header,
+    module_process,
+    parse,
+    reporter_process,
+    server_binary,
+)
+from collector import Collector
+from collector.config import TelemetryConfig
+from collector.counters import Counter as C
+from collector.store import open_store
+from reporter._demo.endpoint import LocalEndpoint
+from reporter._monitoring.accounting import read_totals
+from tests.servers import Cluster
 
 GAMES = [f"game-{i:02d}" for i in range(20)]
 SHARDS = 16
+PRODUCE = "--produce"
 # --small: one run (wait_for_replicas 1), as short as the failover allows.
 SMALL = {"events": 3000, "seconds": 3.0, "kill_primary_at": 1.0, "kill_reporter_at": 1.5}
 
@@ -129,16 +134,6 @@ def _kill_left(procs: list[subprocess.Popen[Any]]) -> None:
             proc.kill()
 
 
-def start_reporter(config: Path, log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "ab") as fh:
-        return subprocess.Popen(
-            [sys.executable, "-m", "reporter", "run", "--config", str(config)],
-            cwd=ROOT,
-            stdout=fh,
-            stderr=fh,
-        )
-
-
 def reporter_counts(log: Path) -> dict[str, int]:
     """The counters of a reporter's "stopped:" line (none for a SIGKILLed reporter)."""
     counts: dict[str, int] = {}
@@ -154,8 +149,7 @@ def reporter_counts(log: Path) -> dict[str, int]:
 def run(
     wait: int, events: int, seconds: float, kill_at: float, kill_reporter_at: float, lag: float
 ) -> dict[str, Any]:
-    binary = server_binaries().get("redis") or server_binaries()["valkey"]
-    cluster = Cluster(binary, replicas=1).start()
+    cluster = Cluster(server_binary(), replicas=1).start()
     endpoint = LocalEndpoint().start()
     tmp = Path(tempfile.mkdtemp(prefix="telemetry-soak-cluster-"))
     config = tmp / "soak.toml"
@@ -169,24 +163,19 @@ def run(
         print(f"  [{time.monotonic() - t0:5.1f}s] {msg}", flush=True)
 
     logs = [tmp / f"reporter{i}.log" for i in range(3)]
-    reporters = [start_reporter(config, log) for log in logs]
-    producer = subprocess.Popen(
-        [
-            sys.executable,
-            __file__,
-            "--produce",
-            cluster.primaries[1].url,
-            str(wait),
-            str(events),
-            str(seconds),
-            str(stats_file),
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
+    reporters = [reporter_process(config, log) for log in logs]
+    producer = module_process(
+        "bench.soak_cluster",
+        PRODUCE,
+        cluster.primaries[1].url,
+        str(wait),
+        str(events),
+        str(seconds),
+        str(stats_file),
+        pipe=True,
     )
     # On a loaded host a process takes seconds to start: the clock starts with the traffic.
-    assert producer.stdout is not None and producer.stdout.readline().strip() == "producing"
+    assert producer.stdout is not None and producer.stdout.readline().strip() == b"producing"
     started_after = time.monotonic() - t0
     t0 = time.monotonic()
     say(f"producer started ({started_after:.1f} s after the reporters)")
@@ -313,7 +302,7 @@ def reconcile(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = command_line(__doc__)
     ap.add_argument(
         "--wait-for-replicas",
         type=int,
@@ -331,7 +320,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="cut the killed primary's link to its replica this long before the "
         "kill (a replica that lags, as on a slow or broken link)",
     )
-    args = parse_with_small(ap, argv, SMALL, also="one run, --wait-for-replicas 1")
+    args = parse(ap, argv, SMALL, also="one run, --wait-for-replicas 1")
+    header()
     failed = False
     for wait in args.wait_for_replicas or ([1] if args.small else [0, 1]):
         print(
@@ -352,11 +342,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, value in rows.items():
             print(f"    {name:<{width}}  {value}")
         failed |= wait > 0 and rows["lost"] > 0
+    footer()
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--produce":
+    if sys.argv[1:2] == [PRODUCE]:  # the producer process this script starts
         produce(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), sys.argv[6])
         sys.exit(0)
     sys.exit(main())

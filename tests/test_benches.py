@@ -1,15 +1,22 @@
 """Every bench script runs to the end in its small mode (``--small``) and prints its table.
 
 A bench is not a test, so nothing else runs it: when a counter is renamed or a phase breaks,
-this is where it shows.  Each script runs as a process of its own (as ``make bench`` runs it),
-starting its own servers on free loopback ports; the test checks its exit status and a few
-labels of what it prints, those a missing counter or a broken phase would take away.  The
-scripts run three at a time (most of a small run is waiting: for processes to start, for a
-failover, for a rate limit), each test waiting for its own.
+this is where it shows.  Each script runs as a process of its own, as ``make bench`` runs it
+(``python -m bench.<name>`` from the project root), starting its own servers on free loopback
+ports; the test checks its exit status, the header every script prints (its name, the date
+and the commit its figures are of) and a few labels of what it prints, those a missing counter
+or a broken phase would take away.  The scripts run three at a time (most of a small run is
+waiting: for processes to start, for a failover, for a rate limit), each test waiting for its
+own.
+
+The scripts are modules of the ``bench`` package: none of them edits the import path (a
+script that did would import a checkout other than the one it stands in when run from
+elsewhere, and hide an import that only works by accident).
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import signal
@@ -26,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 PARALLEL = 3
 RUN_TIMEOUT_S = 240.0
+# The first line each script prints: bench.<name>, the date, the commit of the checkout.
+HEADER = re.compile(r"\Abench\.(\w+)  \d{4}-\d{2}-\d{2}  commit (\w+)")
 
 # What each script must print; a str is looked for as is, a Pattern anywhere in the output.
 # The longest runs first, so that the three at a time end close together.
@@ -168,7 +177,7 @@ class Run:
 def run_small(script: str) -> Run:
     """The script in its small mode, in a process group of its own: on a timeout the servers
     and processes it started go with it."""
-    args = [sys.executable, str(BENCH / f"{script}.py"), "--small"]
+    args = [sys.executable, "-m", f"bench.{script}", "--small"]
     proc = subprocess.Popen(
         args,
         cwd=ROOT,
@@ -220,3 +229,42 @@ def test_small_mode_runs_to_the_end(script: str, runs: dict[str, Future[Run]]) -
         if (e not in run.stdout if isinstance(e, str) else not e.search(run.stdout))
     ]
     assert not missing, f"not printed: {missing}\n{run.describe()}"
+    header = HEADER.match(run.stdout)
+    assert header is not None and header.group(1) == script, f"no header\n{run.describe()}"
+
+
+def path_edits(source: str) -> list[int]:
+    """Lines of ``source`` that touch ``sys.path`` or ``PYTHONPATH``, or import ``path`` from
+    ``sys``."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr == "path"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "sys"
+        ):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module == "sys":
+            lines += [node.lineno for alias in node.names if alias.name == "path"]
+        elif isinstance(node, ast.Constant) and node.value == "PYTHONPATH":
+            lines.append(node.lineno)
+    return lines
+
+
+def test_path_edits_are_found() -> None:
+    assert path_edits("import sys\nsys.path.insert(0, 'x')\n") == [2]
+    assert path_edits("from sys import path\n") == [1]
+    assert path_edits("env = {'PYTHONPATH': '.'}\n") == [1]
+    assert path_edits("import os\nos.path.join('a')\n") == []
+
+
+def test_no_bench_module_edits_the_import_path() -> None:
+    """Every module in bench/ imports as part of the package: no ``sys.path`` edit, no
+    ``PYTHONPATH`` for its children, no import placed after code (``noqa: E402``)."""
+    found = {
+        path.name: edits
+        for path in sorted(BENCH.glob("*.py"))
+        if (edits := path_edits(text := path.read_text(encoding="utf-8"))) or "E402" in text
+    }
+    assert not found, f"import path edits or late imports (line numbers): {found}"
