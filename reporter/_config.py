@@ -23,6 +23,7 @@ import httpx
 from collector import ConfigError
 from collector.config import GameSettings, MaskedRepr, TelemetryConfig, Where, setting
 from collector.logs import mask_url
+from collector.retry import RetrySettings
 from collector.store import validate_game
 
 NPPA_PRODUCTION_BASE = "http://api2.wlc.nppa.gov.cn"
@@ -71,13 +72,6 @@ class SinkSettings(MaskedRepr):
     requests_per_second: float = setting(0.0, lo=0, hi=1_000_000)
     request_burst: int = setting(1, lo=1, hi=100_000)
     rate_limit_scope: str = setting("shared", choices=("shared", "process"))
-
-
-@dataclass(frozen=True)
-class RetrySettings:
-    initial_delay_ms: int = setting(1000, lo=1, hi=3_600_000)
-    max_delay_ms: int = setting(60_000, lo=1, hi=3_600_000)
-    max_attempts: int = setting(16, lo=1, hi=1000)
 
 
 @dataclass(frozen=True)

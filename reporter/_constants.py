@@ -21,8 +21,6 @@ RETRIES_PER_LOOP = 16
 BUSY_SLICE_SECONDS = 0.05
 # Longest pause between runs of a failing worker (Redis down), unless its interval is longer.
 FAILING_PAUSE_SECONDS = 5.0
-# Longest Retry-After honoured; a larger one is clamped (the freshness window is 3 minutes).
-MAX_RETRY_AFTER_SECONDS = 600.0
 # Dead letters `dead list` shows per shard at most.
 DEAD_LIST_LIMIT = 1000
 # dead replay --all: dead letters moved per script call.

@@ -35,6 +35,7 @@ from collector._exceptions import (
     BackendUnavailable,
     BackendUnreplicated,
 )
+from collector.retry import RetryPolicy  # the policy Nack, Settle and Reap take
 from collector.store._backends import Backend, Cluster, SingleServer
 from collector.store._batch_calls import (
     Ack,
@@ -80,7 +81,6 @@ from collector.store._results import (
     Reaped,
     Replayed,
     RetryBatch,
-    RetryPolicy,
     Settled,
     Slot,
     Stored,

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from collector.retry import RetryPolicy
 from collector.store._entries import split_entries
 from collector.store._keys import ShardKeys
 from collector.store._results import (
@@ -14,7 +15,6 @@ from collector.store._results import (
     NackResult,
     Reaped,
     RetryBatch,
-    RetryPolicy,
     Settled,
     text,
 )

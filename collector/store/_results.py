@@ -1,22 +1,10 @@
-"""What the scripts answer, as typed values; and the retry policy some of them apply."""
+"""What the scripts answer, as typed values (the retry policy some of them apply is
+``collector.retry.RetryPolicy``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import NamedTuple
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """How failed batches come back: backoff doubling from ``initial_ms`` up to ``max_ms``
-    with full jitter, dead-lettered after ``max_attempts``; ``dead_max`` dead letters kept
-    per shard."""
-
-    initial_ms: int
-    max_ms: int
-    max_attempts: int
-    dead_max: int
-
 
 # -- results -----------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Sequence
 
+from collector.retry import RetryPolicy
 from collector.store import (
     Ack,
     BackendError,
@@ -25,7 +26,6 @@ from collector.store import (
     Reaped,
     Release,
     RetryBatch,
-    RetryPolicy,
     RingSlice,
     Settle,
     Settled,
@@ -50,10 +50,7 @@ class Batches:
         self._reporter = config.reporter
         self.freshness = Freshness.for_config(config)
         self._lease_ms = int(config.reporter.lease_seconds * 1000)
-        retry = config.retry
-        self.policy = RetryPolicy(
-            retry.initial_delay_ms, retry.max_delay_ms, retry.max_attempts, config.dead.max_batches
-        )
+        self.policy = RetryPolicy.of(config.retry, config.dead.max_batches)
 
     def ring(self, keys: ShardKeys, after: str, count: int) -> RingSlice:
         return self.store.ring(keys, after, count)

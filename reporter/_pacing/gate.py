@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from collector.retry import backoff
 from reporter._senders.outcome import RETRY, Outcome
 
 
@@ -44,8 +45,8 @@ class SinkGate:
                 self._closed_until = 0.0
                 return
             self._failures += 1
-            pause = min(self._longest, self._initial * 2 ** (self._failures - 1))
-            self._closed_until = self._clock() + max(pause, outcome.retry_after)
+            pause = backoff(self._failures, self._initial, self._longest, least=outcome.retry_after)
+            self._closed_until = self._clock() + pause
 
     @property
     def failures(self) -> int:

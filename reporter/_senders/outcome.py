@@ -12,8 +12,8 @@ from typing import Literal, NamedTuple
 import orjson
 
 from collector.logs import mask
+from collector.retry import MAX_RETRY_AFTER_SECONDS
 from collector.text import printable
-from reporter._constants import MAX_RETRY_AFTER_SECONDS
 
 DELIVERED: Literal["delivered"] = "delivered"
 RETRY: Literal["retry"] = "retry"

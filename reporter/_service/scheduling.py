@@ -35,6 +35,7 @@ from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.base import BaseTrigger
 
+from collector.retry import backoff
 from reporter._constants import BUSY_SLICE_SECONDS, FAILING_PAUSE_SECONDS
 from reporter._service.workers import guarded
 
@@ -153,7 +154,9 @@ class Runner:
             )
         job.failures = job.failures + 1 if more is None else 0
         if job.failures:
-            delay = min(job.interval * 2**job.failures, max(job.interval, FAILING_PAUSE_SECONDS))
+            delay = backoff(
+                job.failures + 1, job.interval, max(job.interval, FAILING_PAUSE_SECONDS)
+            )
         else:
             delay = 0.0 if more else job.interval
         job.next_at = _now() + timedelta(seconds=delay)

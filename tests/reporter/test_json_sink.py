@@ -13,8 +13,8 @@ import orjson
 import pytest
 
 from collector.config import build_config, raw_settings
+from collector.retry import MAX_RETRY_AFTER_SECONDS
 from reporter._config import ReporterConfig, SinkSettings
-from reporter._constants import MAX_RETRY_AFTER_SECONDS
 from reporter._exceptions import SinkConfigError
 from reporter._senders.json_sink import JsonSender, json_body, ratelog
 from reporter._senders.outcome import DELIVERED, REJECTED, RETRY

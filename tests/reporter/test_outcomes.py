@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from reporter._constants import MAX_RETRY_AFTER_SECONDS
+from collector.retry import MAX_RETRY_AFTER_SECONDS
 from reporter._pacing.gate import SinkGate
 from reporter._senders.outcome import (
     DELIVERED,
