@@ -349,7 +349,7 @@ def _refuse_sink_problems(config: ReporterConfig) -> None:
 def _check_sender(config: ReporterConfig) -> None:
     """Build the sender as ``run`` would (TLS files, client certificate, proxy), without
     connecting: its config errors show in ``check-config`` too."""
-    from reporter._senders.sender import make_sender
+    from reporter._sinks.registry import make_sender
 
     make_sender(config).close()
 
@@ -408,7 +408,7 @@ def sink_description(config: ReporterConfig) -> str:
     if config.sink.kind == "print":
         return "print (standard output)"
     if config.sink.kind == "nppa":
-        from reporter._senders.nppa import endpoint_url
+        from reporter._sinks.nppa.sender import endpoint_url
 
         return f"nppa {masked_url(endpoint_url(config.nppa.base_url))} app {config.nppa.app_id}"
     return f"{config.sink.kind} {masked_url(config.sink.url)}" + (

@@ -89,8 +89,8 @@ def probe_nppa(config: ReporterConfig, transport: httpx.BaseTransport | None = N
     it reports nothing, and the system answers 3002 once the app id, the bizId, the key
     and the signature have passed (1011 when the key or signature is wrong).  The bizId is
     the first game's of the file."""
-    from reporter._senders.nppa import NppaSender, endpoint_url
     from reporter._senders.secrets import secret_files
+    from reporter._sinks.nppa.sender import NppaSender, endpoint_url
 
     biz_id = next((g.biz_id for g in config.games.values() if g.biz_id), "")
     where = (

@@ -31,7 +31,7 @@ import msgspec
 
 from reporter._pacing.body_limit import BodyLimit
 from reporter._senders.outcome import DELIVERED, MALFORMED, REJECTED, MovedItem, Outcome
-from reporter._senders.sender import Sender
+from reporter._sinks.registry import Sender
 
 TOO_LARGE = "too large for the endpoint (HTTP 413)"
 # Checks that a text is one JSON value (RFC 8259) without building it: about a fifth of the

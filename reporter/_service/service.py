@@ -44,16 +44,16 @@ from reporter._pacing.limiter import bucket_name
 from reporter._pacing.permits import SLOT_LEAD_SECONDS, Permits, make_limiter
 from reporter._pacing.send_hold import SendHold
 from reporter._pacing.slots import SharedSlots
-from reporter._senders.nppa import NppaSender
 from reporter._senders.outcome import SendErrors
 from reporter._senders.secrets import secret_files
-from reporter._senders.sender import Sender, make_sender
 from reporter._service.ownership import ShardOwnership
 from reporter._service.probing import HoldProbe, SecretWatch
 from reporter._service.scheduling import Runner
 from reporter._service.stopping import StopCalls, Stopped
 from reporter._service.store_watch import RESET_GATHER_SECONDS, StoreWatch
 from reporter._service.workers import HotGameWorker, LeaseKeeper, Reaper, ShardSweeper, guarded
+from reporter._sinks.nppa.sender import NppaSender
+from reporter._sinks.registry import Sender, make_sender
 
 logger = logging.getLogger("reporter")
 

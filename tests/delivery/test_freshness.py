@@ -15,7 +15,7 @@ import redis
 from collector.store import KeySchema
 from reporter._delivery.batches import Batches, new_id
 from reporter._monitoring.accounting import read_totals
-from reporter._senders.sender import make_sender
+from reporter._sinks.registry import make_sender
 from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
     Script,

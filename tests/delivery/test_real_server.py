@@ -16,8 +16,8 @@ import orjson
 import pytest
 import uvicorn
 
-from reporter._senders.json_sink import JsonSender
 from reporter._senders.outcome import DELIVERED, Outcome
+from reporter._sinks.json.sender import JsonSender
 from tests.delivery.conftest import StartService
 from tests.delivery.helpers import drained, make_config, push_events, schema_of, wait_until
 from tests.delivery.test_endpoint_faults import games_in_distinct_shards

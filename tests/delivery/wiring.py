@@ -22,7 +22,7 @@ from reporter._pacing.gate import SinkGate
 from reporter._pacing.limiter import ClaimLimiter, Unlimited
 from reporter._pacing.permits import Permits
 from reporter._pacing.slots import SharedSlots
-from reporter._senders.sender import Sender
+from reporter._sinks.registry import Sender
 
 
 @dataclass

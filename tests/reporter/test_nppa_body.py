@@ -9,8 +9,8 @@ import time
 import orjson
 import pytest
 
-from reporter._senders.nppa import NppaSender
 from reporter._senders.outcome import DELIVERED, RETRY
+from reporter._sinks.nppa.sender import NppaSender
 from tests.rawhttp import always, raw_server, then_hold
 from tests.reporter.helpers import make_config
 

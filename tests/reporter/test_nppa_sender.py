@@ -17,9 +17,9 @@ import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from reporter._config import ReporterConfig
-from reporter._senders.nppa import CHECK, NppaSender, classify, endpoint_url
-from reporter._senders.nppa_wire import seal, signature, unseal
 from reporter._senders.outcome import DELIVERED, REJECTED, RETRY
+from reporter._sinks.nppa.sender import CHECK, NppaSender, classify, endpoint_url
+from reporter._sinks.nppa.wire import seal, signature, unseal
 from tests.reporter.helpers import make_config
 
 # The worked example of the interface description (shared/nppa.md).

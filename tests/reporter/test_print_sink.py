@@ -20,8 +20,8 @@ from collector import Collector, ConfigError
 from collector.config import build_config, raw_settings
 from reporter._config import ReporterConfig, sink_problems
 from reporter._senders.outcome import DELIVERED, RETRY
-from reporter._senders.print_sink import PrintSender
-from reporter._senders.sender import make_sender
+from reporter._sinks.print.sender import PrintSender
+from reporter._sinks.registry import make_sender
 from tests.reporter.helpers import wait_until
 from tests.reporter.test_cli import REPO, child_env, reporter_cli
 from tests.servers import Server

@@ -14,11 +14,11 @@ import httpx
 
 from reporter._config import ReporterConfig
 from reporter._exceptions import SinkConfigError
-from reporter._senders.json_sink import JsonSender
-from reporter._senders.nppa import NppaSender
 from reporter._senders.outcome import Outcome
-from reporter._senders.print_sink import PrintSender
 from reporter._senders.secrets import NPPA_KEY, SecretFile, secret_files
+from reporter._sinks.json.sender import JsonSender
+from reporter._sinks.nppa.sender import NppaSender
+from reporter._sinks.print.sender import PrintSender
 
 
 class Sender(Protocol):

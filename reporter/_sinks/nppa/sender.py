@@ -31,7 +31,6 @@ from collector.logs import RateLimitedLog
 from collector.nppa import check_item
 from reporter._config import NppaSettings, SinkSettings
 from reporter._senders.client import BEFORE_SEND, NEED_BODY, http_client
-from reporter._senders.nppa_wire import seal, signature
 from reporter._senders.outcome import (
     DELIVERED,
     REJECTED,
@@ -40,6 +39,7 @@ from reporter._senders.outcome import (
     Outcome,
     parse_retry_after,
 )
+from reporter._sinks.nppa.wire import seal, signature
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=60.0)

@@ -1,0 +1,1 @@
+"""The ``json`` sink: each batch POSTed to ``[sink] url`` as one JSON document."""

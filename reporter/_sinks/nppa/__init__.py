@@ -1,0 +1,1 @@
+"""The ``nppa`` sink: the national anti-addiction interface's behaviour reports."""

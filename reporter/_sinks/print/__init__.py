@@ -1,0 +1,1 @@
+"""The ``print`` sink: each batch written to standard output as one JSON line."""
