@@ -13,17 +13,21 @@ from collector._default import close, collect, flush, set_on_error, stats
 from collector._exceptions import (
     BackendError,
     BackendFull,
+    BufferFull,
     ConfigError,
     EventsDropped,
+    InvalidEvent,
     TelemetryError,
 )
 
 __all__ = [
     "BackendError",
     "BackendFull",
+    "BufferFull",
     "Collector",
     "ConfigError",
     "EventsDropped",
+    "InvalidEvent",
     "TelemetryConfig",
     "TelemetryError",
     "close",

@@ -6,6 +6,7 @@ import threading
 from collections import Counter as PerGame
 from collections import deque
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 
 from collector.counters import Counter
 
@@ -60,6 +61,13 @@ class EventBuffer:
         self._notes = 0
         self.dropped_total = 0
         self.closed = False
+        # Events ``take()`` handed to the flusher that are not back (``put_back``) nor
+        # settled (``settle``): being written, or kept by the writer until a write whose
+        # outcome is unknown is answered.  ``append_all`` counts them against the bound, so a
+        # batch it takes is never pushed out when they come back.  Their bytes are known at
+        # the take and estimated (the average entry) once only some of them are still out.
+        self.outside = 0
+        self.outside_bytes = 0
         # Bumped by every append and note; ``taken_seq`` is its value at the latest take, so a
         # take that finds nothing proves everything up to ``taken_seq`` has been handed over.
         self.seq = 0
@@ -92,6 +100,30 @@ class EventBuffer:
             self.seq += 1
             return len(order)
 
+    def append_all(self, game: str, entries: Sequence[bytes]) -> int:
+        """Add all of ``entries`` or none: the number now waiting; 0 when they do not all fit
+        beside the events waiting and those ``outside`` (nothing is dropped to make room);
+        -1 once the buffer is closed."""
+        count = len(entries)
+        size = sum(map(len, entries))
+        with self._lock:
+            if self.closed:
+                return -1
+            order = self._order
+            if (
+                len(order) + self.outside + count > self.limit
+                or self.bytes + self.outside_bytes + size > self.max_bytes
+            ):
+                return 0
+            queue = self._queues.get(game)
+            if queue is None:
+                queue = self._queues[game] = deque()
+            queue.extend(entries)
+            order.extend(repeat(game, count))
+            self.bytes += size
+            self.seq += count
+            return len(order)
+
     def note(self, kind: Counter, game: str, count: int = 1) -> None:
         """Count events of ``game`` that ``collect()`` refused (``kind``), for Redis and for
         ``on_error``."""
@@ -114,6 +146,8 @@ class EventBuffer:
         """Remove every waiting event and the drop counts not yet reported."""
         with self._lock:
             queues, self._queues = self._queues, {}
+            self.outside += len(self._order)
+            self.outside_bytes += self.bytes
             self._order = deque()
             self.bytes = 0
             pending, self._pending = self._pending, no_pending()
@@ -143,9 +177,22 @@ class EventBuffer:
                     queue = self._queues[game] = deque()
                 queue.extendleft(reversed(entries))
                 self._order.extendleft([game] * len(entries))
-                self.bytes += sum(map(len, entries))
+                size = sum(map(len, entries))
+                self.bytes += size
+                self.outside = max(0, self.outside - len(entries))
+                self.outside_bytes = max(0, self.outside_bytes - size)
             while self._order and (len(self._order) > self.limit or self.bytes > self.max_bytes):
                 self._drop_oldest()
+
+    def settle(self, outside: int) -> None:
+        """The flusher's round is over: of the events it took, ``outside`` are still kept
+        by the writer (writes whose outcome is unknown); the rest are stored or put back."""
+        with self._lock:
+            if outside <= 0 or not self.outside:
+                self.outside_bytes = 0
+            else:
+                self.outside_bytes = self.outside_bytes * min(outside, self.outside) // self.outside
+            self.outside = max(0, outside)
 
     def _drop_oldest(self) -> None:
         game = self._order.popleft()
@@ -164,6 +211,7 @@ class EventBuffer:
         game."""
         with self._lock:
             self.closed = True
+            self.outside = self.outside_bytes = 0
             left = {game: len(queue) for game, queue in self._queues.items() if queue}
             self._queues = {}
             self._order = deque()
@@ -176,6 +224,7 @@ class EventBuffer:
         self._queues = {}
         self._order = deque()
         self.bytes = 0
+        self.outside = self.outside_bytes = 0
         self._pending = no_pending()
         self._drops = no_drops()
         self.unreported = 0

@@ -8,7 +8,7 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -18,8 +18,9 @@ from collector._config import TelemetryConfig, build_config, load_config
 from collector._config_loader import raw_settings
 from collector._constants import FLUSH_SOON_EVENTS, KNOWN_GAMES_LIMIT
 from collector._dedup import Dedup
-from collector._exceptions import BackendError, BackendFull, BackendUnreplicated
+from collector._exceptions import BackendError, BackendFull, BackendUnreplicated, BufferFull
 from collector._flusher import Flusher, reason
+from collector._json_events import check_events
 from collector._on_error import ErrorReport, OnError, check_callback
 from collector._one_value import NOT_ONE_VALUE, ONE_VALUE, check_one_value, check_utf8
 from collector._writer import Writer
@@ -195,6 +196,54 @@ class Collector:
             return self._appended(game, waiting)
         return 0
 
+    def collect_json(self, game: str, events: Sequence[bytes]) -> int:
+        """Record events of ``game`` given as JSON text: all of them, or none.
+
+        Each event is the UTF-8 JSON of one object, on one line, at most ``[buffer]
+        max_event_bytes`` (what ``collect()`` makes of a dict), as ``bytes``.  Nothing is
+        taken unless every event passes: ``InvalidEvent`` (a ``ValueError``) names the first
+        that does not (``index``, ``reason``); an item that is not bytes is a ``TypeError``,
+        and the game name is checked as ``collect()`` checks it.  ``[buffer] dedup_fields``
+        apply as in ``collect()``.
+
+        In background mode the events are taken only if they all fit in the buffer beside
+        the events waiting there and those being written: otherwise ``BufferFull``, and
+        nothing is taken or dropped (try again once the flusher has caught up).  In sync mode
+        they are stored before it returns (``BackendError`` if they could not be).  Returns
+        the number of events taken: ``len(events)``, or 0 after ``close()`` (counted as
+        ``dropped_closed``, as ``collect()`` counts them).
+        """
+        if type(game) is not str or game not in self._known_games:
+            self._admit(game)
+        count = len(events)
+        if not count:
+            return 0
+        check_events(game, events, self._max_event_bytes)
+        prefix = _time_prefix()
+        entries = [prefix + data for data in events]
+        if self._dedup_fields and self._dedup.fields_for(game):
+            entries = [
+                self._dedup.keyed(game, orjson.loads(data), None, entry)
+                for data, entry in zip(events, entries, strict=True)
+            ]
+        if self._direct:
+            return self._collect_all_direct(game, entries)
+        waiting = self._buffer.append_all(game, entries)
+        if waiting == 0:
+            raise BufferFull(
+                f"no room in the buffer for {count} events of game {game!r} ([collector] "
+                f"max_buffer_events = {self._buffer.limit}, max_buffer_bytes = "
+                f"{self.config.collector.max_buffer_bytes}, counting the events being "
+                "written); none taken"
+            )
+        if waiting < 0:
+            return self._drop_closed(game, count)
+        if waiting >= FLUSH_SOON_EVENTS > waiting - count:
+            self._wake.set()
+        if not self._flushing:
+            self._start()
+        return count
+
     def _appended(self, game: str, waiting: int) -> int:
         """After an append that has the flusher to wake or start, or that the closed buffer
         refused."""
@@ -206,10 +255,14 @@ class Collector:
             self._start()
         return 0
 
-    def _drop_closed(self, game: str) -> int:
-        self._counts.count(Counter.DROPPED_CLOSED)
+    def _drop_closed(self, game: str, count: int = 1) -> int:
+        self._counts.count(Counter.DROPPED_CLOSED, count)
         self._ratelog.log(
-            logging.WARNING, "closed", "collect() after close(): event of game %r dropped", game
+            logging.WARNING,
+            "closed",
+            "collect() after close(): %s of game %r dropped",
+            counted(count, "event"),
+            game,
         )
         return 0
 
@@ -257,12 +310,22 @@ class Collector:
         if self._disabled:
             self._counts.add({Counter.ACCEPTED: 1, Counter.DROPPED_DISABLED: 1})
             return 0
-        return self._store_now(game, entry)
+        return self._store_now(game, [entry])
 
-    def _store_now(self, game: str, entry: bytes) -> int:
+    def _collect_all_direct(self, game: str, entries: list[bytes]) -> int:
+        count = len(entries)
+        if self._closed:
+            return self._drop_closed(game, count)
+        if self._disabled:
+            self._counts.add({Counter.ACCEPTED: count, Counter.DROPPED_DISABLED: count})
+        else:
+            self._store_now(game, entries)
+        return count
+
+    def _store_now(self, game: str, entries: list[bytes]) -> int:
         pending = self._buffer.take_pending()
         try:
-            result = self._get_writer().write({game: [entry]}, pending)
+            result = self._get_writer().write({game: entries}, pending)
             if result.error is not None:
                 raise result.error
         except Exception as exc:
@@ -273,10 +336,11 @@ class Collector:
             if isinstance(exc, BackendUnreplicated):  # the caller decides whether to resend
                 self._counts.count(Counter.UNREPLICATED_WRITES)
             kind = type(exc) if isinstance(exc, BackendError) else BackendError
-            raise kind(f"could not store event of game {game!r}: {reason(exc)}") from exc
+            events = "event" if len(entries) == 1 else counted(len(entries), "event")
+            raise kind(f"could not store {events} of game {game!r}: {reason(exc)}") from exc
         self._counts.add(
             {
-                Counter.ACCEPTED: 1,
+                Counter.ACCEPTED: len(entries),
                 Counter.STORED: result.stored,
                 Counter.EVICTED: result.evicted,
                 Counter.MERGED: result.merged,

@@ -28,6 +28,10 @@ class Dedup:
         # Whether any game has dedup_fields: collect() asks this flag, nothing more.
         self.configured = bool(self._default or self._games)
 
+    def fields_for(self, game: str) -> tuple[str, ...]:
+        """The fields whose values make the game's dedup key (empty: none)."""
+        return self._games.get(game, self._default)
+
     def keyed(
         self, game: str, event: Mapping[str, Any], dedup_key: str | None, entry: bytes
     ) -> bytes:

@@ -14,6 +14,10 @@ Every error derives from one root, so callers can catch the whole family::
     │       │                   error, a wrong key type
     │       └── BackendFull     Redis is at maxmemory and refuses writes (an OOM reply);
     │                           the SDK keeps the events and tries again
+    ├── InvalidEvent            ``collect_json()``: an event breaks the event rules (also a
+    │                           ``ValueError``); ``index`` names the first one
+    ├── BufferFull              ``collect_json()``: no room in the buffer for all the events;
+    │                           nothing was taken
     └── EventsDropped           the SDK dropped or refused events (never raised: handed to
                                 ``on_error``)
 
@@ -69,6 +73,26 @@ class BackendFull(BackendRefused):
     """Redis refused a write because it is at ``maxmemory`` (an ``OOM`` reply, policy
     ``noeviction``).  Nothing was written; the same write works once the reporters have
     drained some of what Redis holds, so the SDK keeps the events and tries again."""
+
+
+class InvalidEvent(TelemetryError, ValueError):
+    """``Collector.collect_json()`` refused its events: the one at ``index`` (0-based) breaks
+    the event rules for ``reason``; none of them was taken."""
+
+    def __init__(self, game: str, index: int, reason: str) -> None:
+        super().__init__(f"event {index} of game {game!r}: {reason}")
+        self.game = game
+        self.index = index
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return type(self), (self.game, self.index, self.reason)
+
+
+class BufferFull(TelemetryError):
+    """``Collector.collect_json()`` found no room in the in-process buffer for all its events
+    beside those waiting and those being written: none was taken and none dropped.  Room comes
+    back as the flusher stores what waits; while Redis is unreachable it does not."""
 
 
 class EventsDropped(TelemetryError):

@@ -154,6 +154,7 @@ class Flusher:
             except Exception as exc:  # never let the flusher die; Redis may come back
                 self._buffer.put_back(queues, pending)
                 self.in_flush = 0
+                self._buffer.settle(self.unconfirmed_events)
                 self._failed(exc, taken + self.unconfirmed_events)
                 return False
             self.unconfirmed_writes = result.unconfirmed_writes
@@ -161,6 +162,7 @@ class Flusher:
             if result.failed or any(result.failed_pending.values()):
                 self._buffer.put_back(result.failed, result.failed_pending)
             self.in_flush = 0
+            self._buffer.settle(result.unconfirmed_events)
             self._counts.add(
                 {
                     Counter.STORED: result.stored,

@@ -9,9 +9,11 @@ import collector
 EXPECTED = {
     "BackendError",
     "BackendFull",
+    "BufferFull",
     "Collector",
     "ConfigError",
     "EventsDropped",
+    "InvalidEvent",
     "TelemetryConfig",
     "TelemetryError",
     "close",
