@@ -12,8 +12,12 @@ idle or half-sent connection costs a file descriptor and a few kilobytes, never 
   ``over_cap``), so a probe still gets in during a flood of idle connections;
 - a failed ``accept`` (out of file descriptors, EMFILE) stops accepting for a while, doubling
   up to ``MAX_BACKOFF_SECONDS``, instead of spinning on a listening socket that stays ready;
-- requests it will not serve (too large, malformed, not GET) are answered with a 4xx and
-  closed (counted as ``bad_request``).
+- requests it will not serve (too large, malformed, a method it does not serve) are
+  answered with a 4xx and closed (counted as ``bad_request``);
+- a request may be ``screen``-ed once its head has arrived, before its body is read: an
+  answer there (such as 401) is sent without waiting for the body, and the connection closes
+  after it unless the body had already arrived whole.  A client that asked for ``100
+  Continue`` gets it once the head has passed.
 """
 
 from __future__ import annotations
@@ -31,10 +35,12 @@ from dataclasses import replace
 
 from collector.logs import RateLimitedLog
 from reporter._http.server_wire import (
+    METHODS,
     Answer,
     BadRequest,
     Request,
     encode,
+    expects_continue,
     head_end,
     parse_head,
 )
@@ -44,10 +50,15 @@ logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=30.0)
 
 Handle = Callable[[Request], Answer]
+# Looks at a request's head before its body is read: an answer to send at once, or None.
+Screen = Callable[[Request], Answer | None]
 
 MIN_BACKOFF_SECONDS = 0.05
 MAX_BACKOFF_SECONDS = 2.0
 RECV_BYTES = 16 * 1024
+# While a body is on its way, reads ask for what is missing, up to this much at once.
+BODY_RECV_BYTES = 256 * 1024
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 # Connections the kernel completes before they are accepted (capped by its somaxconn; they
 # cost the process no descriptor).  Deep, so that during a flood a probe's connection waits
 # in the queue for a moment rather than having its SYN dropped and retried a second later.
@@ -71,8 +82,8 @@ class _Conn:
         "deadline",
         "head",
         "out",
+        "screened",
         "served",
-        "skip",
         "sock",
         "state",
         "waiting_since",
@@ -83,8 +94,8 @@ class _Conn:
         self.sock = sock
         self.state = READING
         self.buffer = bytearray()
-        self.skip = 0  # body bytes of the current request still to read and ignore
-        self.head: Request | None = None
+        self.head: Request | None = None  # of the request whose body is on its way
+        self.screened = False  # whether ``head`` passed the screen
         self.out = memoryview(b"")
         self.close_after = False
         self.served = 0
@@ -96,7 +107,8 @@ class _Conn:
 class BoundedServer:
     """Serves ``handle``'s answers at ``address``; ``inline`` requests are answered on the
     selector thread itself (cheap ones, such as a liveness probe, so they never queue behind
-    a slow answer)."""
+    a slow answer).  ``name`` names its threads and its log lines; ``methods`` are the
+    methods it serves."""
 
     def __init__(
         self,
@@ -107,9 +119,16 @@ class BoundedServer:
         limits: Limits | None = None,
         counts: Counts | None = None,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        name: str = "metrics",
+        methods: tuple[str, ...] = METHODS,
+        screen: Screen | None = None,
     ) -> None:
         self._handle = handle
         self._inline = inline
+        self._name = name
+        self._methods = methods
+        self._screen = screen
         self._limits = limits or Limits()
         self._clock = clock
         self.counts = counts if counts is not None else Counts()
@@ -140,9 +159,10 @@ class BoundedServer:
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
-        self._threads = [threading.Thread(target=self._run, name="metrics-http", daemon=True)]
+        name = self._name
+        self._threads = [threading.Thread(target=self._run, name=f"{name}-http", daemon=True)]
         self._threads += [
-            threading.Thread(target=self._worker, name=f"metrics-http-{n}", daemon=True)
+            threading.Thread(target=self._worker, name=f"{name}-http-{n}", daemon=True)
             for n in range(self._limits.workers)
         ]
         for thread in self._threads:
@@ -180,7 +200,7 @@ class BoundedServer:
                 self._finish_work()
                 self._tick(self._clock())
         except Exception:  # a bug: say so; stop() still closes every socket
-            logger.exception("the metrics server stopped")
+            logger.exception("the %s server stopped", self._name)
         finally:
             self._close_all()
 
@@ -229,7 +249,8 @@ class BoundedServer:
         ratelog.log(
             logging.WARNING,
             f"accept:{code}",
-            "metrics server: accepting a connection failed (%s); not accepting for %.2f s",
+            "%s server: accepting a connection failed (%s); not accepting for %.2f s",
+            self._name,
             code,
             self._backoff,
         )
@@ -244,8 +265,11 @@ class BoundedServer:
         return True
 
     def _read(self, conn: _Conn) -> None:
+        size = RECV_BYTES
+        if conn.head is not None:  # a body on its way: ask for what is missing
+            size = min(max(size, conn.head.body_bytes - len(conn.buffer)), BODY_RECV_BYTES)
         try:
-            data = conn.sock.recv(RECV_BYTES)
+            data = conn.sock.recv(size)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -272,8 +296,10 @@ class BoundedServer:
         while conn.state == READING:
             request = self._next_request(conn)
             if request is None:
-                return
-            if self._inline(request):
+                if conn.head is None or conn.screened:
+                    return
+                self._screen_head(conn, conn.head)
+            elif self._inline(request):
                 self._answer(conn, request, self._handled(request))
             else:
                 conn.state = WORKING
@@ -281,26 +307,47 @@ class BoundedServer:
                 self._work.put((conn, request))
 
     def _next_request(self, conn: _Conn) -> Request | None:
+        """The next request once it has arrived whole and passed the screen; None while its
+        head is missing (``conn.head`` None), waits for the screen, or waits for its body."""
         if conn.head is None:
             try:
                 end = head_end(conn.buffer)
                 if end < 0:
                     return None
-                conn.head = parse_head(bytes(conn.buffer[:end]))
+                conn.head = parse_head(
+                    bytes(conn.buffer[:end]), self._methods, self._limits.max_body_bytes
+                )
             except BadRequest as bad:
                 self.counts.drop(BAD_REQUEST)
                 self._answer(conn, None, bad.answer)
                 return None
             del conn.buffer[:end]
-            conn.skip = conn.head.body_bytes
-        if conn.skip:
-            taken = min(conn.skip, len(conn.buffer))
-            del conn.buffer[:taken]
-            conn.skip -= taken
-            if conn.skip:
-                return None
-        request, conn.head = conn.head, None
+            conn.screened = self._screen is None
+        head = conn.head
+        if not conn.screened or len(conn.buffer) < head.body_bytes:
+            return None
+        request, conn.head = head, None
+        if head.body_bytes:
+            request = replace(head, body=bytes(conn.buffer[: head.body_bytes]))
+            del conn.buffer[: head.body_bytes]
         return request
+
+    def _screen_head(self, conn: _Conn, head: Request) -> None:
+        """Let the screen answer a request before its body has arrived; else ask for the body
+        if the client waits to be asked."""
+        conn.screened = True
+        answer = self._screened(head)
+        if answer is not None:
+            conn.head = None
+            if len(conn.buffer) >= head.body_bytes:  # it came whole: the connection may stay
+                del conn.buffer[: head.body_bytes]
+            else:  # the rest of the body is on its way: closing is the only way past it
+                answer = replace(answer, close=True)
+            self._answer(conn, head, answer)
+        elif expects_continue(head) and len(conn.buffer) < head.body_bytes:
+            # A few bytes on an idle socket: if they do not fit, the client sends anyway.
+            with contextlib.suppress(OSError):
+                conn.sock.send(CONTINUE)
 
     def _answer(self, conn: _Conn, request: Request | None, answer: Answer) -> None:
         close = answer.close or request is None or not request.keep_alive or self._stopping
@@ -415,6 +462,21 @@ class BoundedServer:
             self._done.put((conn, request, self._handled(request)))
             self._wake()
 
+    def _screened(self, head: Request) -> Answer | None:
+        if self._screen is None:
+            return None
+        try:
+            return self._screen(head)
+        except Exception:  # the screen answers its own errors; this is the last resort
+            ratelog.log(
+                logging.ERROR,
+                "screen",
+                "%s server: screening a request failed",
+                self._name,
+                exc_info=True,
+            )
+            return INTERNAL_ERROR
+
     def _handled(self, request: Request) -> Answer:
         try:
             return self._handle(request)
@@ -422,7 +484,8 @@ class BoundedServer:
             ratelog.log(
                 logging.ERROR,
                 "handler",
-                "metrics server: answering a request failed",
+                "%s server: answering a request failed",
+                self._name,
                 exc_info=True,
             )
             return INTERNAL_ERROR

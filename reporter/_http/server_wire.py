@@ -1,15 +1,17 @@
-"""The little of HTTP/1.1 the metrics server speaks: a request head read from bytes, an answer
-written as bytes.
+"""The little of HTTP/1.1 the reporter's servers speak: a request head read from bytes, an
+answer written as bytes.
 
-Requests are GET or HEAD with a small head (``MAX_HEAD_BYTES``) and at most a small body,
-which is read and ignored; chunked bodies are refused rather than parsed.  Anything else gets
-a 4xx/5xx answer and the connection is closed after it.
+Requests have a small head (``MAX_HEAD_BYTES``), one of the server's methods (by default GET
+or HEAD) and a body of at most the server's bound, given by ``Content-Length``; chunked bodies
+are refused rather than parsed.  Anything else gets a 4xx/5xx answer and the connection is
+closed after it.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from urllib.parse import urlsplit
 
@@ -26,7 +28,14 @@ class Request:
     method: str
     path: str
     keep_alive: bool
-    body_bytes: int  # Content-Length: the body follows the head and is skipped
+    body_bytes: int  # Content-Length: the body follows the head
+    # The header fields, names in lower case (a repeated field: its last value).
+    headers: Mapping[bytes, bytes] = field(default_factory=dict)
+    body: bytes = b""  # filled in once it has arrived whole
+
+    def header(self, name: bytes) -> bytes:
+        """The value of the field ``name`` (lower case), or b""."""
+        return self.headers.get(name, b"")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,19 +45,20 @@ class Answer:
     body: bytes
     close: bool = False
     allow: str = ""
+    headers: tuple[tuple[str, str], ...] = ()  # more fields, such as Retry-After
 
 
 class BadRequest(Exception):
     """A request the server will not serve: answered with ``answer``, then closed."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, methods: tuple[str, ...] = METHODS) -> None:
         super().__init__(message)
         self.answer = Answer(
             status,
             "application/json",
             b'{"error": "' + message.encode() + b'"}\n',
             close=True,
-            allow=", ".join(METHODS) if status == 405 else "",
+            allow=", ".join(methods) if status == 405 else "",
         )
 
 
@@ -66,7 +76,9 @@ def head_end(buffer: bytes | bytearray) -> int:
     return -1
 
 
-def parse_head(head: bytes) -> Request:
+def parse_head(
+    head: bytes, methods: tuple[str, ...] = METHODS, max_body_bytes: int = MAX_BODY_BYTES
+) -> Request:
     """The request of a complete head (ending in its blank line)."""
     lines = head[:-4].split(b"\r\n")
     parts = lines[0].split(b" ")
@@ -76,16 +88,21 @@ def parse_head(head: bytes) -> Request:
     if not _VERSION.fullmatch(version):
         raise BadRequest(505, "HTTP/1.0 or HTTP/1.1 only")
     fields = _fields(lines[1:])
-    length = _body_bytes(fields)
-    if method.decode() not in METHODS:
-        raise BadRequest(405, "GET or HEAD only")
+    length = _body_bytes(fields, max_body_bytes)
+    if method.decode() not in methods:
+        raise BadRequest(405, f"{' or '.join(methods)} only", methods)
     try:
         path = urlsplit(target.decode("ascii")).path
     except (UnicodeDecodeError, ValueError):
         raise BadRequest(400, "malformed request target") from None
     connection = fields.get(b"connection", b"").lower()
     keep_alive = version == b"HTTP/1.1" and b"close" not in connection
-    return Request(method.decode(), path, keep_alive, length)
+    return Request(method.decode(), path, keep_alive, length, fields)
+
+
+def expects_continue(request: Request) -> bool:
+    """Whether the client waits for ``100 Continue`` before it sends the body."""
+    return request.body_bytes > 0 and request.header(b"expect").lower() == b"100-continue"
 
 
 def _fields(lines: list[bytes]) -> dict[bytes, bytes]:
@@ -101,14 +118,14 @@ def _fields(lines: list[bytes]) -> dict[bytes, bytes]:
     return fields
 
 
-def _body_bytes(fields: dict[bytes, bytes]) -> int:
+def _body_bytes(fields: dict[bytes, bytes], max_body_bytes: int) -> int:
     if b"transfer-encoding" in fields:
         raise BadRequest(501, "no request bodies in chunks")
     length = fields.get(b"content-length", b"0")
-    if not length.isdigit():
+    if not length.isdigit() or len(length) > 19:
         raise BadRequest(400, "malformed Content-Length")
-    if int(length) > MAX_BODY_BYTES:
-        raise BadRequest(413, "request body too large")
+    if int(length) > max_body_bytes:
+        raise BadRequest(413, f"request body too large: over {max_body_bytes} bytes")
     return int(length)
 
 
@@ -122,6 +139,7 @@ def encode(answer: Answer, method: str = "GET") -> bytes:
     ]
     if answer.allow:
         head.append(f"Allow: {answer.allow}")
+    head += [f"{name}: {value}" for name, value in answer.headers]
     if answer.close:
         head.append("Connection: close")
     data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")

@@ -1,4 +1,4 @@
-"""The metrics server's bounds, and the count of the connections it shed to keep them."""
+"""A bounded server's bounds, and the count of the connections it shed to keep them."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ class Limits:
     request_seconds: float = 5.0
     answer_seconds: float = 10.0
     workers: int = 2
+    max_body_bytes: int = 64 * 1024  # a longer request body is answered 413
 
 
 class Counts:
