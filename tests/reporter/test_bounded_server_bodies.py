@@ -1,0 +1,143 @@
+"""The bounded server with request bodies (the HTTP ingest's use): bodies read whole within
+the bound, a screen that answers a head before its body, ``100 Continue``, more answer
+fields.  Real sockets on 127.0.0.1."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from reporter._http.bounded_server import BoundedServer
+from reporter._http.server_wire import Answer, Request
+from reporter._http.shedding import Limits
+
+WAIT = 10.0
+METHODS = ("GET", "POST")
+
+
+def echo(request: Request) -> Answer:
+    """The body's length and its first bytes; a field of its own."""
+    return Answer(
+        200,
+        "text/plain",
+        f"{request.method} {len(request.body)} ".encode() + request.body[:16],
+        headers=(("X-Seen", request.path),),
+    )
+
+
+def screen(request: Request) -> Answer | None:
+    if request.header(b"authorization") != b"Bearer good":
+        return Answer(401, "text/plain", b"who are you?")
+    return None
+
+
+@pytest.fixture
+def server() -> Iterator[BoundedServer]:
+    s = BoundedServer(
+        ("127.0.0.1", 0),
+        socket.AF_INET,
+        echo,
+        lambda r: True,
+        Limits(max_body_bytes=100_000, request_seconds=2.0),
+        name="test",
+        methods=METHODS,
+        screen=screen,
+    )
+    s.start()
+    yield s
+    s.stop()
+
+
+def post(body: bytes, token: bytes = b"good", extra: bytes = b"") -> bytes:
+    return (
+        b"POST /in HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token + b"\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n" + extra + b"\r\n" + body
+    )
+
+
+def answers(sock: socket.socket, count: int) -> list[bytes]:
+    """Read ``count`` whole answers (each has a Content-Length)."""
+    data, out = b"", []
+    while len(out) < count:
+        head_end = data.find(b"\r\n\r\n")
+        if head_end >= 0:
+            head = data[:head_end]
+            length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+            if len(data) >= head_end + 4 + length:
+                out.append(data[: head_end + 4 + length])
+                data = data[head_end + 4 + length :]
+                continue
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise AssertionError(f"closed after {len(out)} answers: {data!r}")
+        data += chunk
+    return out
+
+
+def connect(server: BoundedServer) -> socket.socket:
+    return socket.create_connection(server.address, timeout=WAIT)
+
+
+def test_a_body_is_read_whole_and_the_answer_carries_its_fields(server: BoundedServer) -> None:
+    body = b"x" * 90_000
+    with connect(server) as sock:
+        sock.sendall(post(body[:1000]))
+        sock.sendall(post(body))  # pipelined, and larger than one read
+        first, second = answers(sock, 2)
+    assert first.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert first.endswith(b"POST 1000 xxxxxxxxxxxxxxxx")
+    assert b"\r\nX-Seen: /in\r\n" in first
+    assert second.endswith(b"POST 90000 xxxxxxxxxxxxxxxx")
+
+
+def test_a_body_over_the_bound_is_refused_from_its_head(server: BoundedServer) -> None:
+    with connect(server) as sock:
+        sock.sendall(b"POST /in HTTP/1.1\r\nContent-Length: 100001\r\n\r\n")
+        (answer,) = answers(sock, 1)
+        assert answer.startswith(b"HTTP/1.1 413 ")
+        assert b"Connection: close" in answer
+    assert server.counts.dropped()["bad_request"] == 1
+
+
+def test_the_screen_answers_before_the_body_and_then_closes(server: BoundedServer) -> None:
+    with connect(server) as sock:
+        sock.sendall(post(b"y" * 50_000, token=b"bad")[:-50_000])  # the head alone
+        (answer,) = answers(sock, 1)
+        assert answer.startswith(b"HTTP/1.1 401 ")
+        assert b"Connection: close" in answer
+        sock.sendall(b"y" * 50_000)  # read and dropped while the server lingers
+        assert sock.recv(100) == b""
+
+
+def test_a_screened_request_whose_body_came_whole_keeps_the_connection(
+    server: BoundedServer,
+) -> None:
+    with connect(server) as sock:
+        sock.sendall(post(b"z" * 300, token=b"bad") + post(b"after"))
+        refused, served = answers(sock, 2)
+    assert refused.startswith(b"HTTP/1.1 401 ") and b"Connection: close" not in refused
+    assert served.endswith(b"POST 5 after")
+
+
+def test_a_client_that_waits_for_100_continue_is_asked_for_its_body(
+    server: BoundedServer,
+) -> None:
+    with connect(server) as sock:
+        message = post(b"b" * 2000, extra=b"Expect: 100-continue\r\n")
+        sock.sendall(message[:-2000])
+        assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(message[-2000:])
+        (answer,) = answers(sock, 1)
+    assert answer.endswith(b"POST 2000 bbbbbbbbbbbbbbbb")
+
+
+def test_a_method_it_does_not_serve_is_refused_naming_the_ones_it_does(
+    server: BoundedServer,
+) -> None:
+    with connect(server) as sock:
+        sock.sendall(b"DELETE /in HTTP/1.1\r\n\r\n")
+        (answer,) = answers(sock, 1)
+    assert answer.startswith(b"HTTP/1.1 405 ")
+    assert b"\r\nAllow: GET, POST\r\n" in answer
