@@ -1,0 +1,132 @@
+"""Batch metadata that decodes but cannot be written back: ``1e999`` is valid JSON that Lua's
+cjson reads as infinity (``nan`` and ``-1e999`` likewise), and cjson refuses to encode it.
+Each script that rewrites metadata must find that out before its first write: the batch goes
+to the quarantine, counted, and the rest of the call is done; nothing ends half moved (a batch
+in no list, out of the accounting)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from collector.store import (
+    Nack,
+    QuarantineRecord,
+    Release,
+    Replay,
+    RetryPolicy,
+    TakeRetries,
+)
+from reporter._monitoring.accounting import read_totals
+from tests.delivery.lifecycle import LEASE_MS, Shard, new_token
+from tests.scriptcalls import store_of
+
+POLICY = RetryPolicy(100, 1000, 3, 100)
+# Raw JSON texts: the field holds a number cjson decodes as infinity or not-a-number.
+NON_FINITE = {
+    "1e999": "1e999",
+    "-1e999": "-1e999",
+    "nan": "nan",
+    "-nan": "-nan",
+}
+
+
+@pytest.fixture
+def shard(r: Any) -> Shard:
+    return Shard(r, prefix="nonfinite")
+
+
+def spoil(shard: Shard, batch: str, field: str, number: str) -> None:
+    """Write ``field`` of the batch's metadata as the raw JSON number ``number``."""
+    meta = shard.meta(batch)
+    assert meta is not None
+    meta[field] = "@@"
+    shard.r.hset(shard.keys.batches, batch, json.dumps(meta).replace('"@@"', number))
+
+
+def records(shard: Shard) -> list[QuarantineRecord]:
+    return shard.scripts.store.quarantined(shard.keys, 100)
+
+
+def unaccounted(shard: Shard) -> int:
+    return read_totals(store_of(shard.r, shard.schema)).unaccounted
+
+
+def set_aside(shard: Shard, batch: str, events: int) -> None:
+    [record] = [q for q in records(shard) if q.field == batch]
+    assert record.events == events
+    assert shard.meta(batch) is None
+    assert batch not in shard.inflight() and batch not in shard.retry()
+    assert batch not in shard.dead()
+
+
+@pytest.mark.parametrize("number", sorted(NON_FINITE))
+@pytest.mark.parametrize("script", ["nack", "release"])
+def test_a_held_batch_with_a_non_finite_time_is_set_aside(
+    shard: Shard, script: str, number: str
+) -> None:
+    token = new_token()
+    batch = shard.leased("g", 3, token)
+    spoil(shard, batch, "c", NON_FINITE[number])
+    request = (
+        Nack(shard.keys, batch, token, POLICY, 0.5, False, 0, "HTTP 503")
+        if script == "nack"
+        else Release(shard.keys, batch, token)
+    )
+    result = shard.scripts.store.call(request)  # no error
+    assert result in (False, 0) or getattr(result, "state", "") == "lost"
+    set_aside(shard, batch, 3)
+    assert shard.stats()["quarantined_events"] == 3
+    assert unaccounted(shard) == 0
+
+
+@pytest.mark.parametrize("field", ["c", "d"])
+def test_due_retries_with_a_non_finite_time_are_set_aside_and_the_rest_taken(
+    shard: Shard, field: str
+) -> None:
+    token = new_token()
+    bad, good = shard.leased("g", 2, token), shard.leased("g", 3, token)
+    for batch in (bad, good):
+        shard.nack(batch, token)
+    shard.make_due(bad, good)
+    spoil(shard, bad, field, "1e999")
+    taken = shard.scripts.store.call(TakeRetries(shard.keys, new_token(), LEASE_MS, 10))
+    assert [b.batch_id for b in taken] == [good]
+    set_aside(shard, bad, 2)
+    assert unaccounted(shard) == 0
+
+
+def test_expired_leases_with_a_non_finite_time_are_set_aside_and_the_rest_reaped(
+    shard: Shard,
+) -> None:
+    token = new_token()
+    bad, good = shard.leased("g", 2, token), shard.leased("g", 3, token)
+    spoil(shard, bad, "c", "1e999")
+    shard.expire(bad, good)
+    assert shard.scripts.reap(shard.keys, 10, 5, 100) == (1, 0)
+    assert list(shard.retry()) == [good]
+    set_aside(shard, bad, 2)
+    assert unaccounted(shard) == 0
+
+
+def test_a_replay_of_every_dead_letter_sets_the_non_finite_ones_aside_and_replays_the_rest(
+    shard: Shard,
+) -> None:
+    token = new_token()
+    batches = [shard.leased("g", 2, token) for _ in range(8)]
+    for batch in batches:
+        shard.nack(batch, token, permanent=True)
+    bad = batches[1::3]
+    for batch in bad:
+        spoil(shard, batch, "c", "1e999")
+    good = [b for b in batches if b not in bad]
+    replayed = shard.scripts.store.call(Replay(shard.keys, "", 1000))
+    assert (replayed.batches, replayed.events) == (len(good), 2 * len(good))
+    assert sorted(shard.retry()) == sorted(good)
+    assert shard.dead() == []
+    for batch in bad:
+        set_aside(shard, batch, 2)
+    assert "quarantined_events" not in shard.stats()  # dead letters: in dead_events already
+    assert unaccounted(shard) == 0
