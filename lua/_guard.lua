@@ -136,16 +136,24 @@ local function guard_open(script, q, stats, fields)
 end
 
 -- The ring (games, a zset) moved aside is built again from `active`, so that no registered
--- game stops being swept.
+-- game stops being swept: one ZADD per page of SSCAN, at most RING_PAGES pages (about
+-- 100,000 games, more than a sweep ever reads: [reporter] games_per_sweep).
+local RING_PAGES = 100
 local function expect_ring(ring, active)
   if expect(ring, 'zset') then return end
   if redis.call('TYPE', active).ok ~= 'set' then return end
   local cursor = '0'
-  repeat
+  for _ = 1, RING_PAGES do
     local page = redis.call('SSCAN', active, cursor, 'COUNT', 1000)
     cursor = page[1]
-    for _, game in ipairs(page[2]) do redis.call('ZADD', ring, 0, game) end
-  until cursor == '0'
+    local members = {}
+    for _, game in ipairs(page[2]) do
+      members[#members + 1] = 0
+      members[#members + 1] = game
+    end
+    if #members > 0 then redis.call('ZADD', ring, unpack(members)) end
+    if cursor == '0' then return end
+  end
 end
 
 local function is_whole(value)
@@ -153,7 +161,41 @@ local function is_whole(value)
     and value < 2 ^ 53
 end
 
--- Batch metadata as a table, or nil and why it cannot be used.
+-- What a record may hold.  A value outside these bounds was written by hand, by another tool
+-- or by a bug (never by these scripts): the record is set aside like one that does not decode.
+-- Each is the most the reporter's settings allow (a test holds them to the config's bounds).
+local MAX_BATCH_EVENTS = 128     -- events in one batch ([reporter] batch_size)
+local MAX_CLAIM_BATCHES = 64     -- batches of one claim ([reporter] max_batches_per_claim)
+local MAX_ATTEMPTS = 1000        -- attempts of one batch ([retry] max_attempts)
+local LONGEST_WAIT_MS = 3600000  -- a batch lease or a retry delay ([reporter] lease_seconds,
+                                 -- [retry] max_delay_ms; a Retry-After is cut at 600 s)
+-- A time a script wrote as "now" may lie this far ahead of the server's clock (a replica
+-- promoted with its own clock): further is junk.  Metadata times are only shown, so they
+-- get a day; coordination times (leases, retries) a minute beyond their longest wait.
+local CLOCK_SLACK_MS = 60000
+local SHOWN_TIME_SLACK_MS = 86400000
+
+-- ARGV[i] as a number from lo to hi (whole unless `fraction`); anything else refuses the call
+-- before its first write, with an error that names the argument.
+local function arg_number(i, name, lo, hi, fraction)
+  local x = tonumber(ARGV[i])
+  if x == nil or x ~= x or x < lo or x > hi or (not fraction and x ~= math.floor(x)) then
+    error({err = string.format('ERR %s: ARGV[%d] (%s) must be a %s from %.17g to %.17g, not %q',
+                               guard.script, i, name, fraction and 'number' or 'whole number',
+                               lo, hi, string.sub(tostring(ARGV[i]), 1, 40))})
+  end
+  return x
+end
+
+-- A time in ms a script wrote as "now": whole, not negative, at most `slack` after now.
+local function is_time_ms(value, slack)
+  return is_whole(value) and value <= clock_ms() + slack
+end
+
+-- Batch metadata as a table, or nil and why it cannot be used.  Everything a script reads
+-- from it is checked here, and that it can be written back: cjson reads 1e999 or nan as a
+-- number it will not write, so a script that found out at its HSET would fail after its
+-- first write.
 local function read_meta(raw)
   local ok, meta = pcall(cjson.decode, raw)
   if not ok then return nil, 'metadata that is not JSON' end
@@ -161,6 +203,20 @@ local function read_meta(raw)
   if type(meta.g) ~= 'string' or type(meta.t) ~= 'string' or not is_whole(meta.n)
       or not is_whole(meta.a) or type(meta.c or 0) ~= 'number' then
     return nil, 'metadata without a game, token, size or attempt count of the right type'
+  end
+  if meta.n > MAX_BATCH_EVENTS or meta.a > MAX_ATTEMPTS then
+    return nil, 'metadata with a size or attempt count out of range'
+  end
+  if (meta.c ~= nil and not is_time_ms(meta.c, SHOWN_TIME_SLACK_MS))
+      or (meta.d ~= nil and not is_time_ms(meta.d, SHOWN_TIME_SLACK_MS)) then
+    return nil, 'metadata with a time that is not a whole ms up to now'
+  end
+  if (meta.r ~= nil and type(meta.r) ~= 'string') or (meta.ir ~= nil and type(meta.ir) ~= 'table')
+  then
+    return nil, 'metadata with a reason of the wrong type'
+  end
+  if not pcall(cjson.encode, meta) then
+    return nil, 'metadata with a number that is not finite'
   end
   return meta
 end
@@ -185,26 +241,63 @@ local function set_aside_batch(batches, payloads, id, raw, reason, pending, even
 end
 
 -- Metadata `raw` of batch `id` as a table if it can be used and its payload is there; else
--- the batch is moved to the quarantine (see set_aside_batch) and the answer is nil.
-local function usable_batch(batches, payloads, id, raw, pending)
+-- nil, why, and the events to count if it is set aside (nil: those of its payload).  Nothing
+-- is written: the caller sets the batch aside (set_aside_batch) when its checks are done.
+local function check_batch(payloads, id, raw)
   local meta, why = read_meta(raw)
-  if not meta then
-    set_aside_batch(batches, payloads, id, raw, why, pending)
-    return nil
-  end
+  if not meta then return nil, why end
   if meta.n > 0 and read('hash', 0, 'HEXISTS', payloads, id) == 0 then
-    set_aside_batch(batches, payloads, id, raw, 'a batch without its payload', pending, meta.n)
-    return nil
+    return nil, 'a batch without its payload', meta.n
   end
   return meta
 end
 
+-- Up to `most` members of zset `key` due at `now` (scored at or before it), then those scored
+-- further ahead than now + `longest` + CLOCK_SLACK_MS: no script writes such a time (a lease
+-- or a retry is never that long), so it is junk and its member is due now.  The second answer
+-- holds those (member -> score), for the caller to note in the quarantine when it writes.
+local function due_members(key, now, longest, most)
+  local due = read('zset', {}, 'ZRANGEBYSCORE', key, '-inf', now, 'LIMIT', 0, most)
+  local far = {}
+  if #due < most then
+    local found = read('zset', {}, 'ZRANGEBYSCORE', key,
+                       string.format('(%.0f', now + longest + CLOCK_SLACK_MS), '+inf',
+                       'WITHSCORES', 'LIMIT', 0, most - #due)
+    for k = 1, #found, 2 do
+      due[#due + 1] = found[k]
+      far[found[k]] = found[k + 1]
+    end
+  end
+  return due, far
+end
+
+-- Note in the quarantine a time that lies further ahead than any a script writes: the record
+-- (its batch, its time) is used as due now, so nothing is removed and no event counted.
+local function note_far_time(key, member, score, what)
+  quarantine({k = key, f = printable(member), r = what .. ' further ahead than any script sets',
+              v = printable(score)}, 0)
+end
+
+-- A list of at most `most` strings (a receipt's batch ids).
+local function is_strings(value, most)
+  if type(value) ~= 'table' or #value > most then return false end
+  for k = 1, #value do
+    if type(value[k]) ~= 'string' then return false end
+  end
+  return true
+end
+
 -- What this call answered when it ran, if this is it sent again; else nil.
-local function receipt_of(key, token)
+-- `shape` (optional) says whether the answer kept is one this script gives: a receipt
+-- written by anything else is not this call's, and is ignored.
+local function receipt_of(key, token, shape)
   local raw = redis.pcall('GET', key)
   if type(raw) ~= 'string' then return nil end
   local ok, r = pcall(cjson.decode, raw)
-  if not ok or type(r) ~= 'table' or r.s ~= guard.script or r.t ~= token then return nil end
+  if not ok or type(r) ~= 'table' or r.s ~= guard.script or r.t ~= token or r.r == nil then
+    return nil
+  end
+  if shape and not shape(r.r) then return nil end
   return r.r
 end
 

@@ -20,17 +20,17 @@
 -- include: _guard
 guard_open('ack', KEYS[5], KEYS[4], {'delivered', 'stale', 'batches_delivered'})
 local id, token = ARGV[1], ARGV[2]
+local stale = arg_number(3, 'stale', 0, MAX_BATCH_EVENTS)
 local raw = read('hash', false, 'HGET', KEYS[2], id)
 local held = raw and read('zset', false, 'ZSCORE', KEYS[1], id)
-if not held then return receipt_of(KEYS[6], token) or -1 end
+if not held then return receipt_of(KEYS[6], token, is_whole) or -1 end
 local meta, why = read_meta(raw)
 if not meta then
   set_aside_batch(KEYS[2], KEYS[3], id, raw, why, true)
   redis.call('ZREM', KEYS[1], id)
   return -1
 end
-if meta.t ~= token then return receipt_of(KEYS[6], token) or -1 end
-local stale = tonumber(ARGV[3])
+if meta.t ~= token then return receipt_of(KEYS[6], token, is_whole) or -1 end
 local delivered = meta.n - stale
 if delivered < 0 then return redis.error_reply('ack counts exceed the batch size') end
 expect(KEYS[3], 'hash')

@@ -51,9 +51,14 @@ guard_open('claim', KEYS[9], KEYS[7], {'stale', 'claimed', 'batches_claimed',
                                        'malformed_entries', 'dead_events', 'dead_batches',
                                        'dead_dropped'})
 local game, base, token = ARGV[1], ARGV[2], ARGV[3]
-local size, most = tonumber(ARGV[4]), tonumber(ARGV[5])
-local lease, max_age, linger = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local budget, overhead = tonumber(ARGV[9]), tonumber(ARGV[10])
+local size = arg_number(4, 'batch_size', 1, MAX_BATCH_EVENTS)
+local most = arg_number(5, 'max_batches', 1, MAX_CLAIM_BATCHES)
+local lease = arg_number(6, 'lease_ms', 1, LONGEST_WAIT_MS)
+local max_age = arg_number(7, 'max_age_ms', 0, 2 ^ 40)
+local linger = arg_number(8, 'linger_ms', 0, LONGEST_WAIT_MS)
+local budget = arg_number(9, 'max_bytes', 0, 2 ^ 40)
+local overhead = arg_number(10, 'event_overhead', 0, 2 ^ 20)
+local keep = arg_number(11, 'dead_max', 0, 2 ^ 31)
 if budget <= 0 then budget = math.huge end
 
 -- The collect time (ms) of a well-formed entry, else nil.  It runs for every entry taken,
@@ -67,12 +72,16 @@ end
 
 -- The batches this id made, if it ran before: {stale, left, malformed, id 1, entries 1, ...}
 local out = {0, 0, 0}
-local done = receipt_of(KEYS[10], token)
+local done = receipt_of(KEYS[10], token, function(r)
+  return type(r) == 'table' and #r == 2 and is_whole(r[1]) and is_whole(r[2])
+end)
 local i = 0
-while read('hash', 0, 'HEXISTS', KEYS[6], base .. '.' .. i) == 1 do
-  local id = base .. '.' .. i
+for k = 0, MAX_CLAIM_BATCHES - 1 do
+  local id = base .. '.' .. k
+  local blob = read('hash', false, 'HGET', KEYS[6], id)
+  if not blob then break end
   out[#out + 1] = id
-  out[#out + 1] = redis.call('HGET', KEYS[6], id)
+  out[#out + 1] = blob
   i = i + 1
 end
 if i > 0 or done then
@@ -96,7 +105,9 @@ if len == 0 then
 end
 if len < size and linger > 0 then
   local head = born(redis.call('LINDEX', KEYS[1], 0))
-  if head and now - head < linger then
+  -- A head collected further ahead than the linger (a host's clock, or a hand) is taken now:
+  -- waiting for it to age would hold the game's events until that time.
+  if head and now - head < linger and head - now < linger then
     out[2] = len
     return out
   end
@@ -134,6 +145,7 @@ local left = len - used
 expect(KEYS[4], 'zset')
 expect(KEYS[5], 'hash')
 if #bad > 0 then expect(KEYS[8], 'list') end
+local trim = #bad > 0 and plan_trim(KEYS[8], KEYS[5], keep, 100 + #bad, #bad) or {}
 
 local claimed = 0
 for b, events in ipairs(parts) do
@@ -146,8 +158,10 @@ for b, events in ipairs(parts) do
   out[#out + 1] = blob
   claimed = claimed + #events
 end
+local added = {}
 for m, entry in ipairs(bad) do
   local id = base .. '.m' .. m
+  added[id] = 1
   redis.call('HSET', KEYS[5], id, cjson.encode(
     {g = game, t = '', a = 0, n = 1, c = now, d = now, r = 'malformed entry'}))
   redis.call('HSET', KEYS[6], id, entry)
@@ -166,7 +180,7 @@ if malformed > 0 then
   redis.call('HINCRBY', KEYS[7], 'malformed_entries', malformed)
   redis.call('HINCRBY', KEYS[7], 'dead_events', malformed)
   redis.call('HINCRBY', KEYS[7], 'dead_batches', malformed)
-  trim_dead(KEYS[8], KEYS[5], KEYS[6], KEYS[7], tonumber(ARGV[11]), 100 + malformed)
+  trim_dead(trim, KEYS[8], KEYS[5], KEYS[6], KEYS[7], added)
 end
 if #parts == 0 and stale + malformed > 0 then
   keep_receipt(KEYS[10], token, {stale, malformed}, ARGV[12])

@@ -18,6 +18,7 @@
 -- include: _guard
 guard_open('extend', KEYS[5], KEYS[4], {})
 local id = ARGV[1]
+local lease = arg_number(3, 'lease_ms', 1, LONGEST_WAIT_MS)
 local raw = read('hash', false, 'HGET', KEYS[2], id)
 local held = raw and read('zset', false, 'ZSCORE', KEYS[1], id)
 if not held then return 0 end
@@ -29,5 +30,5 @@ if not meta then
 end
 if meta.t ~= ARGV[2] then return 0 end
 local now = clock_ms()
-redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[3]), id)
+redis.call('ZADD', KEYS[1], 'XX', now + lease, id)
 return 1

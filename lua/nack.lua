@@ -35,37 +35,54 @@
 guard_open('nack', KEYS[7], KEYS[6],
            {'dead_events', 'dead_batches', 'batches_retried', 'dead_dropped'})
 local id, token = ARGV[1], ARGV[2]
+local least = arg_number(4, 'min_delay_ms', 0, LONGEST_WAIT_MS)
+local first = arg_number(5, 'initial_ms', 0, LONGEST_WAIT_MS)
+local longest = arg_number(6, 'max_ms', 0, LONGEST_WAIT_MS)
+local attempts = arg_number(7, 'max_attempts', 1, MAX_ATTEMPTS)
+local draw = arg_number(8, 'jitter', 0, 1, true)
+local keep = arg_number(9, 'dead_max', 0, 2 ^ 31)
+local function is_reply(r)
+  return type(r) == 'table' and #r == 2 and type(r[1]) == 'string' and is_whole(r[2])
+end
 local raw = read('hash', false, 'HGET', KEYS[2], id)
 local held = raw and read('zset', false, 'ZSCORE', KEYS[1], id)
-if not held then return receipt_of(KEYS[8], token) or {'lost', 0} end
+if not held then return receipt_of(KEYS[8], token, is_reply) or {'lost', 0} end
 local meta, why = read_meta(raw)
 if not meta then
   set_aside_batch(KEYS[2], KEYS[3], id, raw, why, true)
   redis.call('ZREM', KEYS[1], id)
   return {'lost', 0}
 end
-if meta.t ~= token then return receipt_of(KEYS[8], token) or {'lost', 0} end
+if meta.t ~= token then return receipt_of(KEYS[8], token, is_reply) or {'lost', 0} end
 expect(KEYS[3], 'hash')
 expect(KEYS[4], 'zset')
 expect(KEYS[5], 'list')
-redis.call('ZREM', KEYS[1], id)
+
+-- Everything decided, and encoded, before the first write.
 local now = clock_ms()
 meta.a = meta.a + 1
 meta.t = ''
 meta.r = ARGV[10]
-local reply
-if ARGV[3] == '1' or meta.a >= tonumber(ARGV[7]) then
+local dead = ARGV[3] == '1' or meta.a >= attempts
+local delay, trim = 0, nil
+if dead then
   meta.d = now
-  redis.call('HSET', KEYS[2], id, cjson.encode(meta))
+  trim = plan_trim(KEYS[5], KEYS[2], keep, 100, 1)
+else
+  delay = math.min(backoff_ms(meta.a, first, longest, draw, least), LONGEST_WAIT_MS)
+end
+local json = cjson.encode(meta)
+
+redis.call('ZREM', KEYS[1], id)
+redis.call('HSET', KEYS[2], id, json)
+local reply
+if dead then
   redis.call('LPUSH', KEYS[5], id)
   redis.call('HINCRBY', KEYS[6], 'dead_events', meta.n)
   redis.call('HINCRBY', KEYS[6], 'dead_batches', 1)
-  trim_dead(KEYS[5], KEYS[2], KEYS[3], KEYS[6], tonumber(ARGV[9]), 100)
+  trim_dead(trim, KEYS[5], KEYS[2], KEYS[3], KEYS[6], {[id] = meta.n})
   reply = {'dead', 0}
 else
-  local delay = backoff_ms(meta.a, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[8]),
-                          tonumber(ARGV[4]))
-  redis.call('HSET', KEYS[2], id, cjson.encode(meta))
   redis.call('ZADD', KEYS[4], now + delay, id)
   redis.call('HINCRBY', KEYS[6], 'batches_retried', 1)
   reply = {'retry', delay}

@@ -17,26 +17,37 @@
 -- returns  {batches deleted, events deleted}
 -- include: _guard
 guard_open('purge', KEYS[5], KEYS[4], {'purged'})
-local done = receipt_of(KEYS[6], '')
+local most = arg_number(1, 'limit', 1, 10000)
+local function is_reply(r)
+  return type(r) == 'table' and #r == 2 and is_whole(r[1]) and is_whole(r[2])
+end
+local done = receipt_of(KEYS[6], '', is_reply)
 if done then return done end
 expect(KEYS[1], 'list')
 expect(KEYS[2], 'hash')
 expect(KEYS[3], 'hash')
-local most = tonumber(ARGV[1])
 local ids = redis.call('LRANGE', KEYS[1], -most, -1)
-redis.call('LTRIM', KEYS[1], 0, -most - 1)
-local events = 0
+-- Read and check every dead letter first; write once all of them are known.
+local plan, events = {}, 0
 for _, id in ipairs(ids) do
-  local raw = redis.call('HGET', KEYS[2], id)
-  if raw then
-    local meta, why = read_meta(raw)
+  local step = {id = id, raw = redis.call('HGET', KEYS[2], id)}
+  if step.raw then
+    local meta, why = read_meta(step.raw)
     if meta then
       events = events + meta.n
-      redis.call('HDEL', KEYS[2], id)
-      redis.call('HDEL', KEYS[3], id)
     else
-      set_aside_batch(KEYS[2], KEYS[3], id, raw, why, false)
+      step.why = why
     end
+  end
+  plan[#plan + 1] = step
+end
+redis.call('LTRIM', KEYS[1], 0, -#ids - 1)
+for _, step in ipairs(plan) do
+  if step.why then
+    set_aside_batch(KEYS[2], KEYS[3], step.id, step.raw, step.why, false)
+  elseif step.raw then
+    redis.call('HDEL', KEYS[2], step.id)
+    redis.call('HDEL', KEYS[3], step.id)
   end
 end
 if events > 0 then redis.call('HINCRBY', KEYS[4], 'purged', events) end

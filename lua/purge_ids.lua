@@ -18,26 +18,43 @@
 -- returns  {batches deleted, events deleted}
 -- include: _guard
 guard_open('purge_ids', KEYS[5], KEYS[4], {'purged'})
-local done = receipt_of(KEYS[6], '')
+if #ARGV - 1 > 1000 then
+  return redis.error_reply('ERR purge_ids: at most 1000 batch ids per call, not ' .. (#ARGV - 1))
+end
+local function is_reply(r)
+  return type(r) == 'table' and #r == 2 and is_whole(r[1]) and is_whole(r[2])
+end
+local done = receipt_of(KEYS[6], '', is_reply)
 if done then return done end
 expect(KEYS[1], 'list')
 expect(KEYS[2], 'hash')
 expect(KEYS[3], 'hash')
-local batches, events = 0, 0
+-- Read and check every named dead letter first; write once all of them are known.
+local plan, batches, events, seen = {}, 0, 0, {}
 for k = 1, #ARGV - 1 do
   local id = ARGV[k]
-  if redis.call('LREM', KEYS[1], 1, id) == 1 then
-    local raw = redis.call('HGET', KEYS[2], id)
-    local meta, why
-    if raw then meta, why = read_meta(raw) end
-    if raw and not meta then
-      set_aside_batch(KEYS[2], KEYS[3], id, raw, why, false)
-    else
-      if meta then events = events + meta.n end
-      redis.call('HDEL', KEYS[2], id)
-      redis.call('HDEL', KEYS[3], id)
-      batches = batches + 1
+  if not seen[id] and redis.call('LPOS', KEYS[1], id) then
+    seen[id] = true
+    local step = {id = id, raw = redis.call('HGET', KEYS[2], id)}
+    if step.raw then
+      local meta, why = read_meta(step.raw)
+      if meta then
+        events = events + meta.n
+      else
+        step.why = why
+      end
     end
+    if not step.why then batches = batches + 1 end
+    plan[#plan + 1] = step
+  end
+end
+for _, step in ipairs(plan) do
+  redis.call('LREM', KEYS[1], 1, step.id)
+  if step.why then
+    set_aside_batch(KEYS[2], KEYS[3], step.id, step.raw, step.why, false)
+  else
+    redis.call('HDEL', KEYS[2], step.id)
+    redis.call('HDEL', KEYS[3], step.id)
   end
 end
 if events > 0 then redis.call('HINCRBY', KEYS[4], 'purged', events) end

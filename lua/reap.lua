@@ -23,38 +23,60 @@
 -- include: _dead
 guard_open('reap', KEYS[7], KEYS[6], {'dead_events', 'dead_batches', 'batches_reaped',
                                       'dead_dropped'})
+local most = arg_number(1, 'limit', 1, 10000)
+local attempts = arg_number(2, 'max_attempts', 1, MAX_ATTEMPTS)
+local keep = arg_number(3, 'dead_max', 0, 2 ^ 31)
 local now = clock_ms()
-local expired = read('zset', {}, 'ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0,
-                     tonumber(ARGV[1]))
+local expired, far = due_members(KEYS[1], now, LONGEST_WAIT_MS, most)
 if #expired == 0 then return {0, 0} end
 expect(KEYS[2], 'hash')
 expect(KEYS[3], 'hash')
 expect(KEYS[4], 'zset')
 expect(KEYS[5], 'list')
-local retried, dead = 0, 0
+
+-- Read and check every batch first; write once all of them are known to be usable.
+local plan, dead = {}, 0
 for _, id in ipairs(expired) do
-  redis.call('ZREM', KEYS[1], id)
-  local raw = redis.call('HGET', KEYS[2], id)
-  local meta = raw and usable_batch(KEYS[2], KEYS[3], id, raw, true)
-  if meta then
-    meta.a = meta.a + 1
-    meta.t = ''
-    meta.r = 'lease expired'
-    if meta.a >= tonumber(ARGV[2]) then
-      meta.d = now
-      redis.call('LPUSH', KEYS[5], id)
-      redis.call('HINCRBY', KEYS[6], 'dead_events', meta.n)
-      redis.call('HINCRBY', KEYS[6], 'dead_batches', 1)
-      dead = dead + 1
+  local step = {id = id, raw = redis.call('HGET', KEYS[2], id)}
+  if step.raw then
+    local meta, why, events = check_batch(KEYS[3], id, step.raw)
+    if meta then
+      meta.a = meta.a + 1
+      meta.t = ''
+      meta.r = 'lease expired'
+      if meta.a >= attempts then
+        meta.d = now
+        step.dead = true
+        dead = dead + 1
+      end
+      step.meta, step.json = meta, cjson.encode(meta)
     else
-      redis.call('ZADD', KEYS[4], now, id)
+      step.why, step.events = why, events
+    end
+  end
+  plan[#plan + 1] = step
+end
+local trim = dead > 0 and plan_trim(KEYS[5], KEYS[2], keep, 100 + dead, dead) or {}
+
+local retried, added = 0, {}
+for _, step in ipairs(plan) do
+  redis.call('ZREM', KEYS[1], step.id)
+  if far[step.id] then note_far_time(KEYS[1], step.id, far[step.id], 'a lease deadline') end
+  if step.json then
+    redis.call('HSET', KEYS[2], step.id, step.json)
+    if step.dead then
+      redis.call('LPUSH', KEYS[5], step.id)
+      added[step.id] = step.meta.n
+      redis.call('HINCRBY', KEYS[6], 'dead_events', step.meta.n)
+      redis.call('HINCRBY', KEYS[6], 'dead_batches', 1)
+    else
+      redis.call('ZADD', KEYS[4], now, step.id)
       retried = retried + 1
     end
-    redis.call('HSET', KEYS[2], id, cjson.encode(meta))
+  elseif step.raw then
+    set_aside_batch(KEYS[2], KEYS[3], step.id, step.raw, step.why, true, step.events)
   end
 end
-if dead > 0 then
-  trim_dead(KEYS[5], KEYS[2], KEYS[3], KEYS[6], tonumber(ARGV[3]), 100 + dead)
-end
+trim_dead(trim, KEYS[5], KEYS[2], KEYS[3], KEYS[6], added)
 if retried + dead > 0 then redis.call('HINCRBY', KEYS[6], 'batches_reaped', retried + dead) end
 return {retried, dead}

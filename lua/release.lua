@@ -22,19 +22,20 @@ guard_open('release', KEYS[6], KEYS[4], {'batches_released'})
 local id, token = ARGV[1], ARGV[2]
 local raw = read('hash', false, 'HGET', KEYS[2], id)
 local held = raw and read('zset', false, 'ZSCORE', KEYS[1], id)
-if not held then return receipt_of(KEYS[7], token) or 0 end
+if not held then return receipt_of(KEYS[7], token, is_whole) or 0 end
 local meta, why = read_meta(raw)
 if not meta then
   set_aside_batch(KEYS[2], KEYS[5], id, raw, why, true)
   redis.call('ZREM', KEYS[1], id)
   return 0
 end
-if meta.t ~= token then return receipt_of(KEYS[7], token) or 0 end
+if meta.t ~= token then return receipt_of(KEYS[7], token, is_whole) or 0 end
 expect(KEYS[3], 'zset')
 local now = clock_ms()
 meta.t = ''
+local json = cjson.encode(meta) -- before the first write (read_meta made sure it encodes)
 redis.call('ZREM', KEYS[1], id)
-redis.call('HSET', KEYS[2], id, cjson.encode(meta))
+redis.call('HSET', KEYS[2], id, json)
 redis.call('ZADD', KEYS[3], now, id)
 redis.call('HINCRBY', KEYS[4], 'batches_released', 1)
 keep_receipt(KEYS[7], token, 1, ARGV[3])

@@ -25,7 +25,13 @@
 -- returns  {batches replayed, events replayed, malformed dead letters left in place}
 -- include: _guard
 guard_open('replay', KEYS[6], KEYS[4], {'replayed'})
-local done = receipt_of(KEYS[7], '')
+local most = arg_number(2, 'limit', 1, 1000)
+local budget = arg_number(3, 'max_bytes', 0, 2 ^ 40)
+local overhead = arg_number(4, 'event_overhead', 0, 2 ^ 20)
+local function is_reply(r)
+  return type(r) == 'table' and #r == 3 and is_whole(r[1]) and is_whole(r[2]) and is_whole(r[3])
+end
+local done = receipt_of(KEYS[7], '', is_reply)
 if done then return done end
 expect(KEYS[1], 'list')
 expect(KEYS[2], 'hash')
@@ -33,27 +39,23 @@ expect(KEYS[3], 'zset')
 expect(KEYS[5], 'hash')
 local ids
 if ARGV[1] ~= '' then
-  if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then
+  if not redis.call('LPOS', KEYS[1], ARGV[1]) then
     keep_receipt(KEYS[7], '', {0, 0, 0}, ARGV[5])
     return {0, 0, 0}
   end
   ids = {ARGV[1]}
 else
-  local most = tonumber(ARGV[2])
   ids = redis.call('LRANGE', KEYS[1], -most, -1)
-  redis.call('LTRIM', KEYS[1], 0, -most - 1)
 end
-local budget, overhead = tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = clock_ms()
 
 -- The batch's entries in parts of at most `budget` bytes (a single larger entry alone), or
--- nil when it fits as it is.
-local function recut(id)
-  local blob = redis.call('HGET', KEYS[5], id)
+-- nil when it fits as it is; false if the payload holds more entries than any batch.
+local function recut(blob)
   if budget <= 0 or not blob then return nil end
   local parts, part, bytes, total = {}, {}, 0, 0
   local pos = 1
-  while pos <= #blob do
+  for _ = 1, MAX_BATCH_EVENTS do
     local stop = string.find(blob, '\n', pos, true) or (#blob + 1)
     local entry = string.sub(blob, pos, stop - 1)
     local cost = #entry - 13 + overhead
@@ -65,44 +67,72 @@ local function recut(id)
     bytes = bytes + cost
     total = total + cost
     pos = stop + 1
+    if pos > #blob then
+      if total <= budget then return nil end
+      parts[#parts + 1] = part
+      return parts
+    end
   end
-  if total <= budget then return nil end
-  parts[#parts + 1] = part
-  return parts
+  return false
 end
 
-local batches, events, malformed = 0, 0, 0
+-- Read, check and cut every dead letter first; write once all of them are known.
+local plan = {}
 for _, id in ipairs(ids) do
-  local raw = redis.call('HGET', KEYS[2], id)
-  local meta, why
-  if raw then meta, why = read_meta(raw) end
-  if raw and not meta then
-    set_aside_batch(KEYS[2], KEYS[5], id, raw, why, false)
-  elseif meta then
-    if meta.r == 'malformed entry' then
-      redis.call('LPUSH', KEYS[1], id)
-      malformed = malformed + 1
+  local step = {id = id, raw = redis.call('HGET', KEYS[2], id)}
+  if step.raw then
+    local meta, why = read_meta(step.raw)
+    if not meta then
+      step.why = why
+    elseif meta.r == 'malformed entry' then
+      step.malformed = true
     else
-      events = events + meta.n
+      step.events = meta.n
       meta.a, meta.t, meta.d, meta.r, meta.ir = 0, '', nil, nil, nil
-      local parts = recut(id)
-      if parts then
-        redis.call('HDEL', KEYS[2], id)
-        redis.call('HDEL', KEYS[5], id)
+      local parts = recut(redis.call('HGET', KEYS[5], id))
+      if parts == false then
+        step.why = 'a payload of more entries than a batch holds'
+      elseif parts then
+        step.parts = {}
         for k, part in ipairs(parts) do
-          local part_id = id .. '.s' .. k
           meta.n = #part
-          redis.call('HSET', KEYS[2], part_id, cjson.encode(meta))
-          redis.call('HSET', KEYS[5], part_id, table.concat(part, '\n'))
-          redis.call('ZADD', KEYS[3], now, part_id)
+          step.parts[k] = {id .. '.s' .. k, cjson.encode(meta), table.concat(part, '\n')}
         end
-        batches = batches + #parts
       else
-        redis.call('HSET', KEYS[2], id, cjson.encode(meta))
-        redis.call('ZADD', KEYS[3], now, id)
-        batches = batches + 1
+        step.json = cjson.encode(meta)
       end
     end
+  end
+  plan[#plan + 1] = step
+end
+
+if ARGV[1] ~= '' then
+  redis.call('LREM', KEYS[1], 1, ARGV[1])
+else
+  redis.call('LTRIM', KEYS[1], 0, -#ids - 1)
+end
+local batches, events, malformed = 0, 0, 0
+for _, step in ipairs(plan) do
+  if step.why then
+    set_aside_batch(KEYS[2], KEYS[5], step.id, step.raw, step.why, false)
+  elseif step.malformed then
+    redis.call('LPUSH', KEYS[1], step.id)
+    malformed = malformed + 1
+  elseif step.parts then
+    redis.call('HDEL', KEYS[2], step.id)
+    redis.call('HDEL', KEYS[5], step.id)
+    for _, part in ipairs(step.parts) do
+      redis.call('HSET', KEYS[2], part[1], part[2])
+      redis.call('HSET', KEYS[5], part[1], part[3])
+      redis.call('ZADD', KEYS[3], now, part[1])
+    end
+    batches = batches + #step.parts
+    events = events + step.events
+  elseif step.json then
+    redis.call('HSET', KEYS[2], step.id, step.json)
+    redis.call('ZADD', KEYS[3], now, step.id)
+    batches = batches + 1
+    events = events + step.events
   end
 end
 if events > 0 then redis.call('HINCRBY', KEYS[4], 'replayed', events) end

@@ -47,24 +47,48 @@ guard_open('settle', KEYS[7], KEYS[6],
             'batches_retried', 'dead_dropped',
             'delivered', 'batches_delivered', 'stale'})
 local id, token = ARGV[1], ARGV[2]
+local stale = arg_number(3, 'stale', 0, MAX_BATCH_EVENTS)
+local least = arg_number(4, 'min_delay_ms', 0, LONGEST_WAIT_MS)
+local first = arg_number(5, 'initial_ms', 0, LONGEST_WAIT_MS)
+local longest = arg_number(6, 'max_ms', 0, LONGEST_WAIT_MS)
+local attempts = arg_number(7, 'max_attempts', 1, MAX_ATTEMPTS)
+local draw = arg_number(8, 'jitter', 0, 1, true)
+local keep = arg_number(9, 'dead_max', 0, 2 ^ 31)
+local count = arg_number(12, 'refused', 0, MAX_BATCH_EVENTS)
 local lost = {-1, '', '', 0, ''}
+local function is_reply(r)
+  return type(r) == 'table' and #r == 5 and type(r[1]) == 'number' and type(r[2]) == 'string'
+    and type(r[3]) == 'string' and is_whole(r[4]) and type(r[5]) == 'string'
+end
 local raw = read('hash', false, 'HGET', KEYS[2], id)
 local held = raw and read('zset', false, 'ZSCORE', KEYS[1], id)
-if not held then return receipt_of(KEYS[8], token) or lost end
-local meta = usable_batch(KEYS[2], KEYS[3], id, raw, true)
+if not held then return receipt_of(KEYS[8], token, is_reply) or lost end
+
+-- The batch's entries: at most a batch's worth (more: the payload is junk, see below).
+local function entries_of(blob)
+  local entries, pos = {}, 1
+  for _ = 1, MAX_BATCH_EVENTS do
+    if pos > #blob then return entries end
+    local stop = string.find(blob, '\n', pos, true) or (#blob + 1)
+    entries[#entries + 1] = string.sub(blob, pos, stop - 1)
+    pos = stop + 1
+  end
+  if pos > #blob then return entries end
+  return nil
+end
+
+local meta, why, events = check_batch(KEYS[3], id, raw)
+local entries
+if meta then
+  entries = entries_of(read('hash', false, 'HGET', KEYS[3], id) or '')
+  if not entries then meta, why = nil, 'a payload of more entries than a batch holds' end
+end
 if not meta then
+  set_aside_batch(KEYS[2], KEYS[3], id, raw, why, true, events)
   redis.call('ZREM', KEYS[1], id)
   return lost
 end
-if meta.t ~= token then return receipt_of(KEYS[8], token) or lost end
-
-local blob = read('hash', false, 'HGET', KEYS[3], id) or ''
-local entries, pos = {}, 1
-while pos <= #blob do
-  local stop = string.find(blob, '\n', pos, true) or (#blob + 1)
-  entries[#entries + 1] = string.sub(blob, pos, stop - 1)
-  pos = stop + 1
-end
+if meta.t ~= token then return receipt_of(KEYS[8], token, is_reply) or lost end
 local n = #entries
 
 local taken = {}
@@ -83,75 +107,79 @@ for p in string.gmatch(ARGV[11], '[^,]+') do
   retry[#retry + 1] = entry
 end
 local refused, reasons = {}, {}
-local count = tonumber(ARGV[12])
 for i = 1, count do
   local entry = take(ARGV[11 + 2 * i])
   if not entry then return redis.error_reply('settle: bad refused position') end
   refused[#refused + 1] = entry
   reasons[#reasons + 1] = string.sub(ARGV[12 + 2 * i], 1, 200)
 end
-local stale = tonumber(ARGV[3])
 local delivered = n - stale - #retry - #refused
 if delivered < 0 then return redis.error_reply('settle: counts exceed the batch size') end
 
 expect(KEYS[4], 'zset')
 expect(KEYS[5], 'list')
+
+-- Every new record built and encoded before the first write.
 local now = clock_ms()
 local attempt = meta.a + 1
-redis.call('ZREM', KEYS[1], id)
-redis.call('HDEL', KEYS[2], id)
-redis.call('HDEL', KEYS[3], id)
-
-local dead_added = 0
+local dead_letters = {} -- {id, metadata JSON, payload, events}
 local function dead_letter(new_id, part, reason, item_reasons)
   local m = {g = meta.g, t = '', a = attempt, n = #part, c = meta.c, r = reason, d = now}
   if item_reasons then m.ir = item_reasons end
-  redis.call('HSET', KEYS[2], new_id, cjson.encode(m))
-  redis.call('HSET', KEYS[3], new_id, table.concat(part, '\n'))
-  redis.call('LPUSH', KEYS[5], new_id)
-  redis.call('HINCRBY', KEYS[6], 'dead_events', #part)
-  redis.call('HINCRBY', KEYS[6], 'dead_batches', 1)
-  dead_added = dead_added + 1
+  dead_letters[#dead_letters + 1] = {new_id, cjson.encode(m), table.concat(part, '\n'), #part}
 end
 
-local refused_id = ''
+local refused_id, malformed = '', 0
 if #refused > 0 then
   refused_id = id .. '.x' .. attempt
   local summary = reasons[1]
   if #refused > 1 then summary = #refused .. ' items refused; first: ' .. reasons[1] end
   dead_letter(refused_id, refused, summary, reasons)
   -- The reporter refuses an event that is not one JSON value itself, before sending it.
-  local malformed = 0
   for _, reason in ipairs(reasons) do
     if reason == 'malformed entry' then malformed = malformed + 1 end
   end
-  if malformed > 0 then redis.call('HINCRBY', KEYS[6], 'malformed_entries', malformed) end
-  if #refused > malformed then
-    redis.call('HINCRBY', KEYS[6], 'rejected_items', #refused - malformed)
-  end
 end
 
-local retry_id, state, delay = '', '', 0
+local retry_id, state, delay, retry_json = '', '', 0, nil
 if #retry > 0 then
   retry_id = id .. '.r' .. attempt
-  if attempt >= tonumber(ARGV[7]) then
+  if attempt >= attempts then
     state = 'dead'
     dead_letter(retry_id, retry, ARGV[10], nil)
   else
     state = 'retry'
-    delay = backoff_ms(attempt, tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[8]),
-                       tonumber(ARGV[4]))
-    local m = {g = meta.g, t = '', a = attempt, n = #retry, c = meta.c, r = ARGV[10]}
-    redis.call('HSET', KEYS[2], retry_id, cjson.encode(m))
-    redis.call('HSET', KEYS[3], retry_id, table.concat(retry, '\n'))
-    redis.call('ZADD', KEYS[4], now + delay, retry_id)
-    redis.call('HINCRBY', KEYS[6], 'batches_retried', 1)
+    delay = math.min(backoff_ms(attempt, first, longest, draw, least), LONGEST_WAIT_MS)
+    retry_json = cjson.encode({g = meta.g, t = '', a = attempt, n = #retry, c = meta.c,
+                               r = ARGV[10]})
   end
 end
+local trim = #dead_letters > 0
+  and plan_trim(KEYS[5], KEYS[2], keep, 100 + #dead_letters, #dead_letters) or {}
 
-if dead_added > 0 then
-  trim_dead(KEYS[5], KEYS[2], KEYS[3], KEYS[6], tonumber(ARGV[9]), 100 + dead_added)
+redis.call('ZREM', KEYS[1], id)
+redis.call('HDEL', KEYS[2], id)
+redis.call('HDEL', KEYS[3], id)
+local added = {}
+for _, letter in ipairs(dead_letters) do
+  added[letter[1]] = letter[4]
+  redis.call('HSET', KEYS[2], letter[1], letter[2])
+  redis.call('HSET', KEYS[3], letter[1], letter[3])
+  redis.call('LPUSH', KEYS[5], letter[1])
+  redis.call('HINCRBY', KEYS[6], 'dead_events', letter[4])
+  redis.call('HINCRBY', KEYS[6], 'dead_batches', 1)
 end
+if malformed > 0 then redis.call('HINCRBY', KEYS[6], 'malformed_entries', malformed) end
+if #refused > malformed then
+  redis.call('HINCRBY', KEYS[6], 'rejected_items', #refused - malformed)
+end
+if retry_json then
+  redis.call('HSET', KEYS[2], retry_id, retry_json)
+  redis.call('HSET', KEYS[3], retry_id, table.concat(retry, '\n'))
+  redis.call('ZADD', KEYS[4], now + delay, retry_id)
+  redis.call('HINCRBY', KEYS[6], 'batches_retried', 1)
+end
+trim_dead(trim, KEYS[5], KEYS[2], KEYS[3], KEYS[6], added)
 if delivered > 0 then
   redis.call('HINCRBY', KEYS[6], 'delivered', delivered)
   redis.call('HINCRBY', KEYS[6], 'batches_delivered', 1)

@@ -23,17 +23,19 @@
 -- include: _guard
 guard_open('take_retries', KEYS[6], KEYS[5], {})
 local token = ARGV[1]
+local lease = arg_number(2, 'lease_ms', 1, LONGEST_WAIT_MS)
+local want = arg_number(3, 'limit', 1, 1000)
 local out = {}
-local function add(id, meta)
+local function add(id, meta, blob)
   out[#out + 1] = id
   out[#out + 1] = meta.g
   out[#out + 1] = meta.a
-  out[#out + 1] = read('hash', false, 'HGET', KEYS[4], id) or ''
+  out[#out + 1] = blob or read('hash', false, 'HGET', KEYS[4], id) or ''
 end
 
 -- A resend finds its batches still leased to its token (none left: the caller had its
 -- answer and finished them, so this is a new call under the same token).
-local done = receipt_of(KEYS[7], token)
+local done = receipt_of(KEYS[7], token, function(r) return is_strings(r, want) end)
 if done then
   for _, id in ipairs(done) do
     local raw = read('hash', false, 'HGET', KEYS[3], id)
@@ -46,32 +48,46 @@ if done then
 end
 
 local now = clock_ms()
-local want = tonumber(ARGV[3])
-local scan = ARGV[4] == '' and want or want * 8
-local due = read('zset', {}, 'ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, scan)
+local due, far = due_members(KEYS[1], now, LONGEST_WAIT_MS,
+                             ARGV[4] == '' and want or want * 8)
 if #due == 0 then return out end
 expect(KEYS[2], 'zset')
 expect(KEYS[3], 'hash')
 expect(KEYS[4], 'hash')
-local taken = {}
+
+-- Read and check every batch first; write once all of them are known to be usable.
+local plan, taken = {}, 0
 for _, id in ipairs(due) do
-  if #taken >= want then break end
-  local raw = redis.call('HGET', KEYS[3], id)
-  if not raw then
-    redis.call('ZREM', KEYS[1], id)
-  else
-    local meta = usable_batch(KEYS[3], KEYS[4], id, raw, true)
+  if taken >= want then break end
+  local step = {id = id, raw = redis.call('HGET', KEYS[3], id)}
+  if step.raw then
+    local meta, why, events = check_batch(KEYS[4], id, step.raw)
     if not meta then
-      redis.call('ZREM', KEYS[1], id)
+      step.why, step.events = why, events
     elseif ARGV[4] == '' or meta.g == ARGV[4] then
-      redis.call('ZREM', KEYS[1], id)
       meta.t = token
-      redis.call('HSET', KEYS[3], id, cjson.encode(meta))
-      redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), id)
-      add(id, meta)
-      taken[#taken + 1] = id
+      step.meta, step.json = meta, cjson.encode(meta)
+      step.blob = redis.call('HGET', KEYS[4], id) or ''
+      taken = taken + 1
+    else
+      step = nil -- another game's: left waiting
     end
   end
+  if step then plan[#plan + 1] = step end
 end
-if #taken > 0 then keep_receipt(KEYS[7], token, taken, ARGV[5]) end
+
+local ids = {}
+for _, step in ipairs(plan) do
+  redis.call('ZREM', KEYS[1], step.id)
+  if far[step.id] then note_far_time(KEYS[1], step.id, far[step.id], 'a retry time') end
+  if step.json then
+    redis.call('HSET', KEYS[3], step.id, step.json)
+    redis.call('ZADD', KEYS[2], now + lease, step.id)
+    add(step.id, step.meta, step.blob)
+    ids[#ids + 1] = step.id
+  elseif step.raw then
+    set_aside_batch(KEYS[3], KEYS[4], step.id, step.raw, step.why, true, step.events)
+  end
+end
+if #ids > 0 then keep_receipt(KEYS[7], token, ids, ARGV[5]) end
 return out

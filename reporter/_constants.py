@@ -23,8 +23,10 @@ BUSY_SLICE_SECONDS = 0.05
 FAILING_PAUSE_SECONDS = 5.0
 # Dead letters `dead list` shows per shard at most.
 DEAD_LIST_LIMIT = 1000
-# dead replay --all: dead letters moved per script call.
-REPLAY_STEP = 1000
+# dead replay --all: dead letters moved per script call.  Each call blocks Redis while it runs:
+# 50 letters of 128 events take about 1 ms (3 ms when each is checked against the byte limit);
+# 1,000 took 40 to 80 ms.
+REPLAY_STEP = 50
 # What an endpoint may answer: more is a protocol error, not a memory problem.
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 8 * 1024 * 1024

@@ -6,7 +6,10 @@ in no list, out of the accounting)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +21,11 @@ from collector.store import (
     Replay,
     RetryPolicy,
     TakeRetries,
+    script_text,
 )
+from reporter._commands.cli import main
+from reporter._config import ReporterSettings, RetrySettings
+from reporter._constants import MAX_RETRY_AFTER_SECONDS
 from reporter._monitoring.accounting import read_totals
 from tests.delivery.lifecycle import LEASE_MS, Shard, new_token
 from tests.scriptcalls import store_of
@@ -130,3 +137,54 @@ def test_a_replay_of_every_dead_letter_sets_the_non_finite_ones_aside_and_replay
         set_aside(shard, batch, 2)
     assert "quarantined_events" not in shard.stats()  # dead letters: in dead_events already
     assert unaccounted(shard) == 0
+
+
+def test_dead_replay_all_replays_every_good_dead_letter_beside_non_finite_ones(
+    r: Any, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The operator's command: ``dead replay --all`` over a shard whose dead list holds three
+    letters with ``1e999`` among good ones.  It used to fail at the first of them after
+    trimming its whole step off the list: the good letters of that step were lost."""
+    shard = Shard(r, prefix="replayall")
+    token = new_token()
+    batches = [shard.leased("g", 1, token) for _ in range(30)]
+    for batch in batches:
+        shard.nack(batch, token, permanent=True)
+    bad = [batches[0], batches[14], batches[29]]
+    for batch in bad:
+        spoil(shard, batch, "c", "1e999")
+    config = tmp_path / "replay.toml"
+    config.write_text(
+        f'[redis]\nurl = "{redis_url}"\nkey_prefix = "replayall"\nshards = 1\n', encoding="utf-8"
+    )
+    code = main(["dead", "replay", "--all", "--config", str(config)])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    assert out.startswith("replayed 27 batches (27 events)")
+    good = [b for b in batches if b not in bad]
+    assert sorted(shard.retry()) == sorted(good)
+    for batch in bad:
+        set_aside(shard, batch, 1)
+    assert unaccounted(shard) == 0
+
+
+def _hi(section: type, name: str) -> float:
+    [found] = [f for f in dataclasses.fields(section) if f.name == name]
+    return float(found.metadata["hi"])
+
+
+def _lua_constant(name: str) -> int:
+    match = re.search(rf"^local {name} = (\d+)", script_text("ack"), re.MULTILINE)
+    assert match, name
+    return int(match.group(1))
+
+
+def test_the_bounds_the_scripts_check_hold_everything_the_settings_allow() -> None:
+    """A record beyond these bounds is set aside as junk: no setting may make one."""
+    assert _lua_constant("MAX_BATCH_EVENTS") == _hi(ReporterSettings, "batch_size")
+    assert _lua_constant("MAX_CLAIM_BATCHES") == _hi(ReporterSettings, "max_batches_per_claim")
+    assert _lua_constant("MAX_ATTEMPTS") == _hi(RetrySettings, "max_attempts")
+    longest = _lua_constant("LONGEST_WAIT_MS")
+    assert longest >= _hi(ReporterSettings, "lease_seconds") * 1000
+    assert longest >= _hi(RetrySettings, "max_delay_ms")
+    assert longest >= MAX_RETRY_AFTER_SECONDS * 1000
