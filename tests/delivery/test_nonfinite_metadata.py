@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from collector.retry import MAX_RETRY_AFTER_SECONDS
 from collector.store import (
     Nack,
     QuarantineRecord,
@@ -25,7 +26,6 @@ from collector.store import (
 )
 from reporter._commands.cli import main
 from reporter._config import ReporterSettings, RetrySettings
-from reporter._constants import MAX_RETRY_AFTER_SECONDS
 from reporter._monitoring.accounting import read_totals
 from tests.delivery.lifecycle import LEASE_MS, Shard, new_token
 from tests.scriptcalls import store_of
