@@ -70,7 +70,7 @@ from collector.store._keys import (
     validate_game,
 )
 from collector.store._modes import BACKENDS, backend_class, describe_settings, open_backend
-from collector.store._pacing_calls import Hold, ReserveSlot, TakeTokens
+from collector.store._pacing_calls import Hold, HoldOp, ReserveSlot, TakeTokens
 from collector.store._remembered import Remembered, remembered_totals
 from collector.store._results import (
     Claimed,
@@ -81,6 +81,7 @@ from collector.store._results import (
     Reaped,
     Replayed,
     RetryBatch,
+    RetryState,
     Settled,
     Slot,
     Stored,
@@ -133,6 +134,7 @@ __all__ = [
     "GameView",
     "Heartbeat",
     "Hold",
+    "HoldOp",
     "HoldState",
     "KeySchema",
     "LuaScript",
@@ -156,6 +158,7 @@ __all__ = [
     "ReserveSlot",
     "RetryBatch",
     "RetryPolicy",
+    "RetryState",
     "RingSlice",
     "ScriptCall",
     "Sentinel",

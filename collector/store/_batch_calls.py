@@ -15,6 +15,7 @@ from collector.store._results import (
     NackResult,
     Reaped,
     RetryBatch,
+    RetryState,
     Settled,
     text,
 )
@@ -196,7 +197,7 @@ class Nack(ScriptCall[NackResult]):
         )
 
     def parse(self, reply: Any) -> NackResult:
-        return NackResult(text(reply[0]), int(reply[1]))
+        return NackResult(RetryState(text(reply[0])), int(reply[1]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +255,9 @@ class Settle(ScriptCall[Settled]):
         )
 
     def parse(self, reply: Any) -> Settled:
-        return Settled(int(reply[0]), text(reply[1]), text(reply[2]), int(reply[3]), text(reply[4]))
+        return Settled(
+            int(reply[0]), text(reply[1]), RetryState(text(reply[2])), int(reply[3]), text(reply[4])
+        )
 
 
 @dataclass(frozen=True, slots=True)

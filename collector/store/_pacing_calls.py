@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, ClassVar
 
 from collector.store._keys import receipt_key, sibling
@@ -98,18 +99,28 @@ class ReserveSlot(ScriptCall[Slot]):
         return Slot(bool(int(reply[0])), int(reply[1]), int(reply[2]))
 
 
+class HoldOp(StrEnum):
+    """What a ``Hold`` call does (``lua/hold.lua``, ARGV[1])."""
+
+    HOLD = "hold"  # start the hold, or note the latest cause
+    PROBE = "probe"  # take the turn to probe if it has come
+    TURN = "turn"  # take the turn now (this caller's key just changed)
+    KICK = "kick"  # make the next probe due now, whoever takes it
+    LIFT = "lift"  # end the hold
+    READ = "read"  # only read it
+
+
 @dataclass(frozen=True, slots=True)
 class Hold(ScriptCall[HoldState]):
-    """Sending held for every reporter (at ``key``, ``KeySchema.hold``): ``what`` is
-    ``hold`` (start it, or note the latest ``cause``), ``probe`` (take the turn to probe if
-    it has come; the next turn is ``interval_ms`` later), ``kick`` (the next probe is due
-    now), ``lift`` or ``read``.  A hold nobody touches for ``keep_ms`` is forgotten.
-    ``now_ms`` replaces Redis TIME (tests)."""
+    """Sending held for every reporter (at ``key``, ``KeySchema.hold``): ``what`` says which
+    of ``HoldOp`` (the next probe turn is ``interval_ms`` after one is taken; ``cause``,
+    ``check`` and ``game`` go with ``HOLD``).  A hold nobody touches for ``keep_ms`` is
+    forgotten.  ``now_ms`` replaces Redis TIME (tests)."""
 
     script: ClassVar[str] = "hold"
     receipt: ClassVar[bool] = True
     key: str
-    what: str
+    what: HoldOp
     interval_ms: int = 0
     cause: str = ""
     check: str = ""
@@ -117,6 +128,10 @@ class Hold(ScriptCall[HoldState]):
     keep_ms: int = 86_400_000
     now_ms: int | None = None
     call: str = field(default_factory=call_id)  # the receipt's id: a resend does nothing more
+
+    def __post_init__(self) -> None:
+        # the name of one (a str) is taken too; anything else fails here, named, not in Lua
+        object.__setattr__(self, "what", HoldOp(self.what))
 
     def keys(self) -> Sequence[str]:
         # the receipt, and the hold's own quarantine and counters (its hash tag is not a
@@ -130,7 +145,7 @@ class Hold(ScriptCall[HoldState]):
 
     def args(self) -> Sequence[Any]:
         return (
-            self.what,
+            str(self.what),
             self.interval_ms,
             self.cause[:200],
             self.check[:500],

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import NamedTuple
 
 # -- results -----------------------------------------------------------------------------------
@@ -45,22 +46,34 @@ class RetryBatch:
     entries: list[bytes]
 
 
+class RetryState(StrEnum):
+    """What a failed batch (or the part of one to retry) became, as nack.lua and settle.lua
+    answer it."""
+
+    RETRY = "retry"  # waits in the retry set until its delay has passed
+    DEAD = "dead"  # dead-lettered: rejected for good, or out of attempts
+    LOST = "lost"  # nothing done: the caller no longer held the lease (nack)
+    NONE = ""  # no part to retry (settle)
+
+
 @dataclass(frozen=True, slots=True)
 class NackResult:
-    state: str  # "retry", "dead" or "lost"
+    """What a nack did: RETRY (due in ``delay_ms``), DEAD or LOST."""
+
+    state: RetryState
     delay_ms: int
 
 
 @dataclass(frozen=True, slots=True)
 class Settled:
     """How a settle split the batch: events delivered (-1 if the lease was lost), the batch
-    the retry part became (``retry_state`` "retry", or "dead" when out of attempts; "" if no
+    the retry part became (``retry_state`` RETRY, or DEAD when out of attempts; NONE if no
     part was retried) and when it is due, and the dead letter of the refused part ("" if
     none)."""
 
     delivered: int
     retry_id: str
-    retry_state: str
+    retry_state: RetryState
     delay_ms: int
     refused_id: str
 

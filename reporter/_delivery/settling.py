@@ -18,7 +18,7 @@ import orjson
 from collector.counters import Counter as C
 from collector.logs import RateLimitedLog, counted
 from collector.metrics import Metrics
-from collector.store import Ack, BackendError, BackendUnreplicated, Settled, ShardKeys
+from collector.store import Ack, BackendError, BackendUnreplicated, RetryState, Settled, ShardKeys
 from reporter._delivery.batches import Batches
 from reporter._delivery.freshness import Fresh
 from reporter._delivery.in_flight import Delivered, InFlight, ToAck
@@ -206,7 +206,7 @@ class Settler:
             min_delay_ms=int(outcome.retry_after * 1000),
             reason=outcome.reason,
         )
-        if result.state == "dead":
+        if result.state == RetryState.DEAD:
             ratelog.log(
                 logging.ERROR,
                 f"dead:{log_kind(outcome)}",
@@ -222,7 +222,7 @@ class Settler:
             )
             self._counts.add({C.DEAD_BATCHES: 1, C.DEAD_EVENTS: len(batch.entries)})
             return Result.DEAD
-        if result.state == "retry":
+        if result.state == RetryState.RETRY:
             ratelog.log(
                 logging.WARNING,
                 "retry",
@@ -353,9 +353,9 @@ class Settler:
                         dead_letter=settled.refused_id,
                     ),
                 )
-        if settled.retry_state == "retry":
+        if settled.retry_state == RetryState.RETRY:
             amounts[C.BATCHES_RETRIED] = 1
-        elif settled.retry_state == "dead":
+        elif settled.retry_state == RetryState.DEAD:
             amounts[C.DEAD_BATCHES] = amounts.get(C.DEAD_BATCHES, 0) + 1
             amounts[C.DEAD_EVENTS] = amounts.get(C.DEAD_EVENTS, 0) + len(outcome.retry_items)
         self._counts.add(amounts)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from collector.store import BackendError, Hold, HoldState, Store
+from collector.store import BackendError, Hold, HoldOp, HoldState, Store
 from reporter._constants import HOLD_KEEP_SECONDS
 
 logger = logging.getLogger("reporter")
@@ -62,7 +62,7 @@ class SendHold:
         was_held = self._state.held
         self._state = HoldState(True, cause=cause, check=check, game=game)
         try:
-            state = self._call("hold", cause=cause, check=check, game=game)
+            state = self._call(HoldOp.HOLD, cause=cause, check=check, game=game)
         except BackendError as exc:
             logger.error(
                 "sending held for %s after %s (%s), but Redis could not record it "
@@ -92,27 +92,29 @@ class SendHold:
     def refresh(self) -> HoldState:
         """Read the hold from Redis into the mirror; log when it started or ended
         elsewhere."""
-        return self._update(self._call("read"))
+        return self._update(self._call(HoldOp.READ))
 
     def take_turn(self, now: bool = False) -> HoldState:
         """The turn to probe, if it has come (``mine``), or at once with ``now`` (this
         reporter's key just changed: the others may still have the old one); the next turn
         is a probe interval later, whoever takes it."""
-        return self._update(self._call("turn" if now else "probe"))
+        return self._update(self._call(HoldOp.TURN if now else HoldOp.PROBE))
 
     def probe_now(self) -> None:
         """Make the next probe due now, whoever takes it (a probe could not go out)."""
-        self._update(self._call("kick"))
+        self._update(self._call(HoldOp.KICK))
 
     def note(self, hold: str) -> HoldState:
         """A probe met ``hold``: keep holding, with this as the cause."""
         cause, check = split_hold(hold)
-        return self._update(self._call("hold", cause=cause, check=check, game=self._state.game))
+        return self._update(
+            self._call(HoldOp.HOLD, cause=cause, check=check, game=self._state.game)
+        )
 
     def lift(self, why: str) -> None:
         """A probe passed: sending resumes in every reporter."""
         before = self._state
-        state = self._call("lift")
+        state = self._call(HoldOp.LIFT)
         with self._lock:
             self._state = NOT_HELD
         if state.mine:
@@ -149,7 +151,7 @@ class SendHold:
             extra={"hold": state.cause},
         )
 
-    def _call(self, what: str, cause: str = "", check: str = "", game: str = "") -> HoldState:
+    def _call(self, what: HoldOp, cause: str = "", check: str = "", game: str = "") -> HoldState:
         return self._store.call(
             Hold(
                 self._key,
@@ -165,4 +167,4 @@ class SendHold:
 
 def read_hold(store: Store, name: str) -> HoldState:
     """The hold of ``name`` as Redis has it (``status``)."""
-    return store.call(Hold(store.schema.hold(name), "read"))
+    return store.call(Hold(store.schema.hold(name), HoldOp.READ))

@@ -8,7 +8,7 @@ import json
 import pytest
 import redis
 
-from collector.store import BackendRefused, entry_event
+from collector.store import BackendRefused, RetryState, entry_event
 from reporter._monitoring.accounting import read_totals
 from tests.delivery.lifecycle import LEASE_MS, Shard, new_token
 from tests.scriptcalls import store_of
@@ -85,6 +85,7 @@ def test_a_split_is_accounted_exactly(
         assert settled.refused_id == "" and shard.dead() == []
     if retry:
         assert (settled.retry_id, settled.retry_state) == (f"{batch_id}.r1", "retry")
+        assert type(settled.retry_state) is RetryState
         assert list(shard.retry()) == [settled.retry_id]
         assert seqs(payload(shard, settled.retry_id)) == seqs([entries[p] for p in retry])
         meta = shard.meta(settled.retry_id)

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from collector.store import Cluster as ClusterBackend
-from collector.store import Hold, KeySchema, NoteLate, Store
+from collector.store import Hold, HoldOp, KeySchema, NoteLate, Store
 from reporter._config import read_key_file
 from reporter._logging import REDACT
 from reporter._pacing.send_hold import SendHold, read_hold, split_hold
@@ -100,6 +100,12 @@ def test_the_mirror_follows_redis_and_logs_once(
         "HTTP 407",
         "the proxy wants credentials: check [sink] proxy",
     )
+
+
+def test_a_hold_call_takes_only_an_operation_of_the_script() -> None:
+    assert Hold(KEY, "probe").what is HoldOp.PROBE
+    with pytest.raises(ValueError, match="'hodl' is not a valid HoldOp"):
+        Hold(KEY, "hodl")
 
 
 # -- secret files ------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ from typing import Any
 
 import redis
 
+from collector.store import RetryState
+
 from tests.reporter.helpers import now_ms, numbered, stats, store, wait_until
 from tests.reporter.scripting import (
     GAME,
@@ -88,6 +90,7 @@ def test_nack_schedules_a_retry_with_backoff(client: redis.Redis, scripts: Scrip
     result = nack(scripts)
 
     assert (result.state, result.delay_ms) == ("retry", 5_000)  # jitter 0.5 of 10 s
+    assert type(result.state) is RetryState
     [(batch_id, due)] = client.zrange(KEYS.retry, 0, -1, withscores=True)
     assert batch_id == b"b1.0"
     assert due >= before + 5_000
