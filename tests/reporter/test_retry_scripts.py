@@ -8,7 +8,6 @@ from typing import Any
 import redis
 
 from collector.store import RetryState
-
 from tests.reporter.helpers import now_ms, numbered, stats, store, wait_until
 from tests.reporter.scripting import (
     GAME,
