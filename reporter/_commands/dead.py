@@ -28,7 +28,8 @@ from collector.store import (
 )
 from reporter._config import ReporterConfig
 from reporter._constants import DEAD_LIST_LIMIT, REPLAY_STEP
-from reporter._pacing.body_limit import BodyLimit, body_model
+from reporter._pacing.body_limit import BodyLimit
+from reporter._sinks.registry import make_sink
 from reporter._tables import json_text, table
 
 EXIT_NOT_FOUND = 1
@@ -92,7 +93,7 @@ def add_dead_parser(commands: Any, common: argparse.ArgumentParser) -> None:
 
 def replay_budget(config: ReporterConfig) -> tuple[int, int]:
     """How replayed batches are cut again: the claim's rule for ``[sink] max_batch_bytes``."""
-    return BodyLimit(config.sink.max_batch_bytes, body_model(config.sink.kind)).claim_budget()
+    return BodyLimit(config.sink.max_batch_bytes, make_sink(config).body_model).claim_budget()
 
 
 def run_dead(

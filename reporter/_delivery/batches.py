@@ -35,7 +35,7 @@ from collector.store import (
 )
 from reporter._config import ReporterConfig
 from reporter._constants import LATE_RECORDS_KEPT
-from reporter._delivery.freshness import Freshness
+from reporter._delivery.freshness import sink_freshness
 
 
 def new_id() -> str:
@@ -48,7 +48,7 @@ class Batches:
     def __init__(self, store: Store, config: ReporterConfig) -> None:
         self.store = store
         self._reporter = config.reporter
-        self.freshness = Freshness.for_config(config)
+        self.freshness = sink_freshness(config)
         self._lease_ms = int(config.reporter.lease_seconds * 1000)
         self.policy = RetryPolicy.of(config.retry, config.dead.max_batches)
 

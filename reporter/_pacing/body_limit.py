@@ -2,8 +2,9 @@
 
 Batches are cut when they are claimed (``lua/claim.lua``), by count and by bytes, so a batch
 is the same set of events on every attempt.  The claim cannot build bodies, so each sink
-describes its body as a ``BodyModel``: a fixed envelope plus, per event, its JSON and a few
-bytes of framing, all scaled (the nppa body is sealed and base64-encoded: 4/3).
+describes its body as a ``BodyModel`` (``Sink.body_model``): a fixed envelope plus, per
+event, its JSON and a few bytes of framing, all scaled (the nppa body is sealed and
+base64-encoded: 4/3).
 
 The limit is ``[sink] max_batch_bytes``, lowered when the endpoint refuses a body of several
 events as too large (HTTP 413), and raised again by a larger body it takes (``BodyLimit``).
@@ -12,50 +13,17 @@ events as too large (HTTP 413), and raised again by a larger body it takes (``Bo
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from collector.config import mask_url
 from reporter._constants import BODY_PROBE_SECONDS
+from reporter._sinks.base import JSON_BODY, BodyModel
+
+__all__ = ["JSON_BODY", "BodyLimit", "BodyModel"]
 
 logger = logging.getLogger("reporter")
-
-
-@dataclass(frozen=True, slots=True)
-class BodyModel:
-    """A body's size: ``fixed`` + ``scale`` x the sum of (event JSON + ``per_event``)."""
-
-    fixed: int
-    per_event: int
-    scale: float = 1.0
-
-    def body_bytes(self, events: Sequence[bytes]) -> int:
-        return self.fixed + math.ceil(
-            self.scale * (sum(map(len, events)) + self.per_event * len(events))
-        )
-
-    def body_bytes_of(self, event_bytes: int) -> int:
-        """The body of one event of ``event_bytes`` bytes of JSON."""
-        return self.fixed + math.ceil(self.scale * (event_bytes + self.per_event))
-
-    def event_budget(self, body_limit: int) -> int:
-        """The bytes of events (each with its ``per_event``) a body of ``body_limit`` holds."""
-        return max(1, math.floor((body_limit - self.fixed) / self.scale))
-
-
-# {"game":...,"batch_id":...,"events":[e1,e2]}: the game name (at most 64 characters, quoted)
-# and a batch id with the suffixes of retries and splits fit in the fixed part.
-JSON_BODY = BodyModel(fixed=256, per_event=1)
-# {"data":"<base64 of nonce, AES-GCM of {"collections":[{"no":n,...},...]}, tag>"}: the
-# item's "no" and comma add 10 bytes; sealing adds 28 bytes before base64.
-NPPA_BODY = BodyModel(fixed=128, per_event=10, scale=4 / 3)
-
-
-def body_model(sink_kind: str) -> BodyModel:
-    return NPPA_BODY if sink_kind == "nppa" else JSON_BODY
 
 
 class BodyLimit:

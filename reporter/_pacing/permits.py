@@ -12,16 +12,17 @@ import time
 
 from collector.store import Store
 from reporter._config import ReporterConfig
-from reporter._constants import CONTENDED_SECONDS, LIMITER_WAIT_SECONDS, NPPA_RATE_HEADROOM
+from reporter._constants import CONTENDED_SECONDS, LIMITER_WAIT_SECONDS
 from reporter._pacing.limiter import (
     ClaimLimiter,
     Grant,
     LocalTokenBucket,
     SharedTokenBucket,
     Unlimited,
-    bucket_name,
 )
 from reporter._pacing.slots import SharedSlots
+from reporter._sinks.base import Pacing, SlotRate
+from reporter._sinks.registry import make_sink
 
 # A slot is used only this close to its time (else let go for the next); how many tries.
 SLOT_LATE_SECONDS = 0.02
@@ -140,21 +141,32 @@ class Permits:
         self.limiter.pause(seconds, game)
 
 
+class PermitsPacer:
+    """``Permits`` as a sender paced by slots asks it (``reporter._sinks.base.Pacer``)."""
+
+    def __init__(self, permits: Permits, stop: threading.Event) -> None:
+        self._permits = permits
+        self._stop = stop
+
+    def one(self, game: str) -> bool:
+        return self._permits.one(self._stop, game)
+
+    def on_time(self, game: str) -> bool:
+        return self._permits.on_time(game, self._stop)
+
+
 def make_limiter(config: ReporterConfig, store: Store) -> ClaimLimiter:
-    """The limiter ``[sink] requests_per_second`` and ``rate_limit_scope`` ask for; for the
-    anti-addiction sink, slots per app id (or per game's bizId) shared by every reporter,
-    spaced so that no second holds more than ``[nppa] requests_per_second``."""
-    sink = config.sink
-    if sink.kind == "nppa":
-        nppa = config.nppa
-        return SharedSlots(
-            store,
-            bucket_name("nppa", nppa.app_id),
-            nppa.requests_per_second * (1 - NPPA_RATE_HEADROOM),
-            config.biz_id if nppa.rate_limit_scope == "game" else None,
-        )
-    if not sink.requests_per_second:
+    """The limiter the configured sink asks for (``Sink.pacing``)."""
+    return limiter_for(make_sink(config).pacing(), store)
+
+
+def limiter_for(pacing: Pacing, store: Store) -> ClaimLimiter:
+    """Slots shared by every reporter for a ``SlotRate``; a token bucket, this process's or
+    shared in Redis, for a ``TokenRate``; no limit for None."""
+    if isinstance(pacing, SlotRate):
+        return SharedSlots(store, pacing.name, pacing.per_second, pacing.scope)
+    if pacing is None:
         return Unlimited()
-    if sink.rate_limit_scope == "process":
-        return LocalTokenBucket(sink.requests_per_second, sink.request_burst)
-    return SharedTokenBucket(store, "sink", sink.requests_per_second, sink.request_burst)
+    if not pacing.shared:
+        return LocalTokenBucket(pacing.per_second, pacing.burst)
+    return SharedTokenBucket(store, pacing.name, pacing.per_second, pacing.burst)

@@ -31,23 +31,18 @@ reminders = RateLimitedLog(logger, interval=HOLD_REMINDER_SECONDS)
 class HoldProbe:
     """Follows the hold in Redis and probes when it is this reporter's turn.
 
-    ``probe(biz_id)``: one request that reports nothing (``NppaSender.probe``);
-    ``biz_id(game)``: a game's filing id (the probe goes with the bizId of the game whose
-    request met the hold, else ``fallback_biz_id``)."""
+    ``probe(game)``: one request that reports nothing (``Sink.prober``), for the game whose
+    request met the hold ("" when unknown)."""
 
     def __init__(
         self,
         hold: SendHold,
         probe: Callable[[str], Outcome],
-        biz_id: Callable[[str], str],
-        fallback_biz_id: str,
         permits: Permits,
         stop: threading.Event,
     ) -> None:
         self._hold = hold
         self._probe = probe
-        self._biz_id = biz_id
-        self._fallback = fallback_biz_id
         self._permits = permits
         self._stop = stop
         self._soon = False  # probe at the next loop if held (a new key; start-up)
@@ -71,8 +66,7 @@ class HoldProbe:
         if not self._permits.one(self._stop, turn.game):  # paused (1006), stopping: soon
             self._hold.probe_now()
             return False
-        biz_id = self._biz_id(turn.game) or self._fallback
-        outcome = self._probe(biz_id)
+        outcome = self._probe(turn.game)
         self._heard(outcome, turn)
         return False
 

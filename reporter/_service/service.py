@@ -38,22 +38,20 @@ from reporter._delivery.settling import Settler
 from reporter._monitoring.health import Health
 from reporter._monitoring.levels import WatchedLimiter
 from reporter._monitoring.prometheus import MetricsEndpoint
-from reporter._pacing.body_limit import BodyLimit, body_model
+from reporter._pacing.body_limit import BodyLimit
 from reporter._pacing.gate import SinkGate
-from reporter._pacing.limiter import bucket_name
-from reporter._pacing.permits import SLOT_LEAD_SECONDS, Permits, make_limiter
+from reporter._pacing.permits import SLOT_LEAD_SECONDS, Permits, PermitsPacer, limiter_for
 from reporter._pacing.send_hold import SendHold
 from reporter._pacing.slots import SharedSlots
 from reporter._senders.outcome import SendErrors
-from reporter._senders.secrets import secret_files
 from reporter._service.ownership import ShardOwnership
 from reporter._service.probing import HoldProbe, SecretWatch
 from reporter._service.scheduling import Runner
 from reporter._service.stopping import StopCalls, Stopped
 from reporter._service.store_watch import RESET_GATHER_SECONDS, StoreWatch
 from reporter._service.workers import HotGameWorker, LeaseKeeper, Reaper, ShardSweeper, guarded
-from reporter._sinks.nppa.sender import NppaSender
-from reporter._sinks.registry import Sender, make_sender
+from reporter._sinks.base import Sender, SlotRate
+from reporter._sinks.registry import make_sink
 
 logger = logging.getLogger("reporter")
 
@@ -75,14 +73,15 @@ class ReporterService:
         self.store = store if store is not None else open_store(config.redis)
         self.schema = self.store.schema
         self.batches = Batches(self.store, config)
-        self.secrets = secret_files(config)
-        self.sender = sender or make_sender(config, transport, self.secrets)
+        self.sink = make_sink(config)
+        self.secrets = self.sink.open_secrets()
         self.stop_event = threading.Event()
         self.abort_event = threading.Event()  # a second signal: stop waiting for POSTs
         self.in_flight = InFlight()
         r = config.reporter
         self.ownership = ShardOwnership(self.store, r.shard_lease_seconds)
-        limiter = make_limiter(config, self.store)
+        pacing = self.sink.pacing()
+        limiter = limiter_for(pacing, self.store)
         self.limiter = WatchedLimiter(limiter)
         self.health = Health(
             self.store,
@@ -92,14 +91,10 @@ class ReporterService:
             details=config.metrics.error_details,
         )
         self.send_errors = SendErrors()
+        spec = self.sink.hold()
         self.hold = (
-            SendHold(
-                self.store,
-                bucket_name("nppa", config.nppa.app_id),
-                config.nppa.probe_interval_seconds,
-                f"app {config.nppa.app_id}",
-            )
-            if config.sink.kind == "nppa"
+            SendHold(self.store, spec.name, spec.probe_interval, spec.label)
+            if spec is not None
             else None
         )
         self.endpoint = (
@@ -128,23 +123,23 @@ class ReporterService:
         )
         self.body_limit = BodyLimit(
             config.sink.max_batch_bytes,
-            body_model(config.sink.kind),
-            config.nppa.base_url if config.sink.kind == "nppa" else config.sink.url,
+            self.sink.body_model,
+            self.sink.endpoint(),
             config.buffer.max_event_bytes,
         )
-        nppa = isinstance(self.sender, NppaSender)
-        # Only the builtin transport asks ``on_time`` right before the bytes go, which
-        # sleeps the lead off: with any other, a thread sleeps all the way to its slot.
-        lead = nppa and transport is None and config.sink.transport == "builtin"
+        slots = isinstance(pacing, SlotRate)
+        # A sink paced by slots asks ``on_time`` right before the bytes go, which sleeps
+        # the lead off; only the builtin transport asks it there: with any other, a thread
+        # sleeps all the way to its slot.
+        lead = slots and sender is None and transport is None and config.sink.transport == "builtin"
         self.permits = Permits(
             self.limiter,
             limiter if isinstance(limiter, SharedSlots) else None,
             SLOT_LEAD_SECONDS if lead else 0.0,
         )
-        if isinstance(self.sender, NppaSender):  # a re-send after 1007 takes a slot too
-            permits, stop = self.permits, self.stop_event
-            self.sender.pace = lambda game: permits.one(stop, game)
-            self.sender.on_time = lambda game: permits.on_time(game, stop)
+        # Every request of a sink paced by slots takes one (a re-send after 1007 too).
+        pacer = PermitsPacer(self.permits, self.stop_event) if slots else None
+        self.sender = sender or self.sink.sender(transport, self.secrets, pacer)
         self.claimer = Claimer(
             self.batches,
             self.permits,
@@ -205,16 +200,10 @@ class ReporterService:
         self.metrics.watch(Gauge.SINK_GATE_OPEN, lambda: int(self.gate.is_open()))
         self.reaper = Reaper(self.schema, self.batches, self.ownership, self.stop_event)
         self.lease_keeper = LeaseKeeper(self.in_flight, self.batches)
+        probe = self.sink.prober(self.sender) if self.hold is not None else None
         self.prober = (
-            HoldProbe(
-                self.hold,
-                self.sender.probe,
-                config.biz_id,
-                next((g.biz_id for g in config.games.values() if g.biz_id), "0"),
-                self.permits,
-                self.stop_event,
-            )
-            if self.hold is not None and isinstance(self.sender, NppaSender)
+            HoldProbe(self.hold, probe, self.permits, self.stop_event)
+            if self.hold is not None and probe is not None
             else None
         )
         self.secret_watch = SecretWatch(

@@ -1,34 +1,37 @@
-"""The sender interface and the factory that builds one from ``[sink] kind``.
+"""The one place that maps a ``[sink] kind`` to its sink: ``SINKS``, and ``make_sink``.
 
-A sender only builds requests and reads responses: every answer or transport error becomes
-an ``Outcome``; the delivery core (``reporter._delivery``) does the rest (ack, settle,
-nack, counting).
+Everything else asks the sink (``reporter._sinks.base.Sink``) what it needs.  A new kind is a
+package of its own and one line here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 import httpx
 
 from reporter._config import ReporterConfig
 from reporter._exceptions import SinkConfigError
-from reporter._senders.outcome import Outcome
-from reporter._senders.secrets import NPPA_KEY, SecretFile, secret_files
-from reporter._sinks.json.sender import JsonSender
-from reporter._sinks.nppa.sender import NppaSender
-from reporter._sinks.print.sender import PrintSender
+from reporter._senders.secrets import SecretFile
+from reporter._sinks.base import Sender, Sink
+from reporter._sinks.json.sink import JsonSink
+from reporter._sinks.nppa.sink import NppaSink
+from reporter._sinks.print.sink import PrintSink
+
+SINKS: Mapping[str, type[Sink]] = MappingProxyType(
+    {sink.kind: sink for sink in (JsonSink, NppaSink, PrintSink)}
+)
+
+__all__ = ["SINKS", "Sender", "make_sender", "make_sink"]
 
 
-class Sender(Protocol):
-    def send(
-        self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1
-    ) -> Outcome: ...
-
-    def describe(self) -> str: ...
-
-    def close(self) -> None: ...
+def make_sink(config: ReporterConfig) -> Sink:
+    """The sink of ``[sink] kind``."""
+    kind = SINKS.get(config.sink.kind)
+    if kind is None:
+        raise SinkConfigError(f"[sink] kind: no sink named {config.sink.kind!r}")
+    return kind(config)
 
 
 def make_sender(
@@ -38,15 +41,5 @@ def make_sender(
 ) -> Sender:
     """The sender of ``[sink] kind``; ``secrets``: the secret files it reads (by default
     those of ``config``, read now)."""
-    kind = config.sink.kind
-    files = secret_files(config) if secrets is None else list(secrets)
-    if kind == "json":
-        return JsonSender(
-            config.sink, transport, config.reporter.max_age_seconds, [f for f in files if f.header]
-        )
-    if kind == "nppa":
-        key = next((f for f in files if f.setting == NPPA_KEY), None)
-        return NppaSender(config.nppa, config.sink, config.biz_id, transport, key=key)
-    if kind == "print":
-        return PrintSender()
-    raise SinkConfigError(f"[sink] kind: no sender named {kind!r}")
+    sink = make_sink(config)
+    return sink.sender(transport, sink.open_secrets() if secrets is None else secrets)

@@ -11,9 +11,10 @@ import pytest
 
 from reporter._config import SinkSettings
 from reporter._delivery.attempt import TOO_LARGE, Attempt
-from reporter._pacing.body_limit import JSON_BODY, NPPA_BODY, BodyLimit
+from reporter._pacing.body_limit import JSON_BODY, BodyLimit
 from reporter._senders.outcome import DELIVERED, REJECTED
 from reporter._sinks.json.sender import JsonSender
+from reporter._sinks.nppa.sink import NPPA_BODY
 
 MiB = 1024 * 1024
 

@@ -9,7 +9,7 @@ import orjson
 import pytest
 import redis
 
-from reporter._delivery.freshness import Freshness, split_fresh
+from reporter._delivery.freshness import Freshness, sink_freshness, split_fresh
 from reporter._monitoring.accounting import read_totals
 from reporter._service.service import ReporterService
 from tests.reporter.conftest import MakeService
@@ -187,7 +187,7 @@ def test_the_nppa_sink_judges_the_behaviour_time_with_its_margin() -> None:
         sink={"kind": "nppa"},
         nppa={"app_id": "app", "secret_key": "0" * 32, "freshness_margin_seconds": 10.0},
     )
-    rule = Freshness.for_config(config)
+    rule = sink_freshness(config)
     assert (rule.field, rule.scale) == ("ot", 1000)
     now_s = NOW_MS // 1000
     ages = {169: True, 170: False, 175: False, 1: True}
@@ -202,4 +202,4 @@ def test_the_nppa_sink_judges_the_behaviour_time_with_its_margin() -> None:
         reporter={"max_age_seconds": 60.0, "linger_ms": 100},
         nppa={"app_id": "app", "secret_key": "0" * 32},
     )
-    assert Freshness.for_config(shorter).max_age_ms == 60_000
+    assert sink_freshness(shorter).max_age_ms == 60_000

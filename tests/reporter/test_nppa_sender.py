@@ -286,9 +286,19 @@ def test_the_resend_after_1007_waits_for_a_slot_of_its_own(slot: bool) -> None:
     answers = iter([{"errcode": 1007, "errmsg": "expired"}, {"errcode": 0, "data": ""}])
     captured = Captured(lambda plain: next(answers))
     c = config()
-    s = NppaSender(c.nppa, c.sink, c.biz_id, httpx.MockTransport(captured), lambda: NOW)
     paced: list[str] = []
-    s.pace = lambda game: paced.append(game) is None and slot
+
+    class Pace:
+        def one(self, game: str) -> bool:
+            paced.append(game)
+            return slot
+
+        def on_time(self, game: str) -> bool:
+            return True
+
+    s = NppaSender(
+        c.nppa, c.sink, c.biz_id, httpx.MockTransport(captured), lambda: NOW, pacer=Pace()
+    )
     outcome = s.send("g1", "b.0", [event(0)])
     assert paced == ["g1"]
     assert len(captured.requests) == (2 if slot else 1)

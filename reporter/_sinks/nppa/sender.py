@@ -39,6 +39,7 @@ from reporter._senders.outcome import (
     Outcome,
     parse_retry_after,
 )
+from reporter._sinks.base import Pacer
 from reporter._sinks.nppa.wire import seal, signature
 
 logger = logging.getLogger("reporter")
@@ -109,6 +110,7 @@ class NppaSender:
         transport: httpx.BaseTransport | None = None,
         clock: Clock = time.time,
         key: Callable[[], str] | None = None,
+        pacer: Pacer | None = None,
     ) -> None:
         self._key = key or (lambda: settings.secret_key)
         self._app_id = settings.app_id
@@ -126,10 +128,9 @@ class NppaSender:
         self._skew_logged = False
         # Asked before a re-send after 1007 (a request of its own, under the shared rate):
         # it waits for the request's slot; False (stopping, a pause) leaves the 1007 answer.
-        self.pace: Callable[[str], bool] | None = None
-        # Asked at the last moment before every request: still at its slot?  (A stalled
+        # And at the last moment before every request: still at its slot?  (A stalled
         # thread takes a new one; False: stopping or a pause, and the request is not sent.)
-        self.on_time: Callable[[str], bool] | None = None
+        self._pacer = pacer
 
     def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1) -> Outcome:
         biz_id = self._biz_id(game)
@@ -242,7 +243,7 @@ class NppaSender:
         )
         outcome = Outcome(RETRY, "not sent")
         for again in (False, True):
-            if again and self.pace is not None and not self.pace(game):
+            if again and self._pacer is not None and not self._pacer.one(game):
                 return outcome  # the 1007 answer: retried later
             try:
                 response = self._post(biz_id, plain, game)
@@ -278,8 +279,8 @@ class NppaSender:
             "sign": signature(secret, signed, body),
         }
         extensions: dict[str, object] = {NEED_BODY: ANSWER_BYTES}
-        if self.on_time is not None:
-            on_time = self.on_time
+        if self._pacer is not None:
+            on_time = self._pacer.on_time
             extensions[BEFORE_SEND] = lambda: _at_slot(on_time, game)
         return self._client.post(self._url, content=body, headers=headers, extensions=extensions)
 

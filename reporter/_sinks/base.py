@@ -1,0 +1,260 @@
+"""What a sink kind says about itself: the ``Sink`` base class and the values it answers in.
+
+The delivery core, pacing, the service, the commands and the demo ask the sink of the
+config (``reporter._sinks.registry.make_sink``) what they need, never which kind it is:
+
+- ``pacing()``: the request rate it keeps (``TokenRate`` at claim time, ``SlotRate`` at
+  send time) or None;
+- ``hold()``: whether sending can be held for every reporter (``HoldSpec``), and ``probe``;
+- ``freshness()``: which events are still young enough to send;
+- ``body_model`` and ``endpoint()``: how large a body of given events is, and where it goes;
+- ``secret_files()``: the settings whose values are read from files;
+- ``sender(...)``: the object that sends one batch and reads the answer into an ``Outcome``;
+- ``check_connection(...)``: what ``check-config --connect`` does;
+- ``describe()``, ``notices()``, ``problems()``, ``next_steps()``: its lines in the start-up
+  log, ``check-config``, ``run`` and the demo.
+
+A kind overrides what differs from the defaults here (no rate but ``[sink]
+requests_per_second``, never held, the reporter's own freshness, JSON bodies).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+import httpx
+
+from reporter._config import ReporterConfig, ReporterSettings
+from reporter._exceptions import SinkConfigError
+from reporter._senders.outcome import Outcome
+from reporter._senders.secrets import SecretFile
+
+
+class Sender(Protocol):
+    """Builds requests and reads responses, nothing more: every answer or transport error
+    becomes an ``Outcome``; the delivery core (``reporter._delivery``) does the rest (ack,
+    settle, nack, counting)."""
+
+    def send(
+        self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1
+    ) -> Outcome: ...
+
+    def describe(self) -> str: ...
+
+    def close(self) -> None: ...
+
+
+class Pacer(Protocol):
+    """What a sender that paces its own requests asks (the workers' ``Permits``)."""
+
+    def one(self, game: str) -> bool:
+        """One more request for ``game`` (a re-send): False if none within reach."""
+
+    def on_time(self, game: str) -> bool:
+        """Right before a request goes: still at its slot?  False: do not send it."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRate:
+    """Requests granted at claim time by a token bucket: ``per_second`` with bursts of
+    ``burst``, in one bucket in Redis for every reporter (``shared``) or per process."""
+
+    per_second: float
+    burst: int
+    shared: bool
+    name: str = "sink"
+
+
+@dataclass(frozen=True, slots=True)
+class SlotRate:
+    """Requests spaced ``1 / per_second`` apart by slots in Redis, shared by every reporter:
+    each request takes its slot right before it goes.  ``scope(game)``: the scope a game's
+    requests count against (None: one for every game)."""
+
+    name: str
+    per_second: float
+    scope: Callable[[str], str] | None = None
+
+
+Pacing = TokenRate | SlotRate | None
+
+
+@dataclass(frozen=True, slots=True)
+class HoldSpec:
+    """A sink whose endpoint may refuse our identity: sending is then held for every
+    reporter of the store (``hold.lua``, keyed by ``name``) until a probe passes, one per
+    ``probe_interval`` seconds.  ``label`` names it in the log, ``what`` in ``status``."""
+
+    name: str
+    probe_interval: float
+    label: str
+    what: str
+
+
+@dataclass(frozen=True, slots=True)
+class Freshness:
+    """An event is fresh while its age is at most ``max_age_ms``; its birth is the value of
+    ``field`` (times ``scale`` to make milliseconds) when the event has a number there,
+    else its collect time.  ``late_ms`` (0: none): an event older than ``max_age_ms`` is
+    still sent, up to this age (the sender moves its time into the endpoint's window)."""
+
+    max_age_ms: int
+    field: str = ""
+    scale: int = 1
+    late_ms: int = 0
+
+    @property
+    def keep_ms(self) -> int:
+        """The age beyond which an event is stale: dropped, never sent."""
+        return max(self.max_age_ms, self.late_ms)
+
+    @classmethod
+    def of(cls, settings: ReporterSettings) -> Freshness:
+        """``[reporter] max_age_seconds`` and ``event_time_field``/``event_time_unit``."""
+        return cls(
+            int(settings.max_age_seconds * 1000),
+            settings.event_time_field,
+            1000 if settings.event_time_unit == "s" else 1,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BodyModel:
+    """A body's size: ``fixed`` + ``scale`` x the sum of (event JSON + ``per_event``)."""
+
+    fixed: int
+    per_event: int
+    scale: float = 1.0
+
+    def body_bytes(self, events: Sequence[bytes]) -> int:
+        return self.fixed + math.ceil(
+            self.scale * (sum(map(len, events)) + self.per_event * len(events))
+        )
+
+    def body_bytes_of(self, event_bytes: int) -> int:
+        """The body of one event of ``event_bytes`` bytes of JSON."""
+        return self.fixed + math.ceil(self.scale * (event_bytes + self.per_event))
+
+    def event_budget(self, body_limit: int) -> int:
+        """The bytes of events (each with its ``per_event``) a body of ``body_limit`` holds."""
+        return max(1, math.floor((body_limit - self.fixed) / self.scale))
+
+
+# {"game":...,"batch_id":...,"events":[e1,e2]}: the game name (at most 64 characters, quoted)
+# and a batch id with the suffixes of retries and splits fit in the fixed part.
+JSON_BODY = BodyModel(fixed=256, per_event=1)
+
+
+def scope_name(kind: str, key: str) -> str:
+    """A name for ``key`` (an app id, say) fit for a Redis key name (a hold, a rate)."""
+    if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", key):
+        return f"{kind}:{key}"
+    return f"{kind}:{hashlib.sha256(key.encode()).hexdigest()[:24]}"
+
+
+@dataclass(frozen=True, slots=True)
+class SecretSpec:
+    """A setting whose value is a file's content: ``read`` checks it (a ``ValueError``
+    saying what is wrong, never the value); ``header``: the HTTP header it is the value of."""
+
+    setting: str
+    path: str
+    read: Callable[[str], str]
+    header: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """What ``check-config --connect`` found of the sink: ok or not, in one line."""
+
+    ok: bool
+    detail: str
+
+
+class Sink:
+    """A sink kind as the rest of the reporter sees it, for one config.  The defaults are
+    those of a sink without a rate of its own, never held, with the reporter's freshness
+    and JSON bodies."""
+
+    kind: ClassVar[str]
+
+    def __init__(self, config: ReporterConfig) -> None:
+        self.config = config
+
+    def pacing(self) -> Pacing:
+        """``[sink] requests_per_second`` (0: none) with its burst and scope."""
+        sink = self.config.sink
+        if not sink.requests_per_second:
+            return None
+        return TokenRate(
+            sink.requests_per_second, sink.request_burst, sink.rate_limit_scope == "shared"
+        )
+
+    def hold(self) -> HoldSpec | None:
+        return None
+
+    def prober(self, sender: Sender) -> Callable[[str], Outcome] | None:
+        """For a sink that can be held: ``probe(game)``, one request through ``sender`` that
+        reports nothing, to learn whether the hold may end (None: ``sender`` cannot)."""
+        return None
+
+    def freshness(self) -> Freshness:
+        return Freshness.of(self.config.reporter)
+
+    body_model: ClassVar[BodyModel] = JSON_BODY
+
+    def endpoint(self) -> str:
+        """Where bodies go, for the log (masked there)."""
+        return self.config.sink.url
+
+    def secret_files(self) -> list[SecretSpec]:
+        return []
+
+    def open_secrets(self) -> list[SecretFile]:
+        """``secret_files()`` read now.  They were checked when the config was loaded; one
+        that went bad since is a ``SinkConfigError``."""
+        files = []
+        for spec in self.secret_files():
+            try:
+                files.append(SecretFile(spec.setting, spec.path, spec.read, spec.header))
+            except ValueError as exc:
+                raise SinkConfigError(f"{self.config.source}: {spec.setting}: {exc}") from None
+        return files
+
+    def sender(
+        self,
+        transport: httpx.BaseTransport | None = None,
+        secrets: Sequence[SecretFile] = (),
+        pacer: Pacer | None = None,
+    ) -> Sender:
+        raise NotImplementedError
+
+    def check_connection(
+        self, method: str = "HEAD", transport: httpx.BaseTransport | None = None
+    ) -> Connection:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """The sink in the start-up line: its kind and where it sends (masked)."""
+        return self.kind
+
+    def notices(self) -> list[str]:
+        """What ``check-config`` points out that is not an error."""
+        return []
+
+    def problems(self) -> list[str]:
+        """What ``run`` and ``check-config`` refuse that loading the file does not."""
+        return []
+
+    def next_steps(self) -> list[str]:
+        """The demo's two closing lines: from the demo to a reporter of one's own."""
+        return [
+            "next: copy config/telemetry.toml, set [redis] url and [sink] url to your Redis "
+            "and endpoint,",
+            "      then: telemetry-reporter check-config my.toml   (and read docs/operations.md)",
+        ]

@@ -1,0 +1,167 @@
+"""The ``nppa`` sink as the reporter sees it: shared request slots per app id, a hold for
+every reporter when the interface refuses our identity, the interface's 180 s window, a
+sealed body, the key file, and a probe that reports nothing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import httpx
+
+from reporter._config import read_key_file
+from reporter._constants import NPPA_RATE_HEADROOM
+from reporter._logging import masked_url
+from reporter._senders.outcome import DELIVERED, Outcome
+from reporter._senders.secrets import NPPA_KEY, SecretFile
+from reporter._sinks.base import (
+    BodyModel,
+    Connection,
+    Freshness,
+    HoldSpec,
+    Pacer,
+    Pacing,
+    SecretSpec,
+    Sender,
+    Sink,
+    SlotRate,
+    scope_name,
+)
+from reporter._sinks.nppa.sender import WINDOW_SECONDS, NppaSender, endpoint_url
+
+# {"data":"<base64 of nonce, AES-GCM of {"collections":[{"no":n,...},...]}, tag>"}: the
+# item's "no" and comma add 10 bytes; sealing adds 28 bytes before base64.
+NPPA_BODY = BodyModel(fixed=128, per_event=10, scale=4 / 3)
+
+
+class NppaSink(Sink):
+    kind = "nppa"
+    body_model = NPPA_BODY
+
+    def _name(self) -> str:
+        return scope_name("nppa", self.config.nppa.app_id)
+
+    def pacing(self) -> Pacing:
+        """Slots per app id (or per game's bizId) shared by every reporter, spaced so that no
+        second holds more than ``[nppa] requests_per_second``."""
+        nppa = self.config.nppa
+        return SlotRate(
+            self._name(),
+            nppa.requests_per_second * (1 - NPPA_RATE_HEADROOM),
+            self.config.biz_id if nppa.rate_limit_scope == "game" else None,
+        )
+
+    def hold(self) -> HoldSpec:
+        app_id = self.config.nppa.app_id
+        return HoldSpec(
+            self._name(),
+            self.config.nppa.probe_interval_seconds,
+            f"app {app_id}",
+            f"the anti-addiction interface (app {app_id})",
+        )
+
+    def prober(self, sender: Sender) -> Callable[[str], Outcome] | None:
+        """A signed report without items, with the bizId of the game whose request met the
+        hold (else the first game's of the file)."""
+        if not isinstance(sender, NppaSender):
+            return None
+        fallback = self._first_biz_id() or "0"
+        return lambda game: sender.probe(self.config.biz_id(game) or fallback)
+
+    def freshness(self) -> Freshness:
+        """An item whose ``ot`` is 180 s less the margin before the request is stale (and
+        never later than max_age); with ``[nppa] late_behaviour = "resend"``, only one
+        older than ``late_max_age_seconds`` is (the sender moves the others into the
+        window)."""
+        rule = super().freshness()
+        nppa = self.config.nppa
+        window_ms = int((WINDOW_SECONDS - nppa.freshness_margin_seconds) * 1000)
+        late_ms = int(nppa.late_max_age_seconds * 1000) if nppa.late_behaviour == "resend" else 0
+        return Freshness(min(rule.max_age_ms, window_ms - 1), "ot", 1000, late_ms)
+
+    def endpoint(self) -> str:
+        return self.config.nppa.base_url
+
+    def secret_files(self) -> list[SecretSpec]:
+        path = self.config.nppa.secret_key_file
+        return [SecretSpec(NPPA_KEY, path, read_key_file)] if path else []
+
+    def sender(
+        self,
+        transport: httpx.BaseTransport | None = None,
+        secrets: Sequence[SecretFile] = (),
+        pacer: Pacer | None = None,
+    ) -> Sender:
+        key = next((f for f in secrets if f.setting == NPPA_KEY), None)
+        return NppaSender(
+            self.config.nppa, self.config.sink, self.config.biz_id, transport, key=key, pacer=pacer
+        )
+
+    def check_connection(
+        self, method: str = "HEAD", transport: httpx.BaseTransport | None = None
+    ) -> Connection:
+        """A signed request with an empty ``collections``: it reports nothing, and the
+        system answers 3002 once the app id, the bizId, the key and the signature have
+        passed (1011 when the key or signature is wrong).  The bizId is the first game's of
+        the file."""
+        nppa = self.config.nppa
+        biz_id = self._first_biz_id()
+        where = (
+            f"POST {masked_url(endpoint_url(nppa.base_url))} (app "
+            f"{nppa.app_id}, bizId {biz_id or '-'}, no items)"
+        )
+        if not biz_id:
+            return Connection(
+                False,
+                f"{where}: not sent: no game has a biz_id to send it "
+                'with (set [games."<name>"] biz_id)',
+            )
+        sender = self.sender(transport, self.open_secrets())
+        assert isinstance(sender, NppaSender)
+        began = time.monotonic()
+        try:
+            outcome = sender.probe(biz_id)
+        finally:
+            sender.close()
+        if outcome.kind == DELIVERED:
+            return Connection(
+                True,
+                f"{where} answered {outcome.reason} in "
+                f"{(time.monotonic() - began) * 1000:.0f} ms (nothing was reported)",
+            )
+        check = outcome.hold or outcome.alert
+        return Connection(
+            False,
+            f"{where} answered {outcome.reason}"
+            + (f"; {check.partition(':')[2].strip()}" if check else ""),
+        )
+
+    def describe(self) -> str:
+        nppa = self.config.nppa
+        return f"nppa {masked_url(endpoint_url(nppa.base_url))} app {nppa.app_id}"
+
+    def notices(self) -> list[str]:
+        """Only a game that lacks its filing id is worth a warning: one the file names
+        without one, or none at all when the file gives no game one."""
+        config = self.config
+        missing = config.games_without_biz_id()
+        why = (
+            '[sink] kind = "nppa" needs [games."<name>"] biz_id, the filing id, for every '
+            "game; events of a game without one are dead-lettered (replay once it is set)"
+        )
+        if missing:
+            return ["games named in the file without a biz_id: " + ", ".join(missing) + f" ({why})"]
+        if not any(config.biz_id(game) for game in config.games):
+            return [f"no game has a biz_id ({why})"]
+        return []
+
+    def next_steps(self) -> list[str]:
+        return [
+            "next: copy config/nppa.toml, set [redis] url, [nppa] app_id and secret_key "
+            "and every game's biz_id,",
+            "      then: telemetry-reporter check-config my.toml   (and read docs/nppa.md, "
+            "docs/operations.md)",
+        ]
+
+    def _first_biz_id(self) -> str:
+        return next((g.biz_id for g in self.config.games.values() if g.biz_id), "")
