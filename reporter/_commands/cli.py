@@ -35,7 +35,7 @@ from collector.store import BackendUnavailable, describe_settings, open_store
 from collector.text import printable
 from reporter._commands.dead import add_dead_parser, replay_budget, run_dead
 from reporter._commands.status import run_status
-from reporter._config import ReporterConfig, sink_problems
+from reporter._config import ReporterConfig
 from reporter._constants import SIGNAL_POLL_SECONDS
 from reporter._exceptions import ReporterError, SinkConfigError
 from reporter._logging import (
@@ -49,6 +49,7 @@ from reporter._logging import (
     masked_url,
     note_secrets,
 )
+from reporter._sinks.registry import make_sink
 
 if TYPE_CHECKING:
     from reporter._service.stopping import Stopped
@@ -341,7 +342,7 @@ def _note(message: str) -> None:
 
 def _refuse_sink_problems(config: ReporterConfig) -> None:
     """What ``run`` and ``check-config`` need beyond a loadable file: a config error."""
-    problems = sink_problems(config)
+    problems = make_sink(config).problems()
     if problems:
         raise ConfigError("\n".join(problems))
 
@@ -349,9 +350,8 @@ def _refuse_sink_problems(config: ReporterConfig) -> None:
 def _check_sender(config: ReporterConfig) -> None:
     """Build the sender as ``run`` would (TLS files, client certificate, proxy), without
     connecting: its config errors show in ``check-config`` too."""
-    from reporter._sinks.registry import make_sender
-
-    make_sender(config).close()
+    sink = make_sink(config)
+    sink.sender(None, sink.open_secrets()).close()
 
 
 def _check_config(path: str | None, connect: bool = False, probe_method: str = "HEAD") -> int:
@@ -359,7 +359,7 @@ def _check_config(path: str | None, connect: bool = False, probe_method: str = "
     note_secrets(config)
     _refuse_sink_problems(config)
     _check_sender(config)
-    for notice in [*config.notices, *_sink_notices(config)]:
+    for notice in [*config.notices, *make_sink(config).notices()]:
         _note(f"warning: {notice}")
     print(f"# {config.source}: valid")
     print(json.dumps(config.masked(), indent=2))
@@ -373,47 +373,9 @@ def _check_config(path: str | None, connect: bool = False, probe_method: str = "
     return EXIT_OK if all(p.ok for p in probes) else EXIT_UNAVAILABLE
 
 
-def _sink_notices(config: ReporterConfig) -> list[str]:
-    """What check-config should point out about the sink that is not an error."""
-    if config.sink.kind == "print":
-        return (
-            [
-                '[sink] kind = "print": batches go to standard output and are counted as '
-                "delivered; [sink] url is not used"
-            ]
-            if config.sink.url
-            else []
-        )
-    if config.sink.kind != "nppa":
-        return []
-    # Only a game that lacks its filing id is worth a warning: one the file names without
-    # one, or none at all when the file gives no game one.
-    missing = config.games_without_biz_id()
-    why = (
-        '[sink] kind = "nppa" needs [games."<name>"] biz_id, the filing id, for every game; '
-        "events of a game without one are dead-lettered (replay once it is set)"
-    )
-    if missing:
-        return ["games named in the file without a biz_id: " + ", ".join(missing) + f" ({why})"]
-    if not any(config.biz_id(game) for game in config.games):
-        return [f"no game has a biz_id ({why})"]
-    return []
-
-
-# -- run ---------------------------------------------------------------------------------------
-
-
 def sink_description(config: ReporterConfig) -> str:
-    """The sink's kind and URL, password and query values masked."""
-    if config.sink.kind == "print":
-        return "print (standard output)"
-    if config.sink.kind == "nppa":
-        from reporter._sinks.nppa.sender import endpoint_url
-
-        return f"nppa {masked_url(endpoint_url(config.nppa.base_url))} app {config.nppa.app_id}"
-    return f"{config.sink.kind} {masked_url(config.sink.url)}" + (
-        " (gzip)" if config.sink.gzip else ""
-    )
+    """The sink's kind and where it sends, password and query values masked."""
+    return make_sink(config).describe()
 
 
 def metrics_listen(config: ReporterConfig) -> str:

@@ -37,8 +37,8 @@ from collector.store import (
 from collector.text import printable, printable_json
 from reporter._config import ReporterConfig
 from reporter._monitoring.accounting import Totals, read_totals
-from reporter._pacing.limiter import bucket_name
 from reporter._pacing.send_hold import read_hold
+from reporter._sinks.registry import make_sink
 from reporter._tables import table
 
 # Levels only the full form can give (they need every shard's batches and games).
@@ -59,19 +59,19 @@ def _when(at: float) -> str:
 
 
 def read_sending_hold(store: Store, config: ReporterConfig) -> HoldState | None:
-    """The hold of the anti-addiction sender of ``config`` (None for other sinks)."""
-    if config.sink.kind != "nppa" or not config.nppa.app_id:
-        return None
-    return read_hold(store, bucket_name("nppa", config.nppa.app_id))
+    """The hold of the configured sink (None for a sink that is never held)."""
+    spec = make_sink(config).hold()
+    return None if spec is None else read_hold(store, spec.name)
 
 
 def render_hold(hold: HoldState | None, config: ReporterConfig) -> list[str]:
     """One line while sending is held: since when, why, what to check, the probes."""
-    if hold is None or not hold.held:
+    spec = make_sink(config).hold()
+    if hold is None or not hold.held or spec is None:
         return []
     next_in = max(0.0, (hold.probe_at_ms - hold.now_ms) / 1000)
     return [
-        f"HELD: sending to the anti-addiction interface (app {config.nppa.app_id}) is held "
+        f"HELD: sending to {spec.what} is held "
         f"for {hold.age_seconds:.0f}s, since {_when(hold.since_ms / 1000)}: it answered "
         f"{hold.cause}: {hold.check}; {counted(hold.probes, 'probe')}, the next in "
         f"{next_in:.0f}s" + (f" (game {hold.game})" if hold.game else "")

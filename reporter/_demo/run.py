@@ -21,10 +21,11 @@ from collector.config import build_config, raw_settings
 from reporter._config import ReporterConfig
 from reporter._demo.embedded import EmbeddedServer
 from reporter._demo.sinks import DemoSink, JsonDemo, NppaDemo
-from reporter._demo.summary import next_steps, summary_rows, verdict
+from reporter._demo.summary import summary_rows, verdict
 from reporter._exceptions import ReporterError
 from reporter._monitoring.accounting import read_totals
 from reporter._service.service import ReporterService
+from reporter._sinks.registry import make_sink
 from reporter._tables import table
 
 SINKS: dict[str, Callable[[], DemoSink]] = {"json": JsonDemo, "nppa": NppaDemo}
@@ -78,11 +79,12 @@ def run_demo(
         try:
             print(f"demo: {server.name} on {server.url}, {sink.describe()}", file=out)
             accounted = _run(server.url, sink, seconds, out)
+            next_steps = make_sink(demo_config(server.url, sink)).next_steps()
         finally:
             sink.stop()
     finally:
         server.stop()
-    for line in next_steps(sink_kind):
+    for line in next_steps:
         print(line, file=out)
     return 0 if accounted else EXIT_NOT_ACCOUNTED
 

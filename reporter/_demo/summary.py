@@ -87,22 +87,6 @@ def verdict(stats: Mapping[str, int], totals: Totals) -> tuple[bool, str]:
     )
 
 
-def next_steps(sink_kind: str) -> list[str]:
-    """Two lines: from the demo to a reporter of one's own."""
-    if sink_kind == "nppa":
-        return [
-            "next: copy config/nppa.toml, set [redis] url, [nppa] app_id and secret_key "
-            "and every game's biz_id,",
-            "      then: telemetry-reporter check-config my.toml   (and read docs/nppa.md, "
-            "docs/operations.md)",
-        ]
-    return [
-        "next: copy config/telemetry.toml, set [redis] url and [sink] url to your Redis and "
-        "endpoint,",
-        "      then: telemetry-reporter check-config my.toml   (and read docs/operations.md)",
-    ]
-
-
 def _percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
