@@ -1,6 +1,6 @@
 """The demo's summary: every row is a figure of the shared vocabulary (collector.counters),
 from the SDK or from Redis, or a figure of the endpoint's, named as such; then the verdict
-(does every event the SDK accepted end in one state?) and what to do next."""
+(does every event the SDK accepted end in one state?); the next steps are the sink's."""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ read again on SIGHUP (``reread``) and whenever its content changes (``poll``, ev
 seconds: a mounted Kubernetes secret is replaced in place, with no signal).  A new value is
 validated before it is used: a file that cannot be read or does not hold a valid value keeps
 the one in use, with an ERROR that names the file and what is wrong, never a value.  Every
-value read is added to the log's list of secrets to mask.
+value read is added to the log's list of secrets to mask.  Which settings a sink reads
+from files is the sink's to say (``reporter._sinks.base.Sink.secret_files``).
 """
 
 from __future__ import annotations
@@ -16,13 +17,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from reporter._config import ReporterConfig, read_header_file, read_key_file
-from reporter._exceptions import SinkConfigError
 from reporter._logging import REDACT
 
 logger = logging.getLogger("reporter")
-
-NPPA_KEY = "[nppa] secret_key_file"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,24 +101,3 @@ class SecretFile:
                 return f.read(65_537)
         except OSError:
             return None
-
-
-def secret_files(config: ReporterConfig) -> list[SecretFile]:
-    """The secret files the configured sink reads: the anti-addiction key file, or the json
-    sink's header files.  They were checked when the config was loaded; one that went bad
-    since is a ``SinkConfigError``."""
-    if config.sink.kind == "nppa":
-        path = config.nppa.secret_key_file
-        wanted = [(NPPA_KEY, path, read_key_file, "")] if path else []
-    else:
-        wanted = [
-            (f"[sink] header_files.{name}", path, read_header_file, name)
-            for name, path in config.sink.header_files.items()
-        ]
-    files = []
-    for setting, path, read, header in wanted:
-        try:
-            files.append(SecretFile(setting, path, read, header))
-        except ValueError as exc:
-            raise SinkConfigError(f"{config.source}: {setting}: {exc}") from None
-    return files

@@ -7,7 +7,8 @@ among all of them, or at once after a key change), sends one probe request (a si
 without items) under the shared rate limit.  A probe that passes lifts the hold everywhere.
 
 ``SecretWatch`` (the control pool, every few seconds): reads the secret files again when
-their content changed; a new anti-addiction key makes a held sender probe at once.
+their content changed; a new value (the anti-addiction key) makes a held sender probe at
+once.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from reporter._constants import HOLD_REMINDER_SECONDS
 from reporter._pacing.permits import Permits
 from reporter._pacing.send_hold import SendHold, split_hold
 from reporter._senders.outcome import DELIVERED, Outcome
-from reporter._senders.secrets import NPPA_KEY, Reread, SecretFile
+from reporter._senders.secrets import Reread, SecretFile
 
 logger = logging.getLogger("reporter")
 reminders = RateLimitedLog(logger, interval=HOLD_REMINDER_SECONDS)
@@ -155,5 +156,5 @@ class SecretWatch:
         return line
 
     def _after(self, found: Reread) -> None:
-        if found.changed and found.setting == NPPA_KEY:
+        if found.changed:
             self._key_changed()

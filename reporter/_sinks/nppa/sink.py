@@ -13,7 +13,7 @@ from reporter._config import read_key_file
 from reporter._constants import NPPA_RATE_HEADROOM
 from reporter._logging import masked_url
 from reporter._senders.outcome import DELIVERED, Outcome
-from reporter._senders.secrets import NPPA_KEY, SecretFile
+from reporter._senders.secrets import SecretFile
 from reporter._sinks.base import (
     BodyModel,
     Connection,
@@ -32,6 +32,9 @@ from reporter._sinks.nppa.sender import WINDOW_SECONDS, NppaSender, endpoint_url
 # {"data":"<base64 of nonce, AES-GCM of {"collections":[{"no":n,...},...]}, tag>"}: the
 # item's "no" and comma add 10 bytes; sealing adds 28 bytes before base64.
 NPPA_BODY = BodyModel(fixed=128, per_event=10, scale=4 / 3)
+
+
+NPPA_KEY = "[nppa] secret_key_file"
 
 
 class NppaSink(Sink):
