@@ -30,7 +30,14 @@ from typing import NamedTuple
 import msgspec
 
 from reporter._pacing.body_limit import BodyLimit
-from reporter._senders.outcome import DELIVERED, MALFORMED, REJECTED, MovedItem, Outcome
+from reporter._senders.outcome import (
+    DELIVERED,
+    MALFORMED,
+    REJECTED,
+    MovedItem,
+    Outcome,
+    Refusal,
+)
 from reporter._sinks.registry import Sender
 
 TOO_LARGE = "too large for the endpoint (HTTP 413)"
@@ -66,7 +73,7 @@ class _Parts:
     reason: str = ""
     retry_after: float = 0.0
     pause_all: float = 0.0
-    alert: str = ""
+    alert: Refusal | None = None
     refused_bytes: int = 0  # the smallest body refused as too large (0: none yet)
     accepted_bytes: int = 0  # the largest body taken
     moved: list[MovedItem] = field(default_factory=list)  # by index in the whole batch

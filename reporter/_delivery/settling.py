@@ -24,7 +24,7 @@ from reporter._delivery.freshness import Fresh
 from reporter._delivery.in_flight import Delivered, InFlight, ToAck
 from reporter._delivery.lease import Leased, Result
 from reporter._logging import batch_fields
-from reporter._senders.outcome import DELIVERED, MALFORMED, REJECTED, Outcome
+from reporter._senders.outcome import DELIVERED, MALFORMED, REJECTED, Outcome, Refusal
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=30.0)
@@ -39,7 +39,7 @@ def log_kind(outcome: Outcome) -> str:
     name, which whoever writes to Redis chooses."""
     if outcome.code:
         return outcome.code[:40]
-    for text in (outcome.alert, outcome.reason):
+    for text in (outcome.alert.cause if outcome.alert else "", outcome.reason):
         if code := _REASON_CODE.match(text):
             return code.group()
     return "other"
@@ -56,9 +56,9 @@ class Settler:
     ) -> Result:
         """Finish a batch the endpoint answered (``fresh``: what was sent of it)."""
         if outcome.hold:
-            return self._held_back(keys, token, batch, outcome)
+            return self._held_back(keys, token, batch, outcome.hold)
         if outcome.alert:
-            self._alert(batch, outcome)
+            self._alert(batch, outcome, outcome.alert)
         if outcome.moved:
             self._note_late(keys, batch, outcome)
         if outcome.partial:
@@ -144,14 +144,13 @@ class Settler:
         else:
             self._counts.add({C.DELIVERED: reply, C.STALE: d.stale, C.BATCHES_DELIVERED: 1})
 
-    def _held_back(self, keys: ShardKeys, token: str, batch: Leased, outcome: Outcome) -> Result:
+    def _held_back(self, keys: ShardKeys, token: str, batch: Leased, hold: Refusal) -> Result:
         """The endpoint refused our identity or configuration: sending is held (``SendHold``)
         and the batch goes back to wait for the fix, no attempt charged, never a dead
         letter."""
         self._counts.count(C.CONFIG_ERRORS)
-        name = outcome.hold.partition(":")[0]
         try:
-            self._batches.note_alert(name, outcome.hold)
+            self._batches.note_alert(hold.cause, str(hold))
         except Exception as exc:  # status misses one line; the log and the count have it
             logger.warning("could not record the alert for status (%s)", exc)
         if self._batches.release(keys, batch.batch_id, token):
@@ -244,11 +243,10 @@ class Settler:
             return Result.RETRY
         return Result.LOST
 
-    def _alert(self, batch: Leased, outcome: Outcome) -> None:
+    def _alert(self, batch: Leased, outcome: Outcome, alert: Refusal) -> None:
         """The endpoint refused what only the operator can fix: say so loudly, count it, and
         leave it for ``status``."""
         self._counts.count(C.CONFIG_ERRORS)
-        name = outcome.alert.partition(":")[0]
         ratelog.log(
             logging.ERROR,
             f"alert:{log_kind(outcome)}",
@@ -256,11 +254,13 @@ class Settler:
             batch.batch_id,
             batch.game,
             outcome.reason,
-            outcome.alert,
-            extra=batch_fields(batch.game, batch.batch_id, reason=outcome.reason, alert=name),
+            alert,
+            extra=batch_fields(
+                batch.game, batch.batch_id, reason=outcome.reason, alert=alert.cause
+            ),
         )
         try:
-            self._batches.note_alert(name, outcome.alert)
+            self._batches.note_alert(alert.cause, str(alert))
         except Exception as exc:  # status misses one line; the log and the count have it
             logger.warning("could not record the alert for status (%s)", exc)
 

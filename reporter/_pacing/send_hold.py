@@ -21,16 +21,11 @@ import threading
 
 from collector.store import BackendError, Hold, HoldOp, HoldState, Store
 from reporter._constants import HOLD_KEEP_SECONDS
+from reporter._senders.outcome import Refusal
 
 logger = logging.getLogger("reporter")
 
 NOT_HELD = HoldState(False)
-
-
-def split_hold(text: str) -> tuple[str, str]:
-    """An outcome's ``hold`` text as (cause, what to check): ``"nppa 1011: check ..."``."""
-    cause, _, check = text.partition(":")
-    return cause.strip(), check.strip()
 
 
 class SendHold:
@@ -54,11 +49,10 @@ class SendHold:
         """The last state seen (its ``now_ms`` is when it was read)."""
         return self._state
 
-    def begin(self, hold: str, game: str) -> None:
-        """A request met ``hold`` (an outcome's text, ``"<cause>: <what to check>"``): hold
-        here at once, and in Redis for every reporter; the reporter that started it logs
-        the ERROR."""
-        cause, check = split_hold(hold)
+    def begin(self, hold: Refusal, game: str) -> None:
+        """A request met ``hold`` (an outcome's cause and what to check): hold here at once,
+        and in Redis for every reporter; the reporter that started it logs the ERROR."""
+        cause, check = hold.cause, hold.check
         was_held = self._state.held
         self._state = HoldState(True, cause=cause, check=check, game=game)
         try:
@@ -104,11 +98,10 @@ class SendHold:
         """Make the next probe due now, whoever takes it (a probe could not go out)."""
         self._update(self._call(HoldOp.KICK))
 
-    def note(self, hold: str) -> HoldState:
+    def note(self, hold: Refusal) -> HoldState:
         """A probe met ``hold``: keep holding, with this as the cause."""
-        cause, check = split_hold(hold)
         return self._update(
-            self._call(HoldOp.HOLD, cause=cause, check=check, game=self._state.game)
+            self._call(HoldOp.HOLD, cause=hold.cause, check=hold.check, game=self._state.game)
         )
 
     def lift(self, why: str) -> None:

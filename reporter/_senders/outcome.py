@@ -42,6 +42,25 @@ class MovedItem(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class Refusal:
+    """An answer only the operator can fix: its ``cause`` (the code met, ``nppa 1011`` or
+    ``HTTP 403``; or the whole text, when there is no code) and what to ``check``.  Kept
+    apart, so nothing splits a text again to find them; ``str()`` joins them for a log line
+    or ``status`` (``"nppa 1011: identity check failed: ..."``)."""
+
+    cause: str
+    check: str = ""
+
+    def __post_init__(self) -> None:
+        # the cause may quote what the endpoint or a game named: escaped where it comes in
+        object.__setattr__(self, "cause", printable(self.cause))
+        object.__setattr__(self, "check", printable(self.check))
+
+    def __str__(self) -> str:
+        return f"{self.cause}: {self.check}" if self.check else self.cause
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """What one attempt at a batch came to.
 
@@ -68,10 +87,10 @@ class Outcome:
     refused: tuple[tuple[int, str], ...] = ()
     retry_items: tuple[int, ...] = ()
     pause_all: float = 0.0
-    alert: str = ""
+    alert: Refusal | None = None
     too_large: bool = False
     code: str = ""
-    hold: str = ""
+    hold: Refusal | None = None
     moved: tuple[MovedItem, ...] = ()
 
     def __post_init__(self) -> None:
@@ -79,7 +98,7 @@ class Outcome:
             raise ValueError(f"a {self.kind!r} outcome cannot list items")
         # The texts quote the endpoint (error fields, errmsg, exception texts): escaped here,
         # where they come in, before a dead letter, an alert or a log line carries them.
-        for name in ("reason", "alert", "hold", "code"):
+        for name in ("reason", "code"):  # a Refusal escapes its own
             object.__setattr__(self, name, printable(getattr(self, name)))
         if self.refused:
             object.__setattr__(

@@ -21,7 +21,7 @@ from collector.logs import RateLimitedLog
 from collector.store import HoldState
 from reporter._constants import HOLD_REMINDER_SECONDS
 from reporter._pacing.permits import Permits
-from reporter._pacing.send_hold import SendHold, split_hold
+from reporter._pacing.send_hold import SendHold
 from reporter._senders.outcome import DELIVERED, Outcome
 from reporter._senders.secrets import Reread, SecretFile
 
@@ -79,7 +79,7 @@ class HoldProbe:
         if outcome.pause_all:
             self._permits.pause(outcome.pause_all)
         if outcome.hold:
-            cause, _ = split_hold(outcome.hold)
+            cause = outcome.hold.cause
             if cause != turn.cause:
                 logger.warning(
                     "sending stays held: a probe was answered %s (before: %s): %s",

@@ -15,7 +15,8 @@ from collector.store import Cluster as ClusterBackend
 from collector.store import Hold, HoldOp, KeySchema, NoteLate, Store
 from reporter._config import read_key_file
 from reporter._logging import REDACT
-from reporter._pacing.send_hold import SendHold, read_hold, split_hold
+from reporter._pacing.send_hold import SendHold, read_hold
+from reporter._senders.outcome import Refusal
 from reporter._senders.secrets import NPPA_KEY, SecretFile
 from tests.reporter.helpers import make_config
 from tests.scriptcalls import store_of
@@ -71,6 +72,9 @@ def test_a_hold_nobody_touches_is_forgotten(client: redis.Redis) -> None:
     assert 0 < int(client.pttl(KEY)) <= 60_000
 
 
+REFUSAL = Refusal("nppa 1011", "identity check failed: check [nppa] secret_key")
+
+
 def test_the_mirror_follows_redis_and_logs_once(
     client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -78,10 +82,12 @@ def test_the_mirror_follows_redis_and_logs_once(
     first = SendHold(store, "nppa:app", 30.0, "app app")
     second = SendHold(store, "nppa:app", 30.0, "app app")
     with caplog.at_level(logging.INFO, logger="reporter"):
-        first.begin("nppa 1011: identity check failed: check [nppa] secret_key", "farm")
+        first.begin(REFUSAL, "farm")
         assert first.held and not second.held  # the second learns at its next refresh
+        held = read_hold(store, "nppa:app")  # cause and check kept apart, as met
+        assert (held.cause, held.check) == (REFUSAL.cause, REFUSAL.check)
         assert second.refresh().held and second.held
-        second.begin("nppa 1011: identity check failed: check [nppa] secret_key", "farm")
+        second.begin(REFUSAL, "farm")
         turn = second.take_turn()
         assert not turn.mine  # the first probe is a probe interval after the start
         second.probe_now()
@@ -96,10 +102,6 @@ def test_the_mirror_follows_redis_and_logs_once(
     assert any("resumed" in m for m in infos)
     status = read_hold(store, "nppa:app")
     assert not status.held
-    assert split_hold("HTTP 407: the proxy wants credentials: check [sink] proxy") == (
-        "HTTP 407",
-        "the proxy wants credentials: check [sink] proxy",
-    )
 
 
 def test_a_hold_call_takes_only_an_operation_of_the_script() -> None:
@@ -148,7 +150,7 @@ def test_the_hold_and_the_audit_list_work_on_a_cluster(cluster: Cluster) -> None
         schema = KeySchema(f"h{uuid.uuid4().hex[:8]}", 16)  # the cluster is shared
         store = Store(backend, schema)
         hold = SendHold(store, "nppa:app", 30.0, "app app")
-        hold.begin("nppa 1005: this host's IP is not allowed: register it", "farm")
+        hold.begin(Refusal("nppa 1005", "this host's IP is not allowed: register it"), "farm")
         assert read_hold(store, "nppa:app").cause == "nppa 1005"
         hold.lift("fixed")
         assert not read_hold(store, "nppa:app").held

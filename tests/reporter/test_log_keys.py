@@ -11,7 +11,7 @@ import pytest
 from reporter._delivery import settling
 from reporter._delivery.settling import log_kind
 from reporter._monitoring.accounting import read_totals
-from reporter._senders.outcome import REJECTED, RETRY, Outcome
+from reporter._senders.outcome import REJECTED, RETRY, Outcome, Refusal
 from tests.reporter.conftest import MakeService
 from tests.reporter.helpers import make_config, numbered, store, wait_until
 from tests.reporter.recorder import Recorder
@@ -23,11 +23,17 @@ from tests.scriptcalls import Scripts
     [
         (Outcome(REJECTED, "HTTP 400: bad request id=81f3", code="400"), "400"),
         (Outcome(RETRY, "ReadTimeout: timed out", code="ReadTimeout"), "ReadTimeout"),
-        (Outcome(REJECTED, "nppa 1011 wrong app id", alert="nppa 1011: check app_id"), "nppa 1011"),
+        (
+            Outcome(REJECTED, "nppa 1011 wrong app id", alert=Refusal("nppa 1011", "check app_id")),
+            "nppa 1011",
+        ),
         (Outcome(RETRY, "nppa 4001 busy, trace 9a8b"), "nppa 4001"),
         (Outcome(RETRY, "HTTP 502"), "HTTP 502"),
         (Outcome(REJECTED, "request 7d1c refused: quota"), "other"),
-        (Outcome(REJECTED, "game 'g' has no biz_id", alert="no biz_id for game 'g'"), "other"),
+        (
+            Outcome(REJECTED, "game 'g' has no biz_id", alert=Refusal("no biz_id for game 'g'")),
+            "other",
+        ),
     ],
 )
 def test_the_kind_of_an_outcome_never_holds_the_endpoints_text(outcome: Outcome, kind: str) -> None:

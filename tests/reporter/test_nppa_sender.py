@@ -410,15 +410,16 @@ def test_identity_and_configuration_answers_hold_the_sender(code: int) -> None:
     """Not a dead letter: the batch is retried once the operator has fixed the cause."""
     body = orjson.dumps({"errcode": code, "errmsg": "no", "data": ""})
     outcome = classify(200, None, body, SENT, 60.0)
-    assert (outcome.kind, outcome.alert) == (RETRY, "")
-    cause, _, check = outcome.hold.partition(": ")
-    assert cause == f"nppa {code}" and check == CHECK[code]
+    assert (outcome.kind, outcome.alert) == (RETRY, None)
+    assert outcome.hold is not None
+    assert (outcome.hold.cause, outcome.hold.check) == (f"nppa {code}", CHECK[code])
 
 
 @pytest.mark.parametrize("status", [401, 403, 407])
 def test_a_proxy_or_gateway_refusing_us_holds_the_sender(status: int) -> None:
     outcome = classify(status, None, b"<html>denied</html>", SENT, 60.0)
-    assert outcome.kind == RETRY and outcome.hold.startswith(f"HTTP {status}: ")
+    assert outcome.kind == RETRY and outcome.hold is not None
+    assert outcome.hold.cause == f"HTTP {status}" and "check" in outcome.hold.check
     assert not classify(502, None, b"", SENT, 60.0).hold
 
 

@@ -37,6 +37,7 @@ from reporter._senders.outcome import (
     RETRY,
     MovedItem,
     Outcome,
+    Refusal,
     parse_retry_after,
 )
 from reporter._sinks.base import Pacer
@@ -79,11 +80,17 @@ HOLD = frozenset(CHECK) - {EMPTY, 3003}
 # HTTP statuses of a proxy or gateway in front of the interface refusing us (the interface
 # itself answers HTTP 200): held too.
 HOLD_HTTP = {
-    401: "HTTP 401: a gateway in front of the interface wants credentials: check "
-    "the network path and [sink] proxy",
-    403: "HTTP 403: a gateway in front of the interface refused this host: check the "
-    "network path, the IP registration and [sink] proxy",
-    407: "HTTP 407: the proxy wants credentials: check [sink] proxy",
+    401: Refusal(
+        "HTTP 401",
+        "a gateway in front of the interface wants credentials: check the network path and "
+        "[sink] proxy",
+    ),
+    403: Refusal(
+        "HTTP 403",
+        "a gateway in front of the interface refused this host: check the network path, the "
+        "IP registration and [sink] proxy",
+    ),
+    407: Refusal("HTTP 407", "the proxy wants credentials: check [sink] proxy"),
 }
 
 Clock = Callable[[], float]
@@ -146,7 +153,7 @@ class NppaSender:
             return Outcome(
                 REJECTED,
                 f'game {game!r} has no biz_id: set [games."{game}"] biz_id, then replay',
-                alert=f"no biz_id for game {game!r}",
+                alert=Refusal(f"no biz_id for game {game!r}"),
             )
         items, refused = _checked(events)
         now = self._clock()
@@ -336,7 +343,7 @@ def classify(
     the request had no items, and 3002 means the key passed (``delivered``)."""
     if status != 200:
         return Outcome(
-            RETRY, f"HTTP {status}", parse_retry_after(retry_after), hold=HOLD_HTTP.get(status, "")
+            RETRY, f"HTTP {status}", parse_retry_after(retry_after), hold=HOLD_HTTP.get(status)
         )
     try:
         reply = orjson.loads(body)
@@ -359,10 +366,12 @@ def _failed(code: int, message: str, throttle: float) -> Outcome:
     if code == EXPIRED:
         return Outcome(RETRY, _EXPIRED_REASON)
     if code in HOLD:
-        return Outcome(RETRY, f"nppa {code} {message}".strip(), hold=f"nppa {code}: {CHECK[code]}")
+        return Outcome(
+            RETRY, f"nppa {code} {message}".strip(), hold=Refusal(f"nppa {code}", CHECK[code])
+        )
     if code in CHECK:
         return Outcome(
-            REJECTED, f"nppa {code} {message}".strip(), alert=f"nppa {code}: {CHECK[code]}"
+            REJECTED, f"nppa {code} {message}".strip(), alert=Refusal(f"nppa {code}", CHECK[code])
         )
     return Outcome(RETRY, f"nppa {code} {message}".strip())
 

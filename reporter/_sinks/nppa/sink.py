@@ -132,11 +132,10 @@ class NppaSink(Sink):
                 f"{where} answered {outcome.reason} in "
                 f"{(time.monotonic() - began) * 1000:.0f} ms (nothing was reported)",
             )
-        check = outcome.hold or outcome.alert
+        refusal = outcome.hold or outcome.alert
         return Connection(
             False,
-            f"{where} answered {outcome.reason}"
-            + (f"; {check.partition(':')[2].strip()}" if check else ""),
+            f"{where} answered {outcome.reason}" + (f"; {refusal.check}" if refusal else ""),
         )
 
     def describe(self) -> str:
