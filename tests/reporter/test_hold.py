@@ -17,7 +17,8 @@ from reporter._config import read_key_file
 from reporter._logging import REDACT
 from reporter._pacing.send_hold import SendHold, read_hold
 from reporter._senders.outcome import Refusal
-from reporter._senders.secrets import NPPA_KEY, SecretFile
+from reporter._senders.secrets import SecretFile
+from reporter._sinks.nppa.sink import NPPA_KEY
 from tests.reporter.helpers import make_config
 from tests.scriptcalls import store_of
 from tests.servers import Cluster
