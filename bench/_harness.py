@@ -136,7 +136,7 @@ def describe_server(server: Server) -> str:
 def script_name() -> str:
     """The running script as ``python -m`` names it, e.g. ``bench.collect``."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return spec.name if spec is not None else Path(sys.argv[0]).stem
+    return str(spec.name) if spec is not None else Path(sys.argv[0]).stem
 
 
 def commit() -> str:

@@ -118,16 +118,6 @@ def backlog(redis_url: str, games: dict[str, int]) -> int:
     return total
 
 
-def busiest_second(times: list[float]) -> int:
-    ordered = sorted(times)
-    most, start = 0, 0
-    for end, t in enumerate(ordered):
-        while ordered[start] <= t - 1.0:
-            start += 1
-        most = max(most, end - start + 1)
-    return most
-
-
 def run(binary: str, reporters: int, scenario: str, games: dict[str, int]) -> Result:
     secret = os.urandom(16).hex()
     server = start_server(binary)
@@ -156,6 +146,7 @@ def run(binary: str, reporters: int, scenario: str, games: dict[str, int]) -> Re
         with endpoint.lock:
             requests = list(endpoint.requests)
             accepted = list(endpoint.accepted)
+        busiest = endpoint.busiest_second
     taken = [r for r in requests if r.errcode == 0]
     first, last = min(r.at for r in taken), max(r.at for r in taken)
     big = {f"biz-{i}" for i, count in enumerate(games.values()) if count >= 128}
@@ -168,7 +159,7 @@ def run(binary: str, reporters: int, scenario: str, games: dict[str, int]) -> Re
         max(last - first, 1e-6),
         len(taken),
         sum(1 for r in requests if r.errcode == 1006),
-        busiest_second([r.at for r in requests]),
+        busiest,
         full_first,
     )
 
