@@ -65,6 +65,10 @@ class Counter(StrEnum):
     # among them (in flight or waiting for a retry), which leave the pending ones there.
     QUARANTINED_RECORDS = "quarantined_records"
     QUARANTINED_EVENTS = "quarantined_events"
+    # Shards a reporter took over from an owner key nobody could be renewing: one without
+    # expiry, or whose holder was missing from the live registry (lua/shard_lease.lua);
+    # unit: takeovers.  Each is a quarantine record too.
+    OWNERS_TAKEN_OVER = "owners_taken_over"
     # -- the reporter only
     BATCHES_STALE = "batches_stale"
     CONFIG_ERRORS = "config_errors"
@@ -162,6 +166,7 @@ STORE: tuple[Counter, ...] = (
     C.LATE_SENT,
     C.QUARANTINED_RECORDS,
     C.QUARANTINED_EVENTS,
+    C.OWNERS_TAKEN_OVER,
 )
 # What one reporter process did (its tally; the "stopped:" line).
 REPORTER: tuple[Counter, ...] = (

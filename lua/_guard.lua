@@ -278,6 +278,26 @@ local function note_far_time(key, member, score, what)
               v = printable(score)}, 0)
 end
 
+-- A hash field kept as a number (a rate's slot, a hold's probe time): `value` (as HMGET gave
+-- it) from lo to hi, else nil.  A value outside (not a number, not finite, a time further
+-- ahead than any script sets) is refused: it reads as absent, and goes on `refused`, for
+-- drop_refused to move to the quarantine once the call writes.
+local function field_number(refused, key, name, value, lo, hi)
+  if not value then return nil end
+  local x = tonumber(value)
+  if x and x == x and x >= lo and x <= hi then return x end
+  refused[#refused + 1] = {key, name, value}
+  return nil
+end
+
+local function drop_refused(refused)
+  for _, r in ipairs(refused) do
+    redis.call('HDEL', r[1], r[2])
+    quarantine({k = r[1], f = printable(r[2]), r = 'a value out of its bounds: refused',
+                v = printable(r[3])}, 0)
+  end
+end
+
 -- A list of at most `most` strings (a receipt's batch ids).
 local function is_strings(value, most)
   if type(value) ~= 'table' or #value > most then return false end

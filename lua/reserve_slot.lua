@@ -29,36 +29,43 @@
 -- returns  {1 if a slot was reserved else 0, us from now until that slot (or until the next
 --           free one), slots reserved ahead of it}
 -- include: _guard
+local LONGEST_PAUSE_MS = 3600000    -- a pause asked (an endpoint's Retry-After is cut at 600 s)
+local LONGEST_AHEAD_US = 3600000000 -- an interval, and a horizon, at most
 guard_open('reserve_slot', KEYS[3], KEYS[4], {})
-local done = receipt_of(KEYS[2], '')
+local interval = arg_number(1, 'interval_us', 1, LONGEST_AHEAD_US)
+local horizon = arg_number(3, 'horizon_us', -1, LONGEST_AHEAD_US)
+local pause = arg_number(4, 'pause_ms', 0, LONGEST_PAUSE_MS)
+local function is_reply(r)
+  return type(r) == 'table' and #r == 3 and is_whole(r[1]) and is_whole(r[2]) and is_whole(r[3])
+end
+local done = receipt_of(KEYS[2], '', is_reply)
 if done then return done end
-local interval, horizon = tonumber(ARGV[1]), tonumber(ARGV[3])
-local pause = tonumber(ARGV[4])
 local field = 't:' .. ARGV[2]
 local now
 if ARGV[5] == '' then
   now = clock_us()
 else
-  now = tonumber(ARGV[5])
+  now = arg_number(5, 'now_us', 0, 2 ^ 53)
 end
 
+-- A slot lies at most a horizon and an interval ahead, a pause at most the longest pause:
+-- a time further ahead (a clock, a hand) is refused, so that it cannot stop every sender.
 local state = read('hash', {}, 'HMGET', KEYS[1], field, 'paused_until')
--- A field that is not a finite number (junk) reads as absent.
-local function number(value)
-  local x = tonumber(value)
-  if x and x == x and x > -math.huge and x < math.huge then return x end
-  return nil
-end
-local tat = number(state[1]) or now
-local paused_until = number(state[2]) or 0
+local refused = {}
+local slack_us = CLOCK_SLACK_MS * 1000
+local tat = field_number(refused, KEYS[1], field, state[1], -2 ^ 53,
+                         now + LONGEST_AHEAD_US + interval + slack_us) or now
+local paused_until = field_number(refused, KEYS[1], 'paused_until', state[2], -2 ^ 53,
+                                  now + LONGEST_PAUSE_MS * 1000 + slack_us) or 0
 if pause > 0 then paused_until = math.max(paused_until, now + pause * 1000) end
 local slot = math.max(tat, now, paused_until)
 local ahead = math.floor((math.max(tat, now) - now) / interval)
 local reserved = horizon >= 0 and slot - now <= horizon
-if not reserved and pause <= 0 then
+if not reserved and pause <= 0 and #refused == 0 then
   return {0, slot - now, ahead}  -- nothing written: no receipt needed
 end
 
+drop_refused(refused)
 -- Times as whole microseconds: tostring() keeps only 14 digits.
 if reserved then
   redis.call('HSET', KEYS[1], field, string.format('%.0f', slot + interval))
@@ -67,9 +74,13 @@ if pause > 0 then
   redis.call('HSET', KEYS[1], 'paused_until', string.format('%.0f', paused_until))
 end
 -- A scope whose last slot has passed is as good as absent: keep the hash a minute longer
--- than its furthest slot or pause (other scopes' slots may lie further ahead: never shorten).
+-- than its furthest slot or pause (other scopes' slots may lie further ahead: never shorten,
+-- unless the key is kept longer than any slot or pause can last: junk, like a value refused).
 local keep_ms = math.ceil((math.max(slot + interval, paused_until) - now) / 1000) + 60000
-if redis.call('PTTL', KEYS[1]) < keep_ms then redis.call('PEXPIRE', KEYS[1], keep_ms) end
+local kept_ms = redis.call('PTTL', KEYS[1])
+if kept_ms < keep_ms or kept_ms > (3 * LONGEST_AHEAD_US) / 1000 + LONGEST_PAUSE_MS + 120000 then
+  redis.call('PEXPIRE', KEYS[1], keep_ms)
+end
 local reply = {reserved and 1 or 0, slot - now, ahead}
 keep_receipt(KEYS[2], '', reply, ARGV[6])
 return reply

@@ -27,31 +27,39 @@
 -- returns  {tokens granted, us until the next token (or until the pause ends),
 --           1 if tokens are scarce else 0}
 -- include: _guard
+local LONGEST_PAUSE_MS = 3600000 -- a pause asked (an endpoint's Retry-After is cut at 600 s)
 guard_open('take_tokens', KEYS[3], KEYS[4], {})
-local done = receipt_of(KEYS[2], '')
+local rate = arg_number(1, 'rate', 1e-9, 1e9, true)
+local capacity = arg_number(2, 'capacity', 1, 1e9)
+local wanted = arg_number(3, 'wanted', -1e9, 1e9)
+local pause = arg_number(4, 'pause_ms', 0, LONGEST_PAUSE_MS)
+local function is_reply(r)
+  return type(r) == 'table' and #r == 3 and is_whole(r[1]) and is_whole(r[2]) and is_whole(r[3])
+end
+local done = receipt_of(KEYS[2], '', is_reply)
 if done then return done end
 local SCARCE_US = 1000000
-local rate, capacity = tonumber(ARGV[1]), tonumber(ARGV[2])
-local wanted, pause = tonumber(ARGV[3]), tonumber(ARGV[4])
 local spare = ARGV[6] == '1'
 local now
 if ARGV[5] == '' then
   now = clock_us()
 else
-  now = tonumber(ARGV[5])
+  now = arg_number(5, 'now_us', 0, 2 ^ 53)
 end
 
+-- Times are written as now (at, refused_at) or a pause from now: a time further ahead (a
+-- clock, a hand) is refused, and so are tokens below none, so that junk cannot stop every
+-- sender.  Tokens above the capacity (the burst lowered since) are simply cut to it.
 local state = read('hash', {}, 'HMGET', KEYS[1], 'tokens', 'at', 'paused_until', 'refused_at')
--- A field that is not a finite number (junk) reads as absent.
-local function number(value)
-  local x = tonumber(value)
-  if x and x == x and x > -math.huge and x < math.huge then return x end
-  return nil
-end
-local tokens = number(state[1]) or capacity
-local at = number(state[2]) or now
-local paused_until = number(state[3]) or 0
-local refused_at = number(state[4]) or -SCARCE_US
+local refused = {}
+local slack_us = CLOCK_SLACK_MS * 1000
+local tokens = field_number(refused, KEYS[1], 'tokens', state[1], 0, 2 ^ 53) or capacity
+tokens = math.min(tokens, capacity)
+local at = field_number(refused, KEYS[1], 'at', state[2], -2 ^ 53, now + slack_us) or now
+local paused_until = field_number(refused, KEYS[1], 'paused_until', state[3], -2 ^ 53,
+                                  now + LONGEST_PAUSE_MS * 1000 + slack_us) or 0
+local refused_at = field_number(refused, KEYS[1], 'refused_at', state[4], -2 ^ 53,
+                                now + slack_us) or -SCARCE_US
 -- A pause empties the bucket; it refills from the pause's end.
 local from = math.max(at, paused_until)
 if now > from then tokens = math.min(capacity, tokens + (now - from) * rate / 1000000) end
@@ -81,13 +89,15 @@ else
   end
 end
 
+drop_refused(refused)
 -- Times as whole microseconds: tostring() keeps only 14 digits.
 redis.call('HSET', KEYS[1], 'tokens', string.format('%.9f', tokens),
            'at', string.format('%.0f', math.max(now, at)),
            'paused_until', string.format('%.0f', paused_until),
            'refused_at', string.format('%.0f', refused_at))
--- An idle bucket refills to full and can go: keep it a little longer than that takes.
-local idle_ms = math.ceil(capacity * 1000 / rate) + 60000
+-- An idle bucket refills to full and can go: keep it a little longer than that takes (a
+-- month at most: a bucket that slow starts full again after it).
+local idle_ms = math.min(math.ceil(capacity * 1000 / rate) + 60000, 2592000000)
 redis.call('PEXPIRE', KEYS[1], math.max(idle_ms, math.ceil((paused_until - now) / 1000) + 1000))
 local reply = {granted, wait, scarce and 1 or 0}
 keep_receipt(KEYS[2], '', reply, ARGV[7])

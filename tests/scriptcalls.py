@@ -181,4 +181,4 @@ class Scripts:
         return self.store.call(Purge(keys, limit))
 
     def shard_lease(self, keys: ShardKeys, owner: str, lease_ms: int) -> bool:
-        return self.store.call(ShardLease(keys, owner, lease_ms))
+        return self.store.call(ShardLease(keys, owner, lease_ms)).held

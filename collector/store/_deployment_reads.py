@@ -143,8 +143,15 @@ def shard_owners(client: RedisClient, shards: Sequence[ShardKeys]) -> list[str]:
     return owners
 
 
-def live_reporters(client: RedisClient, key: str, now_ms: int) -> int:
-    """Reporter processes whose heartbeat deadline is after ``now_ms``."""
+def server_ms(client: RedisClient) -> int:
+    """The server's TIME in ms (a cluster: one node's, as redis-py picks)."""
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def live_reporters(client: RedisClient, key: str) -> int:
+    """Reporter processes whose heartbeat deadline is after the server's time now."""
+    now_ms = server_ms(client)
     try:
         return int(client.zcount(key, f"({now_ms}", "+inf"))
     except ResponseError:  # not a sorted set: the next heartbeat sets it aside

@@ -110,6 +110,29 @@ class Tokens(NamedTuple):
     scarce: bool = False
 
 
+class LiveReporters(NamedTuple):
+    """The reporter registry after a heartbeat (``heartbeat.lua``, server time): how many
+    processes are live, and their ids (the first thousand: ``complete`` says whether that is
+    all of them)."""
+
+    live: int
+    ids: frozenset[str]
+
+    @property
+    def complete(self) -> bool:
+        return len(self.ids) == self.live
+
+
+class LeaseAnswer(NamedTuple):
+    """A shard lease call (``shard_lease.lua``): whether the caller holds the shard now, the
+    holder it found ('' for none), and why it took the shard over from that holder ('' if it
+    did not: a free shard, or its own)."""
+
+    held: bool
+    holder: str
+    taken_over: str = ""
+
+
 class Slot(NamedTuple):
     """A slot of a shared request rate (``reserve_slot.lua``): whether it was reserved,
     microseconds from now until it (or until the next free one), and how many slots others

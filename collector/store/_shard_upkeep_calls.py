@@ -7,50 +7,52 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from collector.store._keys import ShardKeys, sibling
+from collector.store._results import LeaseAnswer, LiveReporters, text
 from collector.store._script_call import ScriptCall
 
 
 @dataclass(frozen=True, slots=True)
-class ShardLease(ScriptCall[bool]):
-    """Take or renew ``owner``'s lease on a shard (``lease_ms`` 0 gives it up); True if
-    ``owner`` holds it now."""
+class ShardLease(ScriptCall[LeaseAnswer]):
+    """Take or renew ``owner``'s lease on a shard (``lease_ms`` 0 gives it up).  A holder
+    named ``missing`` (one the caller found missing from the live registry, twice in a row)
+    is taken over, as is an owner key without expiry."""
 
     script: ClassVar[str] = "shard_lease"
     shard: ShardKeys
     owner: str
     lease_ms: int
+    missing: str = ""
 
     def keys(self) -> Sequence[str]:
         s = self.shard
         return (s.owner, s.stats, s.quarantine)
 
     def args(self) -> Sequence[Any]:
-        return (self.owner, self.lease_ms)
+        return (self.owner, self.lease_ms, self.missing)
 
-    def parse(self, reply: Any) -> bool:
-        return bool(reply)
+    def parse(self, reply: Any) -> LeaseAnswer:
+        return LeaseAnswer(bool(int(reply[0])), text(reply[1]), text(reply[2]))
 
 
 @dataclass(frozen=True, slots=True)
-class Heartbeat(ScriptCall[int]):
-    """Note ``owner`` alive in the reporter registry (``key``) until ``deadline_ms``, forget
-    the reporters expired at ``now_ms`` (each reporter's own clock); the live count."""
+class Heartbeat(ScriptCall[LiveReporters]):
+    """Note ``owner`` alive in the reporter registry (``key``) for ``lease_ms`` from now,
+    by the server's clock; forget the expired reporters; who is live."""
 
     script: ClassVar[str] = "heartbeat"
     key: str
     owner: str
-    now_ms: int
-    deadline_ms: int
+    lease_ms: int
 
     def keys(self) -> Sequence[str]:
         # the registry's shard (0): its counters and quarantine, for a registry set aside
         return (self.key, sibling(self.key, "stats"), sibling(self.key, "quarantine"))
 
     def args(self) -> Sequence[Any]:
-        return (self.owner, self.now_ms, self.deadline_ms)
+        return (self.owner, self.lease_ms)
 
-    def parse(self, reply: Any) -> int:
-        return int(reply)
+    def parse(self, reply: Any) -> LiveReporters:
+        return LiveReporters(int(reply[0]), frozenset(text(member) for member in reply[1:]))
 
 
 @dataclass(frozen=True, slots=True)

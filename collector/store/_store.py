@@ -22,7 +22,7 @@ from collector.store._bulk import WireCall
 from collector.store._errors import NotReplicated, translate
 from collector.store._keys import KeySchema, ShardKeys
 from collector.store._modes import describe_settings, open_backend
-from collector.store._results import text
+from collector.store._results import LiveReporters, text
 from collector.store._script_call import ScriptCall
 from collector.store._scripts import lua_script
 from collector.store._settings import RedisSettings
@@ -213,17 +213,22 @@ class Store:
         or every primary of a cluster."""
         return self._read(_deployment_reads.memory)
 
-    def live_reporters(self, now_ms: int) -> int:
-        """Reporter processes in the registry whose heartbeat has not expired at ``now_ms``
-        (each reporter's own clock)."""
-        return self._read(_deployment_reads.live_reporters, self.schema.reporters, now_ms)
+    def live_reporters(self) -> int:
+        """Reporter processes in the registry whose heartbeat has not expired (by the
+        server's clock, as the heartbeats are written)."""
+        return self._read(_deployment_reads.live_reporters, self.schema.reporters)
+
+    def server_ms(self) -> int:
+        """The server's clock (TIME), in ms since the epoch: the clock of every coordination
+        time the scripts keep (heartbeats, leases, holds)."""
+        return self._read(_deployment_reads.server_ms)
 
     # -- the reporter registry ---------------------------------------------------------------
 
-    def heartbeat(self, owner: str, now_ms: int, lease_ms: int) -> int:
-        """Note ``owner`` alive until ``now_ms + lease_ms``, forget expired reporters; the
-        number of live reporters."""
-        return self.call(Heartbeat(self.schema.reporters, owner, now_ms, now_ms + lease_ms))
+    def heartbeat(self, owner: str, lease_ms: int) -> LiveReporters:
+        """Note ``owner`` alive for ``lease_ms`` from now (the server's clock), forget
+        expired reporters; who is live."""
+        return self.call(Heartbeat(self.schema.reporters, owner, lease_ms))
 
     def mark(self, shard: ShardKeys, identity: str) -> str:
         """Give ``shard`` the identity marker ``identity`` unless it has one; the marker it

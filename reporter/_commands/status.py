@@ -234,6 +234,29 @@ def reporter_entries(
     return out
 
 
+def owners_not_live(owners: Sequence[str], reporters: Sequence[dict[str, Any]]) -> list[int]:
+    """Shards whose owner key names a process missing from the live registry (a process
+    that died, or a key written by hand): a live reporter takes such a shard over at its
+    next lease round (``reporter._service.ownership``), and counts it in
+    ``owners_taken_over``."""
+    live = {e["id"] for e in reporters if e["live"]}
+    return [shard for shard, owner in enumerate(owners) if owner and owner not in live]
+
+
+def render_owners_not_live(shards: Sequence[int]) -> list[str]:
+    if not shards:
+        return []
+    return [
+        f"shards held by a process missing from the live registry: {_shard_list(shards)} "
+        "(a live reporter takes them over at its next lease round)"
+    ]
+
+
+def _shard_list(shards: Sequence[int], most: int = 20) -> str:
+    shown = ", ".join(map(str, shards[:most]))
+    return shown if len(shards) <= most else f"{shown} and {len(shards) - most} more"
+
+
 def hot_game_entries(
     config: ReporterConfig, schema: KeySchema, owners: Sequence[str]
 ) -> list[dict[str, Any]]:
@@ -294,6 +317,7 @@ def render_status(
     hold: HoldState | None = None,
     quarantine: Sequence[QuarantineRecord] = (),
     remembered: Sequence[Remembered] = (),
+    not_live: Sequence[int] = (),
 ) -> str:
     now = time.time() if now is None else now
     hot = config.reporter.hot_games
@@ -301,7 +325,7 @@ def render_status(
     shard_rows = [
         (
             s.shard,
-            s.owner or "-",
+            (f"{s.owner} (not live)" if s.shard in not_live else s.owner) or "-",
             len(s.games),
             s.buffered,
             _age(min((g.oldest_ms for g in s.games if g.oldest_ms), default=None), now),
@@ -331,6 +355,7 @@ def render_status(
         *render_memory(memory),
         *render_alerts(alerts),
         *(["", render_reporters(reporters)] if reporters is not None else []),
+        *render_owners_not_live(not_live),
         "",
         "shards",
         table(
@@ -411,12 +436,14 @@ def _full(store: Store, config: ReporterConfig, as_json: bool, indent: int | Non
     memory = read_memory(store)
     now = time.time()
     owners = Tally(s.owner for s in totals.shards if s.owner)
+    # Heartbeats are kept by the server's clock: their liveness is judged by it too.
     reporters = reporter_entries(
-        store.reporters(), now, config.reporter.shard_lease_seconds, owners
+        store.reporters(), store.server_ms() / 1000, config.reporter.shard_lease_seconds, owners
     )
     by_shard = [""] * store.schema.shards
     for s in totals.shards:
         by_shard[s.shard] = s.owner
+    not_live = owners_not_live(by_shard, reporters)
     hot = hot_game_entries(config, store.schema, by_shard)
     quarantine = store.quarantine(QUARANTINE_SHOWN)
     remembered = store.remembered()
@@ -428,6 +455,7 @@ def _full(store: Store, config: ReporterConfig, as_json: bool, indent: int | Non
                 "reporters": reporters,
                 "redis_memory": memory_json(memory),
                 "hot_games": hot,
+                "shards_owned_by_no_live_reporter": not_live,
                 "quarantine": quarantine_json(quarantine),
                 "remembered": remembered_json(remembered),
                 "problems": [p for s in totals.shards for p in s.problems],
@@ -446,6 +474,7 @@ def _full(store: Store, config: ReporterConfig, as_json: bool, indent: int | Non
         hold=hold,
         quarantine=quarantine,
         remembered=remembered,
+        not_live=not_live,
     )
 
 
@@ -461,12 +490,13 @@ def _cheap(store: Store, config: ReporterConfig, as_json: bool, indent: int | No
     owners = store.shard_owners()
     reporters = reporter_entries(
         store.reporters(),
-        time.time(),
+        store.server_ms() / 1000,  # the clock the heartbeats are kept by
         config.reporter.shard_lease_seconds,
         Tally(o for o in owners if o),
     )
     hot = hot_game_entries(config, store.schema, owners)
     unowned = sum(1 for o in owners if not o)
+    not_live = owners_not_live(owners, reporters)
     if as_json:
         return json.dumps(
             {
@@ -476,6 +506,7 @@ def _cheap(store: Store, config: ReporterConfig, as_json: bool, indent: int | No
                 "redis_memory": memory_json(memory),
                 "hot_games": hot,
                 "shards_without_owner": unowned,
+                "shards_owned_by_no_live_reporter": not_live,
                 **hold_json(hold),
             },
             indent=indent,
@@ -491,6 +522,7 @@ def _cheap(store: Store, config: ReporterConfig, as_json: bool, indent: int | No
             "",
             render_reporters(reporters),
             f"shards without an owner: {unowned} of {store.schema.shards}",
+            *render_owners_not_live(not_live),
             render_hot_games(hot),
             "",
             f"counters over {counted(store.schema.shards, 'shard')} (events unless named batches)",

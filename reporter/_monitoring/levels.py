@@ -77,7 +77,7 @@ class RedisReadings:
         schema = self._store.schema
         try:
             counters = self._store.counter_totals()
-            live = self._store.live_reporters(now_ms)
+            live = self._store.live_reporters()
             shards = self._store.shard_levels(
                 [schema.shard(n) for n in sorted(self._owned())], now_ms
             )

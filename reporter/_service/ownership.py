@@ -4,6 +4,14 @@ Each process keeps a heartbeat in a registry (in shard 0's hash tag) and aims fo
 share of the shards: ceil(shards / live processes).  It takes free shards while below its
 share and gives up the excess above it, so work spreads when processes join and a dead
 process's shards are taken over once its leases expire.
+
+Every time here is the Redis server's (the scripts read TIME): a process whose clock runs
+fast or slow holds its heartbeat and leases exactly as long as any other.  A shard whose
+owner key nobody can be renewing is taken over at once when the key has no expiry (or one
+longer than any lease), and when its holder is missing from the live registry two rounds in
+a row (a round apart, so that a process that registered a moment ago is never mistaken for a
+dead one); each takeover is logged, counted (``owners_taken_over``) and noted in the shard's
+quarantine, which ``status`` shows.
 """
 
 from __future__ import annotations
@@ -13,12 +21,11 @@ import math
 import os
 import socket
 import threading
-import time
 import uuid
 from itertools import islice
 
 from collector.logs import counted
-from collector.store import BackendError, ShardLease, Store
+from collector.store import BackendError, LiveReporters, ShardLease, Store
 
 logger = logging.getLogger("reporter")
 
@@ -35,6 +42,8 @@ class ShardOwnership:
         self._lease_ms = int(lease_seconds * 1000)
         self._owned: set[int] = set()
         self._lock = threading.Lock()
+        # shard -> its holder, missing from the live registry at the last round
+        self._missing: dict[int, str] = {}
 
     def owns(self, shard: int) -> bool:
         return shard in self._owned
@@ -45,18 +54,20 @@ class ShardOwnership:
 
     def loop(self) -> bool:
         """Renew what is held, then move towards this process's fair share: one round trip
-        for the renewals, one per try at free shards, one to give up any excess."""
-        now_ms = int(time.time() * 1000)
-        live = max(1, self._store.heartbeat(self.owner, now_ms, self._lease_ms))
+        for the heartbeat, one for the renewals, one per try at free shards, one to give up
+        any excess."""
+        registry = self._store.heartbeat(self.owner, self._lease_ms)
+        live = max(1, registry.live)
         share = math.ceil(self._schema.shards / live)
         mine = self.owned()
+        missing, self._missing = self._missing, {}
         held = set(self._leases(sorted(mine), self._lease_ms))
         free = (shard for shard in range(self._schema.shards) if shard not in mine)
         while len(held) < share:
             tries = list(islice(free, share - len(held)))
             if not tries:
                 break
-            held.update(self._leases(tries, self._lease_ms))
+            held.update(self._leases(tries, self._lease_ms, registry, missing))
         excess = sorted(held)[share:]
         self._leases(excess, 0)
         held.difference_update(excess)
@@ -79,18 +90,49 @@ class ShardOwnership:
         self._leases(sorted(owned), 0)
         self._store.leave(self.owner)
 
-    def _leases(self, shards: list[int], lease_ms: int) -> list[int]:
+    def _leases(
+        self,
+        shards: list[int],
+        lease_ms: int,
+        registry: LiveReporters | None = None,
+        missing: dict[int, str] | None = None,
+    ) -> list[int]:
         """Take or renew these shards' leases (0 gives them up) in few round trips; those
-        this process holds now.  Raises the first ``BackendError`` met."""
+        this process holds now.  With the ``registry`` of this round, a holder it does not
+        hold is remembered for the next round, and one ``missing`` from the last round and
+        still not live is taken over.  Raises the first ``BackendError`` met."""
         if not shards:
             return []
+        # An incomplete list of live ids cannot tell who is missing.
+        known = registry.ids if registry is not None and registry.complete else None
+        gone = {
+            shard: holder
+            for shard, holder in (missing or {}).items()
+            if known is not None and holder not in known
+        }
         replies = self._store.call_many(
-            [ShardLease(self._schema.shard(shard), self.owner, lease_ms) for shard in shards]
+            [
+                ShardLease(self._schema.shard(shard), self.owner, lease_ms, gone.get(shard, ""))
+                for shard in shards
+            ]
         )
-        for reply in replies:
+        held = []
+        for shard, reply in zip(shards, replies, strict=True):
             if isinstance(reply, BackendError):
                 raise reply
-        return [shard for shard, reply in zip(shards, replies, strict=True) if reply]
+            if reply.held:
+                held.append(shard)
+                if reply.taken_over:
+                    logger.warning(
+                        "took shard %d over from %s: %s",
+                        shard,
+                        reply.holder,
+                        reply.taken_over,
+                        extra={"shard": shard},
+                    )
+            elif known is not None and reply.holder and reply.holder not in known:
+                self._missing[shard] = reply.holder
+        return held
 
 
 def _ranges(numbers: list[int]) -> str:

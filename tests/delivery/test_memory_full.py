@@ -162,9 +162,9 @@ def test_every_script_the_drain_needs_runs_at_maxmemory(r: redis.Redis) -> None:
         assert scripts.shard_lease(keys, "me", 5000)
         assert scripts.shard_lease(keys, "me", 5000)
         assert not scripts.shard_lease(keys, "other", 5000)
-        assert store.heartbeat("me", 1000, 5000) == 1
-        assert store.heartbeat("me", 2000, 5000) == 1
-        assert store.heartbeat("other", 2000, 5000) == 2
+        assert store.heartbeat("me", 5000).live == 1
+        assert store.heartbeat("me", 5000).live == 1
+        assert store.heartbeat("other", 5000) == (2, frozenset({"me", "other"}))
 
         # the batch life cycle
         ids = [b.batch_id for b in claim(scripts, keys, "g", "b", most=5).batches]
@@ -256,7 +256,7 @@ def test_the_lease_heartbeat_and_drain_work_on_a_full_cluster(cluster: Cluster) 
                     60,
                     entries(GAMES[0], range(20, 30)),
                 )
-            assert store.heartbeat("me", 1000, 5000) == 1
+            assert store.heartbeat("me", 5000).live == 1
             memory = store.memory()
             assert len(memory) == len(cluster.nodes)
             assert all(m.refusing_writes for m in memory)

@@ -223,7 +223,7 @@ PREPARE: dict[str, Callable[[Shard], Call]] = {
     "purge": _call(lambda s: (_dead_letter(s), Purge(s.keys))[1]),
     "purge_ids": _call(lambda s: PurgeIds(s.keys, [_dead_letter(s)])),
     "shard_lease": _call(lambda s: ShardLease(s.keys, "rep-1", 60_000)),
-    "heartbeat": _call(lambda s: Heartbeat(s.schema.reporters, "rep-1", 0, 60_000)),
+    "heartbeat": _call(lambda s: Heartbeat(s.schema.reporters, "rep-1", 60_000)),
     "set_aside": _call(lambda s: SetAside(s.keys)),
     "ack": _on_held(lambda s, b, t: Ack(s.keys, b, t)),
     "release": _on_held(lambda s, b, t: Release(s.keys, b, t)),

@@ -37,7 +37,7 @@ from collector.store import (
     TakeTokens,
     lua_script,
 )
-from tests.delivery.lifecycle import LEASE_MS, MAX_AGE_MS, Shard, new_token
+from tests.delivery.lifecycle import LEASE_MS, MAX_AGE_MS, Shard, new_token, server_ms
 from tests.replydrop import reply_dropper
 from tests.scriptcalls import store_of
 
@@ -200,13 +200,17 @@ def test_extend_renews_the_same_lease(shard: Shard) -> None:
 
 def test_shard_lease_and_heartbeat(shard: Shard) -> None:
     keys = shard.keys
-    assert twice(shard, Heartbeat(shard.schema.reporters, "rep-1", 1000, 60_000)) == 1
     store = shard.scripts.store
+    beat = Heartbeat(shard.schema.reporters, "rep-1", 60_000)
+    # sent again it renews from a little later (server time), as the next heartbeat would
+    assert store.call(beat) == store.call(beat) == (1, frozenset({"rep-1"}))
+    [(_, deadline)] = shard.r.zrange(shard.schema.reporters, 0, -1, withscores=True)
+    assert deadline <= server_ms(shard.r) + 60_000
     take = ShardLease(keys, "rep-1", 60_000)
-    assert store.call(take) is True and store.call(take) is True
+    assert store.call(take).held is True and store.call(take).held is True
     assert shard.r.get(keys.owner) == b"rep-1"
     give_up = ShardLease(keys, "rep-1", 0)
-    assert store.call(give_up) is False and store.call(give_up) is False
+    assert store.call(give_up).held is False and store.call(give_up).held is False
     assert shard.r.get(keys.owner) is None
 
 

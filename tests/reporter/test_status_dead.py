@@ -111,7 +111,7 @@ def test_no_shards_reads_only_the_counters_and_the_registry(
                 for g in games[first : first + 1000]
             ]
         )
-    s.heartbeat("host-a:1:aaaa", int(time.time() * 1000), 10_000)
+    s.heartbeat("host-a:1:aaaa", 10_000)
     path = config_file(tmp_path, redis_url, shards)
     client.config_resetstat()
     code, out, err = run(capsys, "status", "--no-shards", "--json", "--config", path)
@@ -129,6 +129,7 @@ def test_no_shards_reads_only_the_counters_and_the_registry(
         "redis_memory",
         "hot_games",
         "shards_without_owner",
+        "shards_owned_by_no_live_reporter",
     }  # no levels
     assert [r["id"] for r in printed["reporters"]] == ["host-a:1:aaaa"]
     assert printed["shards_without_owner"] == shards
@@ -161,12 +162,11 @@ def test_status_lists_the_reporters_with_their_heartbeat_age(
 ) -> None:
     schema = KeySchema(PREFIX, SHARDS)
     s = store_of(client, schema)
-    now_ms = int(time.time() * 1000)
     lease_ms = int(ReporterConfig.default().reporter.shard_lease_seconds * 1000)
-    s.heartbeat("host-b:2:bbbb", now_ms - 60_000, lease_ms)  # gone a minute ago
-    s.heartbeat("host-a:1:aaaa", now_ms, lease_ms)  # (also forgets expired entries)
-    client.zadd(schema.reporters, {"host-b:2:bbbb": now_ms - 60_000 + lease_ms})
-    assert s.call(ShardLease(schema.shard(1), "host-a:1:aaaa", lease_ms))
+    s.heartbeat("host-a:1:aaaa", lease_ms)
+    now_ms = s.server_ms()
+    client.zadd(schema.reporters, {"host-b:2:bbbb": now_ms - 60_000 + lease_ms})  # gone
+    assert s.call(ShardLease(schema.shard(1), "host-a:1:aaaa", lease_ms)).held
     path = config_file(tmp_path, redis_url)
     printed = json.loads(run(capsys, "status", "--json", "--config", path)[1])
     a, b = printed["reporters"]
@@ -200,8 +200,8 @@ def test_status_names_the_reporter_serving_each_hot_game(
             g for g in (f"g{i}" for i in range(100)) if schema.shard_of(g) != schema.shard_of("big")
         ),
     )
-    s.heartbeat("host-a:1:aaaa", int(time.time() * 1000), 10_000)
-    assert s.call(ShardLease(schema.for_game(served), "host-a:1:aaaa", 10_000))
+    s.heartbeat("host-a:1:aaaa", 10_000)
+    assert s.call(ShardLease(schema.for_game(served), "host-a:1:aaaa", 10_000)).held
     path = Path(config_file(tmp_path, redis_url))
     path.write_text(path.read_text() + f"\n[reporter.hot_games]\n{served} = 3\n{idle} = 1\n")
     printed = json.loads(run(capsys, "status", "--json", *form, "--config", str(path))[1])
