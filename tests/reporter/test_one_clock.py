@@ -20,6 +20,7 @@ from collector.store import Store, open_store
 from reporter._pacing.limiter import SharedTokenBucket
 from reporter._pacing.send_hold import SendHold
 from reporter._pacing.slots import SharedSlots
+from reporter._senders.outcome import Refusal
 from reporter._service.ownership import ShardOwnership
 from tests.polling import wait_until
 
@@ -156,6 +157,6 @@ def test_a_far_future_probe_time_is_refused_and_the_probe_due_now(
     store: Store, r: redis.Redis
 ) -> None:
     hold = SendHold(store, "app", 30.0, "app app")
-    hold.begin("nppa 1011: the key", "g")
+    hold.begin(Refusal("nppa 1011", "the key"), "g")
     r.hset(store.schema.hold("app"), "probe_at", str(FAR_US // 1000))
     assert hold.take_turn().mine
