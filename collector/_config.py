@@ -175,6 +175,8 @@ class TelemetryConfig:
                 continue
             if f.name == "games":
                 out["games"] = {g: section_dict(s) for g, s in value.items()}
+            elif f.name == _config_loader.PLUGGED:
+                out.update({name: section_dict(s) for name, s in value.items()})
             else:
                 out[f.name] = section_dict(value)
         return out

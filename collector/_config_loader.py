@@ -2,8 +2,10 @@
 
 All validation happens here, once, for the SDK's ``TelemetryConfig`` and for any subclass
 that adds sections (the reporter's).  A config class's sections are its dataclass-typed
-fields; the sections it names in ``OTHER_SECTIONS`` belong to another reader of the same file
-and are skipped.  The loader knows config classes by their shape only (``ConfigClass``), so
+fields, and the sections it plugs in (``PLUGGED_SECTIONS``: name -> section class, kept in
+its ``plugged`` field; a dotted name such as ``sink.ndjson`` is a table inside a section);
+the sections it names in ``OTHER_SECTIONS`` belong to another reader of the same file and
+are skipped.  The loader knows config classes by their shape only (``ConfigClass``), so
 it imports no config module: ``collector._config`` builds on it.  Every error names where
 the value came from (file or environment variable), the key, what was expected and what was
 found.
@@ -33,6 +35,8 @@ DEFAULT_CONFIG_NAME = "telemetry.toml"
 GAMES = "games"
 # The source of a config read from the packaged default (no path, no $TELEMETRY_CONFIG).
 PACKAGED_SOURCE = f"<packaged {DEFAULT_CONFIG_NAME}>"
+# A config class's plugged sections: the class attribute naming them, the field holding them.
+PLUGGED_SECTIONS, PLUGGED = "PLUGGED_SECTIONS", "plugged"
 
 
 class ConfigClass(Protocol):
@@ -63,13 +67,27 @@ def default_config_text() -> str:
 
 
 def sections_of(cls: type[ConfigClass]) -> dict[str, type]:
-    """A config class's sections: its dataclass-typed fields, by name."""
+    """A config class's sections: its dataclass-typed fields, then those it plugs in, by
+    name."""
     hints = typing.get_type_hints(cls)
-    return {
+    fields = {
         f.name: hints[f.name]
         for f in dataclasses.fields(cls)
         if dataclasses.is_dataclass(hints[f.name])
     }
+    return {**fields, **plugged_sections_of(cls)}
+
+
+def plugged_sections_of(cls: type[ConfigClass]) -> dict[str, type]:
+    """The sections ``cls`` plugs in (``PLUGGED_SECTIONS``), by name."""
+    return dict(getattr(cls, PLUGGED_SECTIONS, {}))
+
+
+def section_value(config: ConfigClass, name: str) -> Any:
+    """A section of ``config`` by name, plugged in or not."""
+    if name in plugged_sections_of(type(config)):
+        return getattr(config, PLUGGED)[name]
+    return getattr(config, name)
 
 
 def games_settings_of(cls: type[ConfigClass]) -> type:
@@ -125,6 +143,8 @@ def build_config(
         _refuse_unset_variables(raw, source, env)
         raw = _interpolate(raw, env)
     sections = sections_of(cls)
+    plugged = plugged_sections_of(cls)
+    raw = _lift_inner_tables(raw, [name for name in plugged if "." in name])
     overrides = _env_overrides(env, sections)
     known = sorted([*sections, GAMES, *cls.OTHER_SECTIONS])
     for name in raw:
@@ -142,6 +162,8 @@ def build_config(
             section, name, table, source, overrides.get(name, {}), notices
         )
     values[GAMES] = _build_games(raw.get(GAMES, {}), source, games_settings_of(cls))
+    if plugged:
+        values[PLUGGED] = MappingProxyType({name: values.pop(name) for name in plugged})
     config = cls(**values, source=source, notices=tuple(notices))
 
     def where(section: str, key: str) -> str:
@@ -154,16 +176,34 @@ def build_config(
 
 
 def raw_settings(config: ConfigClass) -> dict[str, dict[str, Any]]:
-    """A config as plain nested dicts, secrets included, ready for ``build_config``."""
+    """A config as plain nested dicts, secrets included, ready for ``build_config`` (a
+    section plugged into another, ``sink.ndjson``, as a table inside it)."""
     raw: dict[str, dict[str, Any]] = {}
     for name in sections_of(type(config)):
-        section = getattr(config, name)
-        raw[name] = {
+        section = section_value(config, name)
+        outer, _, inner = name.rpartition(".")
+        table = raw.setdefault(outer, {}) if outer else raw
+        table[inner] = {
             f.name: (dict(v) if isinstance(v := getattr(section, f.name), Mapping) else v)
             for f in dataclasses.fields(section)
         }
     raw[GAMES] = {g: dataclasses.asdict(s) for g, s in config.games.items()}
     return raw
+
+
+def _lift_inner_tables(raw: Mapping[str, Any], names: list[str]) -> Mapping[str, Any]:
+    """``raw`` with each table named ``outer.inner`` taken out of ``[outer]`` and set beside
+    it under its dotted name, so it is built as a section of its own."""
+    if not names:
+        return raw
+    lifted = dict(raw)
+    for name in names:
+        outer, _, inner = name.rpartition(".")
+        table = lifted.get(outer)
+        if isinstance(table, Mapping) and inner in table:
+            lifted[outer] = {k: v for k, v in table.items() if k != inner}
+            lifted[name] = table[inner]
+    return lifted
 
 
 def _unset_variables(
@@ -226,8 +266,17 @@ def _env_overrides(
         if not var.startswith(ENV_PREFIX) or var == CONFIG_ENV:
             continue
         rest = var[len(ENV_PREFIX) :].lower()
-        section, _, key = rest.partition("_")
-        if section not in sections or not key:
+        # The longest section name that prefixes it: TELEMETRY_SINK_NDJSON_DIRECTORY is
+        # [sink.ndjson] directory, not [sink] ndjson_directory.
+        section, key = next(
+            (
+                (name, rest[len(name) + 1 :])
+                for name in sorted(sections, key=len, reverse=True)
+                if rest.startswith(name.replace(".", "_") + "_")
+            ),
+            ("", ""),
+        )
+        if not key:
             continue  # not ours: other readers and tools use TELEMETRY_* too
         cls = sections[section]
         if key not in {f.name for f in dataclasses.fields(cls)}:

@@ -13,7 +13,13 @@ from collector._config import (
     build_config,
     load_config,
 )
-from collector._config_loader import CONFIG_ENV, default_config_text, raw_settings, sections_of
+from collector._config_loader import (
+    CONFIG_ENV,
+    default_config_text,
+    raw_settings,
+    section_value,
+    sections_of,
+)
 from collector._sections import MaskedRepr, Where, setting
 from collector.logs import mask_url
 from collector.store import RedisSettings
@@ -32,6 +38,7 @@ __all__ = [
     "load_config",
     "mask_url",
     "raw_settings",
+    "section_value",
     "sections_of",
     "setting",
 ]
