@@ -1,140 +1,79 @@
-"""The reporter's settings: its sections of the shared file on top of the SDK's.
+"""The reporter's config: the SDK's sections, the reporter's own (``reporter._settings``) and
+the sink kinds' (each kind's ``settings``, plugged in from ``reporter._sinks.registry``).
 
 ``ReporterConfig`` is a ``TelemetryConfig`` (so a demo or test can hand it to a
-``Collector``) with ``[reporter]``, ``[sink]``, ``[retry]``, ``[dead]``, ``[nppa]`` and
-``[metrics]`` added, loaded and validated by the same loader (``collector.config``).
-
-``[sink] url`` is checked when the file is loaded if it is set (an absolute http or https URL
-with a host), but it may be empty: ``status`` and ``dead`` never POST, and read files that
-only set ``[redis]``.  ``sink_problems`` says what ``run`` and ``check-config`` must refuse
-on top of that (no URL for the json sender).
+``Collector``) with ``[reporter]``, ``[sink]``, ``[retry]``, ``[dead]`` and ``[metrics]``
+added, and every sink kind's section (``[nppa]``, ``[sink.ndjson]``, ...), loaded and
+validated by the same loader (``collector.config``).  What ties keys together is checked
+here; what only the configured sink needs is the sink's (``Sink.check``, ``Sink.advise``).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import ClassVar
-
-import httpx
+from typing import Any, ClassVar, TypeVar
 
 from collector import ConfigError
-from collector.config import GameSettings, MaskedRepr, TelemetryConfig, Where, setting
-from collector.logs import mask_url
+from collector.config import TelemetryConfig, Where
 from collector.retry import RetrySettings
 from collector.store import validate_game
+from reporter._settings import (
+    DeadSettings,
+    MetricsSettings,
+    ReporterGameSettings,
+    ReporterSettings,
+    SinkSettings,
+    check_sink,
+    http_url_problem,
+    listen_address,
+    read_header_file,
+)
+from reporter._sinks.registry import SINKS, make_sink, sink_sections
 
-NPPA_PRODUCTION_BASE = "http://api2.wlc.nppa.gov.cn"
-_HEX_KEY = re.compile(r"[0-9a-fA-F]{32}")
-# RFC 9110 token: what a header name may be.
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-# What a header value may not hold: control characters (CR, LF and NUL among them; a tab is
-# allowed) and anything outside ASCII, which the HTTP client cannot send.
-_BAD_HEADER_CHAR = re.compile(r"[^\t\x20-\x7e]")
+__all__ = [
+    "DeadSettings",
+    "MetricsSettings",
+    "ReporterConfig",
+    "ReporterGameSettings",
+    "ReporterSettings",
+    "RetrySettings",
+    "SinkSettings",
+    "http_url_problem",
+    "listen_address",
+    "read_header_file",
+    "sink_problems",
+]
 
-
-@dataclass(frozen=True)
-class ReporterSettings:
-    batch_size: int = setting(128, lo=1, hi=128)
-    max_age_seconds: float = setting(180.0, lo=1, hi=86400)
-    linger_ms: int = setting(1000, lo=0, hi=600_000)
-    poll_interval_ms: int = setting(100, lo=5, hi=60_000)
-    workers: int = setting(4, lo=1, hi=256)
-    max_batches_per_claim: int = setting(8, lo=1, hi=64)
-    games_per_sweep: int = setting(256, lo=1, hi=100_000)
-    lease_seconds: float = setting(30.0, lo=1, hi=3600)
-    shard_lease_seconds: float = setting(10.0, lo=1, hi=600)
-    grace_seconds: float = setting(10.0, lo=0, hi=600)
-    event_time_field: str = setting("")
-    event_time_unit: str = setting("ms", choices=("s", "ms"))
-    hot_games: Mapping[str, int] = setting({}, lo=1, hi=64)
-
-
-@dataclass(frozen=True, repr=False)
-class SinkSettings(MaskedRepr):
-    kind: str = setting("json", choices=("json", "nppa", "print"))
-    url: str = setting("", secret=True)
-    timeout_seconds: float = setting(5.0, lo=0.05, hi=300)
-    connect_timeout_seconds: float = setting(2.0, lo=0.05, hi=300)
-    max_connections: int = setting(32, lo=1, hi=1000)
-    gzip: bool = setting(False)
-    transport: str = setting("builtin", choices=("builtin", "httpx"), renamed={"stdlib": "builtin"})
-    keepalive_expiry_seconds: float = setting(4.0, lo=0, hi=300)
-    ca_file: str = setting("")
-    client_cert_file: str = setting("")
-    client_key_file: str = setting("")
-    proxy: str = setting("", secret=True)
-    headers: Mapping[str, str] = setting({}, secret=True)
-    header_files: Mapping[str, str] = setting({})
-    max_batch_bytes: int = setting(1024 * 1024, lo=1024, hi=256 * 1024 * 1024)
-    requests_per_second: float = setting(0.0, lo=0, hi=1_000_000)
-    request_burst: int = setting(1, lo=1, hi=100_000)
-    rate_limit_scope: str = setting("shared", choices=("shared", "process"))
-
-
-@dataclass(frozen=True)
-class DeadSettings:
-    max_batches: int = setting(10_000, lo=1, hi=10_000_000)
-
-
-@dataclass(frozen=True)
-class MetricsSettings:
-    """The Prometheus endpoint (``/metrics``, ``/healthz``, ``/readyz``); off while ``listen``
-    is empty."""
-
-    listen: str = setting("")
-    cache_seconds: float = setting(5.0, lo=0, hi=300)
-    top_games: int = setting(10, lo=0, hi=100)
-    max_connections: int = setting(64, lo=1, hi=10_000)
-    error_details: bool = setting(False)
-
-
-@dataclass(frozen=True, repr=False)
-class NppaSettings(MaskedRepr):
-    """The anti-addiction behaviour-reporting interface (``[sink] kind = "nppa"``)."""
-
-    base_url: str = setting(NPPA_PRODUCTION_BASE)
-    app_id: str = setting("")
-    secret_key: str = setting("", secret=True)
-    secret_key_file: str = setting("")
-    requests_per_second: float = setting(10.0, lo=0.1, hi=1000)
-    rate_limit_scope: str = setting("app", choices=("app", "game"))
-    freshness_margin_seconds: float = setting(10.0, lo=0, hi=170)
-    throttle_seconds: float = setting(60.0, lo=1, hi=3600)
-    probe_interval_seconds: float = setting(30.0, lo=1, hi=3600)
-    late_behaviour: str = setting("drop", choices=("drop", "resend"))
-    late_max_age_seconds: float = setting(86_400.0, lo=180, hi=30 * 86_400)
-    max_future_seconds: float = setting(300.0, lo=0, hi=86_400)
-
-
-@dataclass(frozen=True)
-class ReporterGameSettings(GameSettings):
-    """A game's table as the reporter reads it: the SDK's overrides and the game's filing id
-    with the anti-addiction system (``biz_id``)."""
-
-    OTHER_KEYS: ClassVar[tuple[str, ...]] = ()
-
-    biz_id: str = setting("")
-    # When requests are scarce, a game of higher priority goes first (after any batch that
-    # would otherwise go stale); docs/nppa.md.
-    priority: int = setting(0, lo=-1000, hi=1000)
+S = TypeVar("S")
+PLUGGED_SECTIONS = sink_sections()
 
 
 @dataclass(frozen=True, repr=False)
 class ReporterConfig(TelemetryConfig):
-    """Every setting of the file: the SDK's sections and the reporter's."""
+    """Every setting of the file: the SDK's sections, the reporter's, the sink kinds'."""
 
     OTHER_SECTIONS: ClassVar[tuple[str, ...]] = ()
+    PLUGGED_SECTIONS: ClassVar[Mapping[str, type]] = PLUGGED_SECTIONS
 
     games: Mapping[str, ReporterGameSettings] = field(default_factory=lambda: MappingProxyType({}))
     reporter: ReporterSettings = field(default_factory=ReporterSettings)
     sink: SinkSettings = field(default_factory=SinkSettings)
     retry: RetrySettings = field(default_factory=RetrySettings)
     dead: DeadSettings = field(default_factory=DeadSettings)
-    nppa: NppaSettings = field(default_factory=NppaSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    # The sink kinds' sections, by name (see PLUGGED_SECTIONS); read them with section().
+    plugged: Mapping[str, Any] = field(
+        default_factory=lambda: MappingProxyType({n: c() for n, c in PLUGGED_SECTIONS.items()})
+    )
+
+    def section(self, cls: type[S]) -> S:
+        """The plugged-in section of class ``cls`` (a sink kind's settings)."""
+        for value in self.plugged.values():
+            if type(value) is cls:
+                return value
+        raise LookupError(f"{cls.__name__} is not a section of this config")
 
     def biz_id(self, game: str) -> str:
         """The game's filing id with the anti-addiction system, or "" if it has none."""
@@ -152,30 +91,17 @@ class ReporterConfig(TelemetryConfig):
         return [game for game in named if not self.biz_id(game)]
 
     def advise(self, where: Where) -> list[str]:
-        advice = super().advise(where)
-        nppa = self.nppa
-        if self.sink.kind == "nppa" and nppa.late_behaviour == "resend":
-            short = min(
-                [
-                    self.buffer.ttl_seconds,
-                    *(g.ttl_seconds for g in self.games.values() if g.ttl_seconds),
-                ]
-            )
-            if short < nppa.late_max_age_seconds:
-                advice.append(
-                    f"{where('nppa', 'late_max_age_seconds')}: [nppa] late_max_age_seconds "
-                    f"({nppa.late_max_age_seconds:g}) is longer than a buffer's ttl_seconds "
-                    f"({short}): a game that gets no new event for that long loses its "
-                    "buffered events (unaccounted) before they could be resent; raise [buffer] "
-                    "ttl_seconds"
-                )
-        return advice
+        return [*super().advise(where), *make_sink(self).advise(where)]
 
     def check(self, where: Where) -> None:
         super().check(where)
-        _check_sink(self.sink, where)
-        if self.sink.kind == "nppa":
-            _check_nppa(self.nppa, where)
+        if self.sink.kind not in SINKS:
+            raise ConfigError(
+                f"{where('sink', 'kind')}: [sink] kind: expected one of "
+                f"{', '.join(repr(kind) for kind in SINKS)}, found {self.sink.kind!r}"
+            )
+        check_sink(self.sink, where)
+        make_sink(self).check(where)
         if self.metrics.listen:
             try:
                 listen_address(self.metrics.listen)
@@ -216,190 +142,16 @@ class ReporterConfig(TelemetryConfig):
                     f"{where('reporter', 'hot_games')}: [reporter.hot_games] {exc}"
                 ) from None
 
+    def buffer_ttls(self) -> list[int]:
+        """Every buffer's TTL: ``[buffer] ttl_seconds`` and each game's own."""
+        return [
+            self.buffer.ttl_seconds,
+            *(g.ttl_seconds for g in self.games.values() if g.ttl_seconds),
+        ]
+
 
 def sink_problems(config: ReporterConfig) -> list[str]:
-    """What ``run`` and ``check-config`` refuse that loading the file does not: the json
-    sender needs ``[sink] url``.  Each problem is one line, worded like a ``ConfigError``
-    (``status`` and ``dead`` do not call this: they never POST)."""
-    if config.sink.kind == "json" and not config.sink.url:
-        return [
-            f'{config.source}: [sink] url: required with [sink] kind = "json" (the ingest '
-            "endpoint, an absolute http:// or https:// URL; set it in the file or with "
-            "TELEMETRY_SINK_URL), found nothing"
-        ]
-    return []
-
-
-def http_url_problem(url: str) -> str | None:
-    """Why ``url`` is not an absolute http or https URL with a host, or None if it is."""
-    expected = "expected an absolute http:// or https:// URL with a host"
-    if re.search(r"[\x00-\x20\x7f]", url):
-        return f"{expected}, without spaces or control characters"
-    try:
-        parts = httpx.URL(url)
-        port = parts.port
-    except httpx.InvalidURL as exc:
-        return f"{expected} ({exc})"
-    if parts.scheme not in ("http", "https") or not parts.host:
-        return expected
-    if port is not None and not 0 < port < 65536:
-        return f"{expected} (port {port} is out of range)"
-    return None
-
-
-def _check_sink(sink: SinkSettings, where: Where) -> None:
-    """The endpoint's URL if one is set, the headers as they will go on the wire (after
-    ``${VAR}`` expansion), and one credential at most.  Secret values are never echoed."""
-    if sink.url and (problem := http_url_problem(sink.url)):
-        raise ConfigError(
-            f"{where('sink', 'url')}: [sink] url: {problem}, found {mask_url(sink.url)!r}"
-        )
-    for name, value in sink.headers.items():
-        if not _HEADER_NAME.fullmatch(name):
-            raise ConfigError(
-                f"{where('sink', 'headers')}: [sink] headers: {name!r} is not a header name: "
-                "expected letters, digits and !#$%&'*+-.^_`|~ (an HTTP token)"
-            )
-        if bad := _BAD_HEADER_CHAR.search(value):
-            raise ConfigError(
-                f"{where('sink', 'headers')}: [sink] headers.{name}: expected printable ASCII "
-                f"text (no CR, LF, NUL or other control character), found {bad.group()!a} "
-                f"at character {bad.start() + 1} of the value (not shown)"
-            )
-    _check_header_files(sink, where)
-    has_authorization = any(
-        name.lower() == "authorization" for name in (*sink.headers, *sink.header_files)
-    )
-    if sink.url and has_authorization and httpx.URL(sink.url).userinfo:
-        raise ConfigError(
-            f"{where('sink', 'url')}: [sink] url: carries credentials "
-            f"({mask_url(sink.url)!r}) and [sink] headers has an Authorization header: two "
-            "credentials, and the URL's would replace the header; keep one (the header)"
-        )
-
-
-def _check_header_files(sink: SinkSettings, where: Where) -> None:
-    """``[sink] header_files``: header name -> a file holding its value, re-read on SIGHUP
-    and when it changes.  A name may not be in ``[sink] headers`` too."""
-    origin = where("sink", "header_files")
-    set_inline = {name.lower() for name in sink.headers}
-    for name, path in sink.header_files.items():
-        if not _HEADER_NAME.fullmatch(name):
-            raise ConfigError(
-                f"{origin}: [sink] header_files: {name!r} is not a header name: expected "
-                "letters, digits and !#$%&'*+-.^_`|~ (an HTTP token)"
-            )
-        if name.lower() in set_inline:
-            raise ConfigError(
-                f"{origin}: [sink] header_files.{name}: also in [sink] headers; keep one"
-            )
-        try:
-            read_header_file(path)
-        except ValueError as exc:
-            raise ConfigError(f"{origin}: [sink] header_files.{name}: {exc}") from None
-
-
-def _check_nppa(nppa: NppaSettings, where: Where) -> None:
-    """What the anti-addiction sender needs; a secret is never echoed."""
-    if problem := http_url_problem(nppa.base_url):
-        raise ConfigError(
-            f"{where('nppa', 'base_url')}: [nppa] base_url: {problem}, found "
-            f"{mask_url(nppa.base_url)!r}"
-        )
-    if not nppa.app_id:
-        raise ConfigError(
-            f"{where('nppa', 'app_id')}: [nppa] app_id: required with [sink] "
-            f'kind = "nppa" (the app id the system issued)'
-        )
-    if nppa.secret_key_file:
-        if nppa.secret_key:
-            raise ConfigError(
-                f"{where('nppa', 'secret_key_file')}: [nppa] secret_key_file: set it or "
-                "secret_key, not both (the file is re-read on SIGHUP and when it changes; "
-                "secret_key is read once)"
-            )
-        try:
-            read_key_file(nppa.secret_key_file)
-        except ValueError as exc:
-            raise ConfigError(
-                f"{where('nppa', 'secret_key_file')}: [nppa] secret_key_file: {exc}"
-            ) from None
-        return
-    if not _HEX_KEY.fullmatch(nppa.secret_key):
-        raise ConfigError(
-            f"{where('nppa', 'secret_key')}: [nppa] secret_key: expected 32 hex characters "
-            f'(the 16-byte key as issued; usually "${{NPPA_SECRET_KEY}}"), found '
-            f"{len(nppa.secret_key)} characters"
-            + ("" if len(nppa.secret_key) != 32 else " that are not all hex digits")
-        )
-
-
-def read_key_file(path: str) -> str:
-    """The anti-addiction secret key a ``[nppa] secret_key_file`` holds: 32 hex characters,
-    surrounding whitespace ignored.  ``ValueError`` says what is wrong, never showing the
-    file's text."""
-    text = _read_small_file(path)
-    key = text.strip()
-    if not _HEX_KEY.fullmatch(key):
-        raise ValueError(
-            f"{path!r} does not hold a key: expected 32 hex characters (surrounding "
-            f"whitespace is ignored), found {len(key)} characters"
-            + ("" if len(key) != 32 else " that are not all hex digits")
-        )
-    return key
-
-
-def read_header_file(path: str) -> str:
-    """The header value a ``[sink] header_files`` file holds (``Bearer abc...``), surrounding
-    whitespace ignored; ``ValueError`` says what is wrong, never showing the value."""
-    value = _read_small_file(path).strip()
-    if not value:
-        raise ValueError(f"{path!r} is empty: expected the header's value")
-    if bad := _BAD_HEADER_CHAR.search(value):
-        raise ValueError(
-            f"{path!r}: expected printable ASCII text (no CR, LF, NUL or other "
-            f"control character), found {bad.group()!a} at character "
-            f"{bad.start() + 1} of the value (not shown)"
-        )
-    return value
-
-
-# A secret file is a few dozen bytes; a larger one is a mistake (a path to the wrong file).
-_SECRET_FILE_BYTES = 64 * 1024
-
-
-def _read_small_file(path: str) -> str:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(_SECRET_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ValueError(f"cannot read {path!r}: {exc.strerror or exc}") from None
-    if len(data) > _SECRET_FILE_BYTES:
-        raise ValueError(f"{path!r} is larger than {_SECRET_FILE_BYTES} bytes: not a secret file")
-    try:
-        return data.decode("ascii")
-    except UnicodeDecodeError:
-        raise ValueError(f"{path!r} holds bytes that are not ASCII text") from None
-
-
-def listen_address(text: str) -> tuple[str, int]:
-    """``"host:port"`` (an IPv6 host in brackets: ``"[::1]:9464"``) as (host, port); raise
-    ``ValueError`` saying what was expected.  The host must be spelled out, so that serving
-    on every interface (``0.0.0.0``, ``[::]``) is always a visible choice."""
-    host, sep, port = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        host = ""  # an IPv6 address needs its brackets
-    if (
-        not sep
-        or not host
-        or not port.isdigit()
-        or int(port) > 65535
-        or any(c.isspace() or c in "/[]" for c in host)
-    ):
-        raise ValueError(
-            f'expected "host:port" such as "127.0.0.1:9464" (or "" for no '
-            f"metrics endpoint), found {text!r}"
-        )
-    return host, int(port)
+    """What ``run`` and ``check-config`` refuse that loading the file does not (the json
+    sender needs ``[sink] url``): ``Sink.problems``.  Each problem is one line, worded like
+    a ``ConfigError`` (``status`` and ``dead`` do not call this: they never POST)."""
+    return make_sink(config).problems()

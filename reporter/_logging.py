@@ -14,6 +14,7 @@ are); as a second line of defence the handler replaces every secret of the loade
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -24,6 +25,7 @@ from datetime import UTC, datetime
 from typing import IO, Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from collector.config import section_value, sections_of
 from collector.text import printable, printable_json
 
 LEVELS = ("debug", "info", "warning", "error")
@@ -143,17 +145,20 @@ def header_secrets(headers: Mapping[str, str]) -> list[str]:
 
 
 def config_secrets(config: Any) -> list[str]:
-    """Every secret of a ``ReporterConfig``: the Redis and sink URLs' passwords and query
-    values, secret headers, the anti-addiction key."""
-    secrets = [
-        *url_secrets(config.redis.url),
-        config.redis.sentinel_password,
-        *url_secrets(config.sink.url),
-        *header_secrets(config.sink.headers),
-    ]
-    nppa = getattr(config, "nppa", None)
-    if nppa is not None:
-        secrets += [nppa.secret_key, *url_secrets(nppa.base_url)]
+    """Every secret of a ``ReporterConfig``, from every section (the sink kinds' too): the
+    passwords and secret query values of its URLs, secret headers, and every other setting
+    declared secret (the anti-addiction key)."""
+    secrets: list[str] = []
+    for name in sections_of(type(config)):
+        section = section_value(config, name)
+        for f in dataclasses.fields(section):
+            value, secret = getattr(section, f.name), f.metadata.get("secret")
+            if isinstance(value, Mapping) and secret:
+                secrets += header_secrets(value)
+            elif isinstance(value, str) and "://" in value:
+                secrets += url_secrets(value)
+            elif isinstance(value, str) and secret:
+                secrets.append(value)
     return [s for s in secrets if s]
 
 

@@ -10,8 +10,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from collector import ConfigError
-from reporter._config import SinkSettings
 from reporter._http.transport import BEFORE_SEND, NEED_BODY, Proxy, SocketTransport
+from reporter._settings import SinkSettings
 
 __all__ = [
     "BEFORE_SEND",

@@ -23,16 +23,44 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, TypeVar
 
 import httpx
 
-from reporter._config import ReporterConfig, ReporterSettings
+from collector.config import Where
 from reporter._exceptions import SinkConfigError
 from reporter._senders.outcome import Outcome
 from reporter._senders.secrets import SecretFile
+from reporter._settings import ReporterGameSettings, ReporterSettings, SinkSettings
+
+S = TypeVar("S")
+
+
+class SinkConfig(Protocol):
+    """What a sink reads of the config (``reporter._config.ReporterConfig``)."""
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def sink(self) -> SinkSettings: ...
+
+    @property
+    def reporter(self) -> ReporterSettings: ...
+
+    @property
+    def games(self) -> Mapping[str, ReporterGameSettings]: ...
+
+    def section(self, cls: type[S]) -> S:
+        """The kind's own section (``Sink.settings``)."""
+
+    def biz_id(self, game: str) -> str: ...
+
+    def games_without_biz_id(self) -> list[str]: ...
+
+    def buffer_ttls(self) -> list[int]: ...
 
 
 class Sender(Protocol):
@@ -182,9 +210,21 @@ class Sink:
     and JSON bodies."""
 
     kind: ClassVar[str]
+    # The kind's own section of the file, if it has one: its name ("nppa", "sink.ndjson")
+    # and class (a frozen dataclass of ``setting`` fields), plugged into the config.
+    section: ClassVar[str] = ""
+    settings: ClassVar[type | None] = None
 
-    def __init__(self, config: ReporterConfig) -> None:
+    def __init__(self, config: SinkConfig) -> None:
         self.config = config
+
+    def check(self, where: Where) -> None:
+        """What the kind needs of the file, on top of each key's range, when it is the
+        configured sink: a ``ConfigError`` naming the key (a secret never echoed)."""
+
+    def advise(self, where: Where) -> list[str]:
+        """What is valid but risky for this kind, for a warning."""
+        return []
 
     def pacing(self) -> Pacing:
         """``[sink] requests_per_second`` (0: none) with its burst and scope."""

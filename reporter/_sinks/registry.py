@@ -11,10 +11,9 @@ from types import MappingProxyType
 
 import httpx
 
-from reporter._config import ReporterConfig
 from reporter._exceptions import SinkConfigError
 from reporter._senders.secrets import SecretFile
-from reporter._sinks.base import Sender, Sink
+from reporter._sinks.base import Sender, Sink, SinkConfig
 from reporter._sinks.json.sink import JsonSink
 from reporter._sinks.nppa.sink import NppaSink
 from reporter._sinks.print.sink import PrintSink
@@ -23,10 +22,10 @@ SINKS: Mapping[str, type[Sink]] = MappingProxyType(
     {sink.kind: sink for sink in (JsonSink, NppaSink, PrintSink)}
 )
 
-__all__ = ["SINKS", "Sender", "make_sender", "make_sink"]
+__all__ = ["SINKS", "Sender", "make_sender", "make_sink", "sink_sections"]
 
 
-def make_sink(config: ReporterConfig) -> Sink:
+def make_sink(config: SinkConfig) -> Sink:
     """The sink of ``[sink] kind``."""
     kind = SINKS.get(config.sink.kind)
     if kind is None:
@@ -34,8 +33,13 @@ def make_sink(config: ReporterConfig) -> Sink:
     return kind(config)
 
 
+def sink_sections() -> dict[str, type]:
+    """Every kind's own section of the file, by name, for the config to plug in."""
+    return {sink.section: sink.settings for sink in SINKS.values() if sink.settings is not None}
+
+
 def make_sender(
-    config: ReporterConfig,
+    config: SinkConfig,
     transport: httpx.BaseTransport | None = None,
     secrets: Sequence[SecretFile] | None = None,
 ) -> Sender:

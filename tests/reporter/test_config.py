@@ -14,6 +14,7 @@ import pytest
 from collector import ConfigError, TelemetryConfig, TelemetryError
 from collector.config import GameSettings, default_config_text, sections_of
 from reporter._config import ReporterConfig
+from reporter._sinks.nppa.settings import NppaSettings
 from tests import config_files
 from tests.config_files import write
 from tests.markers import secret
@@ -457,8 +458,8 @@ def test_an_nppa_secret_that_is_not_32_hex_characters_is_refused_unshown(
 def test_the_nppa_secret_is_masked_everywhere(tmp_path: Path) -> None:
     key = "0123456789abcdef0123456789ABCDEF"
     config = ReporterConfig.load(str(write(tmp_path, NPPA)), env={"KEY": key})
-    assert config.nppa.secret_key == key
-    for text in (repr(config), repr(config.nppa), str(config.masked())):
+    assert config.section(NppaSettings).secret_key == key
+    for text in (repr(config), repr(config.section(NppaSettings)), str(config.masked())):
         assert key not in text
     wrong_type = write(tmp_path, "[nppa]\nsecret_key = 730641928517364\n", name="t.toml")
     assert "730641928517364" not in load_error(wrong_type)
@@ -472,7 +473,10 @@ def test_an_nppa_key_file_is_read_and_checked_unshown(tmp_path: Path) -> None:
     key_file = tmp_path / "nppa.key"
     key_file.write_text(f"\n  {key}  \n", encoding="utf-8")  # whitespace around it is fine
     config = ReporterConfig.load(str(write(tmp_path, KEY_FILE.format(path=key_file))), env={})
-    assert config.nppa.secret_key_file == str(key_file) and config.nppa.secret_key == ""
+    assert (
+        config.section(NppaSettings).secret_key_file == str(key_file)
+        and config.section(NppaSettings).secret_key == ""
+    )
     for bad in ("0" * 31, "g" * 32, key + key, ""):
         key_file.write_text(bad, encoding="utf-8")
         message = load_error(write(tmp_path, KEY_FILE.format(path=key_file)))

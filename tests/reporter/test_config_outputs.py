@@ -16,6 +16,7 @@ import redis
 
 from collector import ConfigError, TelemetryConfig
 from reporter._config import ReporterConfig
+from reporter._sinks.nppa.settings import NppaSettings
 from tests.markers import secret
 from tests.servers import Server, env_without_telemetry
 
@@ -200,14 +201,17 @@ def test_no_output_shows_a_secret(tmp_path: Path, guarded_server: Server, secret
         for text in (result.stdout, result.stderr):
             assert secret not in text and nppa_key not in text, text
     loaded = ReporterConfig.load(str(path), env={})
-    assert loaded.sink.headers["X-Api-Credential"] == secret and loaded.nppa.secret_key == nppa_key
+    assert (
+        loaded.sink.headers["X-Api-Credential"] == secret
+        and loaded.section(NppaSettings).secret_key == nppa_key
+    )
     reprs = [
         repr(loaded),
         str(loaded),
         repr(loaded.masked()),
         repr(loaded.redis),
         repr(loaded.sink),
-        repr(loaded.nppa),
+        repr(loaded.section(NppaSettings)),
         repr(TelemetryConfig.load(str(path), env={})),
         repr(ReporterConfig.load(str(header_path), env=env)),
     ]

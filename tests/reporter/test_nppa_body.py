@@ -11,6 +11,7 @@ import pytest
 
 from reporter._senders.outcome import DELIVERED, RETRY
 from reporter._sinks.nppa.sender import NppaSender
+from reporter._sinks.nppa.settings import NppaSettings
 from tests.rawhttp import always, raw_server, then_hold
 from tests.reporter.helpers import make_config
 
@@ -26,7 +27,7 @@ def send(reply: bytes) -> tuple[str, str]:
             nppa={"app_id": "app-1", "secret_key": SECRET, "base_url": server.url("")},
             games={"g1": {"biz_id": "biz-1"}},
         )
-        sender = NppaSender(config.nppa, config.sink, config.biz_id)
+        sender = NppaSender(config.section(NppaSettings), config.sink, config.biz_id)
         event = orjson.dumps(
             {"si": "s1", "bt": 0, "ot": int(time.time()) - 5, "ct": 0, "pi": "1" * 38}
         )

@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from reporter._config import ReporterConfig
 from reporter._senders.outcome import DELIVERED, REJECTED, RETRY
 from reporter._sinks.nppa.sender import CHECK, NppaSender, classify, endpoint_url
+from reporter._sinks.nppa.settings import NppaSettings
 from reporter._sinks.nppa.wire import seal, signature, unseal
 from tests.reporter.helpers import make_config
 
@@ -99,7 +100,9 @@ class Captured:
 
 def sender(captured: Captured, clock: float = NOW, **nppa: Any) -> NppaSender:
     c = config(**nppa)
-    return NppaSender(c.nppa, c.sink, c.biz_id, httpx.MockTransport(captured), lambda: clock)
+    return NppaSender(
+        c.section(NppaSettings), c.sink, c.biz_id, httpx.MockTransport(captured), lambda: clock
+    )
 
 
 def event(i: int, ot: int = int(NOW) - 5, **fields: Any) -> bytes:
@@ -245,7 +248,12 @@ def test_the_key_is_read_once_per_request() -> None:
     captured = Captured()
     c = config()
     s = NppaSender(
-        c.nppa, c.sink, c.biz_id, httpx.MockTransport(captured), lambda: NOW, key=lambda: next(keys)
+        c.section(NppaSettings),
+        c.sink,
+        c.biz_id,
+        httpx.MockTransport(captured),
+        lambda: NOW,
+        key=lambda: next(keys),
     )
     assert s.send("g1", "b.0", [event(0)]).kind == DELIVERED
     request = captured.requests[0]
@@ -271,7 +279,13 @@ def test_expired_timestamps_are_sent_again_once_with_a_new_stamp() -> None:
     clock = iter([NOW, NOW, NOW + 0.25])  # send() reads it once, then once per attempt
     captured = Captured(lambda plain: next(answers))
     c = config()
-    s = NppaSender(c.nppa, c.sink, c.biz_id, httpx.MockTransport(captured), lambda: next(clock))
+    s = NppaSender(
+        c.section(NppaSettings),
+        c.sink,
+        c.biz_id,
+        httpx.MockTransport(captured),
+        lambda: next(clock),
+    )
     assert s.send("g1", "b.0", [event(0)]).kind == DELIVERED
     first, second = captured.requests
     assert first.headers["timestamps"] != second.headers["timestamps"]
@@ -297,7 +311,12 @@ def test_the_resend_after_1007_waits_for_a_slot_of_its_own(slot: bool) -> None:
             return True
 
     s = NppaSender(
-        c.nppa, c.sink, c.biz_id, httpx.MockTransport(captured), lambda: NOW, pacer=Pace()
+        c.section(NppaSettings),
+        c.sink,
+        c.biz_id,
+        httpx.MockTransport(captured),
+        lambda: NOW,
+        pacer=Pace(),
     )
     outcome = s.send("g1", "b.0", [event(0)])
     assert paced == ["g1"]
@@ -447,7 +466,9 @@ def test_transport_errors_are_retried() -> None:
         raise httpx.ConnectError("refused", request=request)
 
     c = config()
-    s = NppaSender(c.nppa, c.sink, c.biz_id, httpx.MockTransport(refuse), lambda: NOW)
+    s = NppaSender(
+        c.section(NppaSettings), c.sink, c.biz_id, httpx.MockTransport(refuse), lambda: NOW
+    )
     assert s.send("g1", "b.0", [event(0)]).kind == RETRY
 
 

@@ -12,7 +12,6 @@ import orjson
 
 from collector.config import mask_url
 from collector.logs import RateLimitedLog
-from reporter._config import SinkSettings
 from reporter._http.transport import endpoint_text
 from reporter._senders.client import request_timeout, sink_client
 from reporter._senders.outcome import (
@@ -24,6 +23,7 @@ from reporter._senders.outcome import (
     read_retry_after,
 )
 from reporter._senders.secrets import SecretFile
+from reporter._settings import SinkSettings
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=60.0)

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 import httpx
 
-from reporter._config import read_header_file
 from reporter._logging import masked_url
 from reporter._senders.client import http_client
 from reporter._senders.secrets import SecretFile
+from reporter._settings import read_header_file
 from reporter._sinks.base import Connection, Pacer, SecretSpec, Sender, Sink
 from reporter._sinks.json.sender import JsonSender
 

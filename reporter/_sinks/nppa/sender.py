@@ -29,7 +29,6 @@ import orjson
 from collector.config import mask_url
 from collector.logs import RateLimitedLog
 from collector.nppa import check_item
-from reporter._config import NppaSettings, SinkSettings
 from reporter._senders.client import BEFORE_SEND, NEED_BODY, http_client
 from reporter._senders.outcome import (
     DELIVERED,
@@ -40,7 +39,9 @@ from reporter._senders.outcome import (
     Refusal,
     parse_retry_after,
 )
+from reporter._settings import SinkSettings
 from reporter._sinks.base import Pacer
+from reporter._sinks.nppa.settings import NppaSettings
 from reporter._sinks.nppa.wire import seal, signature
 
 logger = logging.getLogger("reporter")

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 import httpx
 
-from reporter._config import read_key_file
+from collector.config import Where
 from reporter._constants import NPPA_RATE_HEADROOM
 from reporter._logging import masked_url
 from reporter._senders.outcome import DELIVERED, Outcome
@@ -28,6 +28,7 @@ from reporter._sinks.base import (
     scope_name,
 )
 from reporter._sinks.nppa.sender import WINDOW_SECONDS, NppaSender, endpoint_url
+from reporter._sinks.nppa.settings import NppaSettings, check_nppa, late_ttl_advice, read_key_file
 
 # {"data":"<base64 of nonce, AES-GCM of {"collections":[{"no":n,...},...]}, tag>"}: the
 # item's "no" and comma add 10 bytes; sealing adds 28 bytes before base64.
@@ -39,15 +40,27 @@ NPPA_KEY = "[nppa] secret_key_file"
 
 class NppaSink(Sink):
     kind = "nppa"
+    section = "nppa"
+    settings = NppaSettings
     body_model = NPPA_BODY
 
+    @property
+    def nppa(self) -> NppaSettings:
+        return self.config.section(NppaSettings)
+
+    def check(self, where: Where) -> None:
+        check_nppa(self.nppa, where)
+
+    def advise(self, where: Where) -> list[str]:
+        return late_ttl_advice(self.nppa, self.config.buffer_ttls(), where)
+
     def _name(self) -> str:
-        return scope_name("nppa", self.config.nppa.app_id)
+        return scope_name("nppa", self.nppa.app_id)
 
     def pacing(self) -> Pacing:
         """Slots per app id (or per game's bizId) shared by every reporter, spaced so that no
         second holds more than ``[nppa] requests_per_second``."""
-        nppa = self.config.nppa
+        nppa = self.nppa
         return SlotRate(
             self._name(),
             nppa.requests_per_second * (1 - NPPA_RATE_HEADROOM),
@@ -55,10 +68,10 @@ class NppaSink(Sink):
         )
 
     def hold(self) -> HoldSpec:
-        app_id = self.config.nppa.app_id
+        app_id = self.nppa.app_id
         return HoldSpec(
             self._name(),
-            self.config.nppa.probe_interval_seconds,
+            self.nppa.probe_interval_seconds,
             f"app {app_id}",
             f"the anti-addiction interface (app {app_id})",
         )
@@ -77,16 +90,16 @@ class NppaSink(Sink):
         older than ``late_max_age_seconds`` is (the sender moves the others into the
         window)."""
         rule = super().freshness()
-        nppa = self.config.nppa
+        nppa = self.nppa
         window_ms = int((WINDOW_SECONDS - nppa.freshness_margin_seconds) * 1000)
         late_ms = int(nppa.late_max_age_seconds * 1000) if nppa.late_behaviour == "resend" else 0
         return Freshness(min(rule.max_age_ms, window_ms - 1), "ot", 1000, late_ms)
 
     def endpoint(self) -> str:
-        return self.config.nppa.base_url
+        return self.nppa.base_url
 
     def secret_files(self) -> list[SecretSpec]:
-        path = self.config.nppa.secret_key_file
+        path = self.nppa.secret_key_file
         return [SecretSpec(NPPA_KEY, path, read_key_file)] if path else []
 
     def sender(
@@ -97,7 +110,7 @@ class NppaSink(Sink):
     ) -> Sender:
         key = next((f for f in secrets if f.setting == NPPA_KEY), None)
         return NppaSender(
-            self.config.nppa, self.config.sink, self.config.biz_id, transport, key=key, pacer=pacer
+            self.nppa, self.config.sink, self.config.biz_id, transport, key=key, pacer=pacer
         )
 
     def check_connection(
@@ -107,7 +120,7 @@ class NppaSink(Sink):
         system answers 3002 once the app id, the bizId, the key and the signature have
         passed (1011 when the key or signature is wrong).  The bizId is the first game's of
         the file."""
-        nppa = self.config.nppa
+        nppa = self.nppa
         biz_id = self._first_biz_id()
         where = (
             f"POST {masked_url(endpoint_url(nppa.base_url))} (app "
@@ -139,7 +152,7 @@ class NppaSink(Sink):
         )
 
     def describe(self) -> str:
-        nppa = self.config.nppa
+        nppa = self.nppa
         return f"nppa {masked_url(endpoint_url(nppa.base_url))} app {nppa.app_id}"
 
     def notices(self) -> list[str]:

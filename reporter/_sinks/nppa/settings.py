@@ -1,0 +1,100 @@
+"""The ``[nppa]`` section: the anti-addiction interface's settings and what they must be."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from collector import ConfigError
+from collector.config import MaskedRepr, Where, setting
+from collector.logs import mask_url
+from reporter._settings import http_url_problem, read_small_file
+
+NPPA_PRODUCTION_BASE = "http://api2.wlc.nppa.gov.cn"
+_HEX_KEY = re.compile(r"[0-9a-fA-F]{32}")
+
+
+@dataclass(frozen=True, repr=False)
+class NppaSettings(MaskedRepr):
+    """The anti-addiction behaviour-reporting interface (``[sink] kind = "nppa"``)."""
+
+    base_url: str = setting(NPPA_PRODUCTION_BASE)
+    app_id: str = setting("")
+    secret_key: str = setting("", secret=True)
+    secret_key_file: str = setting("")
+    requests_per_second: float = setting(10.0, lo=0.1, hi=1000)
+    rate_limit_scope: str = setting("app", choices=("app", "game"))
+    freshness_margin_seconds: float = setting(10.0, lo=0, hi=170)
+    throttle_seconds: float = setting(60.0, lo=1, hi=3600)
+    probe_interval_seconds: float = setting(30.0, lo=1, hi=3600)
+    late_behaviour: str = setting("drop", choices=("drop", "resend"))
+    late_max_age_seconds: float = setting(86_400.0, lo=180, hi=30 * 86_400)
+    max_future_seconds: float = setting(300.0, lo=0, hi=86_400)
+
+
+def check_nppa(nppa: NppaSettings, where: Where) -> None:
+    """What the anti-addiction sender needs; a secret is never echoed."""
+    if problem := http_url_problem(nppa.base_url):
+        raise ConfigError(
+            f"{where('nppa', 'base_url')}: [nppa] base_url: {problem}, found "
+            f"{mask_url(nppa.base_url)!r}"
+        )
+    if not nppa.app_id:
+        raise ConfigError(
+            f"{where('nppa', 'app_id')}: [nppa] app_id: required with [sink] "
+            f'kind = "nppa" (the app id the system issued)'
+        )
+    if nppa.secret_key_file:
+        if nppa.secret_key:
+            raise ConfigError(
+                f"{where('nppa', 'secret_key_file')}: [nppa] secret_key_file: set it or "
+                "secret_key, not both (the file is re-read on SIGHUP and when it changes; "
+                "secret_key is read once)"
+            )
+        try:
+            read_key_file(nppa.secret_key_file)
+        except ValueError as exc:
+            raise ConfigError(
+                f"{where('nppa', 'secret_key_file')}: [nppa] secret_key_file: {exc}"
+            ) from None
+        return
+    if not _HEX_KEY.fullmatch(nppa.secret_key):
+        raise ConfigError(
+            f"{where('nppa', 'secret_key')}: [nppa] secret_key: expected 32 hex characters "
+            f'(the 16-byte key as issued; usually "${{NPPA_SECRET_KEY}}"), found '
+            f"{len(nppa.secret_key)} characters"
+            + ("" if len(nppa.secret_key) != 32 else " that are not all hex digits")
+        )
+
+
+def read_key_file(path: str) -> str:
+    """The anti-addiction secret key a ``[nppa] secret_key_file`` holds: 32 hex characters,
+    surrounding whitespace ignored.  ``ValueError`` says what is wrong, never showing the
+    file's text."""
+    text = read_small_file(path)
+    key = text.strip()
+    if not _HEX_KEY.fullmatch(key):
+        raise ValueError(
+            f"{path!r} does not hold a key: expected 32 hex characters (surrounding "
+            f"whitespace is ignored), found {len(key)} characters"
+            + ("" if len(key) != 32 else " that are not all hex digits")
+        )
+    return key
+
+
+def late_ttl_advice(nppa: NppaSettings, ttls: Iterable[int], where: Where) -> list[str]:
+    """With ``late_behaviour = "resend"``, a buffer's TTL shorter than
+    ``late_max_age_seconds`` loses events that could still have been resent."""
+    if nppa.late_behaviour != "resend":
+        return []
+    short = min(ttls)
+    if short >= nppa.late_max_age_seconds:
+        return []
+    return [
+        f"{where('nppa', 'late_max_age_seconds')}: [nppa] late_max_age_seconds "
+        f"({nppa.late_max_age_seconds:g}) is longer than a buffer's ttl_seconds "
+        f"({short}): a game that gets no new event for that long loses its "
+        "buffered events (unaccounted) before they could be resent; raise [buffer] "
+        "ttl_seconds"
+    ]
