@@ -7,18 +7,21 @@ events for it.  Then, while the events keep coming:
 - ``--connections`` connections (half idle, half with half a request line sent) are opened
   on the metrics port and kept open: every one the server closes is opened again, every
   ``--reopen-interval`` seconds, for ``--seconds``;
-- ``/healthz`` is asked every 0.1 s on a new connection (10 s timeout), and the answers'
-  worst latency kept;
+- ``--pipelined`` more connections each send 400 ``GET /metrics`` at once and never read an
+  answer; each one the server closes is opened again at once;
+- ``/healthz`` and ``/readyz`` are asked in turn every 0.1 s on a new connection (10 s
+  timeout), and the answers' worst latency kept;
 - the reporter's open files are counted before, during (the most) and after the flood.
 
 Then 300 requests with a 60 KB path, each reset by the client, and the reporter's resident
 memory before and after them and the ERROR lines they left in its log.  Targets: every
-event collected is delivered, ``/healthz`` answers within 2 s during the flood, open files
+event collected is delivered, every probe is answered within 2 s during the flood, open files
 are back to their level before it (all but the reporter's connections to Redis and the
 endpoint, whose pools keep what a slowed process opened), and the 300 long paths grow the
 process by less than 5 MB and log at most a few lines.
 
-    .venv/bin/python -m bench.metrics_flood [--small] [--connections 1000] [--seconds 20]
+    .venv/bin/python -m bench.metrics_flood [--small] [--connections 1000] [--pipelined 70]
+        [--seconds 20]
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from bench._harness import (
 from collector import Collector
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
+from tests.floods import PipelinedFlood
 from tests.servers import Server, env_without_telemetry, free_port
 
 FILE_LIMIT = 256
@@ -206,12 +210,14 @@ def _ready(socks: list[socket.socket], write: bool) -> list[socket.socket]:
     return ready
 
 
-def probe(address: tuple[str, int]) -> float | None:
-    """Seconds ``GET /healthz`` took on a new connection, or None if it was not answered."""
+def probe(address: tuple[str, int], path: str = "/healthz") -> float | None:
+    """Seconds ``GET path`` took on a new connection, or None if it was not answered 200."""
     started = time.monotonic()
     try:
         with socket.create_connection(address, timeout=PROBE_TIMEOUT) as sock:
-            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n")
+            sock.sendall(
+                f"GET {path} HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n".encode()
+            )
             answer = b""
             while chunk := sock.recv(4096):
                 answer += chunk
@@ -277,6 +283,21 @@ def print_dropped(address: tuple[str, int]) -> None:
         )
 
 
+def print_probes(latencies: dict[str, list[float | None]]) -> bool:
+    """Print how each path's probes were answered; whether all were, within 2 s."""
+    ok_all = True
+    for path, times in latencies.items():
+        answered = [t for t in times if t is not None]
+        worst = max(answered, default=float("inf"))
+        ok = len(answered) == len(times) > 0 and worst < 2.0
+        ok_all = ok_all and ok
+        print(
+            f"  {path + ' during the flood: answered':<43}{len(answered)} of {len(times)}, "
+            f"worst {worst:.3f} s  {'PASS' if ok else 'FAIL'} (target < 2 s)"
+        )
+    return ok_all
+
+
 def long_path_phase(address: tuple[str, int], pid: int, log: Path) -> bool:
     errors_before, rss_before = error_lines(log), rss_kb(pid)
     sent = long_paths(address)
@@ -299,13 +320,18 @@ def error_lines(log: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = command_line(__doc__)
     parser.add_argument("--connections", type=int, default=1000)
+    parser.add_argument(
+        "--pipelined", type=int, default=70, help="connections that never read their answers"
+    )
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--rate", type=int, default=500, help="events collected per second")
     parser.add_argument("--reopen-interval", type=float, default=0.5)
-    args = parse(parser, argv, {"connections": 300, "seconds": 4.0, "rate": 200})
+    args = parse(parser, argv, {"connections": 300, "pipelined": 20, "seconds": 4.0, "rate": 200})
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     with contextlib.suppress(ValueError, OSError):  # this side holds the flood's sockets
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, args.connections + 512), hard))
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (min(hard, args.connections + args.pipelined + 512), hard)
+        )
 
     header()
     binary = server_binary()
@@ -360,18 +386,20 @@ def measure(
     log: Path,
 ) -> int:
     pid = proc.pid
-    latencies: list[float | None] = []
+    latencies: dict[str, list[float | None]] = {"/healthz": [], "/readyz": []}
     print(
         f"metrics flood: {args.connections} connections ({args.connections // 2} idle, "
-        f"{args.connections - args.connections // 2} half-sent) for {args.seconds:g} s, "
-        f"reporter file limit {FILE_LIMIT}, {args.rate} events/s collected"
+        f"{args.connections - args.connections // 2} half-sent) and {args.pipelined} "
+        f"pipelining /metrics unread, for {args.seconds:g} s, reporter file limit "
+        f"{FILE_LIMIT}, {args.rate} events/s collected"
     )
     flood = Flood(address, args.connections)
     stop = threading.Event()
 
     def probing() -> None:
         while not stop.wait(0.1):
-            latencies.append(probe(address))
+            for path, times in latencies.items():
+                times.append(probe(address, path))
 
     with Events(config, args.rate) as events:
         # Open files are compared under the same load: the reporter's connections to Redis
@@ -386,13 +414,15 @@ def measure(
         prober = threading.Thread(target=probing, daemon=True)
         prober.start()
         ends = time.monotonic() + args.seconds
-        while time.monotonic() < ends:
-            flood.fill(ends)
-            files_during = max(files_during, open_files(pid))
-            time.sleep(args.reopen_interval)
-            flood.reap()
-        stop.set()
-        prober.join(PROBE_TIMEOUT + 5)
+        pipelined = PipelinedFlood(address, args.pipelined, timeout=PROBE_TIMEOUT)
+        with pipelined:
+            while time.monotonic() < ends:
+                flood.fill(ends)
+                files_during = max(files_during, open_files(pid))
+                time.sleep(args.reopen_interval)
+                flood.reap()
+            stop.set()
+            prober.join(2 * PROBE_TIMEOUT + 5)
         flood.close()
         time.sleep(7)  # past the request deadline (5 s) and the lingering closes
         files_after = open_files(pid)
@@ -400,25 +430,20 @@ def measure(
     collected = events.collected
     delivered = settled(endpoint, collected)
 
-    answered = [t for t in latencies if t is not None]
-    worst = max(answered, default=float("inf"))
     ok_events = delivered == collected and proc.poll() is None
-    ok_health = len(answered) == len(latencies) > 0 and worst < 2.0
     ok_files = len(kinds_after) <= len(kinds_before)
     if not ok_files:
         print(f"  open after the flood, not before: {sorted(set(kinds_after) - set(kinds_before))}")
-    print(
-        f"  connections opened by the flood            {flood.opened:,} "
-        f"({flood.failed:,} connects failed)"
-    )
+    for label, opened, failed in [
+        ("connections opened by the flood", flood.opened, flood.failed),
+        ("pipelining connections opened", pipelined.opened, pipelined.failed),
+    ]:
+        print(f"  {label:<43}{opened:,} ({failed:,} connects failed)")
     print(
         f"  events collected / delivered               {collected:,} / {delivered:,}  "
         f"{'PASS' if ok_events else 'FAIL'}"
     )
-    print(
-        f"  /healthz during the flood: answered        {len(answered)} of {len(latencies)}, "
-        f"worst {worst:.3f} s  {'PASS' if ok_health else 'FAIL'} (target < 2 s)"
-    )
+    ok_health = print_probes(latencies)
     print(
         f"  open files: before / during (max) / after  {files_before} / {files_during} / "
         f"{files_after}"

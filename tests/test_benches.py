@@ -142,6 +142,8 @@ EXPECTED: dict[str, list[str | re.Pattern[str]]] = {
         "metrics flood:",
         "events collected / delivered",
         "/healthz during the flood: answered",
+        "/readyz during the flood: answered",
+        "pipelining connections opened",
         "open files: before / during (max) / after",
         "less Redis/endpoint clients: before/after",
         "dropped by the server, over_cap",

@@ -1,15 +1,21 @@
 """A small HTTP server that an outsider cannot turn against its process.
 
 One selector thread accepts, reads requests and writes answers, all without blocking; a few
-worker threads compute the answers that may take a while (``/metrics``, ``/readyz``).  So an
-idle or half-sent connection costs a file descriptor and a few kilobytes, never a thread, and:
+worker threads compute the answers that may take a while (``/metrics``), and one more those of
+the health paths (``/readyz``), so that a probe never queues behind scrapes.  So an idle or
+half-sent connection costs a file descriptor and a few kilobytes, never a thread, and:
 
 - each request must arrive whole (head and body) within ``request_seconds`` of the
   connection opening or of the previous answer, and each answer must be taken within
   ``answer_seconds``: otherwise the connection is closed (counted as ``deadline``);
-- at most ``max_connections`` are open: a new one past the bound closes the connection that
-  has waited longest for its request, or itself if every one is being answered (counted as
-  ``over_cap``), so a probe still gets in during a flood of idle connections;
+- at most ``max_connections`` are open, the last ``Limits.health_reserve`` of them (on a
+  server with ``health`` paths) for health probes only.  A new connection past the others'
+  share closes the connection whose peer has kept it waiting longest, for its request or to
+  take its answer (so pipelined requests whose answers are never read hold no slot); if
+  every connection is being answered, it takes a reserved slot, where anything but a health
+  path is answered 503 and closed; if those are busy too, it is closed itself.  Each is
+  counted as ``over_cap``.  A request is read as its connection is accepted, so a probe is
+  answered before later connections can push it out: it gets in during any flood;
 - a failed ``accept`` (out of file descriptors, EMFILE) stops accepting for a while, doubling
   up to ``MAX_BACKOFF_SECONDS``, instead of spinning on a listening socket that stays ready;
 - requests it will not serve (too large, malformed, a method it does not serve) are
@@ -68,6 +74,12 @@ BACKLOG = 4096
 ACCEPTS_PER_WAKE = 8
 TICK_SECONDS = 0.1  # how often deadlines are checked
 INTERNAL_ERROR = Answer(500, "application/json", b'{"error": "internal error"}\n', close=True)
+RESERVED_ONLY = Answer(
+    503,
+    "application/json",
+    b'{"error": "too many connections; only the health paths are served on this one"}\n',
+    close=True,
+)
 
 READING, WORKING, WRITING, DRAINING, CLOSED = range(5)
 # After an answer that closes the connection, what the client still sends is read and
@@ -82,6 +94,7 @@ class _Conn:
         "deadline",
         "head",
         "out",
+        "reserved",
         "screened",
         "served",
         "sock",
@@ -90,8 +103,11 @@ class _Conn:
         "watched",
     )
 
-    def __init__(self, sock: socket.socket, now: float, request_seconds: float) -> None:
+    def __init__(
+        self, sock: socket.socket, now: float, request_seconds: float, reserved: bool
+    ) -> None:
         self.sock = sock
+        self.reserved = reserved  # in the health share of the cap: health paths only
         self.state = READING
         self.buffer = bytearray()
         self.head: Request | None = None  # of the request whose body is on its way
@@ -99,6 +115,8 @@ class _Conn:
         self.out = memoryview(b"")
         self.close_after = False
         self.served = 0
+        # Since when the peer has kept this connection waiting: for its request, or (while
+        # WRITING) to take more of the answer.  The longest waiting gives way first at the cap.
         self.waiting_since = now
         self.deadline = now + request_seconds
         self.watched = 0
@@ -108,7 +126,8 @@ class BoundedServer:
     """Serves ``handle``'s answers at ``address``; ``inline`` requests are answered on the
     selector thread itself (cheap ones, such as a liveness probe, so they never queue behind
     a slow answer).  ``name`` names its threads and its log lines; ``methods`` are the
-    methods it serves."""
+    methods it serves.  ``health`` requests (probes) may use the reserved share of the cap,
+    and those not inline have a worker of their own; without ``health`` nothing is reserved."""
 
     def __init__(
         self,
@@ -123,13 +142,16 @@ class BoundedServer:
         name: str = "metrics",
         methods: tuple[str, ...] = METHODS,
         screen: Screen | None = None,
+        health: Callable[[Request], bool] | None = None,
     ) -> None:
         self._handle = handle
         self._inline = inline
+        self._health = health or (lambda _request: False)
         self._name = name
         self._methods = methods
         self._screen = screen
         self._limits = limits or Limits()
+        self._reserve = 0 if health is None else self._limits.health_reserve
         self._clock = clock
         self.counts = counts if counts is not None else Counts()
         self._listener = socket.socket(family, socket.SOCK_STREAM)
@@ -154,6 +176,7 @@ class BoundedServer:
         self._backoff = 0.0
         self._conns: set[_Conn] = set()
         self._work: queue.SimpleQueue[tuple[_Conn, Request] | None] = queue.SimpleQueue()
+        self._health_work: queue.SimpleQueue[tuple[_Conn, Request] | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[tuple[_Conn, Request, Answer]] = queue.SimpleQueue()
         self._stopping = False
         self._threads: list[threading.Thread] = []
@@ -162,9 +185,19 @@ class BoundedServer:
         name = self._name
         self._threads = [threading.Thread(target=self._run, name=f"{name}-http", daemon=True)]
         self._threads += [
-            threading.Thread(target=self._worker, name=f"{name}-http-{n}", daemon=True)
+            threading.Thread(
+                target=self._worker, args=(self._work,), name=f"{name}-http-{n}", daemon=True
+            )
             for n in range(self._limits.workers)
         ]
+        self._threads.append(
+            threading.Thread(
+                target=self._worker,
+                args=(self._health_work,),
+                name=f"{name}-http-health",
+                daemon=True,
+            )
+        )
         for thread in self._threads:
             thread.start()
 
@@ -172,6 +205,7 @@ class BoundedServer:
         self._stopping = True
         for _ in range(self._limits.workers):
             self._work.put(None)
+        self._health_work.put(None)
         self._wake()
         for thread in self._threads:
             thread.join(5)
@@ -226,7 +260,8 @@ class BoundedServer:
                 self._accept_failed(exc)
                 return
             self._backoff = 0.0
-            if len(self._conns) >= self._limits.max_connections and not self._evict():
+            reserved = self._admit()
+            if reserved is None:
                 self.counts.drop(OVER_CAP)
                 sock.close()
                 continue
@@ -234,9 +269,12 @@ class BoundedServer:
             if sock.family in (socket.AF_INET, socket.AF_INET6):
                 # the answer goes out at once, not after the client's delayed ACK
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = _Conn(sock, self._clock(), self._limits.request_seconds)
+            conn = _Conn(sock, self._clock(), self._limits.request_seconds, reserved)
             self._conns.add(conn)
             self._watch(conn, selectors.EVENT_READ)
+            # A probe sends its request with the connection: it is read (and a health
+            # request answered or queued) now, before later accepts may push it out.
+            self._read(conn)
 
     def _accept_failed(self, exc: OSError) -> None:
         code = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
@@ -255,13 +293,30 @@ class BoundedServer:
             self._backoff,
         )
 
-    def _evict(self) -> bool:
-        """Close the connection that has waited longest for its request, if one is waiting."""
-        waiting = [c for c in self._conns if c.state in (READING, DRAINING)]
+    def _admit(self) -> bool | None:
+        """Make room for a new connection: whether it is in the reserved share (False: a
+        slot of its own; None: no room, every connection is being answered)."""
+        cap = self._limits.max_connections
+        reserved = sum(1 for c in self._conns if c.reserved)
+        if len(self._conns) - reserved < cap - self._reserve or self._evict(False):
+            return False
+        if len(self._conns) < cap or self._evict(True):
+            return True
+        return None
+
+    def _evict(self, reserved: bool) -> bool:
+        """Close a connection of the reserved share (or of the other), if one waits on its
+        peer: one lingering after its last answer first, then the one whose peer has kept it
+        waiting longest, for its request or to take some of its answer."""
+        waiting = [
+            c
+            for c in self._conns
+            if c.reserved == reserved and c.state in (READING, DRAINING, WRITING)
+        ]
         if not waiting:
             return False
         self.counts.drop(OVER_CAP)
-        self._close(min(waiting, key=lambda c: c.waiting_since))
+        self._close(min(waiting, key=lambda c: (c.state != DRAINING, c.waiting_since)))
         return True
 
     def _read(self, conn: _Conn) -> None:
@@ -299,12 +354,17 @@ class BoundedServer:
                 if conn.head is None or conn.screened:
                     return
                 self._screen_head(conn, conn.head)
+                continue
+            health = self._health(request)
+            if conn.reserved and not health:
+                self.counts.drop(OVER_CAP)
+                self._answer(conn, request, RESERVED_ONLY)
             elif self._inline(request):
                 self._answer(conn, request, self._handled(request))
             else:
                 conn.state = WORKING
                 self._watch(conn, 0)
-                self._work.put((conn, request))
+                (self._health_work if health else self._work).put((conn, request))
 
     def _next_request(self, conn: _Conn) -> Request | None:
         """The next request once it has arrived whole and passed the screen; None while its
@@ -356,7 +416,8 @@ class BoundedServer:
         )
         conn.close_after = close
         conn.state = WRITING
-        conn.deadline = self._clock() + self._limits.answer_seconds
+        conn.waiting_since = self._clock()
+        conn.deadline = conn.waiting_since + self._limits.answer_seconds
         self._write(conn)
 
     def _write(self, conn: _Conn) -> None:
@@ -368,10 +429,12 @@ class BoundedServer:
             self._close(conn)
             return
         conn.out = conn.out[sent:]
+        now = self._clock()
         if conn.out:
+            if sent:  # the peer takes the answer: it keeps us waiting only from now
+                conn.waiting_since = now
             self._watch(conn, selectors.EVENT_WRITE)
             return
-        now = self._clock()
         if conn.close_after:
             try:
                 conn.sock.shutdown(socket.SHUT_WR)
@@ -456,8 +519,8 @@ class BoundedServer:
 
     # -- the workers ---------------------------------------------------------------------------
 
-    def _worker(self) -> None:
-        while (item := self._work.get()) is not None:
+    def _worker(self, work: queue.SimpleQueue[tuple[_Conn, Request] | None]) -> None:
+        while (item := work.get()) is not None:
             conn, request = item
             self._done.put((conn, request, self._handled(request)))
             self._wake()

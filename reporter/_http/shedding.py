@@ -20,6 +20,14 @@ class Limits:
     workers: int = 2
     max_body_bytes: int = 64 * 1024  # a longer request body is answered 413
 
+    @property
+    def health_reserve(self) -> int:
+        """The last slots of ``max_connections``, kept for health probes where the server
+        has any: a connection that gets one may ask only for a health path (PostgreSQL keeps
+        its last connection slots for superusers the same way).  An eighth of the cap, at
+        least one, none at a cap of 1."""
+        return min(self.max_connections - 1, max(1, self.max_connections // 8))
+
 
 class Counts:
     """Connections the server closed on its own, by reason, and failed accepts, by errno

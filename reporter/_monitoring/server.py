@@ -96,7 +96,13 @@ class MetricsServer:
         try:
             family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
             server = BoundedServer(
-                self._address, family, routes, _is_liveness, self._limits, counts
+                self._address,
+                family,
+                routes,
+                _is_liveness,
+                self._limits,
+                counts,
+                health=_is_health,
             )
         except OSError as exc:
             raise ReporterError(
@@ -127,6 +133,12 @@ class MetricsServer:
 
 def _is_liveness(request: Request) -> bool:
     return request.path == "/healthz"
+
+
+def _is_health(request: Request) -> bool:
+    """The probes that may use the connections kept for them, and are never queued behind a
+    scrape."""
+    return request.path in ("/healthz", "/readyz")
 
 
 class _Routes:

@@ -34,7 +34,7 @@ WAIT = 10.0  # seconds a test waits for anything before it fails
 
 
 class Handler:
-    """/healthz and /echo answer at once; /slow waits until released."""
+    """/healthz and /echo answer at once; /slow and /readyz wait until released."""
 
     def __init__(self) -> None:
         self.release = threading.Event()
@@ -42,7 +42,7 @@ class Handler:
 
     def __call__(self, request: Request) -> Answer:
         self.paths.append(request.path)
-        if request.path == "/slow":
+        if request.path in ("/slow", "/readyz"):
             self.release.wait(WAIT)
         if request.path == "/boom":
             raise RuntimeError("a bug")
@@ -58,8 +58,13 @@ def handler() -> Iterator[Handler]:
 
 def serve(handler: Handler, **limits: float) -> BoundedServer:
     server = BoundedServer(
-        ("127.0.0.1", 0), socket.AF_INET, handler, lambda r: r.path == "/healthz", Limits(**limits)
-    )  # type: ignore
+        ("127.0.0.1", 0),
+        socket.AF_INET,
+        handler,
+        lambda r: r.path == "/healthz",
+        Limits(**limits),  # type: ignore
+        health=lambda r: r.path in ("/healthz", "/readyz"),
+    )
     server.start()
     return server
 
@@ -135,7 +140,7 @@ def test_a_trickled_request_meets_one_deadline_for_the_whole_request(
 def test_past_the_cap_the_longest_waiting_connection_gives_way(
     handler: Handler, running: list[BoundedServer]
 ) -> None:
-    server = serve(handler, max_connections=4)
+    server = serve(handler, max_connections=5)  # 4, and 1 kept for health probes
     running.append(server)
     idle = [connect(server) for _ in range(4)]
     wait_until(lambda: server.open_connections == 4, timeout=WAIT, what="4 open")
@@ -151,10 +156,12 @@ def test_past_the_cap_the_longest_waiting_connection_gives_way(
 def test_past_the_cap_with_every_connection_answered_the_new_one_is_closed(
     handler: Handler, running: list[BoundedServer]
 ) -> None:
-    server = serve(handler, max_connections=2, workers=2)
+    server = serve(handler, max_connections=3, workers=2)  # 2, and 1 kept for health
     running.append(server)
     busy = [connect(server, b"GET /slow HTTP/1.1\r\n\r\n") for _ in range(2)]
     wait_until(lambda: handler.paths.count("/slow") == 2, timeout=WAIT, what="both working")
+    busy.append(connect(server, b"GET /readyz HTTP/1.1\r\n\r\n"))  # the kept slot
+    wait_until(lambda: "/readyz" in handler.paths, timeout=WAIT, what="the probe working")
     with connect(server) as extra:
         assert closed_by_server(extra)
     assert server.counts.dropped()["over_cap"] == 1
