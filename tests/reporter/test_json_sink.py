@@ -6,7 +6,7 @@ import dataclasses
 import gzip
 import json
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import orjson
@@ -63,9 +63,8 @@ def sender_for() -> Iterator[Callable[..., JsonSender]]:
         sender = (
             JsonSender(settings, transport)
             if settings is not None
-            else make_sender(sink_config(), transport)
+            else cast(JsonSender, make_sender(sink_config(), transport))
         )
-        assert isinstance(sender, JsonSender)
         made.append(sender)
         return sender
 

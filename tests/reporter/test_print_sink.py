@@ -18,10 +18,9 @@ import pytest
 
 from collector import Collector, ConfigError
 from collector.config import build_config, raw_settings
-from reporter._config import ReporterConfig, sink_problems
+from reporter._config import ReporterConfig
 from reporter._senders.outcome import DELIVERED, RETRY
 from reporter._sinks.print.sender import PrintSender
-from reporter._sinks.registry import make_sender
 from tests.reporter.helpers import wait_until
 from tests.reporter.test_cli import REPO, child_env, reporter_cli
 from tests.servers import Server
@@ -82,15 +81,6 @@ def test_a_write_that_fails_is_retried_not_delivered() -> None:
         outcome = PrintSender(lambda s=stream: s).send("g", "b.0", [b"{}"])  # type: ignore[misc]
         assert outcome.kind == RETRY
         assert outcome.reason.startswith("print: cannot write to standard output")
-
-
-def test_the_config_needs_no_url_and_builds_the_print_sender() -> None:
-    config = print_config()
-    assert config.sink.kind == "print"
-    assert sink_problems(config) == []
-    sender = make_sender(config)
-    assert isinstance(sender, PrintSender)
-    assert "standard output" in sender.describe()
 
 
 def test_an_unknown_kind_names_every_kind() -> None:
