@@ -13,6 +13,7 @@ from collector._default import close, collect, flush, set_on_error, stats
 from collector._exceptions import (
     BackendError,
     BackendFull,
+    BackendUnconfirmed,
     BufferFull,
     ConfigError,
     EventsDropped,
@@ -23,6 +24,7 @@ from collector._exceptions import (
 __all__ = [
     "BackendError",
     "BackendFull",
+    "BackendUnconfirmed",
     "BufferFull",
     "Collector",
     "ConfigError",

@@ -6,6 +6,7 @@ import atexit
 import dataclasses
 import logging
 import os
+import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
@@ -18,7 +19,12 @@ from collector._config import TelemetryConfig, build_config, load_config
 from collector._config_loader import raw_settings
 from collector._constants import FLUSH_SOON_EVENTS, KNOWN_GAMES_LIMIT
 from collector._dedup import Dedup
-from collector._exceptions import BackendError, BackendFull, BackendUnreplicated, BufferFull
+from collector._exceptions import (
+    BackendError,
+    BackendUnconfirmed,
+    BackendUnreplicated,
+    BufferFull,
+)
 from collector._flusher import Flusher, reason
 from collector._json_events import check_events
 from collector._on_error import ErrorReport, OnError, check_callback
@@ -71,6 +77,7 @@ _KEYWORDS = {
     "flush_interval_ms": "collector",
     "close_timeout_seconds": "collector",
     "retry_max_delay_ms": "collector",
+    "sync_resend_seconds": "collector",
     "disabled": "collector",
     "max_events_per_game": "buffer",
     "ttl_seconds": "buffer",
@@ -131,6 +138,7 @@ class Collector:
         self._known_games: set[str] = set()
         self._store = store
         self._writer: Writer | None = None
+        self._closing = threading.Event()
         self._closed = False
         self._metrics = metrics
         self._new_flusher()
@@ -323,30 +331,63 @@ class Collector:
         return count
 
     def _store_now(self, game: str, entries: list[bytes]) -> int:
+        """Store events of one game in the caller's thread.  A write whose outcome is unknown
+        goes again as it is for up to ``sync_resend_seconds``; so an error raised here means
+        the events were not stored, except ``BackendUnconfirmed`` (they may have been)."""
         pending = self._buffer.take_pending()
+        c = self.config.collector
+        events = "event" if len(entries) == 1 else counted(len(entries), "event")
         try:
-            result = self._get_writer().write({game: entries}, pending)
-            if result.error is not None:
-                raise result.error
-        except Exception as exc:
+            result = self._get_writer().write_now(
+                game,
+                entries,
+                pending,
+                c.sync_resend_seconds,
+                self._closing,
+                c.retry_max_delay_ms / 1000,
+            )
+        except Exception as exc:  # a bug, or the store could not be opened: nothing sent
             self._buffer.put_back({}, pending)
             self._counts.count(Counter.BACKEND_ERRORS)
-            if isinstance(exc, BackendFull):
-                self._counts.count(Counter.REFUSED_OOM)
-            if isinstance(exc, BackendUnreplicated):  # the caller decides whether to resend
-                self._counts.count(Counter.UNREPLICATED_WRITES)
             kind = type(exc) if isinstance(exc, BackendError) else BackendError
-            events = "event" if len(entries) == 1 else counted(len(entries), "event")
             raise kind(f"could not store {events} of game {game!r}: {reason(exc)}") from exc
+        if any(result.failed_pending.values()):
+            self._buffer.put_back({}, result.failed_pending)
         self._counts.add(
             {
-                Counter.ACCEPTED: len(entries),
                 Counter.STORED: result.stored,
                 Counter.EVICTED: result.evicted,
                 Counter.MERGED: result.merged,
+                Counter.REFUSED_OOM: result.refused_oom,
+                Counter.UNREPLICATED_WRITES: result.unreplicated,
+                Counter.REFUSED_WRITES: result.refused_writes,
+                Counter.REFUSED_REPEATS: result.refused_repeats,
             }
         )
+        error = result.error
+        if error is not None:
+            self._counts.count(Counter.BACKEND_ERRORS)
+            raise self._not_stored(error, f"{events} of game {game!r}", result.stored)
+        self._counts.count(Counter.ACCEPTED, len(entries))
         return result.evicted
+
+    def _not_stored(self, error: BackendError, what: str, stored: int) -> BackendError:
+        """The error a sync-mode write raises: what happened to the events, and why."""
+        waited = (
+            f"{self.config.collector.sync_resend_seconds:g} s ([collector] sync_resend_seconds)"
+        )
+        if isinstance(error, BackendUnreplicated):
+            why = f"stored, too few replicas confirmed it within {waited}: do not send it again"
+        elif isinstance(error, BackendUnconfirmed):
+            why = f"outcome unknown after {waited}: it may be stored, do not send it again"
+        else:
+            why = "not stored"
+        if stored:  # more than one call, and only some answered
+            why += f"; {stored} of them stored"
+        raised = type(error)(f"could not store {what} ({why}): {reason(error)}")
+        raised.__dict__.update(error.__dict__)  # WriteRefused.conflict, a result
+        raised.__cause__ = error
+        return raised
 
     # -- background mode ----------------------------------------------------------------------
 
@@ -369,7 +410,7 @@ class Collector:
                 self.config.ttl_for,
                 self._store_reset,
                 self.config.dedup_window_for,
-                keep_unconfirmed=not self._direct,
+                self._new_writer_id,
             )
         return self._writer
 
@@ -384,6 +425,11 @@ class Collector:
             "empty replica); the events buffered there are gone (the reporter logs how many)",
             counted(len(shards), "shard"),
             self._server,
+        )
+
+    def _new_writer_id(self, writer: str, why: str) -> None:
+        logger.warning(
+            "writer id %s from now on: %s; the writes already sent keep theirs", writer, why
         )
 
     def _start(self, closing: bool = False) -> None:
@@ -412,6 +458,7 @@ class Collector:
             return
         timeout = self.config.collector.close_timeout_seconds if timeout is None else timeout
         self._closed = True
+        self._closing.set()  # sync mode: a collect() sending a write again gives up now
         if not self._flusher.started and len(self._buffer):
             self._start(closing=True)
         self._flusher.stop(timeout)

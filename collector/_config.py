@@ -49,6 +49,9 @@ class CollectorSettings:
     flush_interval_ms: int = setting(50, lo=1, hi=60_000)
     close_timeout_seconds: float = setting(5.0, lo=0, hi=600)
     retry_max_delay_ms: int = setting(5000, lo=10, hi=600_000)
+    # Sync mode: how long collect() sends a write whose outcome is unknown again (same writer
+    # id and number: a repeat is not stored twice) before it raises BackendUnconfirmed.
+    sync_resend_seconds: float = setting(5.0, lo=0, hi=600)
     # Tests and local runs: collect() validates and counts, nothing is sent, nothing connects.
     disabled: bool = setting(False)
 

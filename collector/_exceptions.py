@@ -8,12 +8,17 @@ Every error derives from one root, so callers can catch the whole family::
     ├── BackendError            Redis failed
     │   ├── BackendUnavailable  Redis did not answer: refused, reset or timed-out connection,
     │   │   │                   cluster down, server loading
-    │   │   └── BackendUnreplicated  the write ran, but fewer replicas than
+    │   │   └── BackendUnconfirmed  the call may have run: its reply was lost after it was
+    │   │       │               sent (or a resend after a lost reply was refused)
+    │   │       └── BackendUnreplicated  the write ran, but fewer replicas than
     │   │                       [redis] wait_for_replicas confirmed it in time
     │   └── BackendRefused      Redis answered with an error: read-only replica, a script
     │       │                   error, a wrong key type
-    │       └── BackendFull     Redis is at maxmemory and refuses writes (an OOM reply);
-    │                           the SDK keeps the events and tries again
+    │       ├── BackendFull     Redis is at maxmemory and refuses writes (an OOM reply);
+    │       │                   the SDK keeps the events and tries again
+    │       └── WriteRefused    the script refused the write itself, for good: the same
+    │                           write is never applied (another process uses the writer
+    │                           id, or an argument is out of range)
     ├── InvalidEvent            ``collect_json()``: an event breaks the event rules (also a
     │                           ``ValueError``); ``index`` names the first one
     ├── BufferFull              ``collect_json()``: no room in the buffer for all the events;
@@ -56,7 +61,13 @@ class BackendUnavailable(BackendError):
     """Redis did not answer; trying again later may work."""
 
 
-class BackendUnreplicated(BackendUnavailable):
+class BackendUnconfirmed(BackendUnavailable):
+    """A call whose outcome is unknown: it was sent, and its reply was lost (a timeout, a
+    broken connection), or a resend after such a loss was refused before it ran.  It may have
+    run."""
+
+
+class BackendUnreplicated(BackendUnconfirmed):
     """A write ran on the primary but too few replicas confirmed it (``WAIT``) in time: a
     failover now could undo it.  ``result`` is what the call returned on the primary."""
 
@@ -73,6 +84,18 @@ class BackendFull(BackendRefused):
     """Redis refused a write because it is at ``maxmemory`` (an ``OOM`` reply, policy
     ``noeviction``).  Nothing was written; the same write works once the reporters have
     drained some of what Redis holds, so the SDK keeps the events and tries again."""
+
+
+class WriteRefused(BackendRefused):
+    """A script refused a write itself, for good: the same write would be refused again, so
+    it is never applied under its writer id and number.  ``conflict``: the shard remembers
+    that number of that writer id with other content (or has let go of the numbers below
+    it), so another process uses the same writer id; otherwise an argument is out of range
+    (the message names it)."""
+
+    def __init__(self, message: str, conflict: bool = False) -> None:
+        super().__init__(message)
+        self.conflict = conflict
 
 
 class InvalidEvent(TelemetryError, ValueError):

@@ -8,7 +8,9 @@ events go back to the buffer and the pause between rounds doubles up to
 ``retry_max_delay_ms``; at close the flusher keeps trying until the close deadline.  A write
 whose outcome is unknown (its reply was lost, or too few replicas confirmed it) stays with
 the writer as it is and is sent again in the next rounds, with the same backoff, until the
-shard answers it (a repeat stores nothing); its events count as buffered meanwhile.
+shard answers it (a repeat stores nothing) or its script refuses it for good (counted in
+``refused_writes``, logged: its events go back to the buffer as new writes); its events
+count as buffered meanwhile.
 
 The flusher also calls the host's ``on_error``: once per failed round (with the events of the
 failed write), and for the events lost since it last looked (buffer full, too large), at the
@@ -28,9 +30,9 @@ from collector._buffer import EventBuffer
 from collector._constants import DROPS_REPORT_SECONDS
 from collector._exceptions import BackendError, BackendFull
 from collector._on_error import ErrorReport
-from collector._writer import Writer
+from collector._writer import Writer, WriteResult
 from collector.counters import Counter
-from collector.logs import RateLimitedLog
+from collector.logs import RateLimitedLog, counted
 from collector.metrics import Metrics
 
 Clock = Callable[[], float]  # monotonic seconds
@@ -163,18 +165,7 @@ class Flusher:
                 self._buffer.put_back(result.failed, result.failed_pending)
             self.in_flush = 0
             self._buffer.settle(result.unconfirmed_events)
-            self._counts.add(
-                {
-                    Counter.STORED: result.stored,
-                    Counter.EVICTED: result.evicted,
-                    Counter.MERGED: result.merged,
-                    Counter.FLUSHES: 1,
-                }
-            )
-            if result.refused_oom:
-                self._counts.count(Counter.REFUSED_OOM, result.refused_oom)
-            if result.unreplicated:
-                self._counts.count(Counter.UNREPLICATED_WRITES, result.unreplicated)
+            self._count(result)
             if result.error is not None:
                 self._failed(
                     result.error, sum(map(len, result.failed.values())) + result.unconfirmed_events
@@ -188,6 +179,35 @@ class Flusher:
                 and self._clock() - self._drops_reported >= DROPS_REPORT_SECONDS
             ):
                 self._report_drops()  # a long round (a steady flood) still reports
+
+    def _count(self, result: WriteResult) -> None:
+        """Count what a write did; log the writes whose outcome was unknown that a shard
+        then refused for good (their events were put back)."""
+        self._counts.add(
+            {
+                Counter.STORED: result.stored,
+                Counter.EVICTED: result.evicted,
+                Counter.MERGED: result.merged,
+                Counter.FLUSHES: 1,
+            }
+        )
+        for counter, n in (
+            (Counter.REFUSED_OOM, result.refused_oom),
+            (Counter.UNREPLICATED_WRITES, result.unreplicated),
+            (Counter.REFUSED_WRITES, result.refused_writes),
+            (Counter.REFUSED_REPEATS, result.refused_repeats),
+        ):
+            if n:
+                self._counts.count(counter, n)
+        if result.refused_unconfirmed:
+            self._ratelog.log(
+                logging.WARNING,
+                "refused-unconfirmed",
+                "%s whose outcome was unknown refused for good (not stored): no longer sent "
+                "again; the events go back to the buffer as new writes (%s)",
+                counted(result.refused_unconfirmed, "write"),
+                reason(result.error) if result.error else "?",
+            )
 
     def _failed(self, exc: Exception, count: int) -> None:
         self._counts.count(Counter.BACKEND_ERRORS)

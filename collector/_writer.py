@@ -2,127 +2,51 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 import uuid
 from collections import Counter as PerGame
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from enum import Enum
 
-from collector._buffer import Pending, no_pending
-from collector._constants import CALL_BYTES, EVENTS_PER_CALL, WRITES_PER_WRITER
+from collector._buffer import Pending
+from collector._calls import Call, WriteResult, add_stored, fail, fail_counts, plan_calls
+from collector._constants import WRITES_PER_WRITER
 from collector._exceptions import (
     BackendError,
     BackendFull,
-    BackendUnavailable,
+    BackendUnconfirmed,
     BackendUnreplicated,
+    WriteRefused,
 )
-from collector.counters import Counter
 from collector.store import Collect, ShardKeys, Store, Stored
 
-
-@dataclass
-class Call:
-    """One collect script call: events of one game plus counts to report for it."""
-
-    game: str
-    entries: list[bytes]
-    pre_evicted: int = 0
-    dropped_buffer_full: int = 0
-    dropped_too_large: int = 0
-    # The oldest events, left out because the cap would trim them at once (in pre_evicted);
-    # kept so that a failed call puts them back as events rather than as a bare count.
-    thinned: list[bytes] = field(default_factory=list)
-    # The call's sequence number in its shard, given when it is first sent (0: not yet) and
-    # kept while its outcome is unknown, so that sending it again is a repeat.
-    seq: int = 0
-
-    @property
-    def events(self) -> int:
-        """The events taken from the buffer for this call."""
-        return len(self.thinned) + len(self.entries)
-
-
-@dataclass
-class WriteResult:
-    stored: int = 0
-    evicted: int = 0
-    failed: dict[str, list[bytes]] = field(default_factory=dict)
-    failed_pending: Pending = field(default_factory=no_pending)
-    error: BackendError | None = None
-    refused_oom: int = 0  # events in the calls Redis refused for being at maxmemory
-    # Events that ran on the primary but too few replicas confirmed: sent again (a repeat).
-    unreplicated: int = 0
-    merged: int = 0  # events merged into an earlier one with the same dedup key
-    repeats: int = 0  # calls the shard answered as repeats of writes it had applied
-    # The writer's calls without an answer after this write, and their events.
-    unconfirmed_writes: int = 0
-    unconfirmed_events: int = 0
-    # Shards whose identity marker changed since this writer last wrote to them: their data
-    # vanished in between (Redis restarted empty, flushed, failed over to an empty replica).
-    reset_shards: list[int] = field(default_factory=list)
-
-
-def plan_calls(
-    queues: Mapping[str, Sequence[bytes]], pending: Pending, cap_for: Callable[[str], int]
-) -> list[Call]:
-    """One call per game (more for a game with over EVENTS_PER_CALL events or CALL_BYTES
-    bytes of them), drop counts riding on the game's first call.
-
-    More events of one game than its cap would be trimmed at once, so they are not sent;
-    the script counts them as evicted all the same.
-    """
-    games = dict.fromkeys(queues)
-    for counts in pending.values():
-        games.update(dict.fromkeys(counts))
-    calls: list[Call] = []
-    for game in games:
-        entries = list(queues.get(game, ()))
-        thinned = max(0, len(entries) - cap_for(game))
-        parts = _cut(entries[thinned:])
-        calls.append(
-            Call(
-                game,
-                parts[0],
-                thinned + pending[Counter.EVICTED].get(game, 0),
-                pending[Counter.DROPPED_BUFFER_FULL].get(game, 0),
-                pending[Counter.DROPPED_TOO_LARGE].get(game, 0),
-                entries[:thinned],
-            )
-        )
-        calls.extend(Call(game, part) for part in parts[1:])
-    return calls
-
-
-def _cut(entries: list[bytes]) -> list[list[bytes]]:
-    """The entries in parts of at most EVENTS_PER_CALL events and CALL_BYTES bytes (an
-    entry is never larger: max_event_bytes is bounded by it); at least one part."""
-    if len(entries) <= EVENTS_PER_CALL and sum(map(len, entries)) <= CALL_BYTES:
-        return [entries]  # the usual case, decided in C
-    parts: list[list[bytes]] = [[]]
-    size = 0
-    for entry in entries:
-        if parts[-1] and (len(parts[-1]) == EVENTS_PER_CALL or size + len(entry) > CALL_BYTES):
-            parts.append([])
-            size = 0
-        parts[-1].append(entry)
-        size += len(entry)
-    return parts
+__all__ = ["Call", "WriteResult", "Writer", "plan_calls"]
 
 
 class Writer:
     """Runs planned calls through the store's bulk path: on a single server one batch of
     writes, on a cluster one per node.
 
-    Written once: every call carries this writer's id and a sequence number counted per
-    shard, and the shard remembers the writes it applied (``lua/collect.lua``).  A call
-    whose outcome is unknown (no reply, or too few replicas confirmed it) is kept as it is,
-    ``unconfirmed``, and sent again with the same number in later rounds, where the shard
-    answers a repeat without storing anything.  While a shard has such calls, they are sent
+    Written once: every call carries this writer's id, a sequence number counted per shard
+    and a checksum of its content, and the shard remembers the writes it applied
+    (``lua/collect.lua``).  A call whose outcome is unknown (``BackendUnconfirmed``: no reply,
+    or too few replicas confirmed it) is kept as it is, ``unconfirmed``, and sent again with
+    the same id and number in later rounds, where the shard answers a repeat without storing
+    anything.  It stays unconfirmed until it is answered or the script refuses it for good
+    (``WriteRefused``): a refusal before the script ran (OOM, READONLY, NOREPLICAS) says
+    nothing of the copy whose reply was lost.  While a shard has such calls, they are sent
     first and alone: the shard's new calls wait (in the buffer) until every one of them has
-    an answer, so no more than ``WRITES_PER_WRITER`` of this writer's writes are ever without
-    an answer in one shard, and the shard can let go of the memory of the answered ones.
-    With ``keep_unconfirmed`` False (sync mode: the caller hears of the failure) such a call
-    is given up instead.
+    an answer, so no more than ``WRITES_PER_WRITER`` of this writer's writes are ever
+    without an answer in one shard, and the shard can let go of the memory of the answered
+    ones.
+
+    The id is new when the process id changes (a fork the ``os.register_at_fork`` hook did
+    not see: one in C code) and when a shard refuses a write as a repeat with other content
+    (another process uses the id: a cloned machine or container); the calls already sent
+    keep theirs.  ``write_now`` is sync mode's write: it sends a call whose outcome is
+    unknown again for a bounded time, so that its caller learns whether it was stored.
     """
 
     def __init__(
@@ -132,7 +56,7 @@ class Writer:
         ttl_for: Callable[[str], int],
         on_reset: Callable[[list[int]], None] = lambda shards: None,
         window_for: Callable[[str], int] = lambda game: 0,
-        keep_unconfirmed: bool = True,
+        on_new_id: Callable[[str, str], None] = lambda writer, why: None,
     ) -> None:
         self.store = store
         self._schema = store.schema
@@ -141,14 +65,15 @@ class Writer:
         self._window_for = window_for  # the game's dedup window in seconds
         self._markers: dict[int, str] = {}  # shard -> the marker it had at the last write
         self._on_reset = on_reset
+        self._on_new_id = on_new_id
         self._full: set[int] = set()  # shards whose last write Redis refused for lack of memory
-        self._keep = keep_unconfirmed
-        self.writer_id = uuid.uuid4().hex[:16]
-        self._next: dict[int, int] = {}  # shard -> its next sequence number
-        # shard -> sequence numbers on their way now (each is sent by one sender at a time):
-        # the lowest of them is the shard's lowest without an answer.
-        self._sending: dict[int, set[int]] = {}
         self._lock = threading.Lock()
+        self.writer_id = new_writer_id()
+        self._pid = os.getpid()
+        self._next: dict[int, int] = {}  # shard -> the id's next sequence number there
+        # (writer id, shard) -> sequence numbers on their way now (each is sent by one sender
+        # at a time): with the unconfirmed ones, the lowest is the lowest without an answer.
+        self._sending: dict[tuple[str, int], set[int]] = {}
         self._unconfirmed: dict[int, list[Call]] = {}  # shard -> calls without an answer
 
     @property
@@ -168,7 +93,32 @@ class Writer:
         self._unconfirmed = {}
         return dict(left)
 
+    # -- the process's identity --------------------------------------------------------------
+
+    def _check_pid(self) -> None:
+        """A new id in a child forked without Python's hooks (a fork in C code): the child
+        would otherwise number its writes as the parent does, under the parent's id.  The
+        parent's unconfirmed calls are the parent's to send again."""
+        pid = os.getpid()
+        if pid == self._pid:
+            return
+        with self._lock:
+            self._pid = pid
+            self._unconfirmed = {}
+            self._full = set()
+            self._sending = {}
+            self._new_id("the process id changed (a fork the SDK's fork hook did not see)")
+
+    def _new_id(self, why: str) -> None:
+        """Take a new writer id (under the lock), numbered from 1 again in every shard."""
+        self.writer_id = new_writer_id()
+        self._next = {}
+        self._on_new_id(self.writer_id, why)
+
+    # -- background mode -------------------------------------------------------------------
+
     def write(self, queues: Mapping[str, Sequence[bytes]], pending: Pending) -> WriteResult:
+        self._check_pid()
         calls = plan_calls(queues, pending, self._cap_for)
         if self._unconfirmed:
             calls = [c for cs in self._unconfirmed.values() for c in cs] + calls
@@ -199,6 +149,15 @@ class Writer:
             if isinstance(reply, BackendFull)
         }
         result = self._settle(calls, shards, replies)
+        self._note_markers(shards, replies, result)
+        return result
+
+    def _note_markers(
+        self,
+        shards: list[ShardKeys],
+        replies: Sequence[Stored | BackendError | None],
+        result: WriteResult,
+    ) -> None:
         for keys, reply in zip(shards, replies, strict=True):
             if isinstance(reply, Stored):
                 known = self._markers.setdefault(keys.shard, reply.marker)
@@ -207,7 +166,6 @@ class Writer:
                     result.reset_shards.append(keys.shard)
         if result.reset_shards:
             self._on_reset(result.reset_shards)
-        return result
 
     def _plan(self, calls: list[Call], shards: list[ShardKeys]) -> tuple[list[int], list[int]]:
         """Which calls go first, and which only if their shard's first ones are answered.
@@ -250,9 +208,10 @@ class Writer:
         return out
 
     def _lowest(self, shard: int) -> int:
-        """The shard's lowest sequence number without an answer (its next if none)."""
-        unsure = self._unconfirmed.get(shard)
-        return unsure[0].seq if unsure else self._next.get(shard, 1)
+        """The shard's lowest sequence number of the current id without an answer (its next
+        if none)."""
+        mine = [c.seq for c in self._unconfirmed.get(shard, ()) if c.writer == self.writer_id]
+        return min(mine) if mine else self._next.get(shard, 1)
 
     @staticmethod
     def _answered(
@@ -272,29 +231,29 @@ class Writer:
     ) -> None:
         if not which:
             return
-        low: dict[int, int] = {}
         with self._lock:  # sync mode: threads write at once
             for i in which:  # numbered as they go out, so that each shard's numbers ascend
-                shard = shards[i].shard
-                seq = calls[i].seq
-                if seq == 0:
-                    seq = calls[i].seq = self._next.get(shard, 1)
-                    self._next[shard] = seq + 1
-                sending = self._sending.get(shard)
-                if sending is None:
-                    sending = self._sending[shard] = set()
-                sending.add(seq)
-            for shard in {shards[i].shard for i in which}:
-                unsure = self._unconfirmed.get(shard)
-                low[shard] = min(self._sending[shard])
-                if unsure:  # in number order
-                    low[shard] = min(low[shard], unsure[0].seq)
+                c, shard = calls[i], shards[i].shard
+                if c.seq == 0:
+                    c.writer = self.writer_id
+                    c.seq = self._next.get(shard, 1)
+                    self._next[shard] = c.seq + 1
+                self._sending.setdefault((c.writer, shard), set()).add(c.seq)
+            low = {(calls[i].writer, shards[i].shard): 0 for i in which}
+            for writer, shard in low:
+                unsure = [c.seq for c in self._unconfirmed.get(shard, ()) if c.writer == writer]
+                low[writer, shard] = min(self._sending[writer, shard].union(unsure))
         try:
             self._call(calls, shards, which, identity, replies, low)
         finally:
             with self._lock:
                 for i in which:
-                    self._sending[shards[i].shard].discard(calls[i].seq)
+                    key = (calls[i].writer, shards[i].shard)
+                    sending = self._sending.get(key)
+                    if sending is not None:
+                        sending.discard(calls[i].seq)
+                        if not sending:
+                            del self._sending[key]
 
     def _call(
         self,
@@ -303,7 +262,7 @@ class Writer:
         which: Sequence[int],
         identity: str,
         replies: list[Stored | BackendError | None],
-        low: dict[int, int],
+        low: dict[tuple[str, int], int],
     ) -> None:
         requests = []
         for i in which:
@@ -319,9 +278,9 @@ class Writer:
                     c.dropped_buffer_full,
                     c.dropped_too_large,
                     identity,
-                    self.writer_id,
+                    c.writer,
                     c.seq,
-                    low[keys.shard],
+                    low[c.writer, keys.shard],
                     self._window_for(c.game) * 1000,
                 )
             )
@@ -329,7 +288,9 @@ class Writer:
         try:
             got = self.store.call_many(requests)
         except BackendError as exc:  # the whole bulk failed: each call may or may not have run
-            got = [exc] * len(requests)
+            unknown = BackendUnconfirmed(str(exc))
+            unknown.__cause__ = exc
+            got = [unknown] * len(requests)
         for i, reply in zip(which, got, strict=True):
             replies[i] = reply
 
@@ -341,29 +302,14 @@ class Writer:
     ) -> WriteResult:
         """Sum what was stored; keep the calls whose outcome is unknown; collect what surely
         was not stored (refused, or held back: None) so it can be put back and sent again."""
-        was_unsure = (
-            {id(c) for cs in self._unconfirmed.values() for c in cs} if self._unconfirmed else set()
-        )
         unsure: dict[int, list[Call]] = {}
         result = WriteResult()
         for c, keys, reply in zip(calls, shards, replies, strict=True):
             if isinstance(reply, Stored):
-                result.stored += len(c.entries) + c.pre_evicted
-                result.evicted += reply.evicted
-                result.merged += reply.merged
-                result.repeats += reply.repeat
-                continue
-            if isinstance(reply, BackendFull):
-                result.refused_oom += c.events
-            if isinstance(reply, BackendUnreplicated):
-                result.unreplicated += len(c.entries)
-            if reply is not None:  # None is held back
-                result.error = reply
-            if id(c) in was_unsure or (
-                self._keep and isinstance(reply, BackendUnavailable) and c.seq
-            ):
-                unsure.setdefault(keys.shard, []).append(c)
-            else:
+                add_stored(result, c, reply)
+            elif c.maybe_ran if reply is None else self._outcome(result, c, reply).unknown:
+                unsure.setdefault(keys.shard, []).append(c)  # held back, or sent: unknown
+            else:  # refused (for good, or before it ran), never sent or held back: not stored
                 fail(result, c)
         self._unconfirmed = unsure
         if unsure:
@@ -373,13 +319,112 @@ class Writer:
             result.unconfirmed_events = self.unconfirmed_events
         return result
 
+    def _outcome(self, result: WriteResult, c: Call, reply: BackendError) -> Outcome:
+        """Count a reply that is not an answer, and say what it means for the call."""
+        result.error = reply
+        if isinstance(reply, WriteRefused):  # for good: this write is never applied
+            result.refused_writes += 1
+            result.refused_unconfirmed += c.maybe_ran
+            if reply.conflict:  # another process uses the id: take a new one (once)
+                result.refused_repeats += 1
+                with self._lock:
+                    if c.writer == self.writer_id:
+                        self._new_id("a shard remembers its writer id with other writes")
+                return Outcome.CONFLICT
+            return Outcome.REFUSED
+        if isinstance(reply, BackendFull):
+            result.refused_oom += c.events
+        if isinstance(reply, BackendUnreplicated):
+            result.unreplicated += len(c.entries)
+        if isinstance(reply, BackendUnconfirmed):
+            c.maybe_ran = True
+        # A refusal before the script ran says nothing of an earlier copy whose reply was lost.
+        return Outcome.UNKNOWN if c.maybe_ran else Outcome.NOT_STORED
 
-def fail(result: WriteResult, c: Call) -> None:
-    """Put a call that surely was not stored among the result's failed events and counts."""
-    failed = result.failed.setdefault(c.game, [])
-    failed += c.thinned
-    failed += c.entries
-    failed_pending = result.failed_pending
-    failed_pending[Counter.EVICTED][c.game] += c.pre_evicted - len(c.thinned)
-    failed_pending[Counter.DROPPED_BUFFER_FULL][c.game] += c.dropped_buffer_full
-    failed_pending[Counter.DROPPED_TOO_LARGE][c.game] += c.dropped_too_large
+    # -- sync mode ---------------------------------------------------------------------------
+
+    def write_now(
+        self,
+        game: str,
+        entries: list[bytes],
+        pending: Pending,
+        patience: float,
+        stop: threading.Event,
+        longest_wait: float,
+    ) -> WriteResult:
+        """Store events of one game now (with the drop counts of ``pending``).  A call whose outcome
+        is unknown is sent again as it is, with backoff up to ``longest_wait`` seconds, for
+        up to ``patience`` seconds (or until ``stop`` is set), until it is answered or
+        refused; one refused as a repeat with other content goes again as a new write, under
+        a new id.  ``result.error`` is set when a call of the events was not answered: a
+        ``BackendUnconfirmed`` if it may have been stored, any other error if it surely was
+        not (``result.stored`` says how many were, when they took more than one call).
+        Drop counts whose call was not answered are in ``failed_pending``."""
+        self._check_pid()
+        calls = plan_calls({game: entries}, pending, self._cap_for)
+        shards = [self._schema.for_game(c.game) for c in calls]
+        identity = uuid.uuid4().hex
+        replies: list[Stored | BackendError | None] = [None] * len(calls)
+        result = WriteResult()
+        deadline = time.monotonic() + patience
+        delay = min(SYNC_FIRST_WAIT, longest_wait)
+        todo = list(range(len(calls)))
+        while todo:
+            self._send(calls, shards, todo, identity, replies)
+            again = [i for i in todo if self._again(result, calls[i], replies[i])]
+            if time.monotonic() + delay > deadline or stop.is_set():
+                break
+            if again:
+                stop.wait(delay)
+                delay = min(delay * 2, longest_wait)
+            todo = again
+        result.error = None
+        for c, reply in zip(calls, replies, strict=True):
+            if isinstance(reply, Stored):
+                add_stored(result, c, reply)
+                continue
+            fail_counts(result, c)
+            if c.game == game and result.error is None:  # a call of the events themselves
+                result.error = reply if c.seq else _out_of_time()
+        self._note_markers(shards, replies, result)
+        return result
+
+    def _again(self, result: WriteResult, c: Call, reply: Stored | BackendError | None) -> bool:
+        """Whether sync mode sends a call again: its outcome is unknown (as it is), or it was
+        refused as a repeat with other content (never applied: as a new write)."""
+        if not isinstance(reply, BackendError):
+            return False
+        outcome = self._outcome(result, c, reply)
+        if outcome is Outcome.CONFLICT:
+            c.writer, c.seq, c.maybe_ran = "", 0, False
+        return outcome in (Outcome.CONFLICT, Outcome.UNKNOWN)
+
+
+class Outcome(Enum):
+    """What a reply that is not an answer means for its call."""
+
+    UNKNOWN = "may have run: send it again as it is"
+    NOT_STORED = "refused before it ran, or never sent"
+    REFUSED = "refused for good by the script"
+    CONFLICT = "refused as a repeat with other content: another process uses the writer id"
+
+    @property
+    def unknown(self) -> bool:
+        return self is Outcome.UNKNOWN
+
+
+def _out_of_time() -> WriteRefused:
+    return WriteRefused(
+        "refused as a repeat with other content (another process uses the writer id), and "
+        "the time to send it again under a new id ran out: nothing stored",
+        conflict=True,
+    )
+
+
+# Sync mode: the first wait before a call whose outcome is unknown goes again (it doubles).
+SYNC_FIRST_WAIT = 0.02
+
+
+def new_writer_id() -> str:
+    """16 random hex digits: a writer id."""
+    return uuid.uuid4().hex[:16]

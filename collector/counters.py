@@ -30,6 +30,11 @@ class Counter(StrEnum):
     # they stay in the buffer and go again, so one event can be counted more than once.
     REFUSED_OOM = "refused_oom"
     UNREPLICATED_WRITES = "unreplicated_writes"  # stored, too few replicas confirmed: resent
+    # Writes a shard's script refused for good (unit: writes): nothing stored, and the same
+    # write would be refused again.  Their events go back to the buffer as new writes (sync
+    # mode: collect() raises WriteRefused), and a write whose outcome was unknown is no longer
+    # sent again.  Includes refused_repeats.
+    REFUSED_WRITES = "refused_writes"
     DROPPED_AT_CLOSE = "dropped_at_close"
     DROPPED_CLOSED = "dropped_closed"
     DROPPED_DISABLED = "dropped_disabled"
@@ -41,6 +46,12 @@ class Counter(StrEnum):
     MERGED = "merged"
     DROPPED_BUFFER_FULL = "dropped_buffer_full"
     DROPPED_TOO_LARGE = "dropped_too_large"
+    # Writes a shard refused as repeats with other content (unit: writes): the shard remembers
+    # their writer id and number with another length or checksum, or has let go of the
+    # numbers below theirs, so another process uses the same writer id (a cloned machine or
+    # container, a fork the SDK did not see).  Nothing stored; the SDK takes a new writer id
+    # and sends the events again as new writes.
+    REFUSED_REPEATS = "refused_repeats"
     # -- the store (scripts) and the reporter's tally
     CLAIMED = "claimed"
     STALE = "stale"
@@ -139,6 +150,8 @@ SDK: tuple[Counter, ...] = (
     C.FLUSHES,
     C.STORE_RESETS,
     C.UNREPLICATED_WRITES,
+    C.REFUSED_WRITES,
+    C.REFUSED_REPEATS,
 )
 SDK_GAUGES: tuple[Gauge, ...] = (Gauge.BUFFERED, Gauge.UNCONFIRMED_WRITES)
 # Written by the scripts into each shard's stats hash.
@@ -148,6 +161,7 @@ STORE: tuple[Counter, ...] = (
     C.MERGED,
     C.DROPPED_BUFFER_FULL,
     C.DROPPED_TOO_LARGE,
+    C.REFUSED_REPEATS,
     C.CLAIMED,
     C.BATCHES_CLAIMED,
     C.STALE,

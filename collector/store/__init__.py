@@ -24,8 +24,10 @@
   reply answers the same without applying twice (``lua/_guard.lua``).
 - errors: ``BackendUnavailable`` and ``BackendRefused`` (both ``collector.BackendError``);
   ``BackendFull`` (a ``BackendRefused``) is Redis at maxmemory refusing a write;
-  ``BackendUnreplicated`` (a ``BackendUnavailable``) a write that ran but too few replicas
-  confirmed (``[redis] wait_for_replicas``), its result attached.
+  ``WriteRefused`` (a ``BackendRefused``) a script's own refusal of a write, for good;
+  ``BackendUnconfirmed`` (a ``BackendUnavailable``) a call that may have run (its reply
+  lost), and ``BackendUnreplicated`` (a ``BackendUnconfirmed``) a write that ran but too few
+  replicas confirmed (``[redis] wait_for_replicas``), its result attached.
 """
 
 from collector._exceptions import (
@@ -33,7 +35,9 @@ from collector._exceptions import (
     BackendFull,
     BackendRefused,
     BackendUnavailable,
+    BackendUnconfirmed,
     BackendUnreplicated,
+    WriteRefused,
 )
 from collector.retry import RetryPolicy  # the policy Nack, Settle and Reap take
 from collector.store._backends import Backend, Cluster, SingleServer
@@ -123,6 +127,7 @@ __all__ = [
     "BackendFull",
     "BackendRefused",
     "BackendUnavailable",
+    "BackendUnconfirmed",
     "BackendUnreplicated",
     "BatchDetail",
     "Claim",
@@ -180,6 +185,7 @@ __all__ = [
     "TakeRetries",
     "TakeTokens",
     "Tokens",
+    "WriteRefused",
     "backend_class",
     "describe_settings",
     "encode_entry",

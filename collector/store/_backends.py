@@ -24,7 +24,7 @@ from redis.retry import Retry
 from collector._exceptions import ConfigError
 from collector.logs import mask_url
 from collector.store._bulk import WireCall, run_calls
-from collector.store._errors import REROUTE, UNAVAILABLE
+from collector.store._errors import LOST, REROUTE, UNAVAILABLE, MaybeRan, maybe_ran
 from collector.store._settings import RECEIPT_MS_LEAST, RedisSettings
 
 RedisClient = redis.Redis | RedisCluster
@@ -125,7 +125,9 @@ class Cluster(Backend):
         through redis-py's own routing, which follows MOVED/ASK and refreshes the map; after
         a connection failure one call does, so the map is refreshed, and the rest are
         answered with the error.  Confirmed calls are rerouted by a refreshed map instead,
-        so that their WAIT goes to the node that ran them, on the same connection.
+        so that their WAIT goes to the node that ran them, on the same connection.  A call
+        that may have run before it was rerouted stays ``MaybeRan`` unless it is answered;
+        so does one redis-py's routing lost the reply of (it sends again on its own).
         """
         wait = self._wait(confirm)
         client: Any = self.client  # redis-py leaves the node lookups untyped
@@ -150,8 +152,20 @@ class Cluster(Backend):
                 refreshed = True
             elif not isinstance(reply, REROUTE):
                 continue
-            replies[i] = self._rerouted(calls[i], wait) if wait[0] else self._routed(calls[i])
+            replies[i] = maybe_ran(reply, self._again(calls[i], wait))
         return replies
+
+    def _again(self, call: WireCall, wait: tuple[int, int]) -> Any:
+        """A call sent astray, sent again: after a refreshed slot map (confirmed calls), or
+        through redis-py's routing, whose lost reply may follow a run (it resends on its own)."""
+        if wait[0]:
+            return self._rerouted(call, wait)
+        reply = self._routed(call)
+        return (
+            MaybeRan(reply)
+            if isinstance(reply, LOST) and not isinstance(reply, MaybeRan)
+            else reply
+        )
 
     def _rerouted(self, call: WireCall, wait: tuple[int, int]) -> Any:
         """One call on the node a freshly read slot map names, followed by its WAIT."""

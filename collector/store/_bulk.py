@@ -16,14 +16,14 @@ calls' replies count only if enough replicas confirmed them (else each becomes
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import redis
 from redis.exceptions import NoScriptError, ResponseError
 
 from collector._constants import WRITE_BYTES
-from collector.store._errors import LOST, UNAVAILABLE, NotReplicated
+from collector.store._errors import LOST, UNAVAILABLE, MaybeRan, NotReplicated, maybe_ran
 from collector.store._scripts import LuaScript
 
 # One EVALSHA: the script, its KEYS and its ARGV.
@@ -37,8 +37,11 @@ def run_calls(
 
     A reply is the script's result, the ``ResponseError`` the server refused the call with,
     or the connection error for a call whose reply never came, after ``[redis] retries`` more
-    tries (such a call may or may not have run).  Scripts missing from the server's cache
-    (restarted or flushed) are loaded and the calls that met ``NOSCRIPT`` sent again.
+    tries.  A call that was sent and whose reply was lost may have run: whatever its later
+    attempts met, its reply is then ``MaybeRan`` (holding what the last one met), so that a
+    refusal of a resend is never taken for the call's outcome.  Scripts missing from the
+    server's cache (restarted or flushed) are loaded and the calls that met ``NOSCRIPT``
+    sent again.
     """
     wait = (replicas, timeout_ms)
     replies = _send(client, calls, wait)
@@ -48,32 +51,44 @@ def run_calls(
     for _ in range(retry.get_retries() if retry is not None else 0):
         if not _resend(client, calls, replies, LOST, wait):
             break
-    missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    missing = [i for i, reply in enumerate(replies) if _no_script(reply)]
     if missing:
         try:
             for script in {calls[i][0] for i in missing}:
                 client.script_load(script.text)
         except UNAVAILABLE as exc:
             for i in missing:
-                replies[i] = exc
+                replies[i] = maybe_ran(replies[i], exc)
         else:
-            _resend(client, calls, replies, NoScriptError, wait)
+            _resend(client, calls, replies, _no_script, wait)
     return replies
+
+
+def _no_script(reply: Any) -> bool:
+    """Whether a call met NOSCRIPT (after a lost reply too)."""
+    if isinstance(reply, MaybeRan):
+        reply = reply.reply
+    return isinstance(reply, NoScriptError)
 
 
 def _resend(
     client: redis.Redis,
     calls: Sequence[WireCall],
     replies: list[Any],
-    kind: type[Exception] | tuple[type[Exception], ...],
+    kind: type[Exception] | tuple[type[Exception], ...] | Callable[[Any], bool],
     wait: tuple[int, int],
 ) -> bool:
-    """Send again the calls whose reply is a ``kind`` error; False if there were none."""
-    again = [i for i, reply in enumerate(replies) if isinstance(reply, kind)]
+    """Send again the calls whose reply is a ``kind`` error (or ``kind(reply)``); False if
+    there were none."""
+    if isinstance(kind, type | tuple):
+        classes = kind
+        again = [i for i, reply in enumerate(replies) if isinstance(reply, classes)]
+    else:
+        again = [i for i, reply in enumerate(replies) if kind(reply)]
     if not again:  # the usual case: not even a connection from the pool
         return False
     for i, reply in zip(again, _send(client, [calls[i] for i in again], wait), strict=True):
-        replies[i] = reply
+        replies[i] = maybe_ran(replies[i], reply)
     return bool(again)
 
 
@@ -83,9 +98,11 @@ def _send(
     replies: list[Any] = []
     pool = client.connection_pool
     conn: Any = None
+    sent = 0  # calls handed to the socket: those without a reply may have run
     try:
         conn = pool.get_connection()
         for count, chunks in _writes(conn, calls, wait):
+            sent += count
             conn.send_packed_command([b"".join(chunks)])
             for _ in range(count):
                 try:
@@ -95,7 +112,8 @@ def _send(
         if wait[0]:
             _confirm(conn, replies, *wait)
     except UNAVAILABLE as exc:
-        replies += [exc] * (len(calls) - len(replies))
+        lost = MaybeRan(exc)
+        replies += [lost] * (sent - len(replies)) + [exc] * (len(calls) - sent)
         if conn is not None:
             conn.disconnect()  # unread replies would be taken for the next command's
     except BaseException:

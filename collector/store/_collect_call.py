@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -13,6 +14,7 @@ from collector._constants import (
     WRITES_REMEMBERED_MS,
 )
 from collector.store._entries import join_entries
+from collector.store._errors import WRITE_CONFLICT
 from collector.store._keys import ShardKeys
 from collector.store._results import (
     Stored,
@@ -37,6 +39,7 @@ class Collect(ScriptCall[Stored]):
 
     script: ClassVar[str] = "collect"
     confirmed: ClassVar[bool] = True
+    refusals: ClassVar[tuple[str, ...]] = ("collect: ", WRITE_CONFLICT)
     shard: ShardKeys
     game: str
     entries: Sequence[bytes]
@@ -66,6 +69,18 @@ class Collect(ScriptCall[Stored]):
         )
 
     def args(self) -> Sequence[Any]:
+        entries = join_entries(self.entries)
+        checksum = (
+            content_checksum(
+                self.game,
+                self.pre_evicted,
+                self.dropped_buffer_full,
+                self.dropped_too_large,
+                entries,
+            )
+            if self.writer
+            else ""
+        )
         return (
             self.game,
             self.cap,
@@ -73,7 +88,7 @@ class Collect(ScriptCall[Stored]):
             self.pre_evicted,
             self.dropped_buffer_full,
             self.dropped_too_large,
-            join_entries(self.entries),
+            entries,
             self.identity,
             self.writer,
             self.seq,
@@ -83,7 +98,19 @@ class Collect(ScriptCall[Stored]):
             WRITES_PER_WRITER,
             self.dedup_window_ms,
             DEDUP_KEYS_PER_GAME,
+            checksum,
         )
 
     def parse(self, reply: Any) -> Stored:
         return Stored(int(reply[0]), text(reply[1]), int(reply[2]), bool(reply[3]))
+
+
+def content_checksum(
+    game: str, pre_evicted: int, dropped_full: int, dropped_large: int, blob: bytes
+) -> str:
+    """What tells a write's content apart, with its length (``lua/collect.lua``, ARGV[17]):
+    the CRC-32 of the game, the counts and the entries, as 8 hex digits.  Not a defence
+    against anyone: a check that a write sent again under a writer id and number is the one
+    first sent with them (another process with the same id sends other events)."""
+    head = f"{game}\n{pre_evicted} {dropped_full} {dropped_large}\n".encode()
+    return f"{zlib.crc32(blob, zlib.crc32(head)):08x}"

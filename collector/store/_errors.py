@@ -18,6 +18,7 @@ from collector._exceptions import (
     BackendFull,
     BackendRefused,
     BackendUnavailable,
+    BackendUnconfirmed,
     BackendUnreplicated,
 )
 
@@ -46,6 +47,11 @@ REROUTE: tuple[type[Exception], ...] = (
 )
 
 
+# How a script's refusal of a write begins when the shard remembers the writer id and number
+# with other content (lua/collect.lua): another process uses the same writer id.
+WRITE_CONFLICT = "WRITECONFLICT "
+
+
 class NotReplicated(Exception):
     """The reply of a call that ran, in place of its reply, when ``WAIT`` on its connection
     counted fewer replicas than wanted (or could not be read)."""
@@ -56,12 +62,31 @@ class NotReplicated(Exception):
         self.reply = reply
 
 
+class MaybeRan(redis.exceptions.ConnectionError):
+    """In place of the last reply of a call that may have run: an attempt of it was sent and
+    its reply lost, and every later attempt failed too (``reply``: what the last one met, a
+    lost reply or a refusal before running, which says nothing of the earlier ones).  A
+    connection error, so that the bulk path and the cluster's rerouting treat it as one."""
+
+    def __init__(self, reply: Exception) -> None:
+        super().__init__(f"{type(reply).__name__}: {reply}")
+        self.reply = reply
+
+
 def translate(exc: Exception, server: str) -> BackendError:
     """The store's error for a redis-py exception met talking to ``server`` (masked)."""
     if isinstance(exc, BackendError):
         return exc
     if isinstance(exc, NotReplicated):
         return BackendUnreplicated(f"{server}: {exc}")
+    if isinstance(exc, MaybeRan):
+        lost = isinstance(exc.reply, LOST)
+        why = "no reply" if lost else "a reply lost, then a resend refused"
+        error: BackendError = BackendUnconfirmed(
+            f"{server}: outcome unknown ({why}: the call may have run): {exc}"
+        )
+        error.__cause__ = exc.reply
+        return error
     kind: type[BackendError]
     if isinstance(exc, UNAVAILABLE):
         kind = BackendUnavailable
@@ -72,3 +97,15 @@ def translate(exc: Exception, server: str) -> BackendError:
     error = kind(f"{server}: {type(exc).__name__}: {exc}")
     error.__cause__ = exc
     return error
+
+
+def maybe_ran(before: Any, after: Any) -> Any:
+    """The reply to keep of a call sent again (``after``) when the earlier reply was
+    ``before``: a failure after an attempt that may have run is ``MaybeRan``."""
+    if (
+        isinstance(before, MaybeRan)
+        and isinstance(after, Exception)
+        and not isinstance(after, MaybeRan | NotReplicated)
+    ):
+        return MaybeRan(after)
+    return after

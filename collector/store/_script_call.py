@@ -30,6 +30,10 @@ class ScriptCall(Generic[R_co]):
     # A script that keeps a receipt for a resend (lua/_guard.lua): the store passes the
     # receipt lifetime in ms as its last ARGV.
     receipt: ClassVar[bool] = False
+    # How the error replies begin with which the script refuses a call for good (the same
+    # call would be refused again, so it never runs): such a refusal is the call's outcome
+    # even after an attempt whose reply was lost (``WriteRefused``).
+    refusals: ClassVar[tuple[str, ...]] = ()
 
     def keys(self) -> Sequence[str]:
         raise NotImplementedError

@@ -13,13 +13,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn, TypeVar
 
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
-from collector._exceptions import BackendError, BackendUnreplicated
+from collector._exceptions import BackendError, BackendUnreplicated, WriteRefused
 from collector.store import _deployment_reads, _remembered, _set_aside_reads, _shard_reads
 from collector.store._backends import Backend
 from collector.store._bulk import WireCall
-from collector.store._errors import NotReplicated, translate
+from collector.store._errors import WRITE_CONFLICT, MaybeRan, NotReplicated, translate
 from collector.store._keys import KeySchema, ShardKeys
 from collector.store._modes import describe_settings, open_backend
 from collector.store._results import LiveReporters, text
@@ -98,6 +98,11 @@ class Store:
         return bool(self.backend.wait_for_replicas) and any(r.confirmed for r in requests)
 
     def _error(self, request: ScriptCall[Any], reply: Exception) -> BackendError:
+        said = reply.reply if isinstance(reply, MaybeRan) else reply
+        if isinstance(said, ResponseError) and str(said).startswith(request.refusals):
+            refused = WriteRefused(f"{self._server}: {said}", str(said).startswith(WRITE_CONFLICT))
+            refused.__cause__ = said
+            return refused
         error = translate(reply, self._server)
         if isinstance(reply, NotReplicated) and isinstance(error, BackendUnreplicated):
             error.result = request.parse(reply.reply)

@@ -9,6 +9,7 @@ import collector
 EXPECTED = {
     "BackendError",
     "BackendFull",
+    "BackendUnconfirmed",
     "BufferFull",
     "Collector",
     "ConfigError",
@@ -51,6 +52,8 @@ def test_error_tree() -> None:
     assert not issubclass(collector.BackendError, collector.ConfigError)
     assert issubclass(collector.EventsDropped, collector.TelemetryError)
     assert not issubclass(collector.EventsDropped, collector.BackendError)
+    # Sync mode: a collect() that raised anything else stored nothing (docs/sdk.md).
+    assert issubclass(collector.BackendUnconfirmed, collector.BackendError)
 
 
 def test_version_is_a_string() -> None:

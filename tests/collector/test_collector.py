@@ -86,6 +86,8 @@ def test_stats_start_at_zero(make: MakeCollector) -> None:
         "unreplicated_writes",
         "merged",
         "unconfirmed_writes",
+        "refused_writes",
+        "refused_repeats",
     }
     assert set(stats.values()) == {0}
 

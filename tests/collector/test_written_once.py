@@ -20,7 +20,7 @@ GAME = "game-1"
 KEYS = SCHEMA.for_game(GAME)
 NOW_MS = 1_700_000_000_000
 # Positions of collect.lua's ARGV (1-based in the script) in Collect.args().
-HORIZON, MOST_WRITERS, DEDUP_MOST = 11, 12, 15
+HORIZON, MOST_WRITERS, DEDUP_MOST, CHECKSUM = 11, 12, 15, 16
 
 
 def entry(i: int) -> bytes:
@@ -37,7 +37,12 @@ def send(r: redis.Redis, call: Collect, **argv: Any) -> Stored:
     args = list(call.args())
     for position, value in argv.items():
         args[
-            {"horizon": HORIZON, "most_writers": MOST_WRITERS, "dedup_most": DEDUP_MOST}[position]
+            {
+                "horizon": HORIZON,
+                "most_writers": MOST_WRITERS,
+                "dedup_most": DEDUP_MOST,
+                "checksum": CHECKSUM,
+            }[position]
         ] = value
     keys = call.keys()
     r.script_load(script.text)
@@ -111,9 +116,13 @@ def test_the_memory_of_answered_writes_is_let_go(r: redis.Redis) -> None:
     assert r.hlen(KEYS.writes) == 1 + 18
     meta = r.hget(KEYS.writes, "w1")
     assert meta is not None and meta.startswith(b"33 50 ")  # and when it was renewed
-    late = send(r, write([entry(10)], seq=10, low=10))
-    assert late.repeat and late.evicted == 0
+    # A number below the range kept is none this writer can still send: another process
+    # uses its id.  Refused, counted, not stored (and not answered as a repeat: that other
+    # process's events would be lost).
+    with pytest.raises(redis.ResponseError, match=r"WRITECONFLICT.*below the range 33-50"):
+        send(r, write([entry(10)], seq=10, low=10))
     assert len(queue(r)) == 50
+    assert stats_of(r, SCHEMA, GAME)["refused_repeats"] == 1
     horizon = Collect.args(write([]))[HORIZON]
     assert 0 < r.pttl(KEYS.writes) <= horizon and 0 < r.pttl(KEYS.writers) <= horizon
 
@@ -124,6 +133,7 @@ def test_the_memory_of_answered_writes_is_let_go(r: redis.Redis) -> None:
         ("w1", 3, 4, "sequence number 3 with lowest unanswered 4"),
         ("w1", 0, 0, "sequence number 0"),
         ("w1", WRITES_PER_WRITER + 1, 1, f"sequence < lowest \\+ {WRITES_PER_WRITER}"),
+        ("w1", 2**40, 2**40 - 5000, "at most 4096"),
         ("w 1", 1, 1, "writer id"),
         ("w" * 65, 1, 1, "writer id"),
     ],
