@@ -119,15 +119,19 @@ def test_configuration_md_documents_every_key_with_its_default_and_range() -> No
 
 def commented_keys(text: str) -> Iterator[tuple[str, str, str]]:
     """(section, key, the comment block above it) for each key the shipped file sets; a
-    sub-table header (``[reporter.hot_games]``) stands for its section's key."""
+    sub-table header (``[reporter.hot_games]``) stands for its section's key, unless it is a
+    section of its own (``[sink.ndjson]``)."""
     section, comment = "", []
+    sections = config_sections()
     for line in text.splitlines():
         if line.startswith("#"):
             comment.append(line)
             continue
         if header := re.fullmatch(r"\[([a-z_]+)(?:\.([a-z_]+))?\]", line):
             section = header.group(1)
-            if header.group(2):
+            if f"{section}.{header.group(2)}" in sections:  # a section inside another
+                section = f"{section}.{header.group(2)}"
+            elif header.group(2):
                 yield section, header.group(2), "\n".join(comment)
         elif key := re.match(r"([a-z_]+) = ", line):
             yield section, key.group(1), "\n".join(comment)
