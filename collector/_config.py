@@ -89,6 +89,7 @@ class TelemetryConfig:
         "dead",
         "nppa",
         "metrics",
+        "ingest",
     )
 
     redis: RedisSettings = field(default_factory=RedisSettings)

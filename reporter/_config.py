@@ -2,8 +2,8 @@
 the sink kinds' (each kind's ``settings``, plugged in from ``reporter._sinks.registry``).
 
 ``ReporterConfig`` is a ``TelemetryConfig`` (so a demo or test can hand it to a
-``Collector``) with ``[reporter]``, ``[sink]``, ``[retry]``, ``[dead]`` and ``[metrics]``
-added, and every sink kind's section (``[nppa]``, ``[sink.ndjson]``, ...), loaded and
+``Collector``) with ``[reporter]``, ``[sink]``, ``[retry]``, ``[dead]``, ``[metrics]`` and
+``[ingest]`` added, and every sink kind's section (``[nppa]``, ``[sink.ndjson]``, ...), loaded and
 validated by the same loader (``collector.config``).  What ties keys together is checked
 here; what only the configured sink needs is the sink's (``Sink.check``, ``Sink.advise``).
 """
@@ -21,19 +21,24 @@ from collector.retry import RetrySettings
 from collector.store import validate_game
 from reporter._settings import (
     DeadSettings,
+    IngestSettings,
     MetricsSettings,
     ReporterGameSettings,
     ReporterSettings,
     SinkSettings,
+    check_ingest,
     check_sink,
     http_url_problem,
+    ingest_advice,
     listen_address,
     read_header_file,
+    read_token_file,
 )
 from reporter._sinks.registry import SINKS, make_sink, sink_sections
 
 __all__ = [
     "DeadSettings",
+    "IngestSettings",
     "MetricsSettings",
     "ReporterConfig",
     "ReporterGameSettings",
@@ -43,6 +48,7 @@ __all__ = [
     "http_url_problem",
     "listen_address",
     "read_header_file",
+    "read_token_file",
     "sink_problems",
 ]
 
@@ -63,6 +69,7 @@ class ReporterConfig(TelemetryConfig):
     retry: RetrySettings = field(default_factory=RetrySettings)
     dead: DeadSettings = field(default_factory=DeadSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    ingest: IngestSettings = field(default_factory=IngestSettings)
     # The sink kinds' sections, by name (see PLUGGED_SECTIONS); read them with section().
     plugged: Mapping[str, Any] = field(
         default_factory=lambda: MappingProxyType({n: c() for n, c in PLUGGED_SECTIONS.items()})
@@ -91,7 +98,11 @@ class ReporterConfig(TelemetryConfig):
         return [game for game in named if not self.biz_id(game)]
 
     def advise(self, where: Where) -> list[str]:
-        return [*super().advise(where), *make_sink(self).advise(where)]
+        return [
+            *super().advise(where),
+            *make_sink(self).advise(where),
+            *ingest_advice(self.ingest, where),
+        ]
 
     def check(self, where: Where) -> None:
         super().check(where)
@@ -109,6 +120,7 @@ class ReporterConfig(TelemetryConfig):
                 raise ConfigError(
                     f"{where('metrics', 'listen')}: [metrics] listen: {exc}"
                 ) from None
+        check_ingest(self.ingest, self.collector.max_buffer_events, where)
         max_age = self.reporter.max_age_seconds
         ttls = [(where("buffer", "ttl_seconds"), "[buffer] ttl_seconds", self.buffer.ttl_seconds)]
         ttls += [

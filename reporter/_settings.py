@@ -1,7 +1,7 @@
 """The reporter's own sections of the shared file, each a frozen dataclass: ``[reporter]``,
 ``[sink]`` (what every sink kind shares: the kind, the endpoint's URL, the HTTP client, the
-body limit, the request rate), ``[dead]``, ``[metrics]``, and a game's table as the reporter
-reads it.  ``ReporterConfig`` (``reporter._config``) puts them together with the SDK's and
+body limit, the request rate), ``[dead]``, ``[metrics]``, ``[ingest]``, and a game's table as
+the reporter reads it.  ``ReporterConfig`` (``reporter._config``) puts them together with the SDK's and
 the sink kinds' own sections.
 
 ``[sink] url`` is checked when the file is loaded if it is set (an absolute http or https URL
@@ -12,6 +12,7 @@ only set ``[redis]``.  What ``run`` and ``check-config`` refuse on top of that i
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -84,6 +85,20 @@ class MetricsSettings:
     top_games: int = setting(10, lo=0, hi=100)
     max_connections: int = setting(64, lo=1, hi=10_000)
     error_details: bool = setting(False)
+
+
+@dataclass(frozen=True)
+class IngestSettings:
+    """``telemetry-reporter ingest``: events over HTTP from producers in any language
+    (docs/ingest.md)."""
+
+    listen: str = setting("127.0.0.1:8088")
+    token_file: str = setting("")
+    max_body_bytes: int = setting(1024 * 1024, lo=1024, hi=64 * 1024 * 1024)
+    max_events_per_request: int = setting(10_000, lo=1, hi=1_000_000)
+    request_timeout_seconds: float = setting(10.0, lo=0.1, hi=600)
+    max_connections: int = setting(256, lo=1, hi=100_000)
+    retry_after_seconds: int = setting(1, lo=1, hi=3600)
 
 
 @dataclass(frozen=True)
@@ -222,3 +237,72 @@ def listen_address(text: str) -> tuple[str, int]:
             f"metrics endpoint), found {text!r}"
         )
     return host, int(port)
+
+
+# RFC 6750's b64token: what a bearer token may be, so it travels in a header as it is.
+_BEARER_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+MIN_TOKEN_CHARACTERS = 16
+
+
+def check_ingest(ingest: IngestSettings, buffer_events: int, where: Where) -> None:
+    """``[ingest]``: an address to bind, a token file that holds a token, requests that fit
+    in the buffer (``[collector] max_buffer_events``).  The token is never echoed."""
+    try:
+        listen_address(ingest.listen)
+    except ValueError:
+        raise ConfigError(
+            f"{where('ingest', 'listen')}: [ingest] listen: expected \"host:port\" such as "
+            f'"127.0.0.1:8088" (a host spelled out: "0.0.0.0:8088" serves every interface), '
+            f"found {ingest.listen!r}"
+        ) from None
+    if ingest.token_file:
+        try:
+            read_token_file(ingest.token_file)
+        except ValueError as exc:
+            raise ConfigError(
+                f"{where('ingest', 'token_file')}: [ingest] token_file: {exc}"
+            ) from None
+    if ingest.max_events_per_request > buffer_events:
+        raise ConfigError(
+            f"{where('ingest', 'max_events_per_request')}: [ingest] max_events_per_request: "
+            f"expected at most [collector] max_buffer_events ({buffer_events}), so that a "
+            f"request can fit in the buffer, found {ingest.max_events_per_request}"
+        )
+
+
+def ingest_advice(ingest: IngestSettings, where: Where) -> list[str]:
+    """What is valid but risky in ``[ingest]``: other hosts may send, and no token asked."""
+    if ingest.token_file or _is_loopback(listen_address(ingest.listen)[0]):
+        return []
+    return [
+        f"{where('ingest', 'listen')}: [ingest] listen: {ingest.listen!r} is reachable from "
+        "other hosts and [ingest] token_file is not set: anyone who reaches it can send "
+        "events (telemetry-reporter ingest)"
+    ]
+
+
+def read_token_file(path: str) -> str:
+    """The bearer token a ``[ingest] token_file`` holds, surrounding whitespace ignored: at
+    least ``MIN_TOKEN_CHARACTERS`` of RFC 6750's token characters.  ``ValueError`` says what
+    is wrong, never showing the file's text."""
+    token = read_small_file(path).strip()
+    if not _BEARER_TOKEN.fullmatch(token):
+        raise ValueError(
+            f"{path!r} does not hold a bearer token: expected letters, digits and -._~+/ "
+            f"(then = padding), found {len(token)} characters (not shown) that are not"
+        )
+    if len(token) < MIN_TOKEN_CHARACTERS:
+        raise ValueError(
+            f"{path!r}: a token of {len(token)} characters is too easy to guess: expected at "
+            f"least {MIN_TOKEN_CHARACTERS} (openssl rand -hex 32 makes one)"
+        )
+    return token
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve anywhere
+        return False

@@ -149,6 +149,14 @@ EXPECTED: dict[str, list[str | re.Pattern[str]]] = {
         "dropped by the server, over_cap",
         re.compile(r"requests with 60 KB paths: RSS growth +[-\d.]+ MB, ERROR lines \d+"),
     ],
+    "ingest": [
+        "stored events/s (median)",
+        "accepted (202) events/s (median)",
+        "request latency p50 / p99 (ms)",
+        "ingest CPU s per 100k events",
+        re.compile(r"^lost or refused +0$", re.M),
+        re.compile(r"^http stored >= 100,000 events/s \(one ingest process\)", re.M),
+    ],
     "collect": [
         "background",
         "baseline",

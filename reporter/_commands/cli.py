@@ -179,6 +179,11 @@ def _parser() -> argparse.ArgumentParser:
     _global_options(common, suppress=True)
     commands = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("run", parents=[common], help="run the reporter service")
+    commands.add_parser(
+        "ingest",
+        parents=[common],
+        help="serve POST /v1/games/<game>/events: events over HTTP, written through the SDK",
+    )
     status = commands.add_parser(
         "status", parents=[common], help="show counters, reporters, shards and games"
     )
@@ -322,6 +327,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     note_secrets(config)
     if args.command == "run":
         return _run(config)
+    if args.command == "ingest":
+        from reporter._commands.ingest import run_ingest
+
+        return run_ingest(config, StopSignals())
     if not args.config and not os.environ.get(CONFIG_ENV):
         _note(
             f"no --config and no ${CONFIG_ENV}: using {config.source}, "
