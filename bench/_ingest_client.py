@@ -9,9 +9,10 @@ so a client spends its time on the socket, not on making JSON:
                                    [--ndjson]
 
 It waits until ``START_AT`` (seconds since the epoch), then sends; each answer is read whole
-(its ``Content-Length``) before the next request goes.  The JSON line: answers by status, the
-first and last moment (monotonic, in seconds since the start), and each request's latency in
-microseconds.
+(its ``Content-Length``) before the next request goes.  A 503 (the ingest's buffer is full)
+is sent again after its ``Retry-After``, as a producer should.  The JSON line: answers by
+status, when the client started (seconds since the epoch) and for how long it sent, and each
+request's latency in microseconds.
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ def requests(
     return out
 
 
-def read_answer(sock: socket.socket, pending: bytearray) -> int:
-    """Read one whole answer; its status.  Bytes past it stay in ``pending``."""
+def read_answer(sock: socket.socket, pending: bytearray) -> tuple[int, float]:
+    """Read one whole answer; its status and its Retry-After (0 without one).  Bytes past it
+    stay in ``pending``."""
     while True:
         end = pending.find(b"\r\n\r\n")
         if end >= 0:
@@ -71,7 +73,12 @@ def read_answer(sock: socket.socket, pending: bytearray) -> int:
             if len(pending) >= end + 4 + length:
                 status = int(head[9:12])
                 del pending[: end + 4 + length]
-                return status
+                retry = (
+                    head.split(b"retry-after:")[1].split(b"\r\n")[0]
+                    if b"retry-after:" in head
+                    else b"0"
+                )
+                return status, float(retry)
         data = sock.recv(65536)
         if not data:
             raise ConnectionError("the ingest closed the connection")
@@ -102,10 +109,15 @@ def main(argv: list[str] | None = None) -> int:
     clock = time.monotonic
     start = clock()
     for request in work:
-        sent = clock()
-        sock.sendall(request)
-        statuses[read_answer(sock, pending)] += 1
-        latencies.append(round((clock() - sent) * 1e6))
+        while True:
+            sent = clock()
+            sock.sendall(request)
+            status, retry_after = read_answer(sock, pending)
+            statuses[status] += 1
+            latencies.append(round((clock() - sent) * 1e6))
+            if status != 503:
+                break
+            time.sleep(retry_after)  # the buffer is full: as a producer should, wait and resend
     end = clock()
     sock.close()
     result = {

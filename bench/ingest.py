@@ -15,9 +15,11 @@ For the two in-process ways the rate is N over the time from the first call unti
 returned and the shards' ``stored`` counters reached N.  For ``http``: *accepted* is N over the
 time from the first request sent to the last 202 read, *stored* N over the time from the first
 request until the shards' ``stored`` counters reached N; the ingest's CPU time (user + system,
-``/proc``) per 100,000 events and each request's latency (p50, p99) are shown beside.  Every
-request must be answered 202 and every event stored, with no drop counted: otherwise the run
-fails.  The clients and the ingest share the machine's cores with the server and this process.
+``/proc``) per 100,000 events and each request's latency (p50, p99) are shown beside.  A
+request answered 503 (the buffer full: the flusher behind) is sent again after its
+``Retry-After`` (1 s) and counted.  Every request must end answered 202 and every event
+stored, with no drop counted: otherwise the run fails.  The clients and the ingest share
+the machine's cores with the server and this process.
 
     .venv/bin/python -m bench.ingest [--events 200000] [--clients 4] [--per-request 100]
                                      [--games 50] [--rounds 3] [--ndjson]
@@ -33,6 +35,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -76,6 +79,7 @@ class Round:
     stored_s: float
     accepted_s: float = 0.0
     cpu_s: float = 0.0
+    busy: int = 0  # requests answered 503 (the buffer full), sent again after Retry-After
     latencies_us: list[int] = field(default_factory=list)
     lost: dict[str, int] = field(default_factory=dict)
 
@@ -192,6 +196,7 @@ def over_http(
     log = tmp / f"{prefix}.log"
     ingest = module_process("reporter", "ingest", "--config", str(config), log=log)
     schema = KeySchema(prefix, 16)
+    clients: list[subprocess.Popen[bytes]] = []
     try:
         deadline = time.monotonic() + 30
         while "serving" not in log.read_text():
@@ -200,7 +205,7 @@ def over_http(
             time.sleep(0.05)
         per_client = args.events // args.per_request // args.clients
         start_at = time.time() + 1.5  # every client connected and its requests built
-        clients = [
+        clients += [
             module_process(
                 "bench._ingest_client",
                 "127.0.0.1",
@@ -221,7 +226,14 @@ def over_http(
         end = wait_stored(client, schema, total)
         cpu = cpu_seconds(ingest.pid) - cpu_before
         results = [json.loads(c.communicate(timeout=TIMEOUT_S)[0]) for c in clients]
+    except Exception:
+        print(f"--- the ingest's log:\n{log.read_text()[-3000:]}", flush=True)
+        raise
     finally:
+        for child in clients:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
         ingest.terminate()
         ingest.wait(TIMEOUT_S)
         drop_keys(client, prefix)
@@ -231,7 +243,7 @@ def over_http(
     for r in results:
         for status, n in r["statuses"].items():
             statuses[status] = statuses.get(status, 0) + n
-    lost = {f"answered {s}": n for s, n in statuses.items() if s != "202"}
+    lost = {f"answered {s}": n for s, n in statuses.items() if s not in ("202", "503")}
     stopped = log.read_text()
     for name in ("dropped_buffer_full", "dropped_at_close"):
         if f"{name}=0" not in stopped:
@@ -240,6 +252,7 @@ def over_http(
         "http",
         total,
         end - first,
+        busy=statuses.get("503", 0),
         accepted_s=last - first,
         cpu_s=cpu,
         latencies_us=sorted(x for r in results for x in r["latencies_us"]),
@@ -276,6 +289,8 @@ def report(rounds: Sequence[Round]) -> bool:
     print(f"{'request latency p50 / p99 (ms)':34}{'':30}{f'{p50:.2f} / {p99:.2f}':>15}")
     cpu = statistics.median(r.cpu_s * 100_000 / r.events for r in http)
     print(f"{'ingest CPU s per 100k events':34}{'':30}{cpu:>15.2f}")
+    busy = sum(r.busy for r in http)
+    print(f"{'503 answers (sent again after 1 s)':34}{'':30}{busy:>15,}")
     lost = {k: v for r in rounds for k, v in r.lost.items() if v}
     print(f"{'lost or refused':34}{lost or 0!s:>45}")
     rate = statistics.median(r.stored_rate for r in http)
