@@ -3,8 +3,8 @@ the sink kinds' (each kind's ``settings``, plugged in from ``reporter._sinks.reg
 
 ``ReporterConfig`` is a ``TelemetryConfig`` (so a demo or test can hand it to a
 ``Collector``) with ``[reporter]``, ``[sink]``, ``[retry]``, ``[dead]``, ``[metrics]`` and
-``[ingest]`` added, and every sink kind's section (``[nppa]``, ``[sink.ndjson]``, ...), loaded and
-validated by the same loader (``collector.config``).  What ties keys together is checked
+``[ingest]`` added, and every sink kind's section (``[nppa]``, ``[sink.ndjson]``, ...),
+loaded and validated by the same loader (``collector.config``).  What ties keys together is checked
 here; what only the configured sink needs is the sink's (``Sink.check``, ``Sink.advise``).
 """
 

@@ -1,8 +1,8 @@
 """The reporter's own sections of the shared file, each a frozen dataclass: ``[reporter]``,
 ``[sink]`` (what every sink kind shares: the kind, the endpoint's URL, the HTTP client, the
 body limit, the request rate), ``[dead]``, ``[metrics]``, ``[ingest]``, and a game's table as
-the reporter reads it.  ``ReporterConfig`` (``reporter._config``) puts them together with the SDK's and
-the sink kinds' own sections.
+the reporter reads it.  ``ReporterConfig`` (``reporter._config``) puts them together with the
+SDK's and the sink kinds' own sections.
 
 ``[sink] url`` is checked when the file is loaded if it is set (an absolute http or https URL
 with a host), but it may be empty: ``status`` and ``dead`` never POST, and read files that
@@ -251,7 +251,7 @@ def check_ingest(ingest: IngestSettings, buffer_events: int, where: Where) -> No
         listen_address(ingest.listen)
     except ValueError:
         raise ConfigError(
-            f"{where('ingest', 'listen')}: [ingest] listen: expected \"host:port\" such as "
+            f'{where("ingest", "listen")}: [ingest] listen: expected "host:port" such as '
             f'"127.0.0.1:8088" (a host spelled out: "0.0.0.0:8088" serves every interface), '
             f"found {ingest.listen!r}"
         ) from None
