@@ -15,11 +15,12 @@ from reporter._exceptions import SinkConfigError
 from reporter._senders.secrets import SecretFile
 from reporter._sinks.base import Sender, Sink, SinkConfig
 from reporter._sinks.json.sink import JsonSink
+from reporter._sinks.ndjson.sink import NdjsonSink
 from reporter._sinks.nppa.sink import NppaSink
 from reporter._sinks.print.sink import PrintSink
 
 SINKS: Mapping[str, type[Sink]] = MappingProxyType(
-    {sink.kind: sink for sink in (JsonSink, NppaSink, PrintSink)}
+    {sink.kind: sink for sink in (JsonSink, NppaSink, PrintSink, NdjsonSink)}
 )
 
 __all__ = ["SINKS", "Sender", "make_sender", "make_sink", "sink_sections"]
