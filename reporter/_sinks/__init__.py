@@ -7,8 +7,11 @@
 - ``nppa``: the national anti-addiction interface's behaviour reports; its ``wire``: the
   sealed body and the signature.
 - ``print``: each batch as a JSON line on standard output.
+- ``ndjson``: one JSON line per event in rotating files (``files``), handed off by rename.
 
-In each kind's package, ``sink`` is its ``Sink`` and ``sender`` its ``Sender``.  May import
-the senders' common parts (``reporter._senders``), ``reporter._http`` and the ground floor;
-the delivery core, pacing, the service and the commands import it.
+In each kind's package, ``sink`` is its ``Sink``, ``sender`` its ``Sender`` and ``settings``
+its own section of the file, if it has one.  May import the senders' common parts
+(``reporter._senders``), ``reporter._http`` and the ground floor (``reporter._settings``);
+the config (``reporter._config`` plugs the kinds' sections in), the delivery core, pacing,
+the service and the commands import it.
 """
