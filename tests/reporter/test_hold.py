@@ -13,11 +13,11 @@ import redis
 
 from collector.store import Cluster as ClusterBackend
 from collector.store import Hold, HoldOp, KeySchema, NoteLate, Store
-from reporter._config import read_key_file
 from reporter._logging import REDACT
 from reporter._pacing.send_hold import SendHold, read_hold
 from reporter._senders.outcome import Refusal
 from reporter._senders.secrets import SecretFile
+from reporter._sinks.nppa.settings import read_key_file
 from reporter._sinks.nppa.sink import NPPA_KEY
 from tests.reporter.helpers import make_config
 from tests.scriptcalls import store_of
