@@ -57,6 +57,13 @@ def server_binaries() -> dict[str, str]:
     return found
 
 
+def default_binary() -> str:
+    """The server a test or a bench runs on when it needs one only: redis-server if it is on
+    PATH, else valkey-server."""
+    binaries = server_binaries()
+    return binaries.get("redis") or binaries["valkey"]
+
+
 # A cluster node's bus listens on port + 10000, so ports stay at or below 55535.
 HIGHEST_PORT = 65535 - 10000
 

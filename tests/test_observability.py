@@ -29,12 +29,11 @@ from collector import Collector
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._service.service import ReporterService
-from tests.conftest import BINARIES
 from tests.polling import wait_until
 from tests.prometheus import Prometheus
 from tests.reporter.helpers import make_config, now_ms, numbered, store
 from tests.scriptcalls import Scripts
-from tests.servers import Server, free_port
+from tests.servers import Server, default_binary, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "config" / "deploy"
@@ -111,7 +110,7 @@ class Scene:
 @pytest.fixture(scope="module")
 def scene() -> Iterator[Scene]:
     redis_server = Server(
-        BINARIES.get("redis") or BINARIES["valkey"],
+        default_binary(),
         extra=["--maxmemory", "256mb", "--maxmemory-policy", "noeviction"],
     )
     redis_server.start()

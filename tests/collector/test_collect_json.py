@@ -17,9 +17,9 @@ import redis
 from collector import BufferFull, Collector, InvalidEvent
 from collector._buffer import EventBuffer
 from collector.store import KeySchema
-from tests.collector.conftest import FAST_FAILURE, MakeCollector
 from tests.collector.helpers import balanced, queue_events, wait_until
 from tests.servers import free_port
+from tests.support.fixtures import FAST_FAILURE, MakeCollector
 
 PREFIX = "cj"
 SCHEMA = KeySchema(PREFIX, 16)

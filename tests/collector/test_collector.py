@@ -15,7 +15,6 @@ import redis
 import collector
 from collector import Collector
 from collector.store import ENTRY_TIME_DIGITS, KeySchema, SingleServer, Store, entry_time_ms
-from tests.collector.conftest import FAST_FAILURE, MakeCollector
 from tests.collector.helpers import (
     balanced,
     queue_entries,
@@ -26,6 +25,7 @@ from tests.collector.helpers import (
 )
 from tests.markers import secret
 from tests.servers import Server
+from tests.support.fixtures import FAST_FAILURE, MakeCollector
 
 PW = secret("pw")
 

@@ -15,10 +15,10 @@ import redis
 from collector import Collector, ConfigError, TelemetryConfig, TelemetryError
 from collector.store import KeySchema
 from tests import config_files
-from tests.collector.conftest import MakeCollector
 from tests.collector.helpers import queue_events, stats_of
 from tests.config_files import write
 from tests.markers import secret
+from tests.support.fixtures import MakeCollector
 
 PW = secret("pw")
 

@@ -12,8 +12,8 @@ import pytest
 
 from collector import Collector, EventsDropped, TelemetryError
 from collector.counters import Counter
-from tests.collector.conftest import MakeCollector
 from tests.collector.helpers import balanced
+from tests.support.fixtures import MakeCollector
 
 
 @pytest.fixture

@@ -18,9 +18,9 @@ import collector
 import collector._default
 from collector import Collector
 from collector.store import KeySchema
-from tests.collector.conftest import FAST_FAILURE, MakeCollector
 from tests.collector.helpers import queue_events, seqs, wait_until
 from tests.servers import Server, env_without_telemetry
+from tests.support.fixtures import FAST_FAILURE, MakeCollector
 
 PREFIX = "fork"
 SCHEMA = KeySchema(PREFIX, 16)

@@ -6,9 +6,9 @@ import pytest
 
 from collector import Collector, EventsDropped
 from collector.store import KeySchema
-from tests.collector.conftest import FAST_FAILURE, MakeCollector
 from tests.collector.helpers import balanced, queue_events, stats_total, wait_until
 from tests.servers import Server
+from tests.support.fixtures import FAST_FAILURE, MakeCollector
 
 PREFIX = "down"
 SCHEMA = KeySchema(PREFIX, 16)

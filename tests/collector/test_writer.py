@@ -15,9 +15,9 @@ import collector.store._bulk
 from collector import Collector
 from collector.config import TelemetryConfig, build_config, raw_settings
 from collector.store import KeySchema
-from tests.collector.conftest import MakeCollector
 from tests.collector.helpers import balanced, queue_events
 from tests.servers import Server, server_binaries
+from tests.support.fixtures import MakeCollector
 
 PREFIX = "tw"
 SCHEMA = KeySchema(PREFIX, 16)

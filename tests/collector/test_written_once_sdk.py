@@ -11,9 +11,9 @@ import redis
 from collector import Collector
 from collector.config import TelemetryConfig, build_config, raw_settings
 from collector.store import KeySchema
-from tests.collector.conftest import MakeCollector
 from tests.collector.helpers import balanced, queue_events, stats_total, wait_until
 from tests.servers import Server
+from tests.support.fixtures import MakeCollector
 
 PREFIX = "once"
 SCHEMA = KeySchema(PREFIX, 16)

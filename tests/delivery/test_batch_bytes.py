@@ -12,7 +12,6 @@ import redis
 
 from collector.store import KeySchema, encode_entry
 from reporter._pacing.body_limit import JSON_BODY
-from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
     assert_reconciled,
     drained,
@@ -22,6 +21,7 @@ from tests.delivery.helpers import (
     wait_until,
 )
 from tests.scriptcalls import Scripts
+from tests.support.fixtures import MakeEndpoint, StartService
 
 GAME = "bytes"
 NGINX_DEFAULT = 1024 * 1024  # client_max_body_size

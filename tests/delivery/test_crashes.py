@@ -19,7 +19,6 @@ import redis
 
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
-from tests.delivery.conftest import MakeEndpoint
 from tests.delivery.helpers import (
     Script,
     assert_reconciled,
@@ -33,6 +32,7 @@ from tests.delivery.helpers import (
     wait_until,
 )
 from tests.servers import Server, env_without_telemetry
+from tests.support.fixtures import MakeEndpoint
 
 GAME = "crash"
 EVENTS = 60

@@ -19,7 +19,6 @@ from collector.store import open_store
 from reporter._commands.status import status_text
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._demo.nppa_mock import NppaEndpoint
-from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
     assert_reconciled,
     drained,
@@ -29,6 +28,7 @@ from tests.delivery.helpers import (
 )
 from tests.reporter.helpers import make_config as nppa_make_config
 from tests.servers import Server, env_without_telemetry
+from tests.support.fixtures import MakeEndpoint, StartService
 
 ROOT = Path(__file__).resolve().parents[2]
 SESSIONS = 5000

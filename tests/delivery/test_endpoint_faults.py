@@ -19,7 +19,6 @@ from collector.store import KeySchema
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import Totals
 from reporter._service.service import ReporterService
-from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
     Script,
     assert_reconciled,
@@ -32,6 +31,7 @@ from tests.delivery.helpers import (
 )
 from tests.scriptcalls import store_of
 from tests.servers import Server, free_port
+from tests.support.fixtures import MakeEndpoint, StartService
 
 # Requests an outage of a few seconds may cost at most: with backoff from 50 ms the gate
 # reopens about ten times; each reopening may send a probe per sweep thread.

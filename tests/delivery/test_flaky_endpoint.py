@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 from redis.cluster import RedisCluster
 
-from tests.delivery.conftest import MakeEndpoint
 from tests.delivery.helpers import (
     Script,
     assert_reconciled,
@@ -39,6 +38,7 @@ from tests.delivery.helpers import (
 )
 from tests.delivery.test_crashes import Spawn, spawn  # noqa: F401 - the fixture
 from tests.servers import Cluster, Server, env_without_telemetry
+from tests.support.fixtures import MakeEndpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 GAMES = [f"g{i}" for i in range(8)]

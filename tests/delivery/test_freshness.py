@@ -16,7 +16,6 @@ from collector.store import KeySchema
 from reporter._delivery.batches import Batches, new_id
 from reporter._monitoring.accounting import read_totals
 from reporter._sinks.registry import make_sender
-from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
     Script,
     assert_reconciled,
@@ -30,6 +29,7 @@ from tests.delivery.helpers import (
 from tests.delivery.wiring import Delivery, delivery_for
 from tests.scriptcalls import store_of, store_on
 from tests.servers import Server
+from tests.support.fixtures import MakeEndpoint, StartService
 
 MAX_AGE = 180.0
 GAME = "fresh"

@@ -21,12 +21,12 @@ import redis
 from collector.store import KeySchema
 from reporter._monitoring.accounting import Totals
 from reporter._service.service import ReporterService
-from tests.delivery.conftest import StartService
 from tests.delivery.helpers import drained, make_config, schema_of, wait_until
 from tests.delivery.test_endpoint_faults import drain, fill, games_in_distinct_shards
 from tests.rawhttp import OK, Act, RawServer, after, then_hold, trickle
 from tests.scriptcalls import store_of
 from tests.servers import Server
+from tests.support.fixtures import StartService
 
 Reply = bytes | Act | None
 

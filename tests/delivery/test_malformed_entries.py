@@ -16,7 +16,6 @@ from collector.counters import Counter as C
 from collector.store import encode_entry
 from reporter._delivery.attempt import malformed
 from reporter._senders.outcome import MALFORMED
-from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
     assert_reconciled,
     drained,
@@ -26,6 +25,7 @@ from tests.delivery.helpers import (
     wait_until,
 )
 from tests.scriptcalls import Scripts, store_of
+from tests.support.fixtures import MakeEndpoint, StartService
 
 GAME = "framing"
 GARBAGE = [b"not an entry", b"12345", b"1234567890123", b"12345678901x3{}", b""]

@@ -27,8 +27,6 @@ from collector.store import SCRIPT_NAMES, KeySchema, ShardKeys, encode_entry, sc
 from reporter._commands.status import status_text
 from reporter._monitoring.levels import RedisReadings
 from reporter._service.store_watch import StoreWatch
-from tests.conftest import BINARIES
-from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
     assert_reconciled,
     drained,
@@ -39,6 +37,7 @@ from tests.delivery.helpers import (
 )
 from tests.scriptcalls import Scripts, store_of, store_on
 from tests.servers import Cluster, Server
+from tests.support.fixtures import BINARIES, MakeEndpoint, StartService
 
 GAMES = [f"full-{i}" for i in range(20)]
 PAD = "x" * 40  # events of about 80 bytes stored: about 40,000 fit in 4 MB

@@ -11,7 +11,6 @@ import json
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,30 +31,12 @@ from tests.delivery.test_nppa_reporting import APP_ID, GAMES, PI, accepted_count
 from tests.polling import wait_until
 from tests.reporter.helpers import make_config
 from tests.servers import Server
+from tests.support.fixtures import StartService
 
 OLD = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"  # the key the reporter starts with
 NEW = "5a" * 16  # the only key the interface accepts
 HOLD = "nppa:" + APP_ID
 SHORT_WINDOW = {"freshness_margin_seconds": 165.0}  # items go late after 15 s
-
-MakeService = Callable[[ReporterConfig], ReporterService]
-
-
-@pytest.fixture
-def services() -> Iterator[MakeService]:
-    made: list[ReporterService] = []
-
-    def make(config: ReporterConfig) -> ReporterService:
-        service = ReporterService(config)
-        made.append(service)
-        service.start()
-        return service
-
-    yield make
-    for service in made:
-        if not service.stop_event.is_set():
-            service.stop(grace=0)
-        service.store.close()
 
 
 def key_config(
@@ -114,7 +95,7 @@ def counter(service: ReporterService, name: str) -> int:
 
 
 def test_a_key_the_system_refuses_holds_every_reporter_until_the_key_file_changes(
-    own_server: Server, tmp_path: Path, services: MakeService
+    own_server: Server, tmp_path: Path, start_service: StartService
 ) -> None:
     key_file = tmp_path / "nppa.key"
     with NppaEndpoint(app_id=APP_ID, secret_key=NEW, biz_ids=GAMES.values()) as endpoint:
@@ -127,7 +108,7 @@ def test_a_key_the_system_refuses_holds_every_reporter_until_the_key_file_change
         )  # only a key change probes
         sessions(config, "farm", 50, int(time.time()), int(time.time()))
         sessions(config, "kart", 50, int(time.time()), int(time.time()))
-        first, second = services(config), services(config)
+        first, second = start_service(config), start_service(config)
         wait_until(
             lambda: first.hold and second.hold and first.hold.held and second.hold.held,
             timeout=20,
@@ -188,7 +169,7 @@ def test_a_key_the_system_refuses_holds_every_reporter_until_the_key_file_change
 
 @pytest.mark.parametrize("late", ["resend", "drop"])
 def test_sessions_that_went_late_during_a_hold(
-    own_server: Server, tmp_path: Path, services: MakeService, late: str
+    own_server: Server, tmp_path: Path, start_service: StartService, late: str
 ) -> None:
     """300 sessions, fresh when collected, go out of the window while the sender is held;
     once the key is right (SIGHUP's re-read), "resend" sends all 600 items with their times
@@ -204,7 +185,7 @@ def test_sessions_that_went_late_during_a_hold(
         )
         now = int(time.time())
         sessions(config, "farm", 300, now - 8, now - 6)
-        service = services(config)
+        service = start_service(config)
         wait_until(lambda: service.hold is not None and service.hold.held, timeout=20, what="held")
         began = time.monotonic()
         wait_until(lambda: time.time() > now + 9, timeout=20, what="every item late")
@@ -252,14 +233,14 @@ def test_sessions_that_went_late_during_a_hold(
 
 
 def test_events_stamped_an_hour_ahead_are_dead_lettered_while_the_rest_go(
-    own_server: Server, tmp_path: Path, services: MakeService
+    own_server: Server, tmp_path: Path, start_service: StartService
 ) -> None:
     with NppaEndpoint(app_id=APP_ID, secret_key=OLD, biz_ids=GAMES.values()) as endpoint:
         config = key_config(own_server, endpoint, tmp_path / "nppa.key")
         now = int(time.time())
         sessions(config, "farm", 10, now + 3600, now + 3600)
         sessions(config, "farm", 10, now, now)
-        service = services(config)
+        service = start_service(config)
         wait_until(lambda: accepted_count(endpoint) == 20, timeout=30, what="the fresh ones")
         wait_until(
             lambda: counter(service, "dead_events") == 20,
@@ -276,7 +257,7 @@ def test_events_stamped_an_hour_ahead_are_dead_lettered_while_the_rest_go(
 
 @pytest.mark.parametrize("late", ["resend", "drop"])
 def test_dead_replay_follows_the_late_policy(
-    own_server: Server, tmp_path: Path, services: MakeService, late: str
+    own_server: Server, tmp_path: Path, start_service: StartService, late: str
 ) -> None:
     """Items the system refused (3010, say a pi it did not know yet) are replayed after they
     missed the window: "resend" sends them with their times moved, "drop" counts them stale."""
@@ -293,7 +274,7 @@ def test_dead_replay_follows_the_late_policy(
         )
         now = int(time.time())
         sessions(config, "kart", 5, now - 10, now - 9, pi=unknown)
-        service = services(config)
+        service = start_service(config)
         wait_until(
             lambda: counter(service, "dead_events") == 10,
             timeout=30,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,16 +16,14 @@ from collector import Collector, nppa
 from reporter._config import ReporterConfig
 from reporter._demo.nppa_mock import NppaEndpoint
 from reporter._monitoring.accounting import read_totals
-from reporter._service.service import ReporterService
 from tests.polling import wait_until
 from tests.reporter.helpers import make_config
+from tests.support.fixtures import StartService
 
 SECRET = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 APP_ID = "app-test-1"
 GAMES = {"farm": "1101999999", "kart": "1101999998"}
 PI = "1" * 38
-
-MakeService = Callable[[ReporterConfig], ReporterService]
 
 
 def nppa_config(
@@ -53,23 +51,6 @@ def nppa_config(
             **(reporter or {}),
         },
     )
-
-
-@pytest.fixture
-def services() -> Iterator[MakeService]:
-    made: list[ReporterService] = []
-
-    def make(config: ReporterConfig) -> ReporterService:
-        service = ReporterService(config)
-        made.append(service)
-        service.start()
-        return service
-
-    yield make
-    for service in made:
-        if not service.stop_event.is_set():
-            service.stop(grace=0)
-        service.store.close()
 
 
 def collect(
@@ -103,12 +84,12 @@ def codes(endpoint: NppaEndpoint) -> Counter[int]:
 
 
 def test_a_backlog_of_two_games_is_accepted_in_full_requests(
-    redis_url: str, services: MakeService
+    redis_url: str, start_service: StartService
 ) -> None:
     with NppaEndpoint(app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values()) as endpoint:
         config = nppa_config(redis_url, endpoint)
         collect(config, 600)
-        services(config)
+        start_service(config)
         wait_until(lambda: accepted_count(endpoint) == 1200, timeout=30, what="every item accepted")
         with endpoint.lock:
             requests, accepted = list(endpoint.requests), list(endpoint.accepted)
@@ -121,7 +102,7 @@ def test_a_backlog_of_two_games_is_accepted_in_full_requests(
     assert all(set(a.item) == {"no", "si", "bt", "ot", "ct", "pi"} for a in accepted)
 
 
-def test_expired_timestamps_are_sent_again(redis_url: str, services: MakeService) -> None:
+def test_expired_timestamps_are_sent_again(redis_url: str, start_service: StartService) -> None:
     with NppaEndpoint(
         app_id=APP_ID,
         secret_key=SECRET,
@@ -130,12 +111,14 @@ def test_expired_timestamps_are_sent_again(redis_url: str, services: MakeService
     ) as endpoint:
         config = nppa_config(redis_url, endpoint)
         collect(config, 4)
-        services(config)
+        start_service(config)
         wait_until(lambda: accepted_count(endpoint) == 8, timeout=30, what="all accepted")
     assert codes(endpoint)[1007] == 1
 
 
-def test_over_the_limit_every_reporter_backs_off(redis_url: str, services: MakeService) -> None:
+def test_over_the_limit_every_reporter_backs_off(
+    redis_url: str, start_service: StartService
+) -> None:
     """The interface allows 2 requests/s here; the reporters believe 10. After each 1006 the
     shared bucket pauses both reporters for throttle_seconds: nothing reaches the interface
     in that time (but what was already on its way)."""
@@ -154,7 +137,7 @@ def test_over_the_limit_every_reporter_backs_off(redis_url: str, services: MakeS
             throttle_seconds=1.0,
         )
         collect(config, 10)  # 20 events in batches of 2: 10 requests, claimed one by one
-        first, second = services(config), services(config)
+        first, second = start_service(config), start_service(config)
         wait_until(lambda: accepted_count(endpoint) == 20, timeout=60, what="all accepted")
         throttled = codes(endpoint)[1006]
         with endpoint.lock:
@@ -172,7 +155,7 @@ def test_over_the_limit_every_reporter_backs_off(redis_url: str, services: MakeS
 
 @pytest.mark.parametrize("partial_errcode", [0, 3001])
 def test_items_the_system_refuses_are_dead_lettered_one_by_one(
-    redis_url: str, r: redis.Redis, services: MakeService, partial_errcode: int
+    redis_url: str, r: redis.Redis, start_service: StartService, partial_errcode: int
 ) -> None:
     unknown = "9" * 38
 
@@ -188,7 +171,7 @@ def test_items_the_system_refuses_are_dead_lettered_one_by_one(
     ) as endpoint:
         config = nppa_config(redis_url, endpoint)
         collect(config, 30, pi=lambda i: unknown if i % 10 == 3 else PI)
-        service = services(config)
+        service = start_service(config)
         wait_until(
             lambda: accepted_count(endpoint) == 54,
             timeout=30,
@@ -212,26 +195,26 @@ def test_items_the_system_refuses_are_dead_lettered_one_by_one(
 
 @pytest.mark.parametrize("offset", [4.0, -4.0])
 def test_a_system_clock_a_few_seconds_off_is_fine(
-    redis_url: str, services: MakeService, offset: float
+    redis_url: str, start_service: StartService, offset: float
 ) -> None:
     with NppaEndpoint(
         app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values(), clock=lambda: time.time() + offset
     ) as endpoint:
         config = nppa_config(redis_url, endpoint)
         collect(config, 6)
-        services(config)
+        start_service(config)
         wait_until(lambda: accepted_count(endpoint) == 12, timeout=30, what="all accepted")
     assert set(codes(endpoint)) == {0}
 
 
 def test_events_from_a_game_server_clock_ahead_wait_until_they_are_valid(
-    redis_url: str, services: MakeService
+    redis_url: str, start_service: StartService
 ) -> None:
     with NppaEndpoint(app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values()) as endpoint:
         config = nppa_config(redis_url, endpoint)
         ahead = int(time.time()) + 3
         collect(config, 2, ot=ahead)
-        service = services(config)
+        service = start_service(config)
         wait_until(lambda: accepted_count(endpoint) == 4, timeout=30, what="accepted later")
         with endpoint.lock:
             sent = [(a.request_ms, a.item["ot"]) for a in endpoint.accepted]
@@ -245,7 +228,7 @@ def busiest_second(times: list[float]) -> int:
 
 
 def test_three_reporters_together_keep_under_ten_requests_a_second(
-    redis_url: str, services: MakeService
+    redis_url: str, start_service: StartService
 ) -> None:
     """The interface's limit holds across processes: three reporters (services sharing the
     Redis, as processes would) draw from one bucket; none of them meets a 1006."""
@@ -253,7 +236,7 @@ def test_three_reporters_together_keep_under_ten_requests_a_second(
         config = nppa_config(redis_url, endpoint, {"hot_games": {"farm": 1}})
         collect(config, 896)  # 7 full requests a game (the cap keeps 1,000)
         for _ in range(3):
-            services(config)
+            start_service(config)
         wait_until(lambda: accepted_count(endpoint) == 1792, timeout=60, what="all accepted")
         with endpoint.lock:
             requests = list(endpoint.requests)

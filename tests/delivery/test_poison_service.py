@@ -18,7 +18,6 @@ from collector import Collector
 from collector.store import KeySchema, ShardKeys, encode_entry
 from reporter._commands.cli import main
 from reporter._config import ReporterConfig
-from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
     config_toml,
     drained,
@@ -28,6 +27,7 @@ from tests.delivery.helpers import (
     wait_until,
 )
 from tests.servers import free_port
+from tests.support.fixtures import MakeEndpoint, StartService
 
 GAMES = [f"game-{i}" for i in range(12)]
 BAD_GAME = GAMES[0]

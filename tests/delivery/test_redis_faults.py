@@ -17,7 +17,6 @@ import time
 import pytest
 
 from collector import Collector
-from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
     assert_reconciled,
     drained,
@@ -27,6 +26,7 @@ from tests.delivery.helpers import (
     wait_until,
 )
 from tests.servers import Server
+from tests.support.fixtures import MakeEndpoint, StartService
 
 GAMES = ("arena", "puzzle", "kart")
 OUTAGE_SECONDS = 3.0

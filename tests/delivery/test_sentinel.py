@@ -18,7 +18,6 @@ from collector import Collector
 from collector.store import BackendUnavailable, Collect, open_store
 from reporter._commands.cli import main, startup_line
 from reporter._config import ReporterConfig
-from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import (
     assert_reconciled,
     config_toml,
@@ -33,6 +32,7 @@ from tests.delivery.sentinel import sentinel_config
 from tests.markers import secret
 from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse: main() below
 from tests.servers import SentinelGroup, Server, free_port, server_binaries
+from tests.support.fixtures import MakeEndpoint, StartService
 
 SENTINEL_PW = secret("sentinel-pw")
 DATA_PW = secret("data-pw")

@@ -11,9 +11,9 @@ import pytest
 from collector import Collector
 from reporter._service.service import ReporterService
 from reporter._service.store_watch import ALERT_NAME
-from tests.delivery.conftest import MakeEndpoint, StartService
 from tests.delivery.helpers import Script, make_config, wait_until
 from tests.servers import Server
+from tests.support.fixtures import MakeEndpoint, StartService
 
 GAME = "reset"
 

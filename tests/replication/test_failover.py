@@ -15,9 +15,9 @@ from collector import Collector
 from collector.store import open_store
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import read_totals
-from tests.reporter.conftest import MakeService
 from tests.reporter.helpers import make_config, wait_until
 from tests.servers import Cluster
+from tests.support.fixtures import MakeService
 
 GAMES = [f"game-{i}" for i in range(12)]
 SHARDS = 8

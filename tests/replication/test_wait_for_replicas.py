@@ -14,20 +14,18 @@ import pytest
 from collector import ConfigError
 from collector.store import BackendUnreplicated, Collect, KeySchema, open_store
 from reporter._demo.endpoint import LocalEndpoint
-from tests.collector.conftest import MakeCollector
 from tests.collector.helpers import queue_events, stats_total, wait_until
-from tests.conftest import BINARIES
-from tests.reporter.conftest import MakeService
 from tests.reporter.helpers import ids_of, make_config, numbered, store
 from tests.scriptcalls import Scripts
-from tests.servers import Server
+from tests.servers import Server, default_binary
+from tests.support.fixtures import MakeCollector, MakeService
 
 SCHEMA = KeySchema("telemetry", 4)
 
 
 @pytest.fixture
 def primary_with_replica() -> Iterator[Server]:
-    binary = BINARIES.get("redis") or BINARIES["valkey"]
+    binary = default_binary()
     primary = Server(binary).start()
     replica = Server(
         binary,

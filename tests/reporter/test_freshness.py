@@ -12,7 +12,6 @@ import redis
 from reporter._delivery.freshness import Freshness, sink_freshness, split_fresh
 from reporter._monitoring.accounting import read_totals
 from reporter._service.service import ReporterService
-from tests.reporter.conftest import MakeService
 from tests.reporter.helpers import (
     entry,
     ids_of,
@@ -24,6 +23,7 @@ from tests.reporter.helpers import (
 )
 from tests.reporter.recorder import Recorder
 from tests.scriptcalls import Scripts, store_of
+from tests.support.fixtures import MakeService
 
 NOW_MS = 1_700_000_000_000
 MAX_AGE_MS = 180_000

@@ -26,10 +26,10 @@ from reporter._monitoring.prometheus import LATE_SLOTS, SEND_ERRORS
 from reporter._monitoring.server import SERVER_COUNTERS
 from reporter._service.service import ReporterService
 from tests.config_files import write
-from tests.reporter.conftest import MakeService
 from tests.reporter.helpers import make_config, now_ms, numbered, store, wait_until
 from tests.scriptcalls import Scripts
 from tests.servers import Server, free_port
+from tests.support.fixtures import MakeService
 
 ROOT = Path(__file__).resolve().parents[2]
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

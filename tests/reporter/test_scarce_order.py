@@ -14,11 +14,11 @@ import redis
 from collector.store import GameState, KeySchema
 from reporter._service.service import ReporterService
 from reporter._service.workers import NEXT_REQUEST_MS
-from tests.reporter.conftest import MakeService
 from tests.reporter.helpers import make_config, now_ms, numbered, store
 from tests.reporter.recorder import Recorder
 from tests.reporter.test_sweep import Clock
 from tests.scriptcalls import Scripts
+from tests.support.fixtures import MakeService
 
 LINGER_MS = 1000
 

@@ -20,7 +20,6 @@ from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint, Received
 from reporter._monitoring.accounting import read_totals
 from reporter._service.service import ReporterService
-from tests.reporter.conftest import MakeService
 from tests.reporter.helpers import (
     TTL,
     ids_of,
@@ -32,6 +31,7 @@ from tests.reporter.helpers import (
 from tests.reporter.recorder import Recorder
 from tests.scriptcalls import Scripts
 from tests.servers import Server
+from tests.support.fixtures import MakeService
 
 QUICK = {"linger_ms": 200, "poll_interval_ms": 50}
 

@@ -12,7 +12,6 @@ import redis
 from collector.store import BackendRefused, Claim, KeySchema
 from reporter._monitoring.accounting import read_totals
 from reporter._service.service import ReporterService
-from tests.reporter.conftest import MakeService
 from tests.reporter.helpers import (
     ids_of,
     make_config,
@@ -24,6 +23,7 @@ from tests.reporter.helpers import (
 )
 from tests.reporter.recorder import Recorder
 from tests.scriptcalls import Scripts, store_of
+from tests.support.fixtures import MakeService
 
 LINGER_MS = 1000
 GAME = "game-1"
