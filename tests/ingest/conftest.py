@@ -11,7 +11,6 @@ import pytest
 
 from reporter._config import ReporterConfig
 from reporter._ingest.service import IngestService
-from tests.delivery.conftest import make_endpoint, start_service  # noqa: F401 - fixtures
 from tests.delivery.helpers import make_config
 
 TOKEN = "ingest-test-token-0123456789abcdef"
