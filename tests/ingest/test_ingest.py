@@ -84,8 +84,8 @@ def test_events_posted_over_http_are_delivered_once_and_bad_requests_are_refused
         (b'[{"seq": 1}, {"s": "\xff"}]', "application/json", 400, 1, "not UTF-8"),
         (b'{"seq": 1}\n{"seq": 2}\n{"seq": 3} x\n', NDJSON, 400, 2, "not one JSON value"),
         (b'{"seq": 1}\n\n"three"\n', NDJSON, 400, 1, "found a string"),
-        (b'[{"seq": 1}]', "text/plain", 415, None, "Content-Type"),
         (b'[{"seq": 1}]', "application/json; charset=latin-1", 415, None, "UTF-8"),
+        (b'{"seq": 1}\n{"seq": 2}', "application/x-www-form-urlencoded", 400, None, "array"),
         (as_array([{"seq": i} for i in range(11)]), "application/json", 413, None, "over"),
     ],
 )
@@ -128,6 +128,21 @@ def test_pretty_printed_events_are_stored_on_one_line(
     entries = r.lrange(queue, 0, -1)
     # The element that spanned lines is written anew; the other is kept byte for byte.
     assert [e[13:] for e in entries] == [b'{"seq":1,"name":"a\\nb"}', b'{"seq": 2}']
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_a_body_of_any_type_but_ndjson_is_read_as_a_json_array(
+    redis_url: str, start_ingest: StartIngest, content_type: str | None
+) -> None:
+    """What curl -d sends, or no type at all: the body decides."""
+    ingest = start_ingest(ingest_config(redis_url))
+    answer = httpx.post(
+        f"{ingest.url}/v1/games/arena/events",
+        content=as_array([{"seq": 1}, {"seq": 2}]),
+        headers={"Content-Type": content_type} if content_type else {},
+        timeout=10,
+    )
+    assert answer.status_code == 202 and answer.json() == {"accepted": 2}
 
 
 def test_a_bad_game_name_is_refused_before_the_body(
