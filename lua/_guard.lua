@@ -241,13 +241,19 @@ local function set_aside_batch(batches, payloads, id, raw, reason, pending, even
 end
 
 -- Metadata `raw` of batch `id` as a table if it can be used and its payload is there; else
--- nil, why, and the events to count if it is set aside (nil: those of its payload).  Nothing
--- is written: the caller sets the batch aside (set_aside_batch) when its checks are done.
-local function check_batch(payloads, id, raw)
+-- nil, why, and the events to count if it is set aside (nil: those of its payload).  With
+-- `blob` (a script that hands the payload out reads it anyway) the payload holds no more
+-- entries than a batch can.  Nothing is written: the caller sets the batch aside
+-- (set_aside_batch) when its checks are done.
+local function check_batch(payloads, id, raw, blob)
   local meta, why = read_meta(raw)
   if not meta then return nil, why end
-  if meta.n > 0 and read('hash', 0, 'HEXISTS', payloads, id) == 0 then
+  if blob == nil and meta.n > 0 and read('hash', 0, 'HEXISTS', payloads, id) == 0
+      or blob == false and meta.n > 0 then
     return nil, 'a batch without its payload', meta.n
+  end
+  if blob and entries_in(blob) > MAX_BATCH_EVENTS then
+    return nil, 'a payload of more entries than a batch holds', meta.n
   end
   return meta
 end
@@ -310,9 +316,10 @@ end
 -- What this call answered when it ran, if this is it sent again; else nil.
 -- `shape` (optional) says whether the answer kept is one this script gives: a receipt
 -- written by anything else is not this call's, and is ignored.
+local RECEIPT_MOST_BYTES = 65536 -- larger: not a receipt a script wrote (decoding it is slow)
 local function receipt_of(key, token, shape)
   local raw = redis.pcall('GET', key)
-  if type(raw) ~= 'string' then return nil end
+  if type(raw) ~= 'string' or #raw > RECEIPT_MOST_BYTES then return nil end
   local ok, r = pcall(cjson.decode, raw)
   if not ok or type(r) ~= 'table' or r.s ~= guard.script or r.t ~= token or r.r == nil then
     return nil

@@ -18,7 +18,7 @@
 -- returns  the records kept now
 -- include: _guard
 guard_open('note_late', KEYS[3], KEYS[1], {'late_sent'})
-local done = receipt_of(KEYS[4], '')
+local done = receipt_of(KEYS[4], '', is_whole)
 if done then return done end
 expect(KEYS[2], 'list')
 local moved = tonumber(ARGV[1])

@@ -77,11 +77,14 @@ local function entries_of(blob)
   return nil
 end
 
-local meta, why, events = check_batch(KEYS[3], id, raw)
+local blob = read('hash', false, 'HGET', KEYS[3], id)
+local meta, why, events = check_batch(KEYS[3], id, raw, blob)
 local entries
 if meta then
-  entries = entries_of(read('hash', false, 'HGET', KEYS[3], id) or '')
-  if not entries then meta, why = nil, 'a payload of more entries than a batch holds' end
+  entries = entries_of(blob or '')
+  if not entries then
+    meta, why, events = nil, 'a payload of more entries than a batch holds', meta.n
+  end
 end
 if not meta then
   set_aside_batch(KEYS[2], KEYS[3], id, raw, why, true, events)

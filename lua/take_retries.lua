@@ -61,13 +61,14 @@ for _, id in ipairs(due) do
   if taken >= want then break end
   local step = {id = id, raw = redis.call('HGET', KEYS[3], id)}
   if step.raw then
-    local meta, why, events = check_batch(KEYS[4], id, step.raw)
+    local blob = redis.call('HGET', KEYS[4], id)
+    local meta, why, events = check_batch(KEYS[4], id, step.raw, blob)
     if not meta then
       step.why, step.events = why, events
     elseif ARGV[4] == '' or meta.g == ARGV[4] then
       meta.t = token
       step.meta, step.json = meta, cjson.encode(meta)
-      step.blob = redis.call('HGET', KEYS[4], id) or ''
+      step.blob = blob or ''
       taken = taken + 1
     else
       step = nil -- another game's: left waiting
