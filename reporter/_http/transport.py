@@ -62,10 +62,6 @@ Origin = tuple[bytes, str, int]
 
 # A request extension: the caller needs the whole response body, at most this many bytes.
 NEED_BODY = "telemetry.need_body"
-# A request extension: a callable run once the connection is ready, right before the
-# request's bytes go (a shared rate's slot is checked there, after any connecting); it may
-# sleep, and raise an httpx error to send nothing.
-BEFORE_SEND = "telemetry.before_send"
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,20 +132,33 @@ class SocketTransport(httpx.BaseTransport):
         self._closed = False
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self.send_when(request, None)
+        assert response is not None  # nobody to say no
+        return response
+
+    def send_when(
+        self, request: httpx.Request, ready: Callable[[], bool] | None
+    ) -> httpx.Response | None:
+        """``handle_request``, asking ``ready()`` once the connection is ready (made, through
+        the proxy, TLS done), right before the request's bytes go: a shared rate's slot is
+        checked there, after any connecting, and the check may sleep.  False sends nothing,
+        keeps the connection for the next request and returns None."""
         url = request.url
         origin: Origin = (url.raw_scheme, url.host, url.port or _default_port(url))
         data = _request_bytes(request, self._proxy)
         need: int | None = request.extensions.get(NEED_BODY)
-        before: Callable[[], None] | None = request.extensions.get(BEFORE_SEND)
         wait = request.extensions.get("timeout", {}).get("pool", self._timeout)
         if not self._slots.acquire(timeout=wait):
             raise httpx.PoolTimeout(f"all connections busy for {wait} s", request=request)
         try:
             started = time.monotonic()
             try:
-                conn, (status, headers, content, keep) = self._exchange(
-                    origin, data, request.method, started + self._timeout, need, before
+                exchanged = self._exchange(
+                    origin, data, request.method, started + self._timeout, need, ready
                 )
+                if exchanged is None:
+                    return None
+                conn, (status, headers, content, keep) = exchanged
             except Expired as exc:
                 raise self._timed_out(request, exc.phase, started) from None
             except Closed:
@@ -176,19 +185,25 @@ class SocketTransport(httpx.BaseTransport):
         method: str,
         deadline: float,
         need: int | None,
-        before: Callable[[], None] | None = None,
-    ) -> tuple[Connection, Answer]:
-        """Send the request and read the answer.  A reused connection that fails before any
-        byte of a response came back was closed by the server as the request went out: the
-        request goes again, at once, on a new connection."""
+        ready: Callable[[], bool] | None = None,
+    ) -> tuple[Connection, Answer] | None:
+        """Send the request and read the answer (None: ``ready()`` said not to send).  A
+        reused connection that fails before any byte of a response came back was closed by
+        the server as the request went out: the request goes again, at once, on a new
+        connection."""
         conn, reused = self._connection(origin, deadline)
-        if before is not None:
+        if ready is not None:
             try:
-                before()
+                go = ready()
             except BaseException:
-                self._forget(conn)
-                self._keep(origin, conn)  # unused: as good as before
+                go = False
                 raise
+            finally:
+                if not go:
+                    self._forget(conn)
+                    self._keep(origin, conn)  # unused: as good as before
+            if not go:
+                return None
         while True:
             try:
                 return conn, exchange(conn, data, method, need)

@@ -10,11 +10,10 @@ from urllib.parse import urlsplit
 import httpx
 
 from collector import ConfigError
-from reporter._http.transport import BEFORE_SEND, NEED_BODY, Proxy, SocketTransport
+from reporter._http.transport import NEED_BODY, Proxy, SocketTransport
 from reporter._settings import SinkSettings
 
 __all__ = [
-    "BEFORE_SEND",
     "NEED_BODY",
     "USER_AGENT",
     "SinkClient",

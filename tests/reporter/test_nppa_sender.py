@@ -19,7 +19,6 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from reporter._config import ReporterConfig
 from reporter._senders.outcome import DELIVERED, REJECTED, RETRY
 from reporter._sinks.nppa.sender import CHECK, NppaSender, classify, endpoint_url
-from reporter._sinks.nppa.settings import NppaSettings
 from reporter._sinks.nppa.wire import seal, signature, unseal
 from tests.reporter.helpers import make_config
 
@@ -100,9 +99,7 @@ class Captured:
 
 def sender(captured: Captured, clock: float = NOW, **nppa: Any) -> NppaSender:
     c = config(**nppa)
-    return NppaSender(
-        c.section(NppaSettings), c.sink, c.biz_id, httpx.MockTransport(captured), lambda: clock
-    )
+    return NppaSender(c, httpx.MockTransport(captured), lambda: clock)
 
 
 def event(i: int, ot: int = int(NOW) - 5, **fields: Any) -> bytes:
@@ -248,9 +245,7 @@ def test_the_key_is_read_once_per_request() -> None:
     captured = Captured()
     c = config()
     s = NppaSender(
-        c.section(NppaSettings),
-        c.sink,
-        c.biz_id,
+        c,
         httpx.MockTransport(captured),
         lambda: NOW,
         key=lambda: next(keys),
@@ -280,9 +275,7 @@ def test_expired_timestamps_are_sent_again_once_with_a_new_stamp() -> None:
     captured = Captured(lambda plain: next(answers))
     c = config()
     s = NppaSender(
-        c.section(NppaSettings),
-        c.sink,
-        c.biz_id,
+        c,
         httpx.MockTransport(captured),
         lambda: next(clock),
     )
@@ -311,9 +304,7 @@ def test_the_resend_after_1007_waits_for_a_slot_of_its_own(slot: bool) -> None:
             return True
 
     s = NppaSender(
-        c.section(NppaSettings),
-        c.sink,
-        c.biz_id,
+        c,
         httpx.MockTransport(captured),
         lambda: NOW,
         pacer=Pace(),
@@ -466,9 +457,7 @@ def test_transport_errors_are_retried() -> None:
         raise httpx.ConnectError("refused", request=request)
 
     c = config()
-    s = NppaSender(
-        c.section(NppaSettings), c.sink, c.biz_id, httpx.MockTransport(refuse), lambda: NOW
-    )
+    s = NppaSender(c, httpx.MockTransport(refuse), lambda: NOW)
     assert s.send("g1", "b.0", [event(0)]).kind == RETRY
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from reporter._http.transport import BEFORE_SEND, NEED_BODY, Proxy, SocketTransport
+from reporter._http.transport import NEED_BODY, Proxy, SocketTransport
 from tests.markers import secret
 from tests.polling import wait_until
 from tests.rawhttp import (
@@ -71,27 +71,34 @@ def test_posts_the_request_and_keeps_the_connection(serve: Serve, client: httpx.
     assert body == b'{"n":2}'
 
 
-def test_before_send_runs_with_the_connection_ready_and_can_stop_the_request(
-    serve: Serve, client: httpx.Client
-) -> None:
-    """A rate's slot is checked once the connection is made, right before the bytes go; an
-    error raised there sends nothing and keeps the connection."""
+def test_send_when_asks_with_the_connection_ready_and_may_send_nothing(serve: Serve) -> None:
+    """A rate's slot is checked once the connection is made, right before the bytes go
+    (``send_when``); a no sends nothing, returns None and keeps the connection."""
     server = serve(always(OK))
+    transport = SocketTransport(2.0, 2.0, 8)
+    client = httpx.Client(transport=transport)
     seen: list[int] = []
-    before = {BEFORE_SEND: lambda: seen.append(len(server.requests))}
-    assert post(client, server, extensions=before).status_code == 200
-    assert seen == [0] and len(server.requests) == 1  # it ran before the request went
-    assert post(client, server, extensions=before).status_code == 200
-    assert seen == [0, 1] and server.connections == 1  # and on a kept connection too
 
-    def refuse() -> None:
-        raise httpx.ConnectError("no slot")
+    def ready() -> bool:
+        seen.append(len(server.requests))
+        return True
 
-    with pytest.raises(httpx.ConnectError, match="no slot"):
-        post(client, server, extensions={BEFORE_SEND: refuse})
-    assert len(server.requests) == 2  # nothing sent
-    assert post(client, server).status_code == 200
-    assert server.connections == 1  # the connection was kept for the next request
+    def request() -> httpx.Request:
+        return client.build_request("POST", server.url(), content=b'{"a":1}')
+
+    try:
+        answer = transport.send_when(request(), ready)
+        assert answer is not None and answer.status_code == 200
+        assert seen == [0] and len(server.requests) == 1  # it ran before the request went
+        answer = transport.send_when(request(), ready)
+        assert answer is not None and answer.status_code == 200
+        assert seen == [0, 1] and server.connections == 1  # and on a kept connection too
+        assert transport.send_when(request(), lambda: False) is None
+        assert len(server.requests) == 2  # nothing sent
+        assert transport.handle_request(request()).status_code == 200
+        assert server.connections == 1  # the connection was kept for the next request
+    finally:
+        client.close()
 
 
 @pytest.mark.parametrize(

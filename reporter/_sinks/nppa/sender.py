@@ -29,7 +29,8 @@ import orjson
 from collector.config import mask_url
 from collector.logs import RateLimitedLog
 from collector.nppa import check_item
-from reporter._senders.client import BEFORE_SEND, NEED_BODY, http_client
+from reporter._http.transport import SocketTransport
+from reporter._senders.client import NEED_BODY, sink_client
 from reporter._senders.outcome import (
     DELIVERED,
     REJECTED,
@@ -39,8 +40,7 @@ from reporter._senders.outcome import (
     Refusal,
     parse_retry_after,
 )
-from reporter._settings import SinkSettings
-from reporter._sinks.base import Pacer
+from reporter._sinks.base import Pacer, SinkConfig
 from reporter._sinks.nppa.settings import NppaSettings
 from reporter._sinks.nppa.wire import seal, signature
 
@@ -107,19 +107,21 @@ def endpoint_url(base_url: str) -> str:
 
 
 class NppaSender:
-    """``key``: the secret key in use, read once per request (a key file re-read at run time
-    swaps it); by default ``[nppa] secret_key``."""
+    """Reports to the interface ``config``'s ``[nppa]`` names, each game with its ``biz_id``.
+    ``key``: the secret key in use, read once per request (a key file re-read at run time
+    swaps it); by default ``[nppa] secret_key``.  ``pacer``: asked for a slot of the shared
+    rate before a re-send after 1007, and, with the builtin transport, once the connection is
+    ready, right before each request goes."""
 
     def __init__(
         self,
-        settings: NppaSettings,
-        sink: SinkSettings,
-        biz_id: Callable[[str], str],
+        config: SinkConfig,
         transport: httpx.BaseTransport | None = None,
         clock: Clock = time.time,
         key: Callable[[], str] | None = None,
         pacer: Pacer | None = None,
     ) -> None:
+        settings = config.section(NppaSettings)
         self._key = key or (lambda: settings.secret_key)
         self._app_id = settings.app_id
         self._throttle = settings.throttle_seconds
@@ -128,11 +130,16 @@ class NppaSender:
         # freshness margin), never later than the request itself.
         self._late_to = WINDOW_SECONDS - settings.freshness_margin_seconds
         self._max_future = settings.max_future_seconds
-        self._biz_id = biz_id
+        self._biz_id = config.biz_id
         self._clock = clock
         self._url = endpoint_url(settings.base_url)
         self._query = dict(parse_qsl(urlsplit(self._url).query))
-        self._client = http_client(sink, {"Content-Type": CONTENT_TYPE}, transport)
+        self._client, direct = sink_client(config.sink, {"Content-Type": CONTENT_TYPE}, transport)
+        # The builtin transport asks the pacer once the connection is ready (send_when);
+        # with another, no request waits there for its slot.
+        url = httpx.URL(self._url)
+        plain = isinstance(direct, SocketTransport) and not (url.username or url.password)
+        self._direct = direct if plain and isinstance(direct, SocketTransport) else None
         self._skew_logged = False
         # Asked before a re-send after 1007 (a request of its own, under the shared rate):
         # it waits for the request's slot; False (stopping, a pause) leaves the 1007 answer.
@@ -257,6 +264,8 @@ class NppaSender:
                 response = self._post(biz_id, plain, game)
             except httpx.HTTPError as exc:
                 return Outcome(RETRY, f"{type(exc).__name__}: {exc}")
+            if response is None:
+                return Outcome(RETRY, NOT_SENT)
             outcome = classify(
                 response.status_code,
                 response.headers.get("Retry-After"),
@@ -275,7 +284,9 @@ class NppaSender:
             )
         return outcome
 
-    def _post(self, biz_id: str, plain: bytes, game: str = "") -> httpx.Response:
+    def _post(self, biz_id: str, plain: bytes, game: str = "") -> httpx.Response | None:
+        """The answer to the sealed and signed items; None if the pacer said, with the
+        connection ready, that the request may not go (no slot of the rate within reach)."""
         secret = self._key()  # read once: the body is sealed and signed with the same key
         body = seal(secret, plain)  # a fresh nonce per attempt
         stamp = str(int(self._clock() * 1000))  # read once: the signed value is the sent one
@@ -286,11 +297,16 @@ class NppaSender:
             "timestamps": stamp,
             "sign": signature(secret, signed, body),
         }
-        extensions: dict[str, object] = {NEED_BODY: ANSWER_BYTES}
-        if self._pacer is not None:
-            on_time = self._pacer.on_time
-            extensions[BEFORE_SEND] = lambda: _at_slot(on_time, game)
-        return self._client.post(self._url, content=body, headers=headers, extensions=extensions)
+        request = self._client.build_request(
+            "POST", self._url, content=body, headers=headers, extensions={NEED_BODY: ANSWER_BYTES}
+        )
+        if self._direct is None or self._pacer is None:
+            return self._client.send(request)
+        on_time = self._pacer.on_time
+        response = self._direct.send_when(request, lambda: on_time(game))
+        if response is not None:
+            response.read()
+        return response
 
     def _log_skew(self, ahead: float) -> None:
         if not self._skew_logged:
@@ -312,14 +328,7 @@ class NppaSender:
 _EXPIRED_REASON = "1007 request expired: timestamps too far from the system's clock"
 
 
-class NoSlot(httpx.TransportError):
-    """The request was not sent: no slot of the rate within reach (stopping, or a pause)."""
-
-
-def _at_slot(on_time: Callable[[str], bool], game: str) -> None:
-    """Right before the request's bytes go: still at its slot (or a new one)?"""
-    if not on_time(game):
-        raise NoSlot("not sent: no request slot within reach (stopping, or a pause)")
+NOT_SENT = "not sent: no request slot within reach (stopping, or a pause)"
 
 
 def classify(

@@ -109,9 +109,7 @@ class NppaSink(Sink):
         pacer: Pacer | None = None,
     ) -> Sender:
         key = next((f for f in secrets if f.setting == NPPA_KEY), None)
-        return NppaSender(
-            self.nppa, self.config.sink, self.config.biz_id, transport, key=key, pacer=pacer
-        )
+        return NppaSender(self.config, transport, key=key, pacer=pacer)
 
     def check_connection(
         self, method: str = "HEAD", transport: httpx.BaseTransport | None = None
