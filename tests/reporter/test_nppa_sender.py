@@ -239,6 +239,51 @@ def test_a_probe_is_a_signed_request_without_items() -> None:
     assert json.loads(independent_open(SECRET, request.content)) == {"collections": []}
 
 
+def expected_sign(request: httpx.Request, secret: str = SECRET) -> str:
+    """The sign of ``request`` over the headers it carries, as the interface computes it."""
+    h = request.headers
+    text = "appId" + h["appId"] + "bizId" + h["bizId"] + "timestamps" + h["timestamps"]
+    return hashlib.sha256((secret + text).encode() + request.content).hexdigest()
+
+
+def test_the_timestamps_header_sent_is_the_one_signed() -> None:
+    """A clock that moves on at every read: a second read for the header (or for the
+    signature) would send a timestamps other than the one signed, the intermittent 1011."""
+    ticks = iter(NOW + 0.002 * n for n in range(1000))
+    captured = Captured()
+    c = config()
+    s = NppaSender(
+        c.section(NppaSettings),
+        c.sink,
+        c.biz_id,
+        httpx.MockTransport(captured),
+        lambda: next(ticks),
+    )
+    assert s.send("g1", "b.0", [event(i) for i in range(3)]).kind == DELIVERED
+    assert s.probe("biz-1").kind == DELIVERED
+    assert len(captured.requests) == 2
+    for request in captured.requests:
+        assert request.headers["sign"] == expected_sign(request)
+
+
+def test_an_upper_case_key_signs_as_the_lower_case_key_issued() -> None:
+    """AES takes the key's bytes in either case; the signature takes its text, in the
+    lower case the system issues keys in (the worked example's key)."""
+    signed = {
+        "appId": "test-appId",
+        "bizId": "test-bizId",
+        "timestamps": "1584949895758",
+        "id": "test-id",
+        "name": "test-name",
+    }
+    assert signature(EXAMPLE_SECRET.upper(), signed, EXAMPLE_BODY) == EXAMPLE_SIGN
+    captured = Captured()
+    outcome = sender(captured, secret_key=SECRET.upper()).send("g1", "b.0", [event(0)])
+    assert outcome.kind == DELIVERED
+    [request] = captured.requests
+    assert request.headers["sign"] == expected_sign(request, SECRET)
+
+
 def test_the_key_is_read_once_per_request() -> None:
     """Sealed and signed with the same key, whichever the key source says at the time."""
     keys = iter([SECRET, "ff" * 16])

@@ -5,6 +5,12 @@
   ``{"data": base64(nonce || ciphertext || 16-byte tag)}``.
 - Signature: lowercase hex sha256 of the secret, then the name and value of every header
   signed (appId, bizId, timestamps) and query parameter, sorted by name, then the wire body.
+
+The secret is hex: AES reads the 16 bytes it stands for, whatever the case of its digits,
+but the signature reads it as text, so ``ABCD...`` and ``abcd...`` would sign differently.
+The system issues keys in lower case (the interface description's worked example, and the
+sample keys of public clients), so the signature always uses the lower-case spelling: a key
+copied in upper case (a hex dump, a secret store that upper-cases) signs as issued.
 """
 
 from __future__ import annotations
@@ -43,4 +49,4 @@ def unseal(secret_key: str, wire: bytes) -> bytes:
 def signature(secret_key: str, signed: Mapping[str, str], body: bytes) -> str:
     """``sign`` for a request whose signed headers and query parameters are ``signed``."""
     text = "".join(name + signed[name] for name in sorted(signed))
-    return hashlib.sha256(secret_key.encode() + text.encode() + body).hexdigest()
+    return hashlib.sha256(secret_key.lower().encode() + text.encode() + body).hexdigest()
