@@ -193,6 +193,33 @@ def test_items_the_system_refuses_are_dead_lettered_one_by_one(
     assert detail is not None and all(r.startswith("nppa 3010") for r in detail.item_reasons)
 
 
+def test_an_item_error_for_the_whole_request_dead_letters_the_batch_at_once(
+    redis_url: str, services: MakeService
+) -> None:
+    """3005 with no results to say which item: the same data would meet it at every
+    attempt, so the batch is a dead letter after one request, and the rest goes on."""
+    with NppaEndpoint(
+        app_id=APP_ID,
+        secret_key=SECRET,
+        biz_ids=GAMES.values(),
+        force=lambda n: 3005 if n == 1 else None,
+    ) as endpoint:
+        config = nppa_config(redis_url, endpoint)
+        collect(config, 4)
+        service = services(config)
+        wait_until(
+            lambda: read_totals(service.store).counter("dead_events") == 4,
+            timeout=30,
+            what="the batch refused as a whole dead-lettered",
+        )
+        wait_until(lambda: accepted_count(endpoint) == 4, timeout=30, what="the other accepted")
+    assert codes(endpoint) == Counter({3005: 1, 0: 1})  # sent once, never retried
+    totals = read_totals(service.store)
+    assert (totals.counter("dead_batches"), totals.counter("batches_retried")) == (1, 0)
+    [dead] = service.store.dead_batches(10)
+    assert dead.reason.startswith("nppa 3005")
+
+
 @pytest.mark.parametrize("offset", [4.0, -4.0])
 def test_a_system_clock_a_few_seconds_off_is_fine(
     redis_url: str, start_service: StartService, offset: float

@@ -361,6 +361,7 @@ def test_the_resend_after_1007_waits_for_a_slot_of_its_own(slot: bool) -> None:
 
 
 SENT = [4, 7, 9]  # batch positions of the items numbered 1, 2, 3
+ITEMS = range(3004, 3011)  # the interface's item errors
 
 
 @pytest.mark.parametrize("code", [0, 3001])
@@ -381,7 +382,10 @@ def test_per_item_results_refuse_item_errors_and_retry_the_others(code: int) -> 
     )
     outcome = classify(200, None, body, SENT, 60.0)
     assert outcome.kind == DELIVERED
-    assert outcome.refused == ((4, "nppa 3005 bad ot"), (9, "nppa 3010 bad pi"))
+    assert outcome.refused == (
+        (4, "nppa 3005 bad ot"),
+        (9, "nppa 3010 bad pi (conflicting results for this item: 3010, 3004)"),
+    )
     assert outcome.retry_items == (7,)
 
 
@@ -394,7 +398,7 @@ def test_an_item_result_with_errcode_0_is_delivered(code: int) -> None:
                 "results": [
                     {"no": 1, "errcode": 0, "errmsg": "ok"},
                     {"no": 2, "errcode": 3005, "errmsg": "bad ot"},
-                    {"no": 1, "errcode": 1001, "errmsg": "listed twice: the first stands"},
+                    {"no": 1, "errcode": 0, "errmsg": "listed twice, alike"},
                 ]
             },
         }
@@ -405,6 +409,32 @@ def test_an_item_result_with_errcode_0_is_delivered(code: int) -> None:
         ((7, "nppa 3005 bad ot"),),
         (),
     )
+
+
+@pytest.mark.parametrize(
+    ("answers", "refused", "retried"),
+    [
+        ([0, 3005], ((4, "nppa 3005 bad (conflicting results for this item: 0, 3005)"),), ()),
+        ([3005, 0], ((4, "nppa 3005 bad (conflicting results for this item: 3005, 0)"),), ()),
+        ([0, 1001], (), (4,)),
+        ([1001, 0], (), (4,)),
+        ([0, 0, 4001], (), (4,)),
+    ],
+)
+def test_an_item_listed_with_conflicting_answers_is_not_delivered(
+    answers: list[int], refused: tuple[tuple[int, str], ...], retried: tuple[int, ...]
+) -> None:
+    """The same ``no`` twice, once taken and once not: the system's word is not clear, so
+    the item is not counted delivered; an item error refuses it, any other answer sends it
+    again."""
+    body = orjson.dumps(
+        {
+            "errcode": 3001,
+            "data": {"results": [{"no": 1, "errcode": c, "errmsg": "bad"} for c in answers]},
+        }
+    )
+    outcome = classify(200, None, body, SENT, 60.0)
+    assert (outcome.kind, outcome.refused, outcome.retry_items) == (DELIVERED, refused, retried)
 
 
 @pytest.mark.parametrize(
@@ -446,6 +476,9 @@ def test_an_item_result_that_is_not_integers_in_range_makes_the_answer_unreadabl
         (200, b'{"errcode":1007,"errmsg":"expired"}', RETRY, False),
         (200, b'{"errcode":3002,"errmsg":"empty"}', REJECTED, True),
         (200, b'{"errcode":3003,"errmsg":"too many"}', REJECTED, True),
+        # an item error for the whole request, no results: the data, dead-lettered at once
+        *[(200, b'{"errcode":%d,"errmsg":"bad","data":""}' % c, REJECTED, False) for c in ITEMS],
+        (200, b'{"errcode":3005,"errmsg":"bad ot"}', REJECTED, False),
         (200, b'{"errcode":3001,"errmsg":"partial"}', RETRY, False),  # no results: not trusted
         (200, b'{"errcode":"0"}', RETRY, False),
         (200, b"<html>gateway</html>", RETRY, False),

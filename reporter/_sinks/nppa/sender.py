@@ -342,9 +342,11 @@ def classify(
     """What an answer means for the batch; ``sent[k]`` is the batch index of item ``no`` k+1.
 
     0 or 3001 with ``data.results``: a listed item with errcode 0 is delivered, 3004-3010
-    refused, any other retried; unlisted items are delivered.  A result whose ``no`` or
-    ``errcode`` is not an integer (``1.9``, ``true``, ``"1"``), or whose ``no`` is out of
-    range, makes the answer unreadable: the whole batch is retried.  1006: retry after
+    refused, any other retried; unlisted items are delivered; an item listed twice with
+    different answers is delivered only if both say 0 (``_item_verdict``).  A result whose
+    ``no`` or ``errcode`` is not an integer (``1.9``, ``true``, ``"1"``), or whose ``no`` is
+    out of range, makes the answer unreadable: the whole batch is retried.  3004-3010 for the
+    whole request, without results: the batch is dead-lettered at once.  1006: retry after
     ``throttle`` and pause every reporter.  1001/4001 and 1007: retry.  Identity and
     configuration errors, and 3002/3003 (ours): dead-letter the batch with an alert naming
     what to check.  Anything else (HTTP errors, bodies that are not the interface's): retry,
@@ -383,6 +385,10 @@ def _failed(code: int, message: str, throttle: float) -> Outcome:
         return Outcome(
             REJECTED, f"nppa {code} {message}".strip(), alert=Refusal(f"nppa {code}", CHECK[code])
         )
+    if code in ITEM_ERRORS:
+        # An item error for the whole request, with no results to say which item: the same
+        # data would meet it again at every attempt, so it is a dead letter at once.
+        return Outcome(REJECTED, f"nppa {code} {message} (for the whole request)".strip())
     return Outcome(RETRY, f"nppa {code} {message}".strip())
 
 
@@ -392,9 +398,7 @@ def _items(code: int, data: object, sent: Sequence[int]) -> Outcome:
         if code == OK:
             return Outcome(DELIVERED)
         return Outcome(RETRY, "3001 partial failure without results")
-    refused: dict[int, str] = {}
-    retry: list[int] = []
-    seen: set[int] = set()
+    said: dict[int, list[tuple[int, str]]] = {}  # batch index -> (errcode, errmsg) listed
     for result in results:
         no = result.get("no") if isinstance(result, Mapping) else None
         item_code = result.get("errcode") if isinstance(result, Mapping) else None
@@ -403,14 +407,16 @@ def _items(code: int, data: object, sent: Sequence[int]) -> Outcome:
             return Outcome(RETRY, f"unreadable item result: {str(result)[:80]}")
         if not 1 <= no <= len(sent):
             return Outcome(RETRY, f"item result for no {no} of a {len(sent)}-item request")
-        index = sent[no - 1]
-        if index in seen:
-            continue  # listed twice: the first result stands
-        seen.add(index)
-        if item_code == OK:
+        message = str(result.get("errmsg", ""))[:100]
+        said.setdefault(sent[no - 1], []).append((item_code, message))
+    refused: dict[int, str] = {}
+    retry: list[int] = []
+    for index, answers in said.items():
+        verdict = _item_verdict(answers)
+        if verdict is None:
             continue  # this item was taken
-        if item_code in ITEM_ERRORS:
-            refused[index] = f"nppa {item_code} {str(result.get('errmsg', ''))[:100]}".strip()
+        if verdict:
+            refused[index] = verdict
         else:
             retry.append(index)
     return Outcome(
@@ -419,6 +425,19 @@ def _items(code: int, data: object, sent: Sequence[int]) -> Outcome:
         refused=tuple(refused.items()),
         retry_items=tuple(retry),
     )
+
+
+def _item_verdict(answers: list[tuple[int, str]]) -> str | None:
+    """What the results listed for one item make of it: None taken, "" to send again, else
+    the reason it is refused.  An item listed more than once with different answers is
+    taken only if every answer says so: an item error among them refuses it (the same data
+    would meet it again), any other answer sends it again."""
+    codes = list(dict.fromkeys(code for code, _ in answers))
+    conflict = f" (conflicting results for this item: {', '.join(map(str, codes))})"
+    error = next(((c, m) for c, m in answers if c in ITEM_ERRORS), None)
+    if error is not None:
+        return f"nppa {error[0]} {error[1]}".strip() + (conflict if len(codes) > 1 else "")
+    return None if codes == [OK] else ""
 
 
 def _checked(events: Sequence[bytes]) -> tuple[Sent, list[tuple[int, str]]]:
