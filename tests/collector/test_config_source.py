@@ -4,7 +4,6 @@ first write says, a WARNING when nobody chose the Redis it writes to."""
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import pytest
@@ -12,13 +11,6 @@ import pytest
 from collector import Collector, TelemetryConfig
 from collector import _collector as collector_module
 from collector.store import RedisSettings, Store, open_store
-
-
-@pytest.fixture
-def no_telemetry_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    for name in [n for n in os.environ if n.startswith("TELEMETRY_")]:
-        monkeypatch.delenv(name)
-    return monkeypatch
 
 
 def test_each_way_of_building_names_its_source(

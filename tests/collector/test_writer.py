@@ -16,7 +16,7 @@ from collector import Collector
 from collector.config import TelemetryConfig, build_config, raw_settings
 from collector.store import KeySchema
 from tests.collector.helpers import balanced, queue_events
-from tests.servers import Server, server_binaries
+from tests.servers import Server, default_binary
 from tests.support.fixtures import MakeCollector
 
 PREFIX = "tw"
@@ -156,10 +156,7 @@ def test_events_too_large_for_one_write_together_are_all_stored_beside_other_gam
     """40 events of 40 KB (1.6 MB) against a server whose largest argument is 1 MB (the
     smallest proto-max-bulk-len Redis accepts): written in bounded calls, never refused, and
     the other games' events beside them all stored too."""
-    binaries = server_binaries()
-    srv = Server(
-        binaries.get("redis") or binaries["valkey"], extra=["--proto-max-bulk-len", "1mb"]
-    ).start()
+    srv = Server(default_binary(), extra=["--proto-max-bulk-len", "1mb"]).start()
     try:
         client = srv.client()
         c = make_collector(

@@ -30,9 +30,10 @@ from tests.delivery.helpers import (
 )
 from tests.delivery.sentinel import sentinel_config
 from tests.markers import secret
-from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse: main() below
-from tests.servers import SentinelGroup, Server, free_port, server_binaries
+from tests.servers import SentinelGroup, Server, default_binary, free_port
 from tests.support.fixtures import MakeEndpoint, StartService
+
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 SENTINEL_PW = secret("sentinel-pw")
 DATA_PW = secret("data-pw")
@@ -120,7 +121,7 @@ def test_a_demoted_primary_sends_the_client_back_to_the_sentinels() -> None:
     """The primary turns into a replica under the client's open connection: the write meets
     READONLY, which counts as "unavailable" (the SDK keeps the events), not as a refusal;
     once a primary is back, the same store and collector carry on."""
-    binary = server_binaries().get("redis") or server_binaries()["valkey"]
+    binary = default_binary()
     # Sentinels slow to react, so the demotion here is all that happens.
     group = SentinelGroup(binary, down_after_ms=60_000).start()
     elsewhere = Server(binary, extra=["--repl-diskless-sync-delay", "0"]).start()

@@ -29,9 +29,10 @@ from reporter._commands.cli import main
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._logging import make_formatter
 from tests.polling import wait_until
-from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse
 from tests.reporter.test_cli import REPO, child_env
 from tests.reporter.test_logs import NPPA_KEY, PI, stop
+
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 PREFIX = "clean"
 SHARDS = 4

@@ -23,9 +23,10 @@ from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import read_totals
 from tests.markers import secret
 from tests.reporter.helpers import ids_of, now_ms, numbered, store, wait_until
-from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse
 from tests.scriptcalls import Scripts, store_of
 from tests.servers import Server, env_without_telemetry
+
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 PW = secret("pw")
 TOKEN = secret("token")

@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,17 +17,13 @@ import pytest
 from reporter._commands import cli
 from reporter._commands.cli import _parser, main, package_version
 from reporter._demo.endpoint import LocalEndpoint
-from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse
 from tests.reporter.test_cli import REPO, child_env
-from tests.servers import Server, free_port, server_binaries
+from tests.servers import Server, free_port
+from tests.support.fixtures import MakeLockedServer
+
+pytestmark = pytest.mark.usefixtures("no_telemetry_env", "restore_logging")
 
 PASSWORD = "S3CRET-pw-for-the-test"
-
-
-@pytest.fixture(autouse=True)
-def no_telemetry_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in [v for v in os.environ if v.startswith("TELEMETRY_")]:
-        monkeypatch.delenv(var)
 
 
 def config_file(tmp_path: Path, redis_url: str, *, cluster: bool = False) -> str:
@@ -217,18 +212,9 @@ def test_cluster_true_against_a_single_server_exits_3_with_one_line(
 
 
 @pytest.fixture
-def locked_server() -> Iterator[Server]:
+def locked_server(make_locked_server: MakeLockedServer) -> Server:
     """A server every client must log in to: user ``reporter`` with ``PASSWORD``."""
-    binaries = server_binaries()
-    server = Server(
-        binaries.get("redis") or binaries["valkey"],
-        extra=["--user", "reporter", "on", f">{PASSWORD}", "~*", "&*", "+@all"],
-    )
-    server.start()
-    with server.client() as admin:
-        admin.acl_setuser("default", enabled=False)
-    yield server
-    server.cleanup()
+    return make_locked_server(PASSWORD)
 
 
 def test_a_wrong_or_missing_password_exits_3_without_showing_it(

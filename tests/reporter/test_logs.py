@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +37,11 @@ from reporter._logging import (
 )
 from reporter._service.stopping import Stopped
 from tests.polling import wait_until
-from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse
 from tests.reporter.test_cli import REPO, child_env
-from tests.servers import Server, server_binaries
+from tests.servers import Server
+from tests.support.fixtures import MakeLockedServer
+
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 REDIS_PASSWORD = "S3CRET-redis-pw-4711"
 API_KEY = "k3y-in-the-query-9f8e7d"
@@ -233,18 +234,9 @@ def test_the_stopped_line_lists_what_was_left_to_lease_expiry() -> None:
 
 
 @pytest.fixture
-def locked_server() -> Iterator[Server]:
+def locked_server(make_locked_server: MakeLockedServer) -> Server:
     """A server every client must log in to (user ``reporter``, ``REDIS_PASSWORD``)."""
-    binaries = server_binaries()
-    server = Server(
-        binaries.get("redis") or binaries["valkey"],
-        extra=["--user", "reporter", "on", f">{REDIS_PASSWORD}", "~*", "&*", "+@all"],
-    )
-    server.start()
-    with server.client() as admin:
-        admin.acl_setuser("default", enabled=False)
-    yield server
-    server.cleanup()
+    return make_locked_server(REDIS_PASSWORD)
 
 
 def redis_url(server: Server) -> str:

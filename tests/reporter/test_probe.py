@@ -13,8 +13,9 @@ from reporter._commands.cli import main
 from reporter._commands.probe import probe_sink
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
-from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse
 from tests.servers import Server, free_port
+
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 SECRET = "probe-secret-4242"
 

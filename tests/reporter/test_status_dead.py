@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 import textwrap
 import threading
 import time
@@ -32,17 +31,12 @@ from reporter._commands.status import run_status, watch
 from reporter._config import ReporterConfig
 from reporter._monitoring.accounting import read_totals
 from tests.reporter.helpers import numbered, store
-from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse
 from tests.scriptcalls import Scripts, store_of
+
+pytestmark = pytest.mark.usefixtures("no_telemetry_env", "restore_logging")
 
 PREFIX = "sd"
 SHARDS = 4
-
-
-@pytest.fixture(autouse=True)
-def no_telemetry_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in [v for v in os.environ if v.startswith("TELEMETRY_")]:
-        monkeypatch.delenv(var)
 
 
 def config_file(tmp_path: Path, redis_url: str, shards: int = SHARDS) -> str:

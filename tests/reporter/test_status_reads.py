@@ -19,10 +19,10 @@ from collector.store import KeySchema, open_store
 from collector.store._remembered import DEDUP_KEY_BYTES, WRITE_RECORD_BYTES, WRITER_BYTES
 from reporter._commands.cli import main
 from tests.reporter.helpers import make_config, numbered, store
-from tests.reporter.logstate import restore_logging  # noqa: F401 - autouse
-from tests.reporter.test_status_dead import no_telemetry_env  # noqa: F401 - autouse
 from tests.scriptcalls import Scripts
 from tests.servers import Cluster
+
+pytestmark = pytest.mark.usefixtures("no_telemetry_env", "restore_logging")
 
 PREFIX = "reads"
 SHARDS = 4

@@ -2,17 +2,23 @@
 
 - Servers: ``server`` (each kind found, shared by the session) and ``redis_url``/``client``/
   ``r`` (that server, flushed for the test); ``own_server`` and ``durable_server`` (private,
-  the test may stop them); ``cluster``, ``replicated_cluster`` (shared: no test kills their
-  nodes), ``own_replicated_cluster`` and ``sentinel_group`` (private).
+  the test may stop them); ``make_locked_server`` (private, each client must log in);
+  ``cluster``, ``replicated_cluster`` (shared: no test kills their nodes),
+  ``own_replicated_cluster`` and ``sentinel_group`` (private).
 - The SDK: ``make_collector``, collectors closed when the test ends.
 - The reporter: ``make_service`` and ``start_service``, services stopped when the test ends;
   ``make_endpoint`` and ``endpoint``, local ingest endpoints; ``scripts``, the project's Lua
   scripts on the flushed shared server.
 - Prometheus: ``promtool`` and ``prometheus_binary`` (skipped without them, failed under CI).
+- The process: ``no_telemetry_env`` (no ``TELEMETRY_*`` variable of the caller's reaches the
+  test) and ``restore_logging`` (for tests that run the command line in-process). A module
+  that wants one for every test says ``pytestmark = pytest.mark.usefixtures(...)``.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -23,6 +29,7 @@ import redis
 from collector import Collector
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint, Responder
+from reporter._logging import QUIET_LOGGERS, REDACT
 from reporter._service.service import ReporterService
 from tests import prometheus
 from tests.polling import wait_until
@@ -46,6 +53,7 @@ MakeCollector = Callable[..., Collector]
 MakeService = Callable[..., ReporterService]
 StartService = Callable[[ReporterConfig], ReporterService]
 MakeEndpoint = Callable[..., LocalEndpoint]
+MakeLockedServer = Callable[[str], Server]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -112,6 +120,25 @@ def durable_server() -> Iterator[Server]:
     srv.start()
     yield srv
     srv.cleanup()
+
+
+@pytest.fixture
+def make_locked_server() -> Iterator[MakeLockedServer]:
+    """Start private servers every client must log in to: user ``reporter`` with the password
+    given may do anything, the default user is off."""
+    made: list[Server] = []
+
+    def make(password: str) -> Server:
+        acl = ["--user", "reporter", "on", f">{password}", "~*", "&*", "+@all"]
+        srv = Server(default_binary(), extra=acl).start()
+        made.append(srv)
+        with srv.client() as admin:
+            admin.acl_setuser("default", enabled=False)
+        return srv
+
+    yield make
+    for srv in made:
+        srv.cleanup()
 
 
 @pytest.fixture(scope="session")
@@ -241,6 +268,35 @@ def endpoint(make_endpoint: MakeEndpoint) -> LocalEndpoint:
 def scripts(client: redis.Redis) -> Scripts:
     """The project's scripts on the flushed shared server."""
     return Scripts(client)
+
+
+# -- the process ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_telemetry_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No ``TELEMETRY_*`` variable of the environment the tests run in reaches the test."""
+    for name in [n for n in os.environ if n.startswith("TELEMETRY_")]:
+        monkeypatch.delenv(name)
+    return monkeypatch
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """For tests that run the command line in-process: ``main()`` installs a handler on the
+    root logger and sets its level, as a command should; both are put back afterwards (and
+    the quiet loggers' levels, and the redacted secrets), so later tests neither log at debug
+    level nor into a capture stream that has been closed."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    quiet = {name: logging.getLogger(name).level for name in QUIET_LOGGERS}
+    yield
+    for handler in [h for h in root.handlers if h not in handlers]:
+        root.removeHandler(handler)
+    root.setLevel(level)
+    for name, old in quiet.items():
+        logging.getLogger(name).setLevel(old)
+    REDACT.clear()
 
 
 # -- Prometheus -----------------------------------------------------------------------------------
