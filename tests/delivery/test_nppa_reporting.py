@@ -194,7 +194,7 @@ def test_items_the_system_refuses_are_dead_lettered_one_by_one(
 
 
 def test_an_item_error_for_the_whole_request_dead_letters_the_batch_at_once(
-    redis_url: str, services: MakeService
+    redis_url: str, start_service: StartService
 ) -> None:
     """3005 with no results to say which item: the same data would meet it at every
     attempt, so the batch is a dead letter after one request, and the rest goes on."""
@@ -206,7 +206,7 @@ def test_an_item_error_for_the_whole_request_dead_letters_the_batch_at_once(
     ) as endpoint:
         config = nppa_config(redis_url, endpoint)
         collect(config, 4)
-        service = services(config)
+        service = start_service(config)
         wait_until(
             lambda: read_totals(service.store).counter("dead_events") == 4,
             timeout=30,

@@ -252,13 +252,7 @@ def test_the_timestamps_header_sent_is_the_one_signed() -> None:
     ticks = iter(NOW + 0.002 * n for n in range(1000))
     captured = Captured()
     c = config()
-    s = NppaSender(
-        c.section(NppaSettings),
-        c.sink,
-        c.biz_id,
-        httpx.MockTransport(captured),
-        lambda: next(ticks),
-    )
+    s = NppaSender(c, httpx.MockTransport(captured), lambda: next(ticks))
     assert s.send("g1", "b.0", [event(i) for i in range(3)]).kind == DELIVERED
     assert s.probe("biz-1").kind == DELIVERED
     assert len(captured.requests) == 2
