@@ -88,6 +88,9 @@ class Counter(StrEnum):
     # [redis] wait_for_replicas: claimed batches handed back unsent, acks a failover may undo
     BATCHES_UNREPLICATED = "batches_unreplicated"
     ACKS_UNREPLICATED = "acks_unreplicated"
+    # Slots of the shared request rate this process let go because a thread was more than
+    # 20 ms late for its own (a busy host); it took another.  Unit: slots.
+    LATE_SLOTS = "late_slots"
     # -- the SDK and the reporter, each in its own process
     STORE_RESETS = "store_resets"
 
@@ -201,6 +204,7 @@ REPORTER: tuple[Counter, ...] = (
     C.BATCHES_UNREPLICATED,
     C.ACKS_UNREPLICATED,
     C.LATE_SENT,
+    C.LATE_SLOTS,
 )
 # telemetry-reporter status (and --json): the store's counters and these levels.
 STATUS_GAUGES: tuple[Gauge, ...] = (

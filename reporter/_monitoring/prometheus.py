@@ -34,12 +34,6 @@ SEND_ERRORS_HELP = (
     "Requests to the endpoint that failed (a retry or a rejection), by code: "
     "the HTTP status, or the transport error's type (ConnectError, ReadTimeout)"
 )
-# Slots of the shared request rate ([sink] rate_limit_scope) this process let go.
-LATE_SLOTS = "telemetry_late_slots"
-LATE_SLOTS_HELP = (
-    "Slots of the shared request rate this process let go because a thread "
-    "was more than 20 ms late for its own (a busy host); it took another"
-)
 HELP = {
     G.OWNED_SHARDS: "Shards this reporter process holds the lease of, and sweeps",
     G.HOT_GAMES_SERVED: "Hot games ([reporter.hot_games]) whose shard this process holds, so "
@@ -89,10 +83,8 @@ class ReporterMetrics:
         top_games: int,
         send_errors: Callable[[], Mapping[str, int]] = dict,
         hold: SendHold | None = None,
-        late_slots: Callable[[], int] = lambda: 0,
     ) -> None:
         self._hold = hold
-        self._late_slots = late_slots
         self._process = process
         self._send_errors = send_errors
         self._readings = readings
@@ -127,8 +119,7 @@ class ReporterMetrics:
         errors = CounterMetricFamily(SEND_ERRORS, SEND_ERRORS_HELP, labels=["code"])
         for code, count in sorted(self._send_errors().items()):
             errors.add_metric([code], count)
-        late = CounterMetricFamily(LATE_SLOTS, LATE_SLOTS_HELP, value=self._late_slots())
-        return [errors, late]
+        return [errors]
 
     def _levels(self, out: Exposition, reading: Reading) -> None:
         gauge, shards = out.gauge, reading.shards
@@ -178,7 +169,6 @@ class MetricsEndpoint:
         send_errors: Callable[[], Mapping[str, int]] = dict,
         clock: Callable[[], float] = time.time,
         hold: SendHold | None = None,
-        late_slots: Callable[[], int] = lambda: 0,
     ) -> None:
         m = config.metrics
         self.process = PrometheusMetrics(REPORTER)
@@ -191,7 +181,6 @@ class MetricsEndpoint:
             m.top_games,
             send_errors,
             hold,
-            late_slots,
         )
         self.server = MetricsServer(
             listen_address(m.listen),

@@ -10,6 +10,8 @@ from __future__ import annotations
 import threading
 import time
 
+from collector.counters import Counter
+from collector.metrics import NO_METRICS, Metrics
 from collector.store import Store
 from reporter._config import ReporterConfig
 from reporter._constants import CONTENDED_SECONDS, LIMITER_WAIT_SECONDS
@@ -41,13 +43,18 @@ class Permits:
     is sent (``at_send``, ``one``)."""
 
     def __init__(
-        self, limiter: ClaimLimiter, slots: SharedSlots | None = None, lead: float = 0.0
+        self,
+        limiter: ClaimLimiter,
+        slots: SharedSlots | None = None,
+        lead: float = 0.0,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
         self.limiter = limiter
         self._slots = slots
         self._lead = lead  # > 0 only when every request goes through ``on_time``
         self._scarce_at = float("-inf")
-        self.late_slots = 0  # slots let go because this process woke too late for them
+        # Counts LATE_SLOTS: slots let go because this process woke too late for them.
+        self._metrics = metrics
         # .at: the slot this thread took, on its clock; .send_at: not before then
         self._due = threading.local()
 
@@ -113,7 +120,7 @@ class Permits:
             if time.monotonic() - due <= SLOT_LATE_SECONDS:
                 self._due.at, self._due.send_at = due, send_at
                 return True
-            self.late_slots += 1
+            self._metrics.count(Counter.LATE_SLOTS)
         return False
 
     def on_time(self, game: str, stop: threading.Event) -> bool:
@@ -130,7 +137,7 @@ class Permits:
             return False
         if time.monotonic() - due <= SLOT_LATE_SECONDS:
             return True
-        self.late_slots += 1
+        self._metrics.count(Counter.LATE_SLOTS)
         return self._slot(game, stop) and self.on_time(game, stop)
 
     def refund(self, requests: int) -> None:

@@ -106,7 +106,6 @@ class ReporterService:
                 self.health,
                 self.send_errors.read,
                 hold=self.hold,
-                late_slots=lambda: self.permits.late_slots,
             )
             if config.metrics.listen
             else None
@@ -136,6 +135,7 @@ class ReporterService:
             self.limiter,
             limiter if isinstance(limiter, SharedSlots) else None,
             SLOT_LEAD_SECONDS if lead else 0.0,
+            self.metrics,
         )
         # Every request of a sink paced by slots takes one (a re-send after 1007 too).
         pacer = PermitsPacer(self.permits, self.stop_event) if slots else None

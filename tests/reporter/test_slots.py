@@ -14,6 +14,8 @@ import time
 import pytest
 import redis
 
+from collector.counters import Counter
+from collector.metrics import Tally
 from collector.store import KeySchema, ReserveSlot, Slot, Store
 from reporter._delivery.batches import Batches
 from reporter._pacing.limiter import Unlimited
@@ -228,17 +230,18 @@ def test_a_leased_batch_without_a_slot_goes_back_unsent(
 
 def test_a_thread_that_stalled_after_its_slot_takes_a_new_one(store: Store) -> None:
     slots = nppa_slots(store)
-    permits = Permits(slots, slots)
+    tally = Tally()
+    permits = Permits(slots, slots, metrics=tally)
     stop = threading.Event()
     assert permits.on_time("g1", stop)  # no slot taken by this thread: nothing to check
     assert permits.one(stop, "g1")  # the scope is idle: its slot is now, no sleep
     assert permits.on_time("g1", stop)  # just taken: on time
-    late = permits.late_slots  # a loaded host may have made those late already
+    late = tally.get(Counter.LATE_SLOTS)  # a loaded host may have made those late already
     permits._due.at = time.monotonic() - 1.0  # as if it stalled a second on the way
     before = next_free_us(store)
     stop.set()  # the new slot's sleep is cut short: no request
     assert not permits.on_time("g1", stop)
-    assert permits.late_slots == late + 1
+    assert tally.get(Counter.LATE_SLOTS) == late + 1
     assert next_free_us(store) > before  # a new slot was reserved
 
 
@@ -289,11 +292,12 @@ def test_a_thread_woken_ahead_of_its_slot_sends_only_at_it(store: Store) -> None
 
 def test_a_thread_stopped_while_sleeping_off_its_lead_does_not_send(store: Store) -> None:
     slots = nppa_slots(store)
-    permits = Permits(slots, slots, lead=1.0)
+    tally = Tally()
+    permits = Permits(slots, slots, lead=1.0, metrics=tally)
     stop = threading.Event()
     for _ in range(4):
         slots.reserve("g1")
     assert permits.one(stop, "g1")  # woken ahead of its slot
     stop.set()
     assert not permits.on_time("g1", stop)
-    assert permits.late_slots == 0
+    assert tally.get(Counter.LATE_SLOTS) == 0
