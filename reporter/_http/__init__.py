@@ -1,4 +1,5 @@
-"""The reporter's own HTTP/1.1: the senders' client transport and the metrics server's server.
+"""The reporter's own HTTP/1.1: the senders' client transport, and the server of the metrics
+endpoint and the ingest.
 
 Client side:
 
@@ -11,6 +12,7 @@ Server side:
 - ``bounded_server``: ``BoundedServer``, one selector thread and a few workers that an
   outsider cannot turn against the process (deadlines, a cap, accept back-off).
 - ``server_wire``: the little of HTTP/1.1 it speaks (a request head in, an answer out).
+- ``chunked``: a request body sent in chunks, decoded as it arrives (the ingest takes them).
 - ``shedding``: its bounds, and the count of what it shed to keep them.
 
 Knows nothing of sinks, batches, metrics or Redis: imports only the ground floor and

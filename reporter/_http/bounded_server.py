@@ -22,8 +22,10 @@ half-sent connection costs a file descriptor and a few kilobytes, never a thread
   answered with a 4xx and closed (counted as ``bad_request``);
 - a request may be ``screen``-ed once its head has arrived, before its body is read: an
   answer there (such as 401) is sent without waiting for the body, and the connection closes
-  after it unless the body had already arrived whole.  A client that asked for ``100
-  Continue`` gets it once the head has passed.
+  after it unless the body had already arrived whole;
+- where the server takes them (``chunked``), bodies sent in chunks are decoded as they
+  arrive (``chunked.ChunkedBody``), within the same bound and deadline.  A client that asked
+  for ``100 Continue`` gets it once the head has passed.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from collector.logs import RateLimitedLog
+from reporter._http.chunked import ChunkedBody
 from reporter._http.server_wire import (
     METHODS,
     Answer,
@@ -90,6 +93,7 @@ LINGER_SECONDS = 1.0
 class _Conn:
     __slots__ = (
         "buffer",
+        "chunks",
         "close_after",
         "deadline",
         "head",
@@ -112,6 +116,7 @@ class _Conn:
         self.buffer = bytearray()
         self.head: Request | None = None  # of the request whose body is on its way
         self.screened = False  # whether ``head`` passed the screen
+        self.chunks: ChunkedBody | None = None  # ``head``'s body, if it comes in chunks
         self.out = memoryview(b"")
         self.close_after = False
         self.served = 0
@@ -143,6 +148,7 @@ class BoundedServer:
         methods: tuple[str, ...] = METHODS,
         screen: Screen | None = None,
         health: Callable[[Request], bool] | None = None,
+        chunked: bool = False,
     ) -> None:
         self._handle = handle
         self._inline = inline
@@ -150,6 +156,7 @@ class BoundedServer:
         self._name = name
         self._methods = methods
         self._screen = screen
+        self._chunked = chunked  # whether bodies sent in chunks are taken (else 501)
         self._limits = limits or Limits()
         self._reserve = 0 if health is None else self._limits.health_reserve
         self._clock = clock
@@ -375,7 +382,10 @@ class BoundedServer:
                 if end < 0:
                     return None
                 conn.head = parse_head(
-                    bytes(conn.buffer[:end]), self._methods, self._limits.max_body_bytes
+                    bytes(conn.buffer[:end]),
+                    self._methods,
+                    self._limits.max_body_bytes,
+                    self._chunked,
                 )
             except BadRequest as bad:
                 self.counts.drop(BAD_REQUEST)
@@ -384,12 +394,33 @@ class BoundedServer:
             del conn.buffer[:end]
             conn.screened = self._screen is None
         head = conn.head
-        if not conn.screened or len(conn.buffer) < head.body_bytes:
+        if not conn.screened:
+            return None
+        if head.chunked:
+            return self._chunked_request(conn, head)
+        if len(conn.buffer) < head.body_bytes:
             return None
         request, conn.head = head, None
         if head.body_bytes:
             request = replace(head, body=bytes(conn.buffer[: head.body_bytes]))
             del conn.buffer[: head.body_bytes]
+        return request
+
+    def _chunked_request(self, conn: _Conn, head: Request) -> Request | None:
+        """The request once its chunked body is whole; None while it is on its way, or
+        once a body that breaks the rules was answered (and the connection closes)."""
+        if conn.chunks is None:
+            conn.chunks = ChunkedBody(self._limits.max_body_bytes)
+        try:
+            if not conn.chunks.feed(conn.buffer):
+                return None
+        except BadRequest as bad:
+            conn.head = conn.chunks = None
+            self.counts.drop(BAD_REQUEST)
+            self._answer(conn, None, bad.answer)
+            return None
+        request = replace(head, body=conn.chunks.body())
+        conn.head = conn.chunks = None
         return request
 
     def _screen_head(self, conn: _Conn, head: Request) -> None:
@@ -399,12 +430,12 @@ class BoundedServer:
         answer = self._screened(head)
         if answer is not None:
             conn.head = None
-            if len(conn.buffer) >= head.body_bytes:  # it came whole: the connection may stay
-                del conn.buffer[: head.body_bytes]
+            if not head.chunked and len(conn.buffer) >= head.body_bytes:  # it came whole:
+                del conn.buffer[: head.body_bytes]  # the connection may stay
             else:  # the rest of the body is on its way: closing is the only way past it
                 answer = replace(answer, close=True)
             self._answer(conn, head, answer)
-        elif expects_continue(head) and len(conn.buffer) < head.body_bytes:
+        elif expects_continue(head) and len(conn.buffer) < max(head.body_bytes, 1):
             # A few bytes on an idle socket: if they do not fit, the client sends anyway.
             with contextlib.suppress(OSError):
                 conn.sock.send(CONTINUE)

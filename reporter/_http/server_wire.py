@@ -2,9 +2,9 @@
 answer written as bytes.
 
 Requests have a small head (``MAX_HEAD_BYTES``), one of the server's methods (by default GET
-or HEAD) and a body of at most the server's bound, given by ``Content-Length``; chunked bodies
-are refused rather than parsed.  Anything else gets a 4xx/5xx answer and the connection is
-closed after it.
+or HEAD) and a body of at most the server's bound, given by ``Content-Length``, or sent in
+chunks where the server takes them (``chunked``; else refused with 501).  Anything else gets
+a 4xx/5xx answer and the connection is closed after it.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class Request:
     # The header fields, names in lower case (a repeated field: its last value).
     headers: Mapping[bytes, bytes] = field(default_factory=dict)
     body: bytes = b""  # filled in once it has arrived whole
+    chunked: bool = False  # the body follows in chunks, its length unknown (body_bytes 0)
 
     def header(self, name: bytes) -> bytes:
         """The value of the field ``name`` (lower case), or b""."""
@@ -77,9 +78,13 @@ def head_end(buffer: bytes | bytearray) -> int:
 
 
 def parse_head(
-    head: bytes, methods: tuple[str, ...] = METHODS, max_body_bytes: int = MAX_BODY_BYTES
+    head: bytes,
+    methods: tuple[str, ...] = METHODS,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    chunked: bool = False,
 ) -> Request:
-    """The request of a complete head (ending in its blank line)."""
+    """The request of a complete head (ending in its blank line); with ``chunked``, a body
+    sent in chunks is taken (``Request.chunked``), else refused."""
     lines = head[:-4].split(b"\r\n")
     parts = lines[0].split(b" ")
     if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not parts[1]:
@@ -88,7 +93,8 @@ def parse_head(
     if not _VERSION.fullmatch(version):
         raise BadRequest(505, "HTTP/1.0 or HTTP/1.1 only")
     fields = _fields(lines[1:])
-    length = _body_bytes(fields, max_body_bytes)
+    in_chunks = chunked and _in_chunks(fields)
+    length = 0 if in_chunks else _body_bytes(fields, max_body_bytes)
     if method.decode() not in methods:
         raise BadRequest(405, f"{' or '.join(methods)} only", methods)
     try:
@@ -97,12 +103,26 @@ def parse_head(
         raise BadRequest(400, "malformed request target") from None
     connection = fields.get(b"connection", b"").lower()
     keep_alive = version == b"HTTP/1.1" and b"close" not in connection
-    return Request(method.decode(), path, keep_alive, length, fields)
+    return Request(method.decode(), path, keep_alive, length, fields, chunked=in_chunks)
+
+
+def _in_chunks(fields: dict[bytes, bytes]) -> bool:
+    """Whether the body comes in chunks: ``Transfer-Encoding: chunked`` and nothing else (a
+    ``Content-Length`` beside it is refused: the two could frame the body two ways)."""
+    coding = fields.get(b"transfer-encoding")
+    if coding is None:
+        return False
+    if coding.strip().lower() != b"chunked":
+        raise BadRequest(501, "of the transfer codings, only chunked alone")
+    if b"content-length" in fields:
+        raise BadRequest(400, "both Content-Length and Transfer-Encoding")
+    return True
 
 
 def expects_continue(request: Request) -> bool:
     """Whether the client waits for ``100 Continue`` before it sends the body."""
-    return request.body_bytes > 0 and request.header(b"expect").lower() == b"100-continue"
+    has_body = request.body_bytes > 0 or request.chunked
+    return has_body and request.header(b"expect").lower() == b"100-continue"
 
 
 def _fields(lines: list[bytes]) -> dict[bytes, bytes]:

@@ -74,6 +74,8 @@ class IngestService:
                 name="ingest",
                 methods=METHODS,
                 screen=self.api.screen,
+                health=lambda request: request.path == "/healthz",
+                chunked=True,
             )
         except OSError as exc:
             raise ReporterError(

@@ -145,6 +145,16 @@ def test_a_body_of_any_type_but_ndjson_is_read_as_a_json_array(
     assert answer.status_code == 202 and answer.json() == {"accepted": 2}
 
 
+def test_a_body_sent_in_chunks_is_taken(redis_url: str, start_ingest: StartIngest) -> None:
+    ingest = start_ingest(ingest_config(redis_url))
+    parts = [b'[{"seq": 1},', b' {"seq": 2}', b', {"seq": 3}]']
+    answer = httpx.post(  # a generator: httpx sends it with Transfer-Encoding: chunked
+        f"{ingest.url}/v1/games/arena/events", content=iter(parts), timeout=10
+    )
+    assert answer.request.headers["Transfer-Encoding"] == "chunked"
+    assert answer.status_code == 202 and answer.json() == {"accepted": 3}
+
+
 def test_a_bad_game_name_is_refused_before_the_body(
     redis_url: str, start_ingest: StartIngest
 ) -> None:

@@ -44,10 +44,19 @@ def server() -> Iterator[BoundedServer]:
         name="test",
         methods=METHODS,
         screen=screen,
+        chunked=True,
     )
     s.start()
     yield s
     s.stop()
+
+
+def chunked_post(*chunks: bytes, trailer: bytes = b"") -> bytes:
+    body = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(c), c) for c in chunks)
+    return (
+        b"POST /in HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer good\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n" + body + b"0\r\n" + trailer + b"\r\n"
+    )
 
 
 def post(body: bytes, token: bytes = b"good", extra: bytes = b"") -> bytes:
@@ -141,3 +150,47 @@ def test_a_method_it_does_not_serve_is_refused_naming_the_ones_it_does(
         (answer,) = answers(sock, 1)
     assert answer.startswith(b"HTTP/1.1 405 ")
     assert b"\r\nAllow: GET, POST\r\n" in answer
+
+
+def test_a_body_in_chunks_is_decoded_as_it_arrives(server: BoundedServer) -> None:
+    message = chunked_post(b"a" * 5000, b"b" * 20, b"c", trailer=b"X-Sum: 1\r\n")
+    with connect(server) as sock:
+        for i in range(0, len(message), 7):  # in pieces that cut every line somewhere
+            sock.sendall(message[i : i + 7])
+        sock.sendall(post(b"after"))  # the next request on the same connection
+        first, second = answers(sock, 2)
+    assert first.endswith(b"POST 5021 aaaaaaaaaaaaaaaa")
+    assert second.endswith(b"POST 5 after")
+
+
+@pytest.mark.parametrize(
+    ("message", "status"),
+    [
+        (chunked_post(b"x" * 60_000, b"y" * 40_001), 413),  # over max_body_bytes in all
+        (chunked_post(b"x").replace(b"1;ext=1", b"z"), 400),  # a size that is not hex
+        (chunked_post(b"xy").replace(b"xy\r\n", b"xyz"), 400),  # no CRLF after the data
+        (chunked_post(b"x").replace(b"chunked", b"gzip, chunked"), 501),
+        (chunked_post(b"x").replace(b"\r\n\r\n", b"\r\nContent-Length: 7\r\n\r\n", 1), 400),
+        (chunked_post(b"x", trailer=b"X-Big: " + b"t" * 9000 + b"\r\n"), 431),
+    ],
+)
+def test_a_body_in_chunks_that_breaks_the_rules_is_refused(
+    server: BoundedServer, message: bytes, status: int
+) -> None:
+    with connect(server) as sock:
+        sock.sendall(message)
+        (answer,) = answers(sock, 1)
+    assert answer.startswith(b"HTTP/1.1 %d " % status)
+    assert b"Connection: close" in answer
+
+
+def test_a_server_that_takes_no_chunks_refuses_them() -> None:
+    s = BoundedServer(("127.0.0.1", 0), socket.AF_INET, echo, lambda r: True, methods=METHODS)
+    s.start()
+    try:
+        with connect(s) as sock:
+            sock.sendall(chunked_post(b"x"))
+            (answer,) = answers(sock, 1)
+        assert answer.startswith(b"HTTP/1.1 501 ")
+    finally:
+        s.stop()
