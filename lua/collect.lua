@@ -44,11 +44,17 @@
 --          another write under the same writer id and number. The SDK sends the CRC-32 of
 --          ARGV[1] .. "\n" .. ARGV[4] .. " " .. ARGV[5] .. " " .. ARGV[6] .. "\n" .. ARGV[7],
 --          as 8 lowercase hex digits
+-- ARGV[18] protocol_version: the producer protocol version the caller speaks (docs/protocol.md),
+--          "1"; always the last argument, in every version, so that a script can name the
+--          version of a call built for another one
 -- returns  {number of events the cap evicted, including ARGV[4]; the shard's identity;
 --           entries merged; 1 if the write was a repeat (nothing stored: the numbers are
 --           the first answer's), else 0}
 -- errors   (nothing stored; the same call would be refused again, so the write is never
 --          applied under its writer id and number):
+--          "collect: producer protocol version <v>, this script speaks version 1: ..."
+--                                  the call was built for another version of the protocol
+--                                  (checked first, before any other argument)
 --          "collect: <what>"       an argument out of its range, named (nothing written)
 --          "WRITECONFLICT collect: <what>"  the writer id and number are taken by a write
 --                                  with other content, or the number is below the range
@@ -62,6 +68,25 @@
 -- include: _written_once
 
 -- == arguments: all checked before anything is written ===================================
+-- The protocol version first: a call built for another version may mean anything by its
+-- other arguments.  It is the last argument in every version (docs/protocol.md).
+local PROTOCOL_VERSION = '1'
+local PROTOCOL_ARGS = 18
+local SHOWN_BYTES = 40 -- of an argument quoted in the error
+local offered = ARGV[#ARGV] or ''
+if offered ~= PROTOCOL_VERSION then
+  local shown = string.gsub(string.sub(offered, 1, SHOWN_BYTES), '[^%w%p ]', '?')
+  local said = "sent none (its last argument is '" .. shown .. "')"
+  if string.find(offered, '^%d+$') and #offered <= 6 then said = 'version ' .. offered end
+  return redis.error_reply('collect: producer protocol ' .. said .. ', this script speaks '
+    .. 'version ' .. PROTOCOL_VERSION .. ': use a producer of protocol version '
+    .. PROTOCOL_VERSION .. ' (docs/protocol.md)')
+end
+if #ARGV ~= PROTOCOL_ARGS then
+  return redis.error_reply(string.format('collect: producer protocol version %s has %d '
+    .. 'arguments, the call sent %d', PROTOCOL_VERSION, PROTOCOL_ARGS, #ARGV))
+end
+
 local function whole(text, lo, hi)
   local n = tonumber(text)
   if n and n == math.floor(n) and n >= lo and n <= hi then return n end

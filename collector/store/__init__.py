@@ -52,7 +52,7 @@ from collector.store._batch_calls import (
     Settle,
     TakeRetries,
 )
-from collector.store._collect_call import Collect
+from collector.store._collect_call import PROTOCOL_VERSION, Collect
 from collector.store._dead_letter_calls import Purge, PurgeIds, Replay
 from collector.store._entries import (
     ENTRY_TIME_DIGITS,
@@ -118,6 +118,7 @@ __all__ = [
     "ENTRY_TIME_DIGITS",
     "GAME_NAME_CHARS",
     "MAX_GAME_NAME_LENGTH",
+    "PROTOCOL_VERSION",
     "QUARANTINE_KEEP",
     "SCRIPT_NAMES",
     "Ack",

@@ -22,6 +22,11 @@ from collector.store._results import (
 )
 from collector.store._script_call import ScriptCall
 
+# The producer protocol version this package speaks (docs/protocol.md): the collect script's
+# last argument.  A change to the collect call that a producer must follow bumps it, here and
+# in lua/collect.lua, and the script refuses a call of another version, naming both.
+PROTOCOL_VERSION = 1
+
 
 @dataclass(frozen=True, slots=True)
 class Collect(ScriptCall[Stored]):
@@ -35,7 +40,8 @@ class Collect(ScriptCall[Stored]):
     remembers the write and answers a repeat with the first answer, storing nothing
     (``Stored.repeat``).  An entry made by ``keyed_entry`` carries a dedup key: it is merged
     (counted, not stored) if an entry of the game with the same key was stored within
-    ``dedup_window_ms``."""
+    ``dedup_window_ms``.  The call ends with the producer protocol version
+    (``PROTOCOL_VERSION``, docs/protocol.md): a script of another version refuses it."""
 
     script: ClassVar[str] = "collect"
     confirmed: ClassVar[bool] = True
@@ -99,6 +105,7 @@ class Collect(ScriptCall[Stored]):
             self.dedup_window_ms,
             DEDUP_KEYS_PER_GAME,
             checksum,
+            PROTOCOL_VERSION,
         )
 
     def parse(self, reply: Any) -> Stored:
