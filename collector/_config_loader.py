@@ -17,16 +17,18 @@ import dataclasses
 import math
 import os
 import re
+import stat
 import tomllib
 import typing
 from collections.abc import Mapping
 from importlib.resources import files
 from types import MappingProxyType
 from typing import Any, ClassVar, Protocol, TypeVar
+from urllib.parse import parse_qsl, urlsplit
 
 from collector._exceptions import ConfigError
 from collector._sections import Where
-from collector.logs import mask
+from collector.logs import is_credential_name, mask
 from collector.store import validate_game
 
 CONFIG_ENV = "TELEMETRY_CONFIG"
@@ -49,6 +51,9 @@ class ConfigClass(Protocol):
 
     @property
     def games(self) -> Mapping[str, Any]: ...
+
+    @property
+    def notices(self) -> tuple[str, ...]: ...
 
     def __init__(self, *, source: str, notices: tuple[str, ...], **sections: Any) -> None: ...
 
@@ -110,7 +115,10 @@ def load_config(
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
-    return build_config(raw, source, env, cls=cls)
+    config = build_config(raw, source, env, cls=cls)
+    if path is not None and (exposed := _exposed_secrets(source, raw, cls)):
+        config = dataclasses.replace(config, notices=(*config.notices, exposed))
+    return config
 
 
 def _read_text(source: str) -> str:
@@ -189,6 +197,60 @@ def raw_settings(config: ConfigClass) -> dict[str, dict[str, Any]]:
         }
     raw[GAMES] = {g: dataclasses.asdict(s) for g, s in config.games.items()}
     return raw
+
+
+def _exposed_secrets(source: str, raw: Mapping[str, Any], cls: type[ConfigClass]) -> str:
+    """A notice if the file at ``source`` may be read by others than its owner and holds a
+    secret setting's value itself (not only ``${NAME}`` references to the environment)."""
+    if os.name == "nt":  # modes do not say who may read a file
+        return ""
+    try:
+        mode = os.stat(source).st_mode
+    except OSError:
+        return ""
+    who = [n for bit, n in ((stat.S_IRGRP, "its group"), (stat.S_IROTH, "everyone")) if mode & bit]
+    if not who:
+        return ""
+    sections = sections_of(cls)
+    raw = _lift_inner_tables(raw, [name for name in plugged_sections_of(cls) if "." in name])
+    held = [
+        f"[{name}] {f.name}"
+        for name, section in sections.items()
+        if isinstance(table := raw.get(name), Mapping)
+        for f in dataclasses.fields(section)
+        if f.metadata.get("secret") and _holds_secret(table.get(f.name))
+    ]
+    if not held:
+        return ""
+    return (
+        f"{source} may be read by {' and '.join(who)} (mode {stat.S_IMODE(mode):04o}) and "
+        f"holds secrets ({', '.join(held)}): make it readable by its owner only (chmod 600), "
+        "or put the secrets in environment variables and write ${NAME} in their place"
+    )
+
+
+def _holds_secret(value: Any) -> bool:
+    """Whether a secret setting's value as written in the file holds a secret itself: a
+    password or token in a URL, a credential header's value, any other non-empty text;
+    ``${NAME}`` references do not count."""
+    if isinstance(value, Mapping):  # headers: a credential's value, less its scheme
+        return any(
+            is_credential_name(str(k)) and _holds_secret(str(v).split(None, 1)[-1])
+            for k, v in value.items()
+        )
+    if not isinstance(value, str):
+        return False
+    text = _INTERPOLATION.sub("", value).strip()
+    if "://" not in text and "@" not in text:
+        return bool(text)
+    try:
+        url = urlsplit(text if "//" in text else f"//{text}")
+        user, password = url.username, url.password
+    except ValueError:
+        return True  # not a URL after all: take it as a secret
+    return bool(password or (user and password is None)) or any(
+        is_credential_name(k) and v for k, v in parse_qsl(url.query, keep_blank_values=True)
+    )
 
 
 def _lift_inner_tables(raw: Mapping[str, Any], names: list[str]) -> Mapping[str, Any]:

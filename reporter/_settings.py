@@ -13,7 +13,9 @@ only set ``[redis]``.  What ``run`` and ``check-config`` refuse on top of that i
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
@@ -202,14 +204,70 @@ def read_header_file(path: str) -> str:
 _SECRET_FILE_BYTES = 64 * 1024
 
 
-def read_small_file(path: str) -> str:
+# Opened without waiting for a writer (a FIFO), never becoming a controlling terminal.
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def read_regular_file(path: str, limit: int) -> bytes:
+    """The content of the regular file at ``path`` (a symbolic link is followed), of at
+    most ``limit`` bytes.  Anything else is a ``ValueError`` saying what it is, and is never
+    waited on: a FIFO is opened without blocking and refused, so that a reader never hangs
+    (nor the SIGHUP that asked for the read, nor the stop after it)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(_SECRET_FILE_BYTES + 1)
+        fd = os.open(path, _OPEN_FLAGS)
     except OSError as exc:
         raise ValueError(f"cannot read {path!r}: {exc.strerror or exc}") from None
-    if len(data) > _SECRET_FILE_BYTES:
-        raise ValueError(f"{path!r} is larger than {_SECRET_FILE_BYTES} bytes: not a secret file")
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+            raise ValueError(f"{path!r} is {kind}, not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise ValueError(f"cannot read {path!r}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise ValueError(f"{path!r} is larger than {limit} bytes: not a secret file")
+    return b"".join(chunks)
+
+
+def readable_by_others(path: str) -> str:
+    """Who besides its owner may read the file at ``path`` (its target, for a symbolic
+    link), with its mode: ``"its group and everyone (mode 0644)"``; ``""`` when nobody may,
+    or where modes do not say it (Windows)."""
+    if os.name == "nt":
+        return ""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return ""
+    who = [
+        name
+        for bit, name in ((stat.S_IRGRP, "its group"), (stat.S_IROTH, "everyone"))
+        if mode & bit
+    ]
+    return f"{' and '.join(who)} (mode {stat.S_IMODE(mode):04o})" if who else ""
+
+
+def read_small_file(path: str) -> str:
+    data = read_regular_file(path, _SECRET_FILE_BYTES)
     try:
         return data.decode("ascii")
     except UnicodeDecodeError:

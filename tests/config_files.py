@@ -13,6 +13,7 @@ from collector import ConfigError, TelemetryConfig
 def write(tmp_path: Path, text: str, name: str = "telemetry.toml") -> Path:
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
+    path.chmod(0o600)  # as a file with secrets should be: others reading it is a notice
     return path
 
 

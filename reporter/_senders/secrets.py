@@ -8,6 +8,13 @@ validated before it is used: a file that cannot be read or does not hold a valid
 the one in use, with an ERROR that names the file and what is wrong, never a value.  Every
 value read is added to the log's list of secrets to mask.  Which settings a sink reads
 from files is the sink's to say (``reporter._sinks.base.Sink.secret_files``).
+
+Reading is safe whatever the path holds now: only a regular file is read (a FIFO, device or
+directory is refused without waiting on it), at most 64 KiB of it.  A changed file is taken
+only once two looks a poll apart find the same content, and only if it did not change while
+it was read, so a file caught half-written is never used: a header value cut short is as
+valid as a whole one.  A SIGHUP reads at once (the operator says the file is ready).  A file
+that its group or everyone may read is taken, with a WARNING (once for each mode seen).
 """
 
 from __future__ import annotations
@@ -18,8 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from reporter._logging import REDACT
+from reporter._settings import read_regular_file, readable_by_others
 
 logger = logging.getLogger("reporter")
+# What a look at a file reads at most: its validation refuses anything past 64 KiB anyway.
+RAW_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +62,12 @@ class SecretFile:
         self._listeners: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._value = read(path)  # a problem here is a config error: the caller says so
-        self._seen = self._raw()  # the content last looked at, valid or not
+        self._seen = self._raw()  # the content last read, valid or not
+        # A new content (None: the file could not be read) seen once, to be seen again.
+        self._pending: tuple[bytes | None] | None = None
+        self._exposed = ""  # who else may read the file, as last warned about
         REDACT.add([self._value, *self._value.split()[-1:]])
+        self._warn_if_exposed()
 
     def __call__(self) -> str:
         """The value in use (a plain read: no lock)."""
@@ -64,22 +78,33 @@ class SecretFile:
         self._listeners.append(listener)
 
     def poll(self) -> Reread | None:
-        """Read the file again if its content changed since the last look; None if not."""
+        """Read the file again if its content changed since the last read and then stayed
+        the same for one more look (one being written is not taken half-way); None if
+        there is nothing new yet."""
         with self._lock:
-            if self._raw() == self._seen:
+            raw = self._raw()
+            if raw == self._seen:
+                self._pending = None
                 return None
-            return self._reread()
+            if self._pending != (raw,):
+                self._pending = (raw,)
+                return None
+            return self._reread(raw)
 
     def reread(self) -> Reread:
         """Read the file again (SIGHUP)."""
         with self._lock:
-            return self._reread()
+            return self._reread(self._raw())
 
-    def _reread(self) -> Reread:
-        self._seen = self._raw()
+    def _reread(self, before: bytes | None) -> Reread:
+        """Read and check the value of the file whose content was just ``before``."""
+        self._pending = None
         try:
             value = self._read(self.path)
+            if self._raw() != before:
+                raise ValueError(f"{self.path!r} changed while it was read")
         except ValueError as exc:
+            self._seen = before
             logger.error(
                 "%s: %s; the value in use is kept",
                 self.setting,
@@ -87,6 +112,8 @@ class SecretFile:
                 extra={"setting": self.setting},
             )
             return Reread(self.setting, problem=str(exc))
+        self._seen = before
+        self._warn_if_exposed()
         if value == self._value:
             return Reread(self.setting)
         REDACT.add([value, *value.split()[-1:]])
@@ -96,8 +123,21 @@ class SecretFile:
         return Reread(self.setting, changed=True)
 
     def _raw(self) -> bytes | None:
+        """The file's bytes (up to one past the bound), or None if it cannot be read."""
         try:
-            with open(self.path, "rb") as f:
-                return f.read(65_537)
-        except OSError:
+            return read_regular_file(self.path, RAW_BYTES)
+        except ValueError:
             return None
+
+    def _warn_if_exposed(self) -> None:
+        exposed = readable_by_others(self.path)
+        if exposed and exposed != self._exposed:
+            logger.warning(
+                "%s: %r may be read by %s: make it readable by its owner only (chmod 600, "
+                "or defaultMode 0400 on a Kubernetes secret volume)",
+                self.setting,
+                self.path,
+                exposed,
+                extra={"setting": self.setting},
+            )
+        self._exposed = exposed

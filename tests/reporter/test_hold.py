@@ -119,17 +119,20 @@ def test_a_key_file_is_read_again_when_it_changes(
 ) -> None:
     path = tmp_path / "key"
     path.write_text(f"  {OLD}\n")
+    path.chmod(0o600)
     key = SecretFile(NPPA_KEY, str(path), read_key_file)
     seen: list[str] = []
     key.subscribe(lambda: seen.append(key()))
     assert key() == OLD and key.poll() is None  # unchanged: not even parsed again
     assert OLD in REDACT._secrets
     path.write_text(NEW)
+    assert key.poll() is None and key() == OLD  # a change is taken once two looks agree
     found = key.poll()
     assert found is not None and found.changed and key() == NEW and seen == [NEW]
     assert NEW in REDACT._secrets
     with caplog.at_level(logging.ERROR, logger="reporter"):
         path.write_text("not a key")
+        assert key.poll() is None
         bad = key.poll()
         assert bad is not None and not bad.changed and "32 hex characters" in bad.problem
         assert key() == NEW  # the key in use is kept

@@ -401,6 +401,7 @@ def test_the_log_level_variable_reaches_the_run(tmp_path: Path, locked_server: S
         '[sink]\nurl = "http://127.0.0.1:9/ingest"\n',
         encoding="utf-8",
     )
+    config.chmod(0o600)  # it holds Redis's password: readable by others, that is a WARNING
     log = tmp_path / "quiet.log"
     with open(log, "w", encoding="utf-8") as err:
         reporter = subprocess.Popen(
