@@ -62,6 +62,9 @@ class SinkConfig(Protocol):
 
     def buffer_ttls(self) -> list[int]: ...
 
+    def cap_for(self, game: str) -> int:
+        """The game's ``max_events_per_game`` (its own, else ``[buffer]``'s)."""
+
 
 class Sender(Protocol):
     """Builds requests and reads responses, nothing more: every answer or transport error

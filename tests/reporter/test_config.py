@@ -450,6 +450,7 @@ def test_a_renamed_value_is_accepted_with_a_notice(tmp_path: Path) -> None:
 
 
 NPPA = '[sink]\nkind = "nppa"\n[nppa]\napp_id = "app"\nsecret_key = "${KEY}"\n'
+SIZED = "[buffer]\nmax_events_per_game = 100000\n"
 
 
 @pytest.mark.parametrize("key", ["", "0123", "g" * 32, "0" * 31, "0" * 33])
@@ -534,9 +535,30 @@ def test_a_games_biz_id_is_the_reporters_and_the_sdk_skips_it(tmp_path: Path) ->
 
 
 def test_resend_beyond_the_buffers_ttl_is_pointed_out(tmp_path: Path) -> None:
-    text = NPPA + 'late_behaviour = "resend"\n'
+    text = SIZED + NPPA + 'late_behaviour = "resend"\n'
     config = ReporterConfig.load(str(write(tmp_path, text)), env={"KEY": "a" * 32})
     [notice] = config.notices
     assert "late_max_age_seconds" in notice and "ttl_seconds" in notice
     longer = text + "late_max_age_seconds = 3000\n"
     assert ReporterConfig.load(str(write(tmp_path, longer)), env={"KEY": "a" * 32}).notices == ()
+
+
+def test_an_nppa_buffer_capped_below_the_documented_sizing_is_pointed_out(
+    tmp_path: Path,
+) -> None:
+    """docs/nppa.md sizes a game's buffer at 100,000 events; the default 1,000 evicts the
+    oldest logins and logouts within seconds of a 1006 throttle at a modest peak."""
+    env = {"KEY": "a" * 32}
+    games = '[games."farm"]\nbiz_id = "1"\n[games."kart"]\nbiz_id = "2"\n'
+    [notice] = ReporterConfig.load(str(write(tmp_path, NPPA + games)), env=env).notices
+    assert "[buffer] max_events_per_game (1,000)" in notice and "100,000" in notice
+    sized = ReporterConfig.load(str(write(tmp_path, NPPA + SIZED + games)), env=env)
+    assert sized.notices == ()
+    small = games + "max_events_per_game = 5000\n"  # kart's own cap
+    [notice] = ReporterConfig.load(str(write(tmp_path, NPPA + SIZED + small)), env=env).notices
+    assert '[games."kart"] max_events_per_game (5,000)' in notice
+    # a game that cannot send (no biz_id) is another notice's business
+    unfiled = games + '[games."new"]\nmax_events_per_game = 10\n'
+    assert ReporterConfig.load(str(write(tmp_path, NPPA + SIZED + unfiled)), env=env).notices == ()
+    json_sink = '[sink]\nurl = "http://127.0.0.1:9/x"\n'
+    assert ReporterConfig.load(str(write(tmp_path, json_sink)), env={}).notices == ()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from collector import ConfigError
@@ -81,6 +81,27 @@ def read_key_file(path: str) -> str:
             + ("" if len(key) != 32 else " that are not all hex digits")
         )
     return key
+
+
+# docs/nppa.md, "Sizing: a game's buffer": a peak of 400 events/s per game through a 1006
+# throttle (60 s) on top of the 180 s window, 96,000 events, rounded up.
+SIZED_CAP = 100_000
+
+
+def cap_advice(caps: Mapping[str, int], where: Where) -> list[str]:
+    """A game's buffer capped below the documented sizing loses its oldest events (counted,
+    ``evicted``) through an ordinary 1006 throttle at a modest peak; ``caps``: the cap of
+    each game by the key that sets it (``[buffer]`` or ``[games."<name>"]``)."""
+    return [
+        f"{where('buffer', 'max_events_per_game') if key == '[buffer]' else where('games', '')}"
+        f": {key} max_events_per_game ({cap:,}) is below the anti-addiction sizing of "
+        f'{SIZED_CAP:,} events per game (docs/nppa.md, "Sizing: a game\'s buffer": 400 '
+        f"events/s through a 60 s throttle on top of the 180 s window): a backlog beyond it "
+        f"evicts the oldest logins and logouts; raise it (about 15 MB of Redis per game at "
+        f"100,000)"
+        for key, cap in caps.items()
+        if cap < SIZED_CAP
+    ]
 
 
 def late_ttl_advice(nppa: NppaSettings, ttls: Iterable[int], where: Where) -> list[str]:

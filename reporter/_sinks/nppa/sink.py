@@ -28,7 +28,13 @@ from reporter._sinks.base import (
     scope_name,
 )
 from reporter._sinks.nppa.sender import WINDOW_SECONDS, NppaSender, endpoint_url
-from reporter._sinks.nppa.settings import NppaSettings, check_nppa, late_ttl_advice, read_key_file
+from reporter._sinks.nppa.settings import (
+    NppaSettings,
+    cap_advice,
+    check_nppa,
+    late_ttl_advice,
+    read_key_file,
+)
 
 # {"data":"<base64 of nonce, AES-GCM of {"collections":[{"no":n,...},...]}, tag>"}: the
 # item's "no" and comma add 10 bytes; sealing adds 28 bytes before base64.
@@ -52,7 +58,21 @@ class NppaSink(Sink):
         check_nppa(self.nppa, where)
 
     def advise(self, where: Where) -> list[str]:
-        return late_ttl_advice(self.nppa, self.config.buffer_ttls(), where)
+        return [
+            *late_ttl_advice(self.nppa, self.config.buffer_ttls(), where),
+            *cap_advice(self._caps(), where),
+        ]
+
+    def _caps(self) -> dict[str, int]:
+        """The buffer cap of every game that can send (one with a biz_id), by the key that
+        sets it; ``[buffer]``'s when no game has a biz_id yet."""
+        config = self.config
+        caps: dict[str, int] = {}
+        for game in config.games:
+            if config.biz_id(game):
+                own = config.games[game].max_events_per_game
+                caps[f'[games."{game}"]' if own else "[buffer]"] = config.cap_for(game)
+        return caps or {"[buffer]": config.cap_for("")}
 
     def _name(self) -> str:
         return scope_name("nppa", self.nppa.app_id)
