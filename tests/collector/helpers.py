@@ -1,32 +1,24 @@
-"""Small helpers shared by the collector tests: polling with a deadline and reading Redis."""
+"""Small helpers shared by the collector tests: polling with a deadline and reading Redis
+(``tests/support/stored.py``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
-import orjson
-
-from collector.store import ENTRY_TIME_DIGITS, KeySchema
+from collector.store import KeySchema
 from tests.polling import wait_until  # noqa: F401 - re-exported for the tests
-
-
-def queue_entries(client: Any, schema: KeySchema, game: str) -> list[bytes]:
-    return list(client.lrange(schema.for_game(game).queue(game), 0, -1))
-
-
-def queue_events(client: Any, schema: KeySchema, game: str) -> list[dict[str, Any]]:
-    return [orjson.loads(e[ENTRY_TIME_DIGITS:]) for e in queue_entries(client, schema, game)]
-
-
-def stats_total(client: Any, schema: KeySchema, field: str) -> int:
-    """A counter of the ``stats`` hash summed over every shard."""
-    return sum(int(client.hget(s.stats, field) or 0) for s in schema.all_shards())
+from tests.support.stored import (  # noqa: F401 - re-exported for the tests
+    queue_entries,
+    queue_events,
+    shard_stats,
+    stats_total,
+)
 
 
 def stats_of(client: Any, schema: KeySchema, game: str) -> dict[str, int]:
-    raw = client.hgetall(schema.for_game(game).stats)
-    return {k.decode(): int(v) for k, v in raw.items()}
+    """The ``stats`` hash of the game's shard."""
+    return shard_stats(client, schema.for_game(game))
 
 
 def balanced(stats: dict[str, int]) -> bool:

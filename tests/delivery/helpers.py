@@ -11,13 +11,14 @@ from typing import Any
 import orjson
 import redis
 
-from collector.config import build_config, raw_settings
+from collector.config import raw_settings
 from collector.store import KeySchema, encode_entry
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import Totals, read_totals
 from tests.polling import wait_until  # noqa: F401 - re-exported for the tests
 from tests.scriptcalls import Scripts, store_of
+from tests.support.configs import NOWHERE, merged, reporter_config
 
 # Short settings so a fault and its recovery take seconds, not minutes.
 FAST: dict[str, dict[str, Any]] = {
@@ -39,17 +40,11 @@ FAST: dict[str, dict[str, Any]] = {
 
 
 def make_config(
-    redis_url: str, sink_url: str = "http://127.0.0.1:9/ingest", **sections: dict[str, Any]
+    redis_url: str, sink_url: str = NOWHERE, **sections: dict[str, Any]
 ) -> ReporterConfig:
     """The FAST settings on ``redis_url`` and ``sink_url``, with per-section overrides."""
-    raw = raw_settings(ReporterConfig())
-    for name, fast in FAST.items():
-        raw[name].update(fast)
-    raw["redis"].update(url=redis_url, key_prefix="dlv")
-    raw["sink"].update(url=sink_url)
-    for name, values in sections.items():
-        raw[name].update(values)
-    return build_config(raw, "test", env={}, interpolate=False, cls=ReporterConfig)
+    layers = merged(FAST, {"redis": {"key_prefix": "dlv"}}, sections)
+    return reporter_config(redis_url, sink_url, **layers)
 
 
 def schema_of(config: ReporterConfig) -> KeySchema:

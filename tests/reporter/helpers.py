@@ -8,14 +8,13 @@ from typing import Any
 
 import orjson
 
-from collector.config import build_config, raw_settings
 from collector.store import KeySchema, ShardKeys, encode_entry
 from reporter._config import ReporterConfig
 from tests.polling import wait_until  # noqa: F401 - re-exported for the tests
 from tests.scriptcalls import Scripts
+from tests.support.configs import NOWHERE, merged, reporter_config
+from tests.support.stored import shard_stats, stats_total  # noqa: F401 - re-exported
 
-# Nothing listens here: a sender pointed at it fails at once (tests that never POST use it).
-NOWHERE = "http://127.0.0.1:9/ingest"
 TTL = 3600
 
 
@@ -23,12 +22,7 @@ def make_config(
     redis_url: str, *, sink_url: str = NOWHERE, shards: int = 4, **sections: dict[str, Any]
 ) -> ReporterConfig:
     """The defaults with ``[redis] url/shards``, ``[sink] url`` and any section updates."""
-    raw = raw_settings(ReporterConfig())
-    raw["redis"].update(url=redis_url, shards=shards)
-    raw["sink"]["url"] = sink_url
-    for name, values in sections.items():
-        raw[name].update(values)
-    return build_config(raw, "test", env={}, interpolate=False, cls=ReporterConfig)
+    return reporter_config(redis_url, sink_url, **merged({"redis": {"shards": shards}}, sections))
 
 
 def now_ms() -> int:
@@ -57,11 +51,7 @@ def store(
 
 
 def stats(client: Any, keys: ShardKeys) -> dict[str, int]:
-    return {k.decode(): int(v) for k, v in client.hgetall(keys.stats).items()}
-
-
-def stats_total(client: Any, schema: KeySchema, name: str) -> int:
-    return sum(int(client.hget(k.stats, name) or 0) for k in schema.all_shards())
+    return shard_stats(client, keys)
 
 
 def ids_of(events: Iterable[Any]) -> list[str]:
