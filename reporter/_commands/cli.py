@@ -378,7 +378,7 @@ def _check_config(path: str | None, connect: bool = False, probe_method: str = "
 
     probes = [probe_redis(config), probe_sink(config, probe_method)]
     for probe in probes:
-        print(REDACT(printable(probe.line())))
+        print(REDACT(printable(probe.line(), keep="\n")))  # a sink may say a line per part
     return EXIT_OK if all(p.ok for p in probes) else EXIT_UNAVAILABLE
 
 

@@ -12,6 +12,7 @@ without reporting anything (3002: they passed; 1011: the key or signature did no
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
@@ -20,6 +21,9 @@ import httpx
 from collector import BackendError
 from collector.store import describe_settings, open_store
 from reporter._config import ReporterConfig
+from reporter._pacing.permits import Permits, PermitsPacer
+from reporter._pacing.slots import SharedSlots
+from reporter._sinks.base import Pacer, SlotRate
 from reporter._sinks.registry import make_sink
 
 
@@ -50,9 +54,48 @@ def probe_redis(config: ReporterConfig) -> Probe:
 def probe_sink(
     config: ReporterConfig, method: str = "HEAD", transport: httpx.BaseTransport | None = None
 ) -> Probe:
-    """What the sink's ``check_connection`` finds (``Sink.check_connection``)."""
-    found = make_sink(config).check_connection(method, transport)
+    """What the sink's ``check_connection`` finds (``Sink.check_connection``).  A sink paced
+    by slots (the anti-addiction interface) takes each request's slot of the rate the
+    running reporters share in Redis, so probing many bizIds never puts a second over the
+    interface's limit; with Redis out of reach (no reporter can send either) its requests
+    are only spaced by the rate."""
+    sink = make_sink(config)
+    pacing = sink.pacing()
+    if not isinstance(pacing, SlotRate):
+        found = sink.check_connection(method, transport)
+        return Probe("sink", found.ok, found.detail)
+    store = None
+    try:
+        store = open_store(config.redis)
+        store.ping()
+        slots = SharedSlots(store, pacing.name, pacing.per_second, pacing.scope)
+        pacer: Pacer = PermitsPacer(Permits(slots, slots), threading.Event())
+    except BackendError:
+        pacer = Spaced(pacing.per_second)
+    try:
+        found = sink.check_connection(method, transport, pacer)
+    finally:
+        if store is not None:
+            store.close()
     return Probe("sink", found.ok, found.detail)
+
+
+class Spaced:
+    """Requests ``1 / rate`` apart in this process (a ``Pacer`` without Redis)."""
+
+    def __init__(self, rate: float) -> None:
+        self._interval = 1 / rate
+        self._next = 0.0
+
+    def one(self, game: str) -> bool:
+        wait = self._next - time.monotonic()
+        if wait > 0:
+            threading.Event().wait(wait)
+        self._next = time.monotonic() + self._interval
+        return True
+
+    def on_time(self, game: str) -> bool:
+        return True
 
 
 def _ms(began: float) -> str:

@@ -10,7 +10,8 @@ config (``reporter._sinks.registry.make_sink``) what they need, never which kind
 - ``body_model`` and ``endpoint()``: how large a body of given events is, and where it goes;
 - ``secret_files()``: the settings whose values are read from files;
 - ``sender(...)``: the object that sends one batch and reads the answer into an ``Outcome``;
-- ``check_connection(...)``: what ``check-config --connect`` does;
+- ``check_connection(...)``: what ``check-config --connect`` does (a kind paced by slots
+  asks ``pacer`` for one before each of its requests);
 - ``describe()``, ``notices()``, ``problems()``, ``next_steps()``: its lines in the start-up
   log, ``check-config``, ``run`` and the demo.
 
@@ -278,7 +279,10 @@ class Sink:
         raise NotImplementedError
 
     def check_connection(
-        self, method: str = "HEAD", transport: httpx.BaseTransport | None = None
+        self,
+        method: str = "HEAD",
+        transport: httpx.BaseTransport | None = None,
+        pacer: Pacer | None = None,
     ) -> Connection:
         raise NotImplementedError
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import textwrap
 from pathlib import Path
 
@@ -110,7 +111,7 @@ def test_the_probe_method_and_the_configured_headers_are_used() -> None:
 NPPA_KEY = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 
 
-def nppa_file(tmp_path: Path, redis_url: str, base_url: str, key: str) -> Path:
+def nppa_file(tmp_path: Path, redis_url: str, base_url: str, key: str, games: str = "") -> Path:
     (tmp_path / "nppa.key").write_text(key + "\n", encoding="utf-8")
     path = tmp_path / "nppa.toml"
     path.write_text(
@@ -125,7 +126,8 @@ def nppa_file(tmp_path: Path, redis_url: str, base_url: str, key: str) -> Path:
         secret_key_file = "{tmp_path / "nppa.key"}"
         [games."farm"]
         biz_id = "1101999999"
-    """),
+    """)
+        + games,
         encoding="utf-8",
     )
     return path
@@ -168,3 +170,68 @@ def test_the_nppa_key_is_proven_without_reporting_anything(
     assert said in sink
     assert [(r.items, r.errcode) for r in requests] == [(0, 3002 if ok else 1011)]
     assert endpoint.accepted == [] and NPPA_KEY not in out + err
+
+
+MORE_GAMES = textwrap.dedent("""
+    [games."kart"]
+    biz_id = "1101999999"
+    [games."moon"]
+    biz_id = "1101999998"
+    [games."star"]
+    biz_id = "1101999997"
+""")
+
+
+def test_every_biz_id_is_proven_each_on_a_slot_of_the_shared_rate(
+    tmp_path: Path, own_server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One probe per bizId (a game the app may not report for answers 1010), each on a
+    slot of the rate the reporters share in Redis: never faster than the interface's."""
+    from reporter._demo.nppa_mock import NppaEndpoint
+
+    with NppaEndpoint(
+        app_id="probe-app", secret_key=NPPA_KEY, biz_ids=["1101999999", "1101999997"]
+    ) as endpoint:
+        path = nppa_file(tmp_path, own_server.url, endpoint.url, NPPA_KEY, MORE_GAMES)
+        assert main(["check-config", "--connect", str(path)]) == 3
+        with endpoint.lock:
+            requests = list(endpoint.requests)
+    out, _ = capsys.readouterr()
+    sink = out[out.index("sink: ") :].splitlines()
+    assert sink[0] == (
+        f"sink: failed: POST {endpoint.url}/behavior/collection/loginout (app probe-app, "
+        "no items): 2 of 3 bizIds passed"
+    )
+    assert sink[1].startswith("  bizId 1101999999 (games farm, kart) answered 3002 ")
+    assert sink[2].startswith("  bizId 1101999998 (game moon) answered nppa 1010 ")
+    assert "check [nppa] app_id and the game's biz_id" in sink[2]
+    assert sink[3].startswith("  bizId 1101999997 (game star) answered 3002 ")
+    assert [(r.biz_id, r.items, r.errcode) for r in requests] == [
+        ("1101999999", 0, 3002),
+        ("1101999998", 0, 1010),
+        ("1101999997", 0, 3002),
+    ]
+    gaps = [b.at - a.at for a, b in itertools.pairwise(requests)]
+    assert min(gaps) >= 1 / 10 - 0.01, gaps  # slots 1 / 9.6 s apart
+
+
+def test_after_a_1006_the_other_biz_ids_are_not_probed(
+    tmp_path: Path, own_server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from reporter._demo.nppa_mock import NppaEndpoint
+
+    with NppaEndpoint(
+        app_id="probe-app",
+        secret_key=NPPA_KEY,
+        biz_ids=["1101999999", "1101999998", "1101999997"],
+        force=lambda n: 1006 if n == 1 else None,
+    ) as endpoint:
+        path = nppa_file(tmp_path, own_server.url, endpoint.url, NPPA_KEY, MORE_GAMES)
+        assert main(["check-config", "--connect", str(path)]) == 3
+        with endpoint.lock:
+            requests = list(endpoint.requests)
+    out, _ = capsys.readouterr()
+    sink = out[out.index("sink: ") :].splitlines()
+    assert "0 of 3 bizIds passed" in sink[0] and "1006" in sink[1]
+    assert all("not sent: the interface throttles the app id" in line for line in sink[2:4])
+    assert len(requests) == 1

@@ -41,7 +41,10 @@ class JsonSink(Sink):
         )
 
     def check_connection(
-        self, method: str = "HEAD", transport: httpx.BaseTransport | None = None
+        self,
+        method: str = "HEAD",
+        transport: httpx.BaseTransport | None = None,
+        pacer: Pacer | None = None,
     ) -> Connection:
         """One request of ``method`` (HEAD: it sends no events) through the client ``run``
         builds: any answer proves the network path, TLS and proxy, except 401, 403 and 407,

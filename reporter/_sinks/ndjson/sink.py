@@ -49,7 +49,10 @@ class NdjsonSink(Sink):
         return NdjsonSender(self.ndjson)
 
     def check_connection(
-        self, method: str = "HEAD", transport: httpx.BaseTransport | None = None
+        self,
+        method: str = "HEAD",
+        transport: httpx.BaseTransport | None = None,
+        pacer: Pacer | None = None,
     ) -> Connection:
         """The directory is created if missing, and a file written, synced, closed and
         removed there, as ``run`` would; the space left is reported."""

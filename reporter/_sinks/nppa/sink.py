@@ -132,42 +132,49 @@ class NppaSink(Sink):
         return NppaSender(self.config, transport, key=key, pacer=pacer)
 
     def check_connection(
-        self, method: str = "HEAD", transport: httpx.BaseTransport | None = None
+        self,
+        method: str = "HEAD",
+        transport: httpx.BaseTransport | None = None,
+        pacer: Pacer | None = None,
     ) -> Connection:
-        """A signed request with an empty ``collections``: it reports nothing, and the
-        system answers 3002 once the app id, the bizId, the key and the signature have
-        passed (1011 when the key or signature is wrong).  The bizId is the first game's of
-        the file."""
+        """For every bizId of the file, a signed request with an empty ``collections``: it
+        reports nothing, and the system answers 3002 once the app id, that bizId, the key
+        and the signature have passed (1011 when the key or signature is wrong, 1010 when
+        the app may not report for that game).  Each takes a slot of ``pacer`` first (the
+        rate the running reporters share); after a 1006 the rest are not sent."""
         nppa = self.nppa
-        biz_id = self._first_biz_id()
-        where = (
-            f"POST {masked_url(endpoint_url(nppa.base_url))} (app "
-            f"{nppa.app_id}, bizId {biz_id or '-'}, no items)"
-        )
-        if not biz_id:
+        games = self._games_by_biz_id()
+        where = f"POST {masked_url(endpoint_url(nppa.base_url))} (app {nppa.app_id}"
+        if not games:
             return Connection(
                 False,
-                f"{where}: not sent: no game has a biz_id to send it "
+                f"{where}, bizId -, no items): not sent: no game has a biz_id to send it "
                 'with (set [games."<name>"] biz_id)',
             )
-        sender = self.sender(transport, self.open_secrets())
+        sender = self.sender(transport, self.open_secrets(), pacer)
         assert isinstance(sender, NppaSender)
-        began = time.monotonic()
+        lines: list[tuple[bool, str]] = []
+        throttled = False
         try:
-            outcome = sender.probe(biz_id)
+            for biz_id, named in games.items():
+                which = f"game{'s' if len(named) > 1 else ''} {', '.join(named)}"
+                head = (
+                    f"bizId {biz_id}, no items)" if len(games) == 1 else f"bizId {biz_id} ({which})"
+                )
+                if throttled:
+                    lines.append((False, f"{head}: not sent: the interface throttles the app id"))
+                    continue
+                ok, said, throttled = _probe_one(sender, pacer, biz_id, named[0])
+                lines.append((ok, f"{head}{said}"))
         finally:
             sender.close()
-        if outcome.kind == DELIVERED:
-            return Connection(
-                True,
-                f"{where} answered {outcome.reason} in "
-                f"{(time.monotonic() - began) * 1000:.0f} ms (nothing was reported)",
-            )
-        refusal = outcome.hold or outcome.alert
-        return Connection(
-            False,
-            f"{where} answered {outcome.reason}" + (f"; {refusal.check}" if refusal else ""),
+        if len(lines) == 1:
+            return Connection(lines[0][0], f"{where}, {lines[0][1]}")
+        passed = sum(ok for ok, _ in lines)
+        detail = f"{where}, no items): {passed} of {len(lines)} bizIds passed" + "".join(
+            f"\n  {line}" for _, line in lines
         )
+        return Connection(passed == len(lines), detail)
 
     def describe(self) -> str:
         nppa = self.nppa
@@ -198,3 +205,28 @@ class NppaSink(Sink):
 
     def _first_biz_id(self) -> str:
         return next((g.biz_id for g in self.config.games.values() if g.biz_id), "")
+
+    def _games_by_biz_id(self) -> dict[str, list[str]]:
+        """Every bizId of the file, with the games that report under it, in file order."""
+        games: dict[str, list[str]] = {}
+        for game, settings in self.config.games.items():
+            if settings.biz_id:
+                games.setdefault(settings.biz_id, []).append(game)
+        return games
+
+
+def _probe_one(
+    sender: NppaSender, pacer: Pacer | None, biz_id: str, game: str
+) -> tuple[bool, str, bool]:
+    """One bizId's probe: whether it passed, what was answered (after the bizId in the
+    line), and whether the interface said to stop (1006)."""
+    if pacer is not None and not pacer.one(game):
+        return False, ": not sent: no request slot within reach (a 1006 pause)", False
+    began = time.monotonic()
+    outcome = sender.probe(biz_id)
+    if outcome.kind == DELIVERED:
+        ms = (time.monotonic() - began) * 1000
+        return True, f" answered {outcome.reason} in {ms:.0f} ms (nothing was reported)", False
+    refusal = outcome.hold or outcome.alert
+    said = f" answered {outcome.reason}" + (f"; {refusal.check}" if refusal else "")
+    return False, said, outcome.pause_all > 0

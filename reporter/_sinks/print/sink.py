@@ -23,7 +23,10 @@ class PrintSink(Sink):
         return PrintSender()
 
     def check_connection(
-        self, method: str = "HEAD", transport: httpx.BaseTransport | None = None
+        self,
+        method: str = "HEAD",
+        transport: httpx.BaseTransport | None = None,
+        pacer: Pacer | None = None,
     ) -> Connection:
         return Connection(True, "print: batches go to standard output (no endpoint to probe)")
 
