@@ -9,14 +9,17 @@ pause kept the value and set a 228-year expiry."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 
 from collector.config import RedisSettings
 from collector.store import Store, open_store
+from reporter._commands.cli import main
 from reporter._pacing.limiter import SharedTokenBucket
 from reporter._pacing.send_hold import SendHold
 from reporter._pacing.slots import SharedSlots
@@ -108,6 +111,27 @@ def test_an_owner_missing_from_the_live_registry_is_taken_over_at_the_next_round
     assert store.counter_totals([store.schema.shard(1)])["owners_taken_over"] == 1
 
 
+def test_status_names_the_shards_whose_owner_is_not_live(
+    store: Store, r: redis.Redis, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    live = ShardOwnership(store, 10.0, owner="live")
+    live.loop()
+    r.set(store.schema.shard(3).owner, "ghost:9:dead")  # no expiry, not registered
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[redis]\nurl = "{redis_url}"\nkey_prefix = "{PREFIX}"\nshards = {SHARDS}\n',
+        encoding="utf-8",
+    )
+    for form in ([], ["--no-shards"]):
+        assert main(["status", "--json", *form, "--config", str(config)]) == 0
+        printed = json.loads(capsys.readouterr().out)
+        assert printed["shards_owned_by_no_live_reporter"] == [3]
+    assert main(["status", "--config", str(config)]) == 0
+    text = capsys.readouterr().out
+    assert "shards held by a process missing from the live registry: 3" in text
+    assert "ghost:9:dead (not live)" in text
+
+
 def test_a_live_owner_keeps_its_shards(store: Store) -> None:
     a = ShardOwnership(store, 10.0, owner="a")
     b = ShardOwnership(store, 10.0, owner="b")
@@ -135,6 +159,7 @@ def test_a_pause_after_a_far_future_pause_keeps_neither(store: Store, r: redis.R
     key = store.schema.limiter("nppa:app")
     slots = SharedSlots(store, "nppa:app", 10.0)
     r.hset(key, "paused_until", str(FAR_US))
+    r.pexpire(key, FAR_US // 1000)  # what the pause over that value set, before
     slots.pause(10.0)
     assert 0 < r.pttl(key) <= 71_000  # the pause, a slot and a minute, not 228 years
     assert not slots.reserve().reserved  # the pause holds: its end is past the horizon
