@@ -136,15 +136,15 @@ local function guard_open(script, q, stats, fields)
 end
 
 -- The ring (games, a zset) moved aside is built again from `active`, so that no registered
--- game stops being swept: one ZADD per page of SSCAN, at most RING_PAGES pages (about
--- 100,000 games, more than a sweep ever reads: [reporter] games_per_sweep).
-local RING_PAGES = 100
-local function expect_ring(ring, active)
-  if expect(ring, 'zset') then return end
-  if redis.call('TYPE', active).ok ~= 'set' then return end
-  local cursor = '0'
+-- game stops being swept: RING_PAGES pages of SSCAN per call (about 1,000 games), one ZADD
+-- each.  Where a larger set goes on is kept in the ring itself, as a member that is never a
+-- game name (REBUILD_MARK .. the SSCAN cursor; it sorts before every game): the sweeper
+-- meets it in its first slice and hands it to set_aside, which goes on from there.
+local RING_PAGES = 2
+local REBUILD_MARK = '\1rebuild:'
+local function rebuild_ring(ring, active, cursor)
   for _ = 1, RING_PAGES do
-    local page = redis.call('SSCAN', active, cursor, 'COUNT', 1000)
+    local page = redis.call('SSCAN', active, cursor, 'COUNT', 500)
     cursor = page[1]
     local members = {}
     for _, game in ipairs(page[2]) do
@@ -154,6 +154,13 @@ local function expect_ring(ring, active)
     if #members > 0 then redis.call('ZADD', ring, unpack(members)) end
     if cursor == '0' then return end
   end
+  redis.call('ZADD', ring, 0, REBUILD_MARK .. cursor)
+end
+
+local function expect_ring(ring, active)
+  if expect(ring, 'zset') then return end
+  if redis.call('TYPE', active).ok ~= 'set' then return end
+  rebuild_ring(ring, active, '0')
 end
 
 local function is_whole(value)
@@ -318,8 +325,9 @@ end
 -- written by anything else is not this call's, and is ignored.
 local RECEIPT_MOST_BYTES = 65536 -- larger: not a receipt a script wrote (decoding it is slow)
 local function receipt_of(key, token, shape)
-  local raw = redis.pcall('GET', key)
-  if type(raw) ~= 'string' or #raw > RECEIPT_MOST_BYTES then return nil end
+  local size = redis.pcall('STRLEN', key)
+  if type(size) ~= 'number' or size == 0 or size > RECEIPT_MOST_BYTES then return nil end
+  local raw = redis.call('GET', key)
   local ok, r = pcall(cjson.decode, raw)
   if not ok or type(r) ~= 'table' or r.s ~= guard.script or r.t ~= token or r.r == nil then
     return nil

@@ -111,6 +111,23 @@ def test_an_owner_missing_from_the_live_registry_is_taken_over_at_the_next_round
     assert store.counter_totals([store.schema.shard(1)])["owners_taken_over"] == 1
 
 
+def test_a_holder_that_registers_after_it_was_missed_keeps_its_shard(
+    store: Store, r: redis.Redis
+) -> None:
+    """A process that took a shard a moment after another's heartbeat read the registry is
+    missing from that read; by the next round it is registered, and keeps the shard."""
+    for shard in (1, 2, 3):
+        r.set(store.schema.shard(shard).owner, "late", px=60_000)  # not registered yet
+    live = ShardOwnership(store, 10.0, owner="live")
+    live.loop()
+    assert live.owned() == {0}
+    store.heartbeat("late", 10_000)  # its own first heartbeat
+    live.loop()  # below its share of two: it tries shard 1 again, whose holder is live now
+    assert live.owned() == {0}
+    assert all(r.get(store.schema.shard(n).owner) == b"late" for n in (1, 2, 3))
+    assert "owners_taken_over" not in store.counter_totals()
+
+
 def test_status_names_the_shards_whose_owner_is_not_live(
     store: Store, r: redis.Redis, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -158,8 +175,9 @@ def test_a_far_future_slot_is_refused_and_the_slot_reserved_now(
 def test_a_pause_after_a_far_future_pause_keeps_neither(store: Store, r: redis.Redis) -> None:
     key = store.schema.limiter("nppa:app")
     slots = SharedSlots(store, "nppa:app", 10.0)
+    assert slots.reserve().reserved  # a slot of its own in the hash
     r.hset(key, "paused_until", str(FAR_US))
-    r.pexpire(key, FAR_US // 1000)  # what the pause over that value set, before
+    r.pexpire(key, FAR_US // 1000)  # what a pause over that value set, before
     slots.pause(10.0)
     assert 0 < r.pttl(key) <= 71_000  # the pause, a slot and a minute, not 228 years
     assert not slots.reserve().reserved  # the pause holds: its end is past the horizon
