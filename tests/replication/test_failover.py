@@ -1,7 +1,10 @@
 """A primary killed under load on a 3+3 cluster: the SDK and a reporter carry on, unrestarted.
 
 With ``wait_for_replicas = 1`` every collected event is delivered at least once (each POST
-with its batch's Idempotency-Key) or counted, and at most 5 % of them twice.  The clients
+with its batch's Idempotency-Key) or counted, and at most 5 % of them twice; and none is
+stored twice by the SDK.  The victim's replica is paused just before the kill, so writes go
+unreplicated (WAIT times out) while the replica still receives them: the SDK keeps them and
+sends them again to the promoted replica, which answers them as repeats.  The clients
 meet a dead node (reconnects and a refreshed slot map), MOVED from the node that comes back
 as a replica, and NOSCRIPT on the promoted replica (a replica's script cache is its own).
 """
@@ -16,11 +19,35 @@ from collector.store import open_store
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import read_totals
 from tests.reporter.helpers import make_config, wait_until
-from tests.servers import Cluster
+from tests.servers import Cluster, Server
 from tests.support.fixtures import MakeService
 
 GAMES = [f"game-{i}" for i in range(12)]
 SHARDS = 8
+
+
+def stored_twice(endpoint: LocalEndpoint) -> list[int]:
+    """Events the SDK stored more than once: in more than one batch, or twice in one, each
+    batch counted once however often it was sent (a batch sent again after a lost ack is the
+    reporter's duplicate, which the endpoint can drop by its key)."""
+    batches = {r.batch_id: r.events for r in endpoint.received if r.status == 200}
+    stored = Counter(e["id"] for events in batches.values() for e in events)
+    return sorted(i for i, n in stored.items() if n > 1)
+
+
+def kill_with_writes_unreplicated(cluster: Cluster, victim: Server, sdk: Collector) -> Server:
+    """Pause the victim's replica until the SDK's writes go unreplicated (WAIT times out),
+    kill the victim, let the replica go on (it reads what the victim had sent it) and take
+    over; the promoted node."""
+    info = victim.client().info("replication")
+    replica = next(n for n in cluster.nodes if n.port == int(info["slave0"]["port"]))
+    replica.pause()
+    try:
+        wait_until(lambda: sdk.stats()["unreplicated_writes"] >= 20, what="unreplicated writes")
+        cluster.kill(victim)
+    finally:
+        replica.resume()
+    return cluster.wait_promoted(victim)
 
 
 def test_a_killed_primary_loses_nothing_with_wait_for_replicas(
@@ -69,8 +96,7 @@ def test_a_killed_primary_loses_nothing_with_wait_for_replicas(
     try:
         wait_until(lambda: len(endpoint.received) >= 5, what="the first deliveries")
         victim = cluster.primary_of(service.schema.for_game(GAMES[0]).ring)
-        cluster.kill(victim)
-        promoted = cluster.wait_promoted(victim)
+        promoted = kill_with_writes_unreplicated(cluster, victim, collector)
         cluster.rejoin(victim)  # back as the new primary's replica: WAIT can succeed again
         at_promotion = sent[0]
         wait_until(lambda: sent[0] > at_promotion + 2000, what="more traffic after failover")
@@ -107,6 +133,7 @@ def test_a_killed_primary_loses_nothing_with_wait_for_replicas(
     # every unconfirmed write was stored again: about a third of the events in the soak).
     duplicates = sum(n - 1 for n in ids.values())
     assert duplicates <= 0.05 * len(ids), (duplicates, len(ids), stats)
+    assert stored_twice(endpoint) == [], stats  # and none of them by the SDK
     assert all(r.idempotency_key == r.batch_id for r in endpoint.received)
     # Both carried on through the failover, without a restart.
     assert stats["backend_errors"] >= 1  # the SDK met the dead node and went on
