@@ -115,6 +115,11 @@ def preload_ours(raw: Raw, games: list[str], per_game: int) -> int:
             "max_buffer_events": total,
             "max_buffer_bytes": 64 * 1024**3,
         },
+        # a request of the ingest (unused here) must fit in that buffer
+        "ingest": {
+            **raw["ingest"],
+            "max_events_per_request": min(raw["ingest"]["max_events_per_request"], total),
+        },
     }
     collector = Collector(config=make_config(preload))
     seq = 0

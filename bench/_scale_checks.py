@@ -34,6 +34,7 @@ from reporter._config import ReporterConfig
 
 TTL = 3600
 CAP = 1_000_000
+MOST_BATCHES = 64  # the most one claim takes (claim.lua; [reporter] max_batches_per_claim)
 
 
 def store_for(url: str, shards: int) -> Store:
@@ -269,7 +270,18 @@ def status_with_dead(url: str, dead: int, per_batch: int = 10, calls: int = 20) 
     made = 0
     while made < dead:
         claimed = store.call(
-            Claim(keys, game, f"b{made}", "t", per_batch, 100, 60_000, 86_400_000, 0, dead + 1)
+            Claim(
+                keys,
+                game,
+                f"b{made}",
+                "t",
+                per_batch,
+                MOST_BATCHES,
+                60_000,
+                86_400_000,
+                0,
+                dead + 1,
+            )
         )
         for batch in claimed.batches:
             store.call(
