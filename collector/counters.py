@@ -71,6 +71,14 @@ class Counter(StrEnum):
     # Events delivered with their behaviour time moved into the anti-addiction interface's
     # window ([nppa] late_behaviour = "resend"); a part of delivered, not a state of its own.
     LATE_SENT = "late_sent"
+    # Logins and logouts (bt 1 and 0) of the anti-addiction sink dropped as stale (a part of
+    # stale): a stale logout leaves its session open in the system.  Each item is recorded
+    # (the shard's late list, and the audit trail if one is kept).
+    STALE_LOGINS = "stale_logins"
+    STALE_LOGOUTS = "stale_logouts"
+    # Records of the shards' late lists (items that missed the window) dropped beyond their
+    # bound, oldest first; unit: records.
+    LATE_RECORDS_TRIMMED = "late_records_trimmed"
     # Records the scripts moved to a shard's quarantine (a key of another type, metadata that
     # does not decode: lua/_guard.lua); unit: records.  And the events of the pending batches
     # among them (in flight or waiting for a retry), which leave the pending ones there.
@@ -91,6 +99,9 @@ class Counter(StrEnum):
     # Slots of the shared request rate this process let go because a thread was more than
     # 20 ms late for its own (a busy host); it took another.  Unit: slots.
     LATE_SLOTS = "late_slots"
+    # Lines of the anti-addiction audit trail ([nppa] audit_directory) this process could
+    # not write (a full disk, a directory it may not write); unit: lines.
+    AUDIT_LINES_LOST = "audit_lines_lost"
     # -- the SDK and the reporter, each in its own process
     STORE_RESETS = "store_resets"
 
@@ -181,6 +192,9 @@ STORE: tuple[Counter, ...] = (
     C.DEAD_DROPPED,
     C.PURGED,
     C.LATE_SENT,
+    C.STALE_LOGINS,
+    C.STALE_LOGOUTS,
+    C.LATE_RECORDS_TRIMMED,
     C.QUARANTINED_RECORDS,
     C.QUARANTINED_EVENTS,
     C.OWNERS_TAKEN_OVER,
@@ -205,6 +219,9 @@ REPORTER: tuple[Counter, ...] = (
     C.ACKS_UNREPLICATED,
     C.LATE_SENT,
     C.LATE_SLOTS,
+    C.STALE_LOGINS,
+    C.STALE_LOGOUTS,
+    C.AUDIT_LINES_LOST,
 )
 # telemetry-reporter status (and --json): the store's counters and these levels.
 STATUS_GAUGES: tuple[Gauge, ...] = (

@@ -312,9 +312,11 @@ class Release(ScriptCall[bool]):
 
 @dataclass(frozen=True, slots=True)
 class NoteLate(ScriptCall[int]):
-    """Count ``moved`` items delivered with their behaviour time moved into the window, and
-    keep ``record`` (JSON: their original times) in the shard's audit list, at most
-    ``keep`` records; the result is the records kept."""
+    """Items that missed the anti-addiction interface's window: count ``moved`` items
+    delivered with their behaviour time moved into it, and ``logins`` and ``logouts`` dropped
+    as stale, and keep ``record`` (JSON: their sessions and original times) in the shard's
+    audit list, at most ``keep`` records (those trimmed beyond it are counted); the result
+    is the records kept."""
 
     script: ClassVar[str] = "note_late"
     receipt: ClassVar[bool] = True
@@ -322,6 +324,8 @@ class NoteLate(ScriptCall[int]):
     moved: int
     record: str
     keep: int
+    logins: int = 0
+    logouts: int = 0
     call: str = field(default_factory=call_id)  # the receipt's id: a resend does nothing more
 
     def keys(self) -> Sequence[str]:
@@ -329,7 +333,7 @@ class NoteLate(ScriptCall[int]):
         return (s.stats, s.late, s.quarantine, s.receipt(self.call))
 
     def args(self) -> Sequence[Any]:
-        return (self.moved, self.record, self.keep)
+        return (self.moved, self.record, self.keep, self.logins, self.logouts)
 
     def parse(self, reply: Any) -> int:
         return int(reply)

@@ -164,9 +164,12 @@ class Batches:
     def note_alert(self, name: str, message: str) -> None:
         self.store.note_alert(name, message, time.time_ns() // 1_000_000)
 
-    def note_late(self, keys: ShardKeys, moved: int, record: str) -> int:
-        """Count ``moved`` items delivered with their time moved, and keep ``record``."""
-        return self.store.call(NoteLate(keys, moved, record, LATE_RECORDS_KEPT))
+    def note_late(
+        self, keys: ShardKeys, moved: int, record: str, logins: int = 0, logouts: int = 0
+    ) -> int:
+        """Count ``moved`` items delivered with their time moved, ``logins`` and
+        ``logouts`` dropped as stale, and keep ``record``."""
+        return self.store.call(NoteLate(keys, moved, record, LATE_RECORDS_KEPT, logins, logouts))
 
     def reap(self, keys: ShardKeys, limit: int) -> Reaped:
         return self.store.call(Reap(keys, limit, self.policy))

@@ -82,6 +82,8 @@ class Deliverer:
         """What became of the batch; None if it was not sent (no slot for its request, or the
         gate closed while it waited for one)."""
         fresh = split_fresh(batch.entries, int(self._clock() * 1000), self._freshness)
+        if fresh.stale and self._freshness.note_stale is not None:
+            self._settler.note_stale(lease.keys, batch, fresh, self._freshness.note_stale)
         if not fresh.events:
             return self._settler.all_stale(lease.keys, lease.token, batch.batch_id, fresh.stale)
         # The slot may be a while away: a hold or a failure heard meanwhile (by any thread)

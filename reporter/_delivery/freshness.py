@@ -37,6 +37,13 @@ class Fresh(NamedTuple):
         """The batch position of the ``sent``-th event sent."""
         return sent if self.positions is None else self.positions[sent]
 
+    def stale_events(self, entries: list[bytes]) -> list[bytes]:
+        """The events (raw JSON) of ``entries`` (the batch split) that are not sent."""
+        if self.positions is None:
+            return []
+        kept = set(self.positions)
+        return [e[ENTRY_TIME_DIGITS:] for i, e in enumerate(entries) if i not in kept]
+
 
 def split_fresh(entries: list[bytes], now_ms: int, rule: Freshness) -> Fresh:
     """The events young enough to send (an event without a usable value in the rule's field

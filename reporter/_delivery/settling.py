@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import orjson
 
@@ -25,6 +25,7 @@ from reporter._delivery.in_flight import Delivered, InFlight, ToAck
 from reporter._delivery.lease import Leased, Result
 from reporter._logging import batch_fields
 from reporter._senders.outcome import DELIVERED, MALFORMED, REJECTED, Outcome, Refusal
+from reporter._sinks.base import LateDrop
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=30.0)
@@ -183,6 +184,41 @@ class Settler:
                 "could not keep the audit record of %d late "
                 "items of game %r sent with their time moved (%s): %s",
                 len(moved),
+                batch.game,
+                exc,
+                record,
+            )
+
+    def note_stale(
+        self,
+        keys: ShardKeys,
+        batch: Leased,
+        fresh: Fresh,
+        note: Callable[[str, str, Sequence[bytes]], LateDrop],
+    ) -> None:
+        """Events of the batch dropped as stale that the sink has a word on (the
+        anti-addiction sink: logins and logouts, counted apart, each one's session and time
+        kept in the shard's late list)."""
+        drop = note(batch.game, batch.batch_id, fresh.stale_events(batch.entries))
+        if not drop.items:
+            return
+        self._counts.add({C.STALE_LOGINS: drop.logins, C.STALE_LOGOUTS: drop.logouts})
+        record = orjson.dumps(
+            {
+                "at": int(time.time()),
+                "game": batch.game,
+                "batch_id": batch.batch_id,
+                "dropped": drop.items,
+            }
+        ).decode()
+        try:
+            self._batches.note_late(keys, 0, record, drop.logins, drop.logouts)
+        except BackendError as exc:
+            ratelog.log(
+                logging.ERROR,
+                "late",
+                "could not keep the record of %d stale items of game %r (%s): %s",
+                len(drop.items),
                 batch.game,
                 exc,
                 record,

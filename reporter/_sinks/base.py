@@ -26,7 +26,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, TypeVar
+from typing import ClassVar, NamedTuple, Protocol, TypeVar
 
 import httpx
 
@@ -128,17 +128,30 @@ class HoldSpec:
     what: str
 
 
+class LateDrop(NamedTuple):
+    """What a sink made of events dropped as stale: how many were logins and logouts (the
+    anti-addiction interface's ``bt`` 1 and 0), and each one's ``(si, bt, ot)``, kept in the
+    shard's late list."""
+
+    logins: int
+    logouts: int
+    items: list[tuple[str, int, int]]
+
+
 @dataclass(frozen=True, slots=True)
 class Freshness:
     """An event is fresh while its age is at most ``max_age_ms``; its birth is the value of
     ``field`` (times ``scale`` to make milliseconds) when the event has a number there,
     else its collect time.  ``late_ms`` (0: none): an event older than ``max_age_ms`` is
-    still sent, up to this age (the sender moves its time into the endpoint's window)."""
+    still sent, up to this age (the sender moves its time into the endpoint's window).
+    ``note_stale(game, batch_id, events)``: the sink's word on events dropped as stale,
+    before they go (None: they are only counted)."""
 
     max_age_ms: int
     field: str = ""
     scale: int = 1
     late_ms: int = 0
+    note_stale: Callable[[str, str, Sequence[bytes]], LateDrop] | None = None
 
     @property
     def keep_ms(self) -> int:

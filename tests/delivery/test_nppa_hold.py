@@ -200,6 +200,23 @@ def test_sessions_that_went_late_during_a_hold(
             )
             assert accepted_count(endpoint) == 0
             assert counter(service, "late_sent") == 0
+            # stale logins and logouts counted apart, each one's session and time kept
+            assert (counter(service, "stale_logins"), counter(service, "stale_logouts")) == (
+                300,
+                300,
+            )
+            dropped = {
+                (si, bt): ot
+                for shard in service.schema.all_shards()
+                for r in service.store.backend.client.lrange(shard.late, 0, -1)
+                for si, bt, ot in orjson.loads(r)["dropped"]
+            }
+            assert dropped == {
+                (f"farm-{i:05d}", bt): now - (8 if bt else 6) for i in range(300) for bt in (0, 1)
+            }
+            assert "stale_logouts" in status_text(service.store, config, as_json=False)
+            counts = service.stop().counts
+            assert (counts["stale_logins"], counts["stale_logouts"]) == (300, 300)
             return
         wait_until(lambda: accepted_count(endpoint) == 600, timeout=30, what="all accepted")
         wait_until(lambda: counter(service, "delivered") == 600, timeout=30, what="acknowledged")

@@ -251,6 +251,12 @@ def test_note_late(shard: Shard) -> None:
     assert twice(shard, request) == 1
     assert shard.stats().get("late_sent") == 3
     assert shard.r.llen(shard.keys.late) == 1
+    dropped = NoteLate(shard.keys, 0, '{"dropped":[1,2,3]}', 1, logins=2, logouts=1)
+    assert twice(shard, dropped) == 1
+    stats = shard.stats()
+    assert (stats.get("stale_logins"), stats.get("stale_logouts")) == (2, 1)
+    assert stats.get("late_records_trimmed") == 1  # the bound was 1: the older record went
+    assert shard.r.lrange(shard.keys.late, 0, -1) == [b'{"dropped":[1,2,3]}']
 
 
 @pytest.mark.parametrize("what", ["hold", "probe", "turn", "kick", "lift"])

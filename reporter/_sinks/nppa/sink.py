@@ -8,8 +8,10 @@ import time
 from collections.abc import Callable, Sequence
 
 import httpx
+import orjson
 
 from collector.config import Where
+from collector.nppa import LOGIN, LOGOUT
 from reporter._constants import NPPA_RATE_HEADROOM
 from reporter._logging import masked_url
 from reporter._senders.outcome import DELIVERED, Outcome
@@ -19,6 +21,7 @@ from reporter._sinks.base import (
     Connection,
     Freshness,
     HoldSpec,
+    LateDrop,
     Pacer,
     Pacing,
     SecretSpec,
@@ -113,7 +116,9 @@ class NppaSink(Sink):
         nppa = self.nppa
         window_ms = int((WINDOW_SECONDS - nppa.freshness_margin_seconds) * 1000)
         late_ms = int(nppa.late_max_age_seconds * 1000) if nppa.late_behaviour == "resend" else 0
-        return Freshness(min(rule.max_age_ms, window_ms - 1), "ot", 1000, late_ms)
+        return Freshness(
+            min(rule.max_age_ms, window_ms - 1), "ot", 1000, late_ms, note_stale=stale_items
+        )
 
     def endpoint(self) -> str:
         return self.nppa.base_url
@@ -230,3 +235,26 @@ def _probe_one(
     refusal = outcome.hold or outcome.alert
     said = f" answered {outcome.reason}" + (f"; {refusal.check}" if refusal else "")
     return False, said, outcome.pause_all > 0
+
+
+def stale_items(game: str, batch_id: str, events: Sequence[bytes]) -> LateDrop:
+    """Events dropped as stale: the logins and logouts among them, each one's ``(si, bt,
+    ot)`` (an event that is not an item is only counted stale)."""
+    items = [item for item in map(_session_of, events) if item is not None]
+    logins = sum(bt == LOGIN for _, bt, _ in items)
+    return LateDrop(logins, len(items) - logins, items)
+
+
+def _session_of(event: bytes) -> tuple[str, int, int] | None:
+    try:
+        item = orjson.loads(event)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(item, dict):
+        return None
+    si, bt, ot = item.get("si"), item.get("bt"), item.get("ot")
+    if not isinstance(si, str) or type(bt) is not int or type(ot) is not int:
+        return None
+    if bt not in (LOGIN, LOGOUT):
+        return None
+    return si, bt, ot
