@@ -29,6 +29,8 @@ from typing import NamedTuple
 
 import msgspec
 
+from collector.counters import Histogram
+from collector.metrics import NO_METRICS, Metrics
 from reporter._pacing.body_limit import BodyLimit
 from reporter._senders.outcome import (
     DELIVERED,
@@ -37,6 +39,7 @@ from reporter._senders.outcome import (
     MovedItem,
     Outcome,
     Refusal,
+    SendErrors,
 )
 from reporter._sinks.registry import Sender
 
@@ -91,13 +94,34 @@ class _Parts:
         )
 
 
-class Attempt:
-    """Sends batches through ``sender``.  Shared by the workers: the state of one batch stays
-    in its call."""
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """One attempt at a batch that goes out in parts, and the answers heard so far."""
 
-    def __init__(self, sender: Sender, limit: BodyLimit) -> None:
+    game: str
+    batch_id: str
+    events: Sequence[bytes]
+    attempt: int
+    permit: Callable[[], bool]
+    answers: list[Answer]
+
+
+class Attempt:
+    """Sends batches through ``sender``, each answer counted (``counts``: its duration and
+    events; ``errors``: a failure by its code).  Shared by the workers: the state of one
+    batch stays in its call."""
+
+    def __init__(
+        self,
+        sender: Sender,
+        limit: BodyLimit,
+        counts: Metrics = NO_METRICS,
+        errors: SendErrors | None = None,
+    ) -> None:
         self._sender = sender
         self._limit = limit
+        self._counts = counts
+        self._errors = errors if errors is not None else SendErrors()
 
     def send(
         self,
@@ -112,9 +136,8 @@ class Attempt:
         answers: list[Answer] = []
         bad = malformed(events)
         if bad:
-            return Sent(
-                self._well_formed(answers, game, batch_id, events, bad, attempt, permit), answers
-            )
+            batch = _Batch(game, batch_id, events, attempt, permit, answers)
+            return Sent(self._well_formed(batch, bad), answers)
         outcome = self._post(answers, game, batch_id, events, attempt)
         if outcome.kind == DELIVERED and self._limit.limit < self._limit.configured:
             self._limit.learn(0, self._limit.model.body_bytes(events))  # a probe, maybe
@@ -122,25 +145,16 @@ class Attempt:
             return Sent(outcome, answers)
         if len(events) == 1:  # says nothing about the limit: dead-lettered alone
             return Sent(Outcome(REJECTED, TOO_LARGE), answers)
-        return Sent(self._halves(answers, game, batch_id, events, attempt, permit), answers)
+        return Sent(self._halves(_Batch(game, batch_id, events, attempt, permit, answers)), answers)
 
-    def _well_formed(
-        self,
-        answers: list[Answer],
-        game: str,
-        batch_id: str,
-        events: Sequence[bytes],
-        bad: list[int],
-        attempt: int,
-        permit: Callable[[], bool],
-    ) -> Outcome:
+    def _well_formed(self, batch: _Batch, bad: list[int]) -> Outcome:
         """Refuse the malformed events and send the rest under the batch's own id (the same
         rest on every attempt), with the permit the batch was claimed with."""
         parts = _Parts(refused=dict.fromkeys(bad, MALFORMED))
-        rest = [i for i in range(len(events)) if i not in parts.refused]
+        rest = [i for i in range(len(batch.events)) if i not in parts.refused]
         if not rest:
             return parts.outcome()  # nothing to send: settled as refused, no request
-        self._run(answers, game, attempt, events, parts, [(batch_id, rest)], permit, permitted=True)
+        self._run(batch, parts, [(batch.batch_id, rest)], permitted=True)
         self._limit.learn(parts.refused_bytes, parts.accepted_bytes)
         return parts.outcome()
 
@@ -149,55 +163,40 @@ class Attempt:
     ) -> Outcome:
         started = time.perf_counter()
         outcome = self._sender.send(game, batch_id, events, attempt)
-        answers.append(Answer(outcome, time.perf_counter() - started, len(events)))
+        seconds = time.perf_counter() - started
+        answers.append(Answer(outcome, seconds, len(events)))
+        self._counts.observe(Histogram.POST_DURATION_SECONDS, seconds)
+        self._counts.observe(Histogram.BATCH_SIZE_EVENTS, len(events))
+        self._errors.record(outcome)
         return outcome
 
-    def _halves(
-        self,
-        answers: list[Answer],
-        game: str,
-        batch_id: str,
-        events: Sequence[bytes],
-        attempt: int,
-        permit: Callable[[], bool],
-    ) -> Outcome:
-        parts = _Parts(refused_bytes=self._limit.model.body_bytes(events))
-        self._run(
-            answers,
-            game,
-            attempt,
-            events,
-            parts,
-            _split(batch_id, list(range(len(events)))),
-            permit,
-        )
+    def _halves(self, batch: _Batch) -> Outcome:
+        parts = _Parts(refused_bytes=self._limit.model.body_bytes(batch.events))
+        self._run(batch, parts, _split(batch.batch_id, list(range(len(batch.events)))))
         self._limit.learn(parts.refused_bytes, parts.accepted_bytes)
         return parts.outcome()
 
     def _run(
         self,
-        answers: list[Answer],
-        game: str,
-        attempt: int,
-        events: Sequence[bytes],
+        batch: _Batch,
         parts: _Parts,
         todo: list[tuple[str, list[int]]],
-        permit: Callable[[], bool],
         permitted: bool = False,
     ) -> None:
         """Send the parts in order (a refused half puts its own halves first); once a part
         fails for a reason that would fail the rest too, they are not sent.  ``permitted``:
         the first part goes out on the permit the batch was claimed with."""
+        events = batch.events
         while todo:
             part_id, indices = todo.pop(0)
             if permitted:
                 permitted = False
-            elif not permit():  # stopping, or the rate limit is spent
+            elif not batch.permit():  # stopping, or the rate limit is spent
                 parts.retry += indices + [i for _, rest in todo for i in rest]
                 parts.reason = parts.reason or "not sent yet: no request left under the limit"
                 return
             sent = [events[i] for i in indices]
-            outcome = self._post(answers, game, part_id, sent, attempt)
+            outcome = self._post(batch.answers, batch.game, part_id, sent, batch.attempt)
             size = self._limit.model.body_bytes(sent)
             if outcome.kind == DELIVERED:
                 parts.accepted_bytes = max(parts.accepted_bytes, size)

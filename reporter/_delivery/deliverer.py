@@ -8,8 +8,8 @@ the rest, and its outcome settled; then the delivered batches acknowledged toget
                        settler.settle              # settling.py: one store call, counts, log
       settler.finish                               # the delivered ones acked in one round trip
 
-Every batch of a lease is held from the start (``InFlight``), so the lease keeper renews the
-leases of those still waiting behind a slow POST.  Once the process is stopping or the
+Every batch of a lease is in flight from the start (``Settler.track``), so the lease keeper
+renews the leases of those still waiting behind a slow POST.  Once the process is stopping or the
 endpoint has started failing, the ones not yet sent are released without charging an
 attempt.
 """
@@ -17,58 +17,40 @@ attempt.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from collector.counters import Histogram
-from collector.metrics import Metrics
-from reporter._delivery.attempt import Answer, Attempt
+from reporter._delivery.attempt import Attempt
 from reporter._delivery.freshness import Freshness, split_fresh
-from reporter._delivery.in_flight import InFlight
 from reporter._delivery.lease import Lease, Leased, Result
 from reporter._delivery.settling import Settler
-from reporter._pacing.gate import SinkGate
-from reporter._pacing.permits import Permits
-from reporter._pacing.send_hold import SendHold
-from reporter._senders.outcome import SendErrors
+from reporter._pacing.pace import Pace
 
 Clock = Callable[[], float]  # wall-clock seconds, injectable for tests
 
 
 class Deliverer:
+    """Delivers leases: ``attempt`` sends a batch, ``settler`` finishes it, ``pace`` says
+    whether a request may go and hears every answer, ``freshness`` (on ``clock``) says which
+    events are still worth sending."""
+
     def __init__(
-        self,
-        attempt: Attempt,
-        settler: Settler,
-        permits: Permits,
-        gate: SinkGate,
-        in_flight: InFlight,
-        freshness: Freshness,
-        counts: Metrics,
-        clock: Clock,
-        errors: SendErrors | None = None,
-        hold: SendHold | None = None,
+        self, attempt: Attempt, settler: Settler, pace: Pace, freshness: Freshness, clock: Clock
     ) -> None:
-        self._hold = hold
         self._attempt = attempt
         self._settler = settler
-        self._permits = permits
-        self._gate = gate
-        self._in_flight = in_flight
+        self._pace = pace
         self._freshness = freshness
-        self._counts = counts
         self._clock = clock
-        self._errors = errors or SendErrors()
 
     def deliver(self, lease: Lease, stop: threading.Event) -> list[Result]:
         """Send the lease's batches one after another; what became of each batch sent."""
         batch_ids = [batch.batch_id for batch in lease.batches]
-        for batch_id in batch_ids:
-            self._in_flight.add(lease.keys, batch_id, lease.token)
+        self._settler.track(lease.keys, batch_ids, lease.token)
         results: list[Result] = []
         try:
             for i, batch in enumerate(lease.batches):
                 result = None
-                if not stop.is_set() and self._gate.is_open():
+                if not stop.is_set() and self._pace.is_open():
                     result = self._deliver_one(lease, batch, stop)
                 if result is None:  # stopping, failing, or no request slot within reach
                     self._settler.release_unsent(lease.keys, lease.token, batch_ids[i:])
@@ -88,33 +70,15 @@ class Deliverer:
             return self._settler.all_stale(lease.keys, lease.token, batch.batch_id, fresh.stale)
         # The slot may be a while away: a hold or a failure heard meanwhile (by any thread)
         # keeps the request back, handed back uncharged, as if no slot had been found.
-        if not self._permits.at_send(batch.game, stop) or not self._gate.is_open():
+        pace, game = self._pace, batch.game
+        if not pace.at_send(game, stop):
             return None
         sent = self._attempt.send(
-            batch.game,
-            batch.batch_id,
-            fresh.events,
-            batch.attempts + 1,
-            lambda: self._permits.one(stop, batch.game),
+            game, batch.batch_id, fresh.events, batch.attempts + 1, lambda: pace.one(stop, game)
         )
-        self._heard(sent.answers, batch.game)
+        for answer in sent.answers:
+            pace.heard(answer.outcome, game)
         return self._settler.settle(lease.keys, lease.token, batch, fresh, sent.outcome)
-
-    def _heard(self, answers: Sequence[Answer], game: str) -> None:
-        """Every answer of the endpoint: the histograms, the failures by code, the gate (is
-        it failing?), its own rate limit, which pauses every reporter, and a refusal of our
-        identity, which holds every reporter (the gate stays closed while it lasts, not for
-        a backoff)."""
-        for answer in answers:
-            self._counts.observe(Histogram.POST_DURATION_SECONDS, answer.seconds)
-            self._counts.observe(Histogram.BATCH_SIZE_EVENTS, answer.events)
-            self._errors.record(answer.outcome)
-            if answer.outcome.hold and self._hold is not None:
-                self._hold.begin(answer.outcome.hold, game)
-                continue
-            self._gate.record(answer.outcome)
-            if answer.outcome.pause_all:
-                self._permits.pause(answer.outcome.pause_all, game)
 
 
 def send(deliverer: Deliverer, lease: Lease | None, stop: threading.Event) -> bool:

@@ -52,6 +52,12 @@ class Settler:
         self._in_flight = in_flight
         self._counts = counts
 
+    def track(self, keys: ShardKeys, batch_ids: Sequence[str], token: str) -> None:
+        """Every batch of a lease is in flight from the start, so the lease keeper renews the
+        leases of those still waiting behind a slow request."""
+        for batch_id in batch_ids:
+            self._in_flight.add(keys, batch_id, token)
+
     def settle(
         self, keys: ShardKeys, token: str, batch: Leased, fresh: Fresh, outcome: Outcome
     ) -> Result:

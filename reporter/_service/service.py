@@ -18,10 +18,10 @@ import time
 
 import httpx
 
-from collector.counters import Counter, Gauge
+from collector.counters import Counter
 from collector.logs import counted
-from collector.metrics import NO_METRICS, Metrics, Tally, fan_out
-from collector.store import Store, open_store
+from collector.metrics import NO_METRICS, Metrics, Tally
+from collector.store import KeySchema, Store
 from reporter._config import ReporterConfig
 from reporter._constants import (
     HOLD_POLL_SECONDS,
@@ -29,35 +29,30 @@ from reporter._constants import (
     SECRET_FILE_POLL_SECONDS,
     STOP_MARGIN_SECONDS,
 )
-from reporter._delivery.attempt import Attempt
 from reporter._delivery.batches import Batches
-from reporter._delivery.claims import Claimer
-from reporter._delivery.deliverer import Clock, Deliverer
+from reporter._delivery.deliverer import Clock
 from reporter._delivery.in_flight import InFlight
-from reporter._delivery.settling import Settler
-from reporter._monitoring.health import Health
 from reporter._monitoring.levels import WatchedLimiter
 from reporter._monitoring.prometheus import MetricsEndpoint
 from reporter._pacing.body_limit import BodyLimit
 from reporter._pacing.gate import SinkGate
-from reporter._pacing.permits import SLOT_LEAD_SECONDS, Permits, PermitsPacer, limiter_for
+from reporter._pacing.permits import Permits
 from reporter._pacing.send_hold import SendHold
-from reporter._pacing.slots import SharedSlots
-from reporter._senders.outcome import SendErrors
+from reporter._service.graph import Given, build_graph
 from reporter._service.ownership import ShardOwnership
-from reporter._service.probing import HoldProbe, SecretWatch
 from reporter._service.scheduling import Runner
 from reporter._service.stopping import StopCalls, Stopped
 from reporter._service.store_watch import RESET_GATHER_SECONDS, StoreWatch
-from reporter._service.workers import HotGameWorker, LeaseKeeper, Reaper, ShardSweeper, guarded
-from reporter._sinks.base import Sender, SlotRate
-from reporter._sinks.registry import make_sink
+from reporter._service.workers import HotGameWorker, ShardSweeper, guarded
+from reporter._sinks.base import Sender
 
 logger = logging.getLogger("reporter")
 
 
 class ReporterService:
-    """Owns the workers, their runner (scheduler and pools), the sender and the stop Event."""
+    """Runs a ``Graph`` (``reporter._service.graph``): starts its jobs on their pools, re-reads
+    the secrets on request, and stops it all within a bound.  The keywords are what a caller
+    brings instead of what the config would make (``Given``)."""
 
     def __init__(
         self,
@@ -69,153 +64,89 @@ class ReporterService:
         clock: Clock = time.time,
         metrics: Metrics = NO_METRICS,
     ) -> None:
-        self.config = config
-        self.store = store if store is not None else open_store(config.redis)
-        self.schema = self.store.schema
-        self.batches = Batches(self.store, config)
-        self.sink = make_sink(config)
-        self.secrets = self.sink.open_secrets()
-        self.stop_event = threading.Event()
+        self.graph = build_graph(config, Given(store, sender, transport, clock, metrics))
         self.abort_event = threading.Event()  # a second signal: stop waiting for POSTs
-        self.in_flight = InFlight()
-        r = config.reporter
-        self.ownership = ShardOwnership(self.store, r.shard_lease_seconds)
-        pacing = self.sink.pacing()
-        limiter = limiter_for(pacing, self.store)
-        self.limiter = WatchedLimiter(limiter)
-        self.health = Health(
-            self.store,
-            self.stop_event,
-            r.shard_lease_seconds,
-            self.ownership.owned,
-            details=config.metrics.error_details,
-        )
-        self.send_errors = SendErrors()
-        spec = self.sink.hold()
-        self.hold = (
-            SendHold(self.store, spec.name, spec.probe_interval, spec.label)
-            if spec is not None
-            else None
-        )
-        self.endpoint = (
-            MetricsEndpoint(
-                config,
-                self.store,
-                self.ownership.owned,
-                self.limiter,
-                self.health,
-                self.send_errors.read,
-                hold=self.hold,
-            )
-            if config.metrics.listen
-            else None
-        )
-        self.tally = Tally()  # this process's counts: the stopped: line
-        self.metrics = fan_out(
-            self.tally, metrics, self.endpoint.process if self.endpoint else NO_METRICS
-        )
-        hold = self.hold
-        self.gate = SinkGate(
-            config.retry.initial_delay_ms / 1000,
-            config.retry.max_delay_ms / 1000,
-            held=(lambda: hold.held) if hold is not None else lambda: False,
-        )
-        self.body_limit = BodyLimit(
-            config.sink.max_batch_bytes,
-            self.sink.body_model,
-            self.sink.endpoint(),
-            config.buffer.max_event_bytes,
-        )
-        slots = isinstance(pacing, SlotRate)
-        # A sink paced by slots asks ``on_time`` right before the bytes go, which sleeps
-        # the lead off; only the builtin transport asks it there: with any other, a thread
-        # sleeps all the way to its slot.
-        lead = slots and sender is None and transport is None and config.sink.transport == "builtin"
-        self.permits = Permits(
-            self.limiter,
-            limiter if isinstance(limiter, SharedSlots) else None,
-            SLOT_LEAD_SECONDS if lead else 0.0,
-            self.metrics,
-        )
-        # Every request of a sink paced by slots takes one (a re-send after 1007 too).
-        pacer = PermitsPacer(self.permits, self.stop_event) if slots else None
-        self.sender = sender or self.sink.sender(transport, self.secrets, pacer)
-        self.claimer = Claimer(
-            self.batches,
-            self.permits,
-            self.body_limit,
-            self.metrics,
-            r.batch_size,
-            r.max_batches_per_claim,
-        )
-        self.settler = Settler(self.batches, self.in_flight, self.metrics)
-        self.deliverer = Deliverer(
-            Attempt(self.sender, self.body_limit),
-            self.settler,
-            self.permits,
-            self.gate,
-            self.in_flight,
-            self.batches.freshness,
-            self.metrics,
-            clock,
-            self.send_errors,
-            self.hold,
-        )
-        self.store_watch = StoreWatch(self.store, self.metrics, clock)
-        self.sweepers = [
-            ShardSweeper(
-                keys,
-                self.batches,
-                self.claimer,
-                self.deliverer,
-                self.gate,
-                self.permits,
-                config,
-                self.ownership,
-                self.stop_event,
-                clock,
-                self.store_watch,
-            )
-            for keys in self.schema.all_shards()
-        ]
-        self.hot_workers = [
-            HotGameWorker(
-                game,
-                self.schema.for_game(game),
-                self.claimer,
-                self.deliverer,
-                self.gate,
-                self.ownership,
-                self.stop_event,
-            )
-            for game, threads in r.hot_games.items()
-            for _ in range(threads)
-        ]
-        self.metrics.watch(Gauge.HELD_BATCHES, lambda: len(self.in_flight))
-        self.metrics.watch(Gauge.OWNED_SHARDS, lambda: len(self.ownership.owned()))
-        hot_shards = [self.schema.shard_of(game) for game in r.hot_games]
-        self.metrics.watch(
-            Gauge.HOT_GAMES_SERVED, lambda: sum(map(self.ownership.owns, hot_shards))
-        )
-        self.metrics.watch(Gauge.SINK_GATE_OPEN, lambda: int(self.gate.is_open()))
-        self.reaper = Reaper(self.schema, self.batches, self.ownership, self.stop_event)
-        self.lease_keeper = LeaseKeeper(self.in_flight, self.batches)
-        probe = self.sink.prober(self.sender) if self.hold is not None else None
-        self.prober = (
-            HoldProbe(self.hold, probe, self.permits, self.stop_event)
-            if self.hold is not None and probe is not None
-            else None
-        )
-        self.secret_watch = SecretWatch(
-            self.secrets,
-            self._key_changed,
-            held=(lambda: hold.held) if hold is not None else lambda: False,
-        )
-        pools = {"default": r.workers, "control": 2}
-        if self.prober is not None:
-            pools["hold"] = 1
-        pools.update({f"hot:{game}": threads for game, threads in r.hot_games.items()})
-        self.runner = Runner(pools, self.stop_event)
+
+    # What tests, the demo and the commands look at, by the names they always had.
+    @property
+    def config(self) -> ReporterConfig:
+        return self.graph.core.config
+
+    @property
+    def store(self) -> Store:
+        return self.graph.core.store
+
+    @property
+    def schema(self) -> KeySchema:
+        return self.graph.core.store.schema
+
+    @property
+    def batches(self) -> Batches:
+        return self.graph.core.batches
+
+    @property
+    def sender(self) -> Sender:
+        return self.graph.core.sender
+
+    @property
+    def limiter(self) -> WatchedLimiter:
+        return self.graph.core.limiter
+
+    @property
+    def permits(self) -> Permits:
+        return self.graph.core.permits
+
+    @property
+    def gate(self) -> SinkGate:
+        return self.graph.core.gate
+
+    @property
+    def hold(self) -> SendHold | None:
+        return self.graph.core.hold
+
+    @property
+    def body_limit(self) -> BodyLimit:
+        return self.graph.core.body_limit
+
+    @property
+    def in_flight(self) -> InFlight:
+        return self.graph.core.in_flight
+
+    @property
+    def ownership(self) -> ShardOwnership:
+        return self.graph.core.ownership
+
+    @property
+    def tally(self) -> Tally:
+        return self.graph.core.tally
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.graph.core.metrics
+
+    @property
+    def endpoint(self) -> MetricsEndpoint | None:
+        return self.graph.core.endpoint
+
+    @property
+    def stop_event(self) -> threading.Event:
+        return self.graph.core.stop
+
+    @property
+    def sweepers(self) -> list[ShardSweeper]:
+        return self.graph.jobs.sweepers
+
+    @property
+    def hot_workers(self) -> list[HotGameWorker]:
+        return self.graph.jobs.hot_workers
+
+    @property
+    def store_watch(self) -> StoreWatch:
+        return self.graph.jobs.store_watch
+
+    @property
+    def runner(self) -> Runner:
+        return self.graph.jobs.runner
 
     def describe(self) -> str:
         r = self.config.reporter
@@ -231,50 +162,47 @@ class ReporterService:
     def start(self) -> None:
         """Serve the metrics (if configured: a ``ReporterError`` if the address cannot be
         bound, before anything else starts), take shards, start the workers."""
-        r = self.config.reporter
+        core, jobs = self.graph.core, self.graph.jobs
+        r = core.config.reporter
         poll = r.poll_interval_ms / 1000
-        if self.endpoint is not None:
-            self.endpoint.start()
+        if core.endpoint is not None:
+            core.endpoint.start()
         guarded("shard leases", self._shard_leases)()  # sweep at once, not a lease later
-        every = self.runner.every
-        if self.prober is not None:
+        every = jobs.runner.every
+        if jobs.prober is not None:
             guarded("hold", self._read_hold)()  # held from before: sweep nothing
-            self.prober.probe_soon()  # held from before (a restart after a fix): probe now
-            every("hold-probe", self.prober.loop, HOLD_POLL_SECONDS, "hold")
-        if self.secrets:
-            every("secret-files", self.secret_watch.loop, SECRET_FILE_POLL_SECONDS, "control")
+            jobs.prober.probe_soon()  # held from before (a restart after a fix): probe now
+            every("hold-probe", jobs.prober.loop, HOLD_POLL_SECONDS, "hold")
+        if core.secrets:
+            every("secret-files", jobs.secret_watch.loop, SECRET_FILE_POLL_SECONDS, "control")
         every("shard-leases", self._shard_leases, r.shard_lease_seconds / 3, "control")
-        every("reaper", self.reaper.loop, REAP_INTERVAL_SECONDS, "control")
-        every("lease-keeper", self.lease_keeper.loop, r.lease_seconds / 3, "control")
-        every("store-watch", self.store_watch.loop, RESET_GATHER_SECONDS, "control")
-        for sweeper in self.sweepers:
+        every("reaper", jobs.reaper.loop, REAP_INTERVAL_SECONDS, "control")
+        every("lease-keeper", jobs.lease_keeper.loop, r.lease_seconds / 3, "control")
+        every("store-watch", jobs.store_watch.loop, RESET_GATHER_SECONDS, "control")
+        for sweeper in jobs.sweepers:
             every(f"sweep:{sweeper.keys.shard}", sweeper.loop, poll, "default")
-        for i, worker in enumerate(self.hot_workers):
+        for i, worker in enumerate(jobs.hot_workers):
             every(f"hot:{worker.game}:{i}", worker.loop, poll, f"hot:{worker.game}")
-        self.runner.start()
+        jobs.runner.start()
 
     def reload(self, why: str = "SIGHUP") -> str:
         """Read the secret files again (``[nppa] secret_key_file``, ``[sink] header_files``)
         and, if sending is held, probe at once (the operator has just fixed something);
         logs and returns the one line that says what was re-read.  Never raises for a bad
         file: the value in use is kept (with an ERROR)."""
-        line = self.secret_watch.reread_all(why)
-        self._key_changed()
+        line = self.graph.jobs.secret_watch.reread_all(why)
+        self.graph.jobs.key_changed()
         return line
 
     def _read_hold(self) -> bool:
         return self.hold is not None and self.hold.refresh().held
-
-    def _key_changed(self) -> None:
-        if self.prober is not None:
-            self.prober.probe_soon()
 
     def _shard_leases(self) -> bool:
         """One round of shard leases; a round that succeeds keeps the process ready."""
         if self.stop_event.is_set():  # stop() gives them up
             return False
         more = self.ownership.loop()
-        self.health.leases_renewed()
+        self.graph.core.health.leases_renewed()
         return more
 
     def stop(self, grace: float | None = None) -> Stopped:
@@ -294,7 +222,7 @@ class ReporterService:
                 break
         to_release, to_ack = self.in_flight.take_all()
         calls = StopCalls(self.store, self.config.redis)
-        calls.acknowledge(self.settler, to_ack)  # delivered while a later POST was slow
+        calls.acknowledge(self.graph.core.settler, to_ack)  # delivered while a later POST was slow
         calls.release(self.batches, to_release)  # first, so a POST cut off cannot retry it
         self.sender.close()  # cuts off POSTs still running, so their jobs return
         blocked = self.runner.shutdown(deadline)

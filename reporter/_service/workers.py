@@ -23,11 +23,8 @@ from collector.store import (
 from reporter._config import ReporterConfig
 from reporter._constants import REAP_PER_CALL
 from reporter._delivery.batches import Batches
-from reporter._delivery.claims import Claimer
-from reporter._delivery.deliverer import Clock, Deliverer, send
 from reporter._delivery.in_flight import InFlight
-from reporter._pacing.gate import SinkGate
-from reporter._pacing.permits import Permits
+from reporter._delivery.pipeline import Pipeline
 from reporter._pacing.slots import CLAIM_NEAR_SECONDS
 from reporter._service.ownership import ShardOwnership
 from reporter._service.store_watch import StoreWatch
@@ -68,28 +65,21 @@ class ShardSweeper:
         self,
         keys: ShardKeys,
         store: Batches,
-        claimer: Claimer,
-        deliverer: Deliverer,
-        gate: SinkGate,
-        permits: Permits,
-        config: ReporterConfig,
+        pipeline: Pipeline,
         ownership: ShardOwnership,
-        stop: threading.Event,
-        clock: Clock,
+        config: ReporterConfig,
         watch: StoreWatch | None = None,
     ) -> None:
         self.keys = keys
         self._watch = watch
         self._store = store
-        self._claimer = claimer
-        self._deliverer = deliverer
-        self._gate = gate
-        self._permits = permits
+        self._pipeline = pipeline
+        self._pace = pipeline.pace
         self._r = config.reporter
         self._hot = frozenset(config.reporter.hot_games)
         self._ownership = ownership
-        self._stop = stop
-        self._clock = clock
+        self._stop = pipeline.stop
+        self._clock = pipeline.clock
         self._cursor = ""  # the last game name looked at; '' = start from the first
         self._patience = max(self._r.linger_ms, store.freshness.max_age_ms // 4)
         self._max_age_ms = store.freshness.max_age_ms
@@ -99,11 +89,7 @@ class ShardSweeper:
         self._quarantined: int | None = None  # the shard's quarantined_records, last seen
 
     def loop(self) -> bool:
-        if (
-            self._stop.is_set()
-            or not self._ownership.owns(self.keys.shard)
-            or not self._gate.is_open()
-        ):
+        if not self._pipeline.running() or not self._ownership.owns(self.keys.shard):
             return False
         ring = self._store.ring(self.keys, self._cursor, self._r.games_per_sweep)
         if self._watch is not None:
@@ -120,16 +106,16 @@ class ShardSweeper:
         if first_page:
             self._new_round(now_ms)
         states = self._store.game_states(self.keys, candidates)
-        limited = self._permits.limited
+        limited = self._pace.limited
         if limited:  # few requests: a deliberate order
             states.sort(key=lambda s: self.rank(s, now_ms))
         for state in states:
-            if self._stop.is_set() or not self._gate.is_open():
+            if not self._pipeline.running():
                 return False
             urgent = limited and self._urgent(state, now_ms)  # unlimited: nobody waits
             if urgent or self._is_ready(state, now_ms):
                 wait = (
-                    urgent or state.length >= self._r.batch_size or self._permits.contended
+                    urgent or state.length >= self._r.batch_size or self._pace.contended
                 )  # else only a request that is there
                 more |= self._isolated(state.game, partial(self._drain, state.game, wait))
         return more or self._cursor != ""
@@ -154,12 +140,10 @@ class ShardSweeper:
         self._round_started_ms = now_ms
 
     def _send_retries(self) -> bool:
-        return send(self._deliverer, self._claimer.take_retries(self.keys, self._stop), self._stop)
+        return self._pipeline.retries(self.keys)
 
     def _drain(self, game: str, wait: bool) -> bool:
-        return send(
-            self._deliverer, self._claimer.claim(self.keys, game, self._stop, wait=wait), self._stop
-        )
+        return self._pipeline.drain(self.keys, game, wait)
 
     def _isolated(self, game: str | None, work: Callable[[], bool]) -> bool:
         """Run one game's work (None: the shard's due retries); a script Redis refused for
@@ -202,7 +186,7 @@ class ShardSweeper:
             return True  # an empty buffer is claimed to unregister the game
         # While requests are scarce, a game short of a full batch waits longer (up to a
         # quarter of its freshness window), so the requests carry fuller batches.
-        linger = self._patience if self._permits.contended else self._r.linger_ms
+        linger = self._patience if self._pace.contended else self._r.linger_ms
         return state.oldest_ms is not None and now_ms - state.oldest_ms >= linger
 
 
@@ -213,43 +197,23 @@ class HotGameWorker:
     but one at a time serves it, so N reporters never run N pools against one game."""
 
     def __init__(
-        self,
-        game: str,
-        keys: ShardKeys,
-        claimer: Claimer,
-        deliverer: Deliverer,
-        gate: SinkGate,
-        ownership: ShardOwnership,
-        stop: threading.Event,
+        self, game: str, keys: ShardKeys, pipeline: Pipeline, ownership: ShardOwnership
     ) -> None:
         self.game = game
         self.keys = keys
-        self._claimer = claimer
-        self._deliverer = deliverer
-        self._gate = gate
+        self._pipeline = pipeline
         self._ownership = ownership
-        self._stop = stop
 
     def loop(self) -> bool:
         if not self._serving():
             return False
-        send(
-            self._deliverer,
-            self._claimer.take_retries(self.keys, self._stop, self.game),
-            self._stop,
-        )
+        self._pipeline.retries(self.keys, self.game)
         if not self._serving():
             return False
-        return send(
-            self._deliverer, self._claimer.claim(self.keys, self.game, self._stop), self._stop
-        )
+        return self._pipeline.drain(self.keys, self.game)
 
     def _serving(self) -> bool:
-        return (
-            not self._stop.is_set()
-            and self._ownership.owns(self.keys.shard)
-            and self._gate.is_open()
-        )
+        return self._pipeline.running() and self._ownership.owns(self.keys.shard)
 
 
 class Reaper:

@@ -1,5 +1,5 @@
-"""The delivery core wired by hand, as ``ReporterService`` wires it, for tests that drive
-claims and deliveries one call at a time (no workers, no threads)."""
+"""The delivery core as ``ReporterService`` has it (``reporter._service.graph.build_core``),
+for tests that drive claims and deliveries one call at a time (no workers, no threads)."""
 
 from __future__ import annotations
 
@@ -10,18 +10,13 @@ from dataclasses import dataclass
 from collector.metrics import Tally
 from collector.store import ShardKeys
 from reporter._config import ReporterConfig
-from reporter._delivery.attempt import Attempt
 from reporter._delivery.batches import Batches
 from reporter._delivery.claims import Claimer
 from reporter._delivery.deliverer import Deliverer, send
-from reporter._delivery.in_flight import InFlight
 from reporter._delivery.lease import Lease, Leased, Result
-from reporter._delivery.settling import Settler
-from reporter._pacing.body_limit import JSON_BODY, BodyLimit
 from reporter._pacing.gate import SinkGate
 from reporter._pacing.limiter import ClaimLimiter, Unlimited
-from reporter._pacing.permits import Permits
-from reporter._pacing.slots import SharedSlots
+from reporter._service.graph import Given, build_core
 from reporter._sinks.registry import Sender
 
 
@@ -57,19 +52,15 @@ def delivery_for(
     limiter: ClaimLimiter | None = None,
     sending_held: Callable[[], bool] = lambda: False,
 ) -> Delivery:
-    counts, in_flight, gate = Tally(), InFlight(), SinkGate(0.01, 0.01, held=sending_held)
-    permits = Permits(limiter or Unlimited(), limiter if isinstance(limiter, SharedSlots) else None)
-    body_limit = BodyLimit(0, JSON_BODY)
-    r = config.reporter
-    claimer = Claimer(batches, permits, body_limit, counts, r.batch_size, r.max_batches_per_claim)
-    deliverer = Deliverer(
-        Attempt(sender, body_limit),
-        Settler(batches, in_flight, counts),
-        permits,
-        gate,
-        in_flight,
-        batches.freshness,
-        counts,
-        clock,
+    """The core ``ReporterService`` runs, built by the same builder, over ``batches``'s store,
+    with the test's sender, clock and limiter, and a gate that reopens within 10 ms."""
+    given = Given(
+        store=batches.store,
+        sender=sender,
+        clock=clock,
+        limiter=limiter or Unlimited(),
+        held=sending_held,
+        gate_seconds=(0.01, 0.01),
     )
-    return Delivery(claimer, deliverer, gate, counts)
+    core = build_core(config, given)
+    return Delivery(core.claimer, core.deliverer, core.gate, core.tally)
