@@ -89,6 +89,11 @@ class MetricsSettings:
     error_details: bool = setting(False)
 
 
+# The ingest takes at most ``[collector] max_buffer_events`` a request, so the default suits a
+# reporter config with a small buffer too; a value over both is an error.
+DEFAULT_EVENTS_PER_REQUEST = 10_000
+
+
 @dataclass(frozen=True)
 class IngestSettings:
     """``telemetry-reporter ingest``: events over HTTP from producers in any language
@@ -97,10 +102,14 @@ class IngestSettings:
     listen: str = setting("127.0.0.1:8088")
     token_file: str = setting("")
     max_body_bytes: int = setting(1024 * 1024, lo=1024, hi=64 * 1024 * 1024)
-    max_events_per_request: int = setting(10_000, lo=1, hi=1_000_000)
+    max_events_per_request: int = setting(DEFAULT_EVENTS_PER_REQUEST, lo=1, hi=1_000_000)
     request_timeout_seconds: float = setting(10.0, lo=0.1, hi=600)
     max_connections: int = setting(256, lo=1, hi=100_000)
     retry_after_seconds: int = setting(1, lo=1, hi=3600)
+
+    def events_per_request(self, buffer_events: int) -> int:
+        """The most events a request may carry: never more than the buffer holds."""
+        return min(self.max_events_per_request, buffer_events)
 
 
 @dataclass(frozen=True)
@@ -321,7 +330,7 @@ def check_ingest(ingest: IngestSettings, buffer_events: int, where: Where) -> No
             raise ConfigError(
                 f"{where('ingest', 'token_file')}: [ingest] token_file: {exc}"
             ) from None
-    if ingest.max_events_per_request > buffer_events:
+    if ingest.max_events_per_request > max(buffer_events, DEFAULT_EVENTS_PER_REQUEST):
         raise ConfigError(
             f"{where('ingest', 'max_events_per_request')}: [ingest] max_events_per_request: "
             f"expected at most [collector] max_buffer_events ({buffer_events}), so that a "

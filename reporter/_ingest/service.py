@@ -40,7 +40,7 @@ class IngestService:
         self.api = IngestApi(
             collector,
             token=self._read_token(),
-            max_events=settings.max_events_per_request,
+            max_events=settings.events_per_request(config.collector.max_buffer_events),
             buffer_bytes=config.collector.max_buffer_bytes,
             retry_after_seconds=settings.retry_after_seconds,
             metrics=lambda: exposition(self.collector, self.api.counts, self._server_counts),

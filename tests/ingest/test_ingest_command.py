@@ -122,6 +122,13 @@ def test_the_section_is_checked_with_the_file_and_key_named(
     assert "two words" not in str(caught.value)
 
 
+def test_a_small_buffer_keeps_a_config_without_ingest_valid(tmp_path: Path) -> None:
+    path = write(tmp_path / "small.toml", "[collector]\nmax_buffer_events = 1000\n")
+    config = ReporterConfig.load(str(path), env={})
+    assert config.ingest.max_events_per_request > config.collector.max_buffer_events
+    assert config.ingest.events_per_request(config.collector.max_buffer_events) == 1000
+
+
 def test_every_interface_without_a_token_is_a_warning(tmp_path: Path) -> None:
     path = write(tmp_path / "open.toml", '[ingest]\nlisten = "0.0.0.0:8088"\n')
     notices = ReporterConfig.load(str(path), env={}).notices
