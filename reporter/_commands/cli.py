@@ -234,6 +234,34 @@ def _parser() -> argparse.ArgumentParser:
         default="json",
         help="json: a local ingest endpoint; nppa: a local mock of the anti-addiction interface",
     )
+    conformance = commands.add_parser(
+        "conformance",
+        parents=[common],
+        help="hold a producer to the producer protocol: conformance -- COMMAND [ARGS...]",
+        description="Start a private Redis-protocol server and run the conformance cases "
+        "against the producer started as COMMAND, spoken to over its standard input and "
+        "output (docs/protocol.md). Exit 0 only when every case holds.",
+    )
+    conformance.add_argument(
+        "--case",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only this case (repeatable; default: all of them)",
+    )
+    conformance.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=20.0,
+        metavar="SECONDS",
+        help="how long a flush or a close may take before its case fails (default: 20)",
+    )
+    conformance.add_argument(
+        "producer",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND [ARGS...]",
+        help="the producer to run, after --",
+    )
     add_dead_parser(commands, common)
     return p
 
@@ -316,13 +344,26 @@ def _discard_stdout() -> None:
         pass
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _standalone(args: argparse.Namespace) -> int | None:
+    """The exit code of a command that reads no config of its own (None for the others)."""
     if args.command == "check-config":
         return _check_config(args.file or args.config, args.connect, args.probe_method)
+    if args.command == "conformance":
+        from reporter._conformance.suite import run_conformance
+
+        command = args.producer[1:] if args.producer[:1] == ["--"] else args.producer
+        return run_conformance(command, sys.stdout, args.case, args.timeout)
     if args.command == "demo":
         from reporter._demo.run import run_demo
 
         return run_demo(args.seconds, sys.stdout, args.sink)
+    return None
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    code = _standalone(args)
+    if code is not None:
+        return code
     config = ReporterConfig.load(args.config)
     note_secrets(config)
     if args.command == "run":

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from importlib.resources import files
+from pathlib import Path
 
 import orjson
 import pytest
@@ -17,6 +18,7 @@ from tests.collector.helpers import queue_entries
 
 SCHEMA = KeySchema("proto", 2)
 GAME = "game-1"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def call(seq: int = 1) -> Collect:
@@ -39,6 +41,10 @@ def test_the_sdk_sends_the_version_the_script_speaks() -> None:
     [spoken] = re.findall(r"^local PROTOCOL_VERSION = '(\d+)'$", text, re.MULTILINE)
     assert int(spoken) == PROTOCOL_VERSION
     assert call().args()[-1] == PROTOCOL_VERSION
+    [documented] = re.findall(
+        r"^This is version (\d+) of the protocol", (ROOT / "docs/protocol.md").read_text(), re.M
+    )
+    assert int(documented) == PROTOCOL_VERSION
 
 
 def test_a_call_of_this_version_is_stored(r: redis.Redis) -> None:
