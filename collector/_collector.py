@@ -25,7 +25,7 @@ from collector._exceptions import (
     BackendUnreplicated,
     BufferFull,
 )
-from collector._flusher import Flusher, reason
+from collector._flusher import Flusher, Rounds, reason
 from collector._json_events import check_events
 from collector._on_error import ErrorReport, OnError, check_callback
 from collector._one_value import NOT_ONE_VALUE, ONE_VALUE, check_one_value, check_utf8
@@ -537,10 +537,8 @@ class Collector:
             self._buffer,
             self._get_writer,
             self._counts,
-            self._ratelog,
             self._report,
-            c.flush_interval_ms / 1000,
-            c.retry_max_delay_ms / 1000,
+            Rounds(c.flush_interval_ms / 1000, c.retry_max_delay_ms / 1000),
         )
         self._wake = self._flusher.wake
         self._flushing = False  # whether the flusher was started (read on the hot path)

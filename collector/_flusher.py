@@ -25,6 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from collector._buffer import EventBuffer
 from collector._constants import DROPS_REPORT_SECONDS
@@ -32,31 +33,39 @@ from collector._exceptions import BackendError, BackendFull
 from collector._on_error import ErrorReport
 from collector._writer import Writer, WriteResult
 from collector.counters import Counter
-from collector.logs import RateLimitedLog, counted
+from collector.logs import counted
 from collector.metrics import Metrics
 
 Clock = Callable[[], float]  # monotonic seconds
 
 
+class Rounds(NamedTuple):
+    """Seconds between flush rounds, and the longest pause after failed ones (doubling)."""
+
+    interval: float
+    longest: float
+
+
 class Flusher:
+    """Flushes ``buffer`` through ``writer()`` in rounds (``rounds``), counting into
+    ``counts`` and telling the host (and the log) through ``report``."""
+
     def __init__(
         self,
         buffer: EventBuffer,
         writer: Callable[[], Writer],
         counts: Metrics,
-        ratelog: RateLimitedLog,
         report: ErrorReport,
-        interval: float,
-        longest: float,
+        rounds: Rounds,
         clock: Clock = time.monotonic,
     ) -> None:
         self._buffer = buffer
         self._writer = writer
         self._counts = counts
-        self._ratelog = ratelog
+        self._ratelog = report.ratelog
         self._report = report
-        self._interval = interval
-        self._longest = longest
+        self._interval = rounds.interval
+        self._longest = rounds.longest
         self._clock = clock
         self.wake = threading.Event()  # set to start a round now
         self._idle = threading.Event()  # set by a round that found the buffer empty

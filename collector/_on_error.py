@@ -36,7 +36,7 @@ class ErrorReport:
 
     def __init__(self, callback: OnError | None, ratelog: RateLimitedLog) -> None:
         self.callback = callback
-        self._ratelog = ratelog
+        self.ratelog = ratelog  # the rate-limited log of the collector it reports for
 
     def __call__(self, error: TelemetryError, count: int) -> None:
         callback = self.callback
@@ -45,7 +45,7 @@ class ErrorReport:
         try:
             callback(error, count)
         except Exception:  # the host's bug must not stop the flusher or close()
-            self._ratelog.log(
+            self.ratelog.log(
                 logging.ERROR,
                 "on_error",
                 "the on_error callback raised (ignored) while told: %s",

@@ -17,6 +17,7 @@ import threading
 import time
 from collections import Counter as Tally
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from collector.counters import STORE, Counter
@@ -305,21 +306,25 @@ def render_reporters(entries: Sequence[dict[str, Any]]) -> str:
 # -- the full form -----------------------------------------------------------------------------
 
 
-def render_status(
-    totals: Totals,
-    config: ReporterConfig,
-    now: float | None = None,
-    max_games: int = 50,
-    alerts: Sequence[Alert] = (),
-    reporters: Sequence[dict[str, Any]] | None = None,
-    memory: Sequence[MemoryUse] = (),
-    hot_games: Sequence[dict[str, Any]] | None = None,
-    hold: HoldState | None = None,
-    quarantine: Sequence[QuarantineRecord] = (),
-    remembered: Sequence[Remembered] = (),
-    not_live: Sequence[int] = (),
-) -> str:
-    now = time.time() if now is None else now
+@dataclass(frozen=True)
+class Reading:
+    """What the full form read of Redis, at ``now``."""
+
+    totals: Totals
+    now: float = field(default_factory=time.time)
+    alerts: Sequence[Alert] = ()
+    reporters: Sequence[dict[str, Any]] | None = None
+    memory: Sequence[MemoryUse] = ()
+    hot_games: Sequence[dict[str, Any]] | None = None
+    hold: HoldState | None = None
+    quarantine: Sequence[QuarantineRecord] = ()
+    remembered: Sequence[Remembered] = ()
+    not_live: Sequence[int] = ()
+
+
+def render_status(reading: Reading, config: ReporterConfig, max_games: int = 50) -> str:
+    totals, now, not_live = reading.totals, reading.now, reading.not_live
+    remembered, hot_games, reporters = reading.remembered, reading.hot_games, reading.reporters
     hot = config.reporter.hot_games
     kept = {r.shard: r for r in remembered}
     shard_rows = [
@@ -351,9 +356,9 @@ def render_status(
     counter_rows = [(k, v) for k, v in summary.items()]
     parts = [
         f"config: {config.source}",
-        *render_hold(hold, config),
-        *render_memory(memory),
-        *render_alerts(alerts),
+        *render_hold(reading.hold, config),
+        *render_memory(reading.memory),
+        *render_alerts(reading.alerts),
         *(["", render_reporters(reporters)] if reporters is not None else []),
         *render_owners_not_live(not_live),
         "",
@@ -387,7 +392,7 @@ def render_status(
         "",
         "counters (events unless named batches)",
         table(("counter", "value"), counter_rows),
-        *render_quarantine(quarantine, [p for s in totals.shards for p in s.problems]),
+        *render_quarantine(reading.quarantine, [p for s in totals.shards for p in s.problems]),
     ]
     return "\n".join(parts)
 
@@ -463,9 +468,8 @@ def _full(store: Store, config: ReporterConfig, as_json: bool, indent: int | Non
             },
             indent=indent,
         )
-    return f"redis: {store.describe()}\n" + render_status(
+    reading = Reading(
         totals,
-        config,
         now,
         alerts=alerts,
         reporters=reporters,
@@ -476,6 +480,7 @@ def _full(store: Store, config: ReporterConfig, as_json: bool, indent: int | Non
         remembered=remembered,
         not_live=not_live,
     )
+    return f"redis: {store.describe()}\n" + render_status(reading, config)
 
 
 # -- the cheap form (--no-shards) --------------------------------------------------------------

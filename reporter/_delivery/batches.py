@@ -10,6 +10,7 @@ import random
 import time
 import uuid
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from collector.retry import RetryPolicy
 from collector.store import (
@@ -36,6 +37,18 @@ from collector.store import (
 from reporter._config import ReporterConfig
 from reporter._constants import LATE_RECORDS_KEPT
 from reporter._delivery.freshness import sink_freshness
+
+
+class Partial(NamedTuple):
+    """What became of a batch answered item by item (positions in its entries, 0-based):
+    how many of its events were stale, those to send again (not before ``min_delay_ms``, for
+    ``reason``) and those refused for good, with their reasons."""
+
+    stale: int
+    retry: Sequence[int]
+    refused: Sequence[tuple[int, str]]
+    min_delay_ms: int
+    reason: str
 
 
 def new_id() -> str:
@@ -118,19 +131,8 @@ class Batches:
             )
         )
 
-    def settle(
-        self,
-        keys: ShardKeys,
-        batch_id: str,
-        token: str,
-        *,
-        stale: int,
-        retry: Sequence[int],
-        refused: Sequence[tuple[int, str]],
-        min_delay_ms: int,
-        reason: str,
-    ) -> Settled:
-        """Finish a batch with a partial outcome (positions in its entries, 0-based)."""
+    def settle(self, keys: ShardKeys, batch_id: str, token: str, part: Partial) -> Settled:
+        """Finish a batch with a partial outcome."""
         return self.store.call(
             Settle(
                 keys,
@@ -138,11 +140,11 @@ class Batches:
                 token,
                 self.policy,
                 random.random(),
-                stale,
-                retry,
-                refused,
-                min_delay_ms,
-                reason,
+                part.stale,
+                part.retry,
+                part.refused,
+                part.min_delay_ms,
+                part.reason,
             )
         )
 

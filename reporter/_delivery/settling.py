@@ -19,7 +19,7 @@ from collector.counters import Counter as C
 from collector.logs import RateLimitedLog, counted
 from collector.metrics import Metrics
 from collector.store import Ack, BackendError, BackendUnreplicated, RetryState, Settled, ShardKeys
-from reporter._delivery.batches import Batches
+from reporter._delivery.batches import Batches, Partial
 from reporter._delivery.freshness import Fresh
 from reporter._delivery.in_flight import Delivered, InFlight, ToAck
 from reporter._delivery.lease import Leased, Result
@@ -312,16 +312,14 @@ class Settler:
         """Finish a batch the endpoint answered item by item, in one store call."""
         game, batch_id = batch.game, batch.batch_id
         try:
-            settled = self._batches.settle(
-                keys,
-                batch_id,
-                token,
+            part = Partial(
                 stale=fresh.stale,
                 retry=[fresh.position(i) for i in outcome.retry_items],
                 refused=[(fresh.position(i), reason) for i, reason in outcome.refused],
                 min_delay_ms=int(outcome.retry_after * 1000),
                 reason=outcome.reason,
             )
+            settled = self._batches.settle(keys, batch_id, token, part)
         except BackendUnreplicated as exc:
             if not isinstance(exc.result, Settled):
                 raise

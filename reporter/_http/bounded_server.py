@@ -39,7 +39,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from collector.logs import RateLimitedLog
 from reporter._http.chunked import ChunkedBody
@@ -127,36 +127,45 @@ class _Conn:
         self.watched = 0
 
 
+@dataclass(frozen=True)
+class Serving:
+    """What a ``BoundedServer`` serves: ``handle``'s answers; ``inline`` requests are answered
+    on the selector thread itself (cheap ones, such as a liveness probe, so they never queue
+    behind a slow answer).  ``name`` names its threads and its log lines; ``methods`` are the
+    methods it serves; ``screen`` looks at a request's head before its body is read;
+    ``chunked``: bodies sent in chunks are taken (else 501).  ``health`` requests (probes)
+    may use the reserved share of the cap, and those not inline have a worker of their own;
+    without ``health`` nothing is reserved."""
+
+    handle: Handle
+    inline: Callable[[Request], bool]
+    name: str = "metrics"
+    methods: tuple[str, ...] = METHODS
+    screen: Screen | None = None
+    health: Callable[[Request], bool] | None = None
+    chunked: bool = False
+
+
 class BoundedServer:
-    """Serves ``handle``'s answers at ``address``; ``inline`` requests are answered on the
-    selector thread itself (cheap ones, such as a liveness probe, so they never queue behind
-    a slow answer).  ``name`` names its threads and its log lines; ``methods`` are the
-    methods it serves.  ``health`` requests (probes) may use the reserved share of the cap,
-    and those not inline have a worker of their own; without ``health`` nothing is reserved."""
+    """Serves ``serving`` at ``address`` within ``limits``, counting what it shed."""
 
     def __init__(
         self,
         address: tuple[str, int],
         family: socket.AddressFamily,
-        handle: Handle,
-        inline: Callable[[Request], bool],
+        serving: Serving,
         limits: Limits | None = None,
         counts: Counts | None = None,
         clock: Callable[[], float] = time.monotonic,
-        *,
-        name: str = "metrics",
-        methods: tuple[str, ...] = METHODS,
-        screen: Screen | None = None,
-        health: Callable[[Request], bool] | None = None,
-        chunked: bool = False,
     ) -> None:
-        self._handle = handle
-        self._inline = inline
+        health = serving.health
+        self._handle = serving.handle
+        self._inline = serving.inline
         self._health = health or (lambda _request: False)
-        self._name = name
-        self._methods = methods
-        self._screen = screen
-        self._chunked = chunked  # whether bodies sent in chunks are taken (else 501)
+        self._name = serving.name
+        self._methods = serving.methods
+        self._screen = serving.screen
+        self._chunked = serving.chunked  # whether bodies sent in chunks are taken (else 501)
         self._limits = limits or Limits()
         self._reserve = 0 if health is None else self._limits.health_reserve
         self._clock = clock

@@ -20,7 +20,7 @@ from typing import Any
 from collector import Collector
 from reporter._config import ReporterConfig, listen_address, read_token_file
 from reporter._exceptions import ReporterError
-from reporter._http.bounded_server import BoundedServer
+from reporter._http.bounded_server import BoundedServer, Serving
 from reporter._http.shedding import Counts, Limits
 from reporter._ingest.api import METHODS, IngestApi
 from reporter._ingest.metrics import exposition
@@ -64,19 +64,16 @@ class IngestService:
         )
         try:
             family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-            server = BoundedServer(
-                (host, port),
-                family,
+            serving = Serving(
                 self.api,
                 self.api.inline,
-                limits,
-                self._server_counts,
                 name="ingest",
                 methods=METHODS,
                 screen=self.api.screen,
                 health=lambda request: request.path == "/healthz",
                 chunked=True,
             )
+            server = BoundedServer((host, port), family, serving, limits, self._server_counts)
         except OSError as exc:
             raise ReporterError(
                 f"[ingest] listen: cannot serve on {host}:{port}: {exc.strerror or exc}"

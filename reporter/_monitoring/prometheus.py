@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from collector.counters import REPORTER, STORE, Gauge
@@ -71,6 +72,16 @@ HELP = {
 }
 
 
+@dataclass(frozen=True)
+class Sending:
+    """What the process knows of its sending, for ``/metrics``: the claim limiter (its last
+    wait), the endpoint's failed answers by code, the hold (if the sink can be held)."""
+
+    limiter: WatchedLimiter
+    errors: Callable[[], Mapping[str, int]] = dict
+    hold: SendHold | None = None
+
+
 class ReporterMetrics:
     """A prometheus-client collector: everything ``/metrics`` serves, read at each scrape."""
 
@@ -78,17 +89,15 @@ class ReporterMetrics:
         self,
         process: PrometheusMetrics,
         readings: RedisReadings,
-        limiter: WatchedLimiter,
+        sending: Sending,
         shards: int,
         top_games: int,
-        send_errors: Callable[[], Mapping[str, int]] = dict,
-        hold: SendHold | None = None,
     ) -> None:
-        self._hold = hold
+        self._hold = sending.hold
         self._process = process
-        self._send_errors = send_errors
+        self._send_errors = sending.errors
         self._readings = readings
-        self._limiter = limiter
+        self._limiter = sending.limiter
         self._shards = shards
         self._top_games = top_games
 
@@ -164,23 +173,15 @@ class MetricsEndpoint:
         config: ReporterConfig,
         store: Store,
         owned: Callable[[], frozenset[int]],
-        limiter: WatchedLimiter,
         health: Health,
-        send_errors: Callable[[], Mapping[str, int]] = dict,
+        sending: Sending,
         clock: Callable[[], float] = time.time,
-        hold: SendHold | None = None,
     ) -> None:
         m = config.metrics
         self.process = PrometheusMetrics(REPORTER)
         self.readings = RedisReadings(store, owned, m.cache_seconds, wall=clock)
         collector = ReporterMetrics(
-            self.process,
-            self.readings,
-            limiter,
-            store.schema.shards,
-            m.top_games,
-            send_errors,
-            hold,
+            self.process, self.readings, sending, store.schema.shards, m.top_games
         )
         self.server = MetricsServer(
             listen_address(m.listen),

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from collector.logs import RateLimitedLog, mask
 from reporter._exceptions import ReporterError
-from reporter._http.bounded_server import BoundedServer
+from reporter._http.bounded_server import BoundedServer, Serving
 from reporter._http.server_wire import Answer, Request
 from reporter._http.shedding import Counts, Limits
 from reporter._monitoring.health import Health
@@ -98,11 +98,9 @@ class MetricsServer:
             server = BoundedServer(
                 self._address,
                 family,
-                routes,
-                _is_liveness,
+                Serving(routes, _is_liveness, health=_is_health),
                 self._limits,
                 counts,
-                health=_is_health,
             )
         except OSError as exc:
             raise ReporterError(

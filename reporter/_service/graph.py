@@ -29,7 +29,7 @@ from reporter._delivery.pipeline import Pipeline
 from reporter._delivery.settling import Settler
 from reporter._monitoring.health import Health
 from reporter._monitoring.levels import WatchedLimiter
-from reporter._monitoring.prometheus import MetricsEndpoint
+from reporter._monitoring.prometheus import MetricsEndpoint, Sending
 from reporter._pacing.body_limit import BodyLimit
 from reporter._pacing.gate import SinkGate
 from reporter._pacing.limiter import ClaimLimiter
@@ -153,10 +153,8 @@ def build_core(config: ReporterConfig, given: Given = Given()) -> Core:
             config,
             store,
             ownership.owned,
-            pacing.limiter,
             health,
-            send_errors.read,
-            hold=pacing.hold,
+            Sending(pacing.limiter, send_errors.read, pacing.hold),
         )
         if config.metrics.listen
         else None

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from collector._buffer import EventBuffer, Pending
 from collector._exceptions import BackendUnavailable, EventsDropped
-from collector._flusher import Flusher
+from collector._flusher import Flusher, Rounds
 from collector._on_error import ErrorReport
 from collector._writer import WriteResult
 from collector.counters import Counter
@@ -46,10 +46,8 @@ def test_at_close_the_flusher_retries_until_the_deadline_of_its_clock() -> None:
         buffer,
         lambda: writer,
         tally,  # type: ignore[arg-type,return-value]
-        ratelog,
         ErrorReport(None, ratelog),
-        0.001,
-        0.002,
+        Rounds(0.001, 0.002),
         clock,
     )
     flusher.start()
@@ -93,10 +91,8 @@ def test_a_long_round_reports_drops_once_a_second_and_again_at_its_end() -> None
         buffer,
         lambda: writer,
         tally,  # type: ignore[arg-type,return-value]
-        ratelog,
         ErrorReport(lambda e, n: told.append((e, n)), ratelog),
-        60.0,
-        60.0,
+        Rounds(60.0, 60.0),
         clock,
     )
     flusher.start()

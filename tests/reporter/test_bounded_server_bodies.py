@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from reporter._http.bounded_server import BoundedServer
+from reporter._http.bounded_server import BoundedServer, Serving
 from reporter._http.server_wire import Answer, Request
 from reporter._http.shedding import Limits
 
@@ -38,13 +38,8 @@ def server() -> Iterator[BoundedServer]:
     s = BoundedServer(
         ("127.0.0.1", 0),
         socket.AF_INET,
-        echo,
-        lambda r: True,
+        Serving(echo, lambda r: True, name="test", methods=METHODS, screen=screen, chunked=True),
         Limits(max_body_bytes=100_000, request_seconds=2.0),
-        name="test",
-        methods=METHODS,
-        screen=screen,
-        chunked=True,
     )
     s.start()
     yield s
@@ -185,7 +180,9 @@ def test_a_body_in_chunks_that_breaks_the_rules_is_refused(
 
 
 def test_a_server_that_takes_no_chunks_refuses_them() -> None:
-    s = BoundedServer(("127.0.0.1", 0), socket.AF_INET, echo, lambda r: True, methods=METHODS)
+    s = BoundedServer(
+        ("127.0.0.1", 0), socket.AF_INET, Serving(echo, lambda r: True, methods=METHODS)
+    )
     s.start()
     try:
         with connect(s) as sock:

@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from reporter._http import bounded_server
-from reporter._http.bounded_server import BoundedServer
+from reporter._http.bounded_server import BoundedServer, Serving
 from reporter._http.server_wire import MAX_HEAD_BYTES, Answer, Request
 from reporter._http.shedding import Limits
 from reporter._monitoring import server as server_module
@@ -60,10 +60,12 @@ def serve(handler: Handler, **limits: float) -> BoundedServer:
     server = BoundedServer(
         ("127.0.0.1", 0),
         socket.AF_INET,
-        handler,
-        lambda r: r.path == "/healthz",
+        Serving(
+            handler,
+            lambda r: r.path == "/healthz",
+            health=lambda r: r.path in ("/healthz", "/readyz"),
+        ),
         Limits(**limits),  # type: ignore
-        health=lambda r: r.path in ("/healthz", "/readyz"),
     )
     server.start()
     return server
@@ -273,14 +275,14 @@ def test_a_failing_handler_is_a_500_logged_once_under_one_key(
 # are counted and backed off, and it serves again once descriptors are free.
 EMFILE_CHILD = """
 import json, os, resource, socket, sys, time
-from reporter._http.bounded_server import BoundedServer
+from reporter._http.bounded_server import BoundedServer, Serving
 from reporter._monitoring.health import Health
 from reporter._monitoring.server import MetricsServer
 from reporter._http.shedding import Limits
 from reporter._http.server_wire import Answer
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-server = BoundedServer(("127.0.0.1", 0), socket.AF_INET, lambda r: Answer(200, "text/plain", b"ok"),
-                       lambda r: True, Limits())
+ok = Serving(lambda r: Answer(200, "text/plain", b"ok"), lambda r: True)
+server = BoundedServer(("127.0.0.1", 0), socket.AF_INET, ok, Limits())
 server.start()
 held = []
 try:
