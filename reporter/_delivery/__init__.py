@@ -1,5 +1,6 @@
 """One batch's life, from claim to settle: the delivery core, with no threads of its own.
 
+- ``pipeline``: ``Pipeline``, a game's way from claim to settle as a worker drives it.
 - ``claims``: ``Claimer``, claims a game's batches (as the pacing allows) or takes its due
   retries, into a ``Lease``.
 - ``lease``: ``Lease``, a claim's batches; ``Result``, what became of each.

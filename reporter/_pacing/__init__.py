@@ -1,5 +1,7 @@
 """Pacing and permission: when a request may go, and how large it may be.
 
+- ``pace``: ``Pace``, pacing and permission as the batch path asks them (permits, gate, hold),
+  and what each answer says about the next request.
 - ``permits``: ``Permits``, the request limiter as the workers use it, and ``make_limiter``
   (the limiter a config asks for).
 - ``limiter``: token buckets, one process's or shared in Redis, granting requests at claim

@@ -1,6 +1,8 @@
 """The running service: one process's workers, their threads, and how it stops.
 
-- ``service``: ``ReporterService`` builds the workers and the collaborators they share.
+- ``graph``: the one builder of the reporter's graph (``build_core``, ``build_jobs``), for the
+  service, the demo and the tests alike.
+- ``service``: ``ReporterService`` runs a graph: starts its jobs, re-reads secrets, stops.
 - ``scheduling``: the APScheduler pools and the "run again after each run" rule.
 - ``workers``: ``ShardSweeper``, ``HotGameWorker``, ``Reaper``, ``LeaseKeeper``, each one
   bounded ``loop()``.
