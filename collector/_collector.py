@@ -353,22 +353,25 @@ class Collector:
             raise kind(f"could not store {events} of game {game!r}: {reason(exc)}") from exc
         if any(result.failed_pending.values()):
             self._buffer.put_back({}, result.failed_pending)
-        self._counts.add(
-            {
-                Counter.STORED: result.stored,
-                Counter.EVICTED: result.evicted,
-                Counter.MERGED: result.merged,
-                Counter.REFUSED_OOM: result.refused_oom,
-                Counter.UNREPLICATED_WRITES: result.unreplicated,
-                Counter.REFUSED_WRITES: result.refused_writes,
-                Counter.REFUSED_REPEATS: result.refused_repeats,
-            }
-        )
         error = result.error
+        counts = {
+            Counter.ACCEPTED: 0 if error else len(entries),
+            Counter.STORED: result.stored,
+            Counter.EVICTED: result.evicted,
+            Counter.MERGED: result.merged,
+        }
+        for counter, n in (  # seldom any: not added one by one on every call
+            (Counter.REFUSED_OOM, result.refused_oom),
+            (Counter.UNREPLICATED_WRITES, result.unreplicated),
+            (Counter.REFUSED_WRITES, result.refused_writes),
+            (Counter.REFUSED_REPEATS, result.refused_repeats),
+            (Counter.BACKEND_ERRORS, 1 if error else 0),
+        ):
+            if n:
+                counts[counter] = n
+        self._counts.add(counts)
         if error is not None:
-            self._counts.count(Counter.BACKEND_ERRORS)
             raise self._not_stored(error, f"{events} of game {game!r}", result.stored)
-        self._counts.count(Counter.ACCEPTED, len(entries))
         return result.evicted
 
     def _not_stored(self, error: BackendError, what: str, stored: int) -> BackendError:

@@ -366,18 +366,20 @@ class Writer:
         identity = uuid.uuid4().hex
         replies: list[Stored | BackendError | None] = [None] * len(calls)
         result = WriteResult()
-        deadline = time.monotonic() + patience
         delay = min(SYNC_FIRST_WAIT, longest_wait)
+        deadline = None
         todo = list(range(len(calls)))
         while todo:
             self._send(calls, shards, todo, identity, replies)
-            again = [i for i in todo if self._again(result, calls[i], replies[i])]
+            todo = [i for i in todo if self._again(result, calls[i], replies[i])]
+            if not todo:  # the usual case: every call answered at once
+                break
+            if deadline is None:
+                deadline = time.monotonic() + patience
             if time.monotonic() + delay > deadline or stop.is_set():
                 break
-            if again:
-                stop.wait(delay)
-                delay = min(delay * 2, longest_wait)
-            todo = again
+            stop.wait(delay)
+            delay = min(delay * 2, longest_wait)
         result.error = None
         for c, reply in zip(calls, replies, strict=True):
             if isinstance(reply, Stored):
