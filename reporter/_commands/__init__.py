@@ -5,6 +5,7 @@ the service and the demo.
 - ``status``: shards, games, counters and live reporters, once or watched.
 - ``dead``: list, show, replay and purge dead letters.
 - ``probe``: ``check-config --connect`` (does Redis answer, does the sink?).
+- ``ingest``: ``telemetry-reporter ingest``, the HTTP ingest server, until SIGTERM.
 
 The top of the reporter: it may import every other package here; none imports it.
 """
