@@ -16,8 +16,9 @@ from collector.config import build_config, raw_settings
 from collector.retry import MAX_RETRY_AFTER_SECONDS
 from reporter._config import ReporterConfig, SinkSettings
 from reporter._exceptions import SinkConfigError
+from reporter._senders.bodies import json_body
 from reporter._senders.outcome import DELIVERED, REJECTED, RETRY
-from reporter._sinks.json.sender import JsonSender, json_body, ratelog
+from reporter._sinks.json.sender import JsonSender, ratelog
 from reporter._sinks.registry import make_sender
 from tests.markers import secret
 from tests.rawhttp import always, raw_server, then_hold

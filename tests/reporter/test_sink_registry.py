@@ -108,6 +108,21 @@ def test_only_the_registry_and_its_test_ask_which_kind_a_sink_is() -> None:
     )
 
 
+def test_no_kind_imports_another_kind() -> None:
+    """What kinds share is below them (reporter._senders, reporter._sinks.base): a kind's
+    package is all there is of it."""
+    kinds = kind_names()
+    found = []
+    for kind in sorted(kinds):
+        for path in sorted((KIND_PACKAGES / kind).glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    parts = [*node.module.split("."), ""]
+                    if parts[:2] == ["reporter", "_sinks"] and parts[2] in kinds - {kind}:
+                        found.append(f"{path.relative_to(ROOT)}: {node.module}")
+    assert found == []
+
+
 def test_the_check_sees_each_way_of_asking(tmp_path: Path) -> None:
     """The scan would notice each way of asking it forbids."""
     sample = tmp_path / "sample.py"

@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import httpx
-import orjson
 
 from collector.config import mask_url
 from collector.logs import RateLimitedLog
 from reporter._http.transport import endpoint_text
+from reporter._senders.bodies import json_body
 from reporter._senders.client import request_timeout, sink_client
 from reporter._senders.outcome import (
     DELIVERED,
@@ -45,21 +45,6 @@ class _Head(NamedTuple):
 
     headers: httpx.Headers
     raw: tuple[tuple[bytes, bytes], ...] | None
-
-
-def json_body(game: str, batch_id: str, events: Sequence[bytes]) -> bytes:
-    """Assemble the body from the events' raw JSON, without decoding them."""
-    return b"".join(
-        (
-            b'{"game":',
-            orjson.dumps(game),
-            b',"batch_id":',
-            orjson.dumps(batch_id),
-            b',"events":[',
-            b",".join(events),
-            b"]}",
-        )
-    )
 
 
 class JsonSender:

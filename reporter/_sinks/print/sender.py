@@ -14,8 +14,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
+from reporter._senders.bodies import json_body
 from reporter._senders.outcome import DELIVERED, RETRY, Outcome
-from reporter._sinks.json.sender import json_body
 
 
 def _stdout() -> BinaryIO:
