@@ -62,7 +62,7 @@ def test_every_numeric_setting_refuses_non_finite_values(
     message = load_error(path)
     assert f"[{section}] {key}" in message and str(path) in message
     assert ("finite" if tp is float else "integer") in message
-    var = f"TELEMETRY_{section.upper()}_{key.upper()}"
+    var = f"TELEMETRY_{section.upper().replace('.', '_')}_{key.upper()}"
     from_env = load_error(write(tmp_path, "", name="empty.toml"), env={var: value})
     assert var in from_env and f"[{section}] {key}" in from_env
 
