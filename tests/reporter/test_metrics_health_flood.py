@@ -13,7 +13,7 @@ import httpx
 import pytest
 import redis
 
-from reporter._http.bounded_server import BoundedServer
+from reporter._http.bounded_server import BoundedServer, Serving
 from reporter._http.server_wire import Answer, Request
 from reporter._http.shedding import Limits
 from reporter._monitoring.health import Health
@@ -104,8 +104,7 @@ def test_connections_whose_answers_are_not_taken_give_way_to_a_scraper() -> None
     server = BoundedServer(
         ("127.0.0.1", 0),
         socket.AF_INET,
-        handler,
-        lambda r: r.path == "/healthz",
+        Serving(handler, lambda r: r.path == "/healthz"),
         Limits(max_connections=8, answer_seconds=60.0),  # no health paths: none kept
     )
     server.start()
@@ -142,10 +141,10 @@ def test_health_answers_while_every_slot_waits_for_its_answer() -> None:
     server = BoundedServer(
         ("127.0.0.1", 0),
         socket.AF_INET,
-        busy,
-        lambda r: r.path == "/healthz",
+        Serving(
+            busy, lambda r: r.path == "/healthz", health=lambda r: r.path in ("/healthz", "/readyz")
+        ),
         Limits(max_connections=16, workers=2),
-        health=lambda r: r.path in ("/healthz", "/readyz"),
     )
     server.start()
     held = []
@@ -192,10 +191,12 @@ def test_a_probe_is_answered_before_the_connections_behind_it_push_it_out() -> N
     server = BoundedServer(
         ("127.0.0.1", 0),
         socket.AF_INET,
-        handler,
-        lambda r: r.path in ("/healthz", "/block"),
+        Serving(
+            handler,
+            lambda r: r.path in ("/healthz", "/block"),
+            health=lambda r: r.path in ("/healthz", "/block"),
+        ),
         Limits(max_connections=3, workers=2),  # 2, and 1 kept for health
-        health=lambda r: r.path in ("/healthz", "/block"),
     )
     server.start()
     socks = []
