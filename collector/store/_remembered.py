@@ -29,7 +29,7 @@ from collector.store._read_replies import PIPELINE_SHARDS, as_count, as_text, ex
 # hash (a remembered write, or a writer's range) and a writer in the writers set, where there
 # are many (hash tables and skiplists: small ones take less).  Estimates, not a measurement.
 DEDUP_KEY_BYTES = 140
-WRITE_RECORD_BYTES = 90
+WRITE_RECORD_BYTES = 110
 WRITER_BYTES = 120
 SCAN_COUNT = 1000
 
