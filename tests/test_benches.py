@@ -106,6 +106,13 @@ EXPECTED: dict[str, list[str | re.Pattern[str]]] = {
         "never delivered 0",
         re.compile(r"^ +2 +[\d,]+ +[\d.]+ +\d+ +\d+$", re.M),
     ],
+    "nppa_audit": [
+        "ms/request p50",
+        re.compile(r"^no trail +[\d.]+ ", re.M),
+        re.compile(r"^trail, synced every 1 s +[\d.]+ ", re.M),
+        "a day at the full rate",
+        "one write and fsync of a line",
+    ],
     "nppa_hold": [
         "held: after",
         "status names 1011",

@@ -33,6 +33,7 @@ from collector.counters import REPORTER
 from collector.logs import counted
 from collector.store import BackendUnavailable, describe_settings, open_store
 from collector.text import printable
+from reporter._commands.audit import add_audit_parser, run_audit
 from reporter._commands.dead import add_dead_parser, replay_budget, run_dead
 from reporter._commands.status import run_status
 from reporter._config import ReporterConfig
@@ -263,6 +264,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the producer to run, after --",
     )
     add_dead_parser(commands, common)
+    add_audit_parser(commands, common)
     return p
 
 
@@ -366,12 +368,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return code
     config = ReporterConfig.load(args.config)
     note_secrets(config)
-    if args.command == "run":
-        return _run(config)
-    if args.command == "ingest":
-        from reporter._commands.ingest import run_ingest
-
-        return run_ingest(config, StopSignals())
+    if args.command in ("run", "ingest", "audit"):
+        return _without_store(config, args)
     if not args.config and not os.environ.get(CONFIG_ENV):
         _note(
             f"no --config and no ${CONFIG_ENV}: using {config.source}, "
@@ -384,6 +382,17 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_dead(store, args, budget=replay_budget(config))
     finally:
         store.close()
+
+
+def _without_store(config: ReporterConfig, args: argparse.Namespace) -> int:
+    """The commands that open what they need themselves (run, ingest) or no Redis (audit)."""
+    if args.command == "run":
+        return _run(config)
+    if args.command == "ingest":
+        from reporter._commands.ingest import run_ingest
+
+        return run_ingest(config, StopSignals())
+    return run_audit(config, args)
 
 
 def _note(message: str) -> None:

@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import msgspec
 
+from collector.counters import Counter as C
 from collector.counters import Histogram
 from collector.metrics import NO_METRICS, Metrics
 from reporter._pacing.body_limit import BodyLimit
@@ -168,6 +169,8 @@ class Attempt:
         self._counts.observe(Histogram.POST_DURATION_SECONDS, seconds)
         self._counts.observe(Histogram.BATCH_SIZE_EVENTS, len(events))
         self._errors.record(outcome)
+        if outcome.audit_lost:
+            self._counts.count(C.AUDIT_LINES_LOST, outcome.audit_lost)
         return outcome
 
     def _halves(self, batch: _Batch) -> Outcome:

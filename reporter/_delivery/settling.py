@@ -206,6 +206,8 @@ class Settler:
         anti-addiction sink: logins and logouts, counted apart, each one's session and time
         kept in the shard's late list)."""
         drop = note(batch.game, batch.batch_id, fresh.stale_events(batch.entries))
+        if drop.audit_lost:
+            self._counts.count(C.AUDIT_LINES_LOST, drop.audit_lost)
         if not drop.items:
             return
         self._counts.add({C.STALE_LOGINS: drop.logins, C.STALE_LOGOUTS: drop.logouts})

@@ -78,7 +78,8 @@ class Outcome:
     ``hold``: the endpoint refused our identity or configuration, which no retry heals:
     sending is held for every reporter and the batch handed back (a ``retry`` outcome); the
     text says what to check.  ``moved``: items sent with their behaviour time moved into the
-    endpoint's window (counted and kept for audit once delivered).
+    endpoint's window (counted and kept for audit once delivered).  ``audit_lost``: lines of
+    the sink's audit trail the attempt could not write (counted).
     """
 
     kind: Literal["delivered", "retry", "rejected"]
@@ -92,6 +93,7 @@ class Outcome:
     code: str = ""
     hold: Refusal | None = None
     moved: tuple[MovedItem, ...] = ()
+    audit_lost: int = 0
 
     def __post_init__(self) -> None:
         if (self.refused or self.retry_items) and self.kind != DELIVERED:

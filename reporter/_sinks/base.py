@@ -136,6 +136,7 @@ class LateDrop(NamedTuple):
     logins: int
     logouts: int
     items: list[tuple[str, int, int]]
+    audit_lost: int = 0  # lines of the sink's audit trail that could not be written
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collector import Collector, nppa
 from collector.store import Replay
+from reporter._commands.audit import read_session, summary
 from reporter._commands.status import status_text
 from reporter._config import ReporterConfig
 from reporter._demo.nppa_mock import NppaEndpoint
@@ -167,6 +168,37 @@ def test_a_key_the_system_refuses_holds_every_reporter_until_the_key_file_change
     assert [a.name for a in first.store.alerts()] == ["nppa 1011"]
 
 
+def dropped_and_recorded(
+    service: ReporterService, config: ReporterConfig, trail: Path, now: int
+) -> None:
+    """Under "drop", every item of the 300 sessions went stale: counted apart as logins and
+    logouts, each kept in the late list and the audit trail."""
+    assert counter(service, "late_sent") == 0
+    # stale logins and logouts counted apart, each one's session and time kept
+    assert (counter(service, "stale_logins"), counter(service, "stale_logouts")) == (
+        300,
+        300,
+    )
+    dropped = {
+        (si, bt): ot
+        for shard in service.schema.all_shards()
+        for r in service.store.backend.client.lrange(shard.late, 0, -1)
+        for si, bt, ot in orjson.loads(r)["dropped"]
+    }
+    assert dropped == {
+        (f"farm-{i:05d}", bt): now - (8 if bt else 6) for i in range(300) for bt in (0, 1)
+    }
+    assert "stale_logouts" in status_text(service.store, config, as_json=False)
+    counts = service.stop().counts
+    assert (counts["stale_logins"], counts["stale_logouts"]) == (300, 300)
+    # the trail: the requests the hold met (1011), then each item dropped as stale
+    session = read_session(str(trail), "farm-00007")
+    assert [s.what for s in session.steps][-2:] == ["stale", "stale"]
+    assert not any(s.accepted for s in session.steps)
+    assert summary([s for s in session.steps if s.item["bt"] == 0]).startswith("NOT reported: ")
+    assert counts.get("audit_lines_lost", 0) == 0
+
+
 @pytest.mark.parametrize("late", ["resend", "drop"])
 def test_sessions_that_went_late_during_a_hold(
     own_server: Server, tmp_path: Path, start_service: StartService, late: str
@@ -181,6 +213,7 @@ def test_sessions_that_went_late_during_a_hold(
             tmp_path / "nppa.key",
             probe_interval_seconds=1.0,
             late_behaviour=late,
+            audit_directory=str(tmp_path / "audit"),
             **SHORT_WINDOW,
         )
         now = int(time.time())
@@ -199,24 +232,7 @@ def test_sessions_that_went_late_during_a_hold(
                 lambda: counter(service, "stale") == 600, timeout=30, what="every item stale"
             )
             assert accepted_count(endpoint) == 0
-            assert counter(service, "late_sent") == 0
-            # stale logins and logouts counted apart, each one's session and time kept
-            assert (counter(service, "stale_logins"), counter(service, "stale_logouts")) == (
-                300,
-                300,
-            )
-            dropped = {
-                (si, bt): ot
-                for shard in service.schema.all_shards()
-                for r in service.store.backend.client.lrange(shard.late, 0, -1)
-                for si, bt, ot in orjson.loads(r)["dropped"]
-            }
-            assert dropped == {
-                (f"farm-{i:05d}", bt): now - (8 if bt else 6) for i in range(300) for bt in (0, 1)
-            }
-            assert "stale_logouts" in status_text(service.store, config, as_json=False)
-            counts = service.stop().counts
-            assert (counts["stale_logins"], counts["stale_logouts"]) == (300, 300)
+            dropped_and_recorded(service, config, tmp_path / "audit", now)
             return
         wait_until(lambda: accepted_count(endpoint) == 600, timeout=30, what="all accepted")
         wait_until(lambda: counter(service, "delivered") == 600, timeout=30, what="acknowledged")
@@ -247,6 +263,12 @@ def test_sessions_that_went_late_during_a_hold(
         (f"farm-{i:05d}", bt): now - (8 if bt else 6) for i in range(300) for bt in (0, 1)
     }
     assert service.stop().counts["late_sent"] == 600
+    # the trail: each item accepted once, with the time sent and the one it had
+    session = read_session(str(tmp_path / "audit"), "farm-00007")
+    [login, logout] = [s for s in session.steps if s.accepted]
+    assert (login.item["bt"], login.item["ot_original"]) == (1, now - 8)
+    assert (logout.item["bt"], logout.item["ot_original"]) == (0, now - 6)
+    assert login.item["ot"] > now - 8 and logout.item["ot"] >= login.item["ot"]
 
 
 def test_events_stamped_an_hour_ahead_are_dead_lettered_while_the_rest_go(

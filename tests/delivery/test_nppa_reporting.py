@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -218,6 +219,29 @@ def test_an_item_error_for_the_whole_request_dead_letters_the_batch_at_once(
     assert (totals.counter("dead_batches"), totals.counter("batches_retried")) == (1, 0)
     [dead] = service.store.dead_batches(10)
     assert dead.reason.startswith("nppa 3005")
+
+
+def test_an_audit_trail_that_cannot_be_written_is_counted_and_reports_go_on(
+    redis_url: str, start_service: StartService, tmp_path: Path
+) -> None:
+    """A missing report is the worse breach: the lines that cannot be written are counted
+    (audit_lines_lost) and every event is still sent."""
+    (tmp_path / "a-file").write_text("not a directory", encoding="utf-8")
+    with NppaEndpoint(app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values()) as endpoint:
+        config = nppa_config(
+            redis_url, endpoint, audit_directory=str(tmp_path / "a-file" / "audit")
+        )
+        collect(config, 10)
+        service = start_service(config)
+        wait_until(lambda: accepted_count(endpoint) == 20, timeout=30, what="all accepted")
+        wait_until(
+            lambda: read_totals(service.store).counter("delivered") == 20,
+            timeout=30,
+            what="acknowledged",
+        )
+        requests = len(codes(endpoint))
+    lost = service.stop().counts["audit_lines_lost"]
+    assert lost >= 2 * sum(codes(endpoint).values()) >= 2 * requests  # a request, an answer
 
 
 @pytest.mark.parametrize("offset", [4.0, -4.0])

@@ -41,6 +41,7 @@ from reporter._senders.outcome import (
     parse_retry_after,
 )
 from reporter._sinks.base import Pacer, SinkConfig
+from reporter._sinks.nppa.records import Recorder, audit_trail_of
 from reporter._sinks.nppa.settings import NppaSettings
 from reporter._sinks.nppa.wire import seal, signature
 
@@ -146,10 +147,12 @@ class NppaSender:
         # And at the last moment before every request: still at its slot?  (A stalled
         # thread takes a new one; False: stopping or a pause, and the request is not sent.)
         self._pacer = pacer
+        self._record = Recorder(audit_trail_of(settings), settings.app_id)
 
     def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1) -> Outcome:
         biz_id = self._biz_id(game)
         if not biz_id:
+            self._record.refused("", game, batch_id, [(e, "no biz_id") for e in events])
             ratelog.log(
                 logging.ERROR,
                 "biz",
@@ -173,9 +176,13 @@ class NppaSender:
             self._log_skew(max(item["ot"] for _, item in future) - now)
         sent = [(i, item) for i, item in items if item["ot"] <= now]
         moved = self._move_late(sent, now) if self._resend else ()
-        outcome = self._report(biz_id, sent, game=game) if sent else Outcome(DELIVERED)
+        lost = self._record.refused(biz_id, game, batch_id, [(events[i], r) for i, r in refused])
+        call = _Call(game, batch_id, attempt, {m.position: m.ot for m in moved})
+        outcome = self._report(biz_id, sent, call) if sent else Outcome(DELIVERED)
         if moved and outcome.kind == DELIVERED:
             outcome = dataclasses.replace(outcome, moved=moved)
+        if lost or call.lost:
+            outcome = dataclasses.replace(outcome, audit_lost=lost + call.lost)
         retry = tuple(i for i, _ in future)
         if outcome.kind != DELIVERED or not (refused or retry):
             return outcome
@@ -187,6 +194,7 @@ class NppaSender:
             outcome.refused + tuple(refused),
             outcome.retry_items + retry,
             moved=outcome.moved,
+            audit_lost=outcome.audit_lost,
         )
 
     def probe(self, biz_id: str) -> Outcome:
@@ -194,7 +202,7 @@ class NppaSender:
         system answers 3002 once it has checked the identity, the signature and the sealed
         body.  3002 (or 0) is ``delivered``; any other answer is classified as for a
         report (1011 holds, 1006 retries with a pause, ...)."""
-        return self._report(biz_id, [], probe=True)
+        return self._report(biz_id, [], _Call(), probe=True)
 
     def _too_far_ahead(self, game: str, future: Sent, now: float) -> list[tuple[int, str]]:
         """Items whose ot is more than ``[nppa] max_future_seconds`` ahead of this host's
@@ -250,22 +258,34 @@ class NppaSender:
             )
         return tuple(moved)
 
-    def _report(self, biz_id: str, sent: Sent, probe: bool = False, game: str = "") -> Outcome:
+    def _report(self, biz_id: str, sent: Sent, call: _Call, probe: bool = False) -> Outcome:
         """POST the items (again once, with a new timestamp and a slot of its own, if the
-        system finds it expired) and read the answer."""
-        plain = orjson.dumps(
-            {"collections": [{"no": n, **item} for n, (_, item) in enumerate(sent, start=1)]}
-        )
+        system finds it expired) and read the answer; each request and answer goes to the
+        audit trail (the request's line before its bytes)."""
+        numbered = [{"no": n, **item} for n, (_, item) in enumerate(sent, start=1)]
+        plain = orjson.dumps({"collections": numbered})
+        originals = {
+            n: call.originals[i] for n, (i, _) in enumerate(sent, 1) if i in call.originals
+        }
         outcome = Outcome(RETRY, "not sent")
         for again in (False, True):
-            if again and self._pacer is not None and not self._pacer.one(game):
+            if again and self._pacer is not None and not self._pacer.one(call.game):
                 return outcome  # the 1007 answer: retried later
+            stamp = str(int(self._clock() * 1000))  # read once: the signed value is the sent one
+            line, lost = self._record.request(
+                stamp, biz_id, call.game, call.batch_id, call.attempt, numbered, originals
+            )
+            call.lost += lost
             try:
-                response = self._post(biz_id, plain, game)
+                response = self._post(biz_id, plain, stamp, call.game)
             except httpx.HTTPError as exc:
-                return Outcome(RETRY, f"{type(exc).__name__}: {exc}")
+                outcome = Outcome(RETRY, f"{type(exc).__name__}: {exc}")
+                call.lost += self._record.answer(line, outcome, error=outcome.reason)
+                return outcome
             if response is None:
-                return Outcome(RETRY, NOT_SENT)
+                outcome = Outcome(RETRY, NOT_SENT)
+                call.lost += self._record.answer(line, outcome)
+                return outcome
             outcome = classify(
                 response.status_code,
                 response.headers.get("Retry-After"),
@@ -274,6 +294,7 @@ class NppaSender:
                 self._throttle,
                 probe,
             )
+            call.lost += self._record.answer(line, outcome, response)
             if outcome.reason != _EXPIRED_REASON:
                 return outcome
             ratelog.log(
@@ -284,12 +305,12 @@ class NppaSender:
             )
         return outcome
 
-    def _post(self, biz_id: str, plain: bytes, game: str = "") -> httpx.Response | None:
-        """The answer to the sealed and signed items; None if the pacer said, with the
-        connection ready, that the request may not go (no slot of the rate within reach)."""
+    def _post(self, biz_id: str, plain: bytes, stamp: str, game: str = "") -> httpx.Response | None:
+        """The answer to the sealed and signed items, stamped ``stamp`` (the one value both
+        signed and sent); None if the pacer said, with the connection ready, that the
+        request may not go (no slot of the rate within reach)."""
         secret = self._key()  # read once: the body is sealed and signed with the same key
         body = seal(secret, plain)  # a fresh nonce per attempt
-        stamp = str(int(self._clock() * 1000))  # read once: the signed value is the sent one
         signed = {**self._query, "appId": self._app_id, "bizId": biz_id, "timestamps": stamp}
         headers = {
             "appId": self._app_id,
@@ -323,6 +344,20 @@ class NppaSender:
 
     def close(self) -> None:
         self._client.close()
+        self._record.close()
+
+
+@dataclasses.dataclass
+class _Call:
+    """One send's context for the audit trail: the batch (none for a probe), its attempt,
+    the original ``ot`` of each moved item (by its index in the batch), and the lines that
+    could not be written."""
+
+    game: str = ""
+    batch_id: str = ""
+    attempt: int = 0
+    originals: Mapping[int, int] = dataclasses.field(default_factory=dict)
+    lost: int = 0
 
 
 _EXPIRED_REASON = "1007 request expired: timestamps too far from the system's clock"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -31,10 +32,20 @@ class NppaSettings(MaskedRepr):
     late_behaviour: str = setting("drop", choices=("drop", "resend"))
     late_max_age_seconds: float = setting(86_400.0, lo=180, hi=30 * 86_400)
     max_future_seconds: float = setting(300.0, lo=0, hi=86_400)
+    # The audit trail (reporter._sinks.nppa.audit): "" keeps none.
+    audit_directory: str = setting("")
+    audit_max_file_bytes: int = setting(256 * 1024 * 1024, lo=65_536, hi=1 << 40)
+    audit_fsync_seconds: float = setting(1.0, lo=0, hi=60)
 
 
 def check_nppa(nppa: NppaSettings, where: Where) -> None:
     """What the anti-addiction sender needs; a secret is never echoed."""
+    audit = nppa.audit_directory
+    if audit and os.path.exists(audit) and not os.path.isdir(audit):
+        raise ConfigError(
+            f"{where('nppa', 'audit_directory')}: [nppa] audit_directory: {audit!r} is not a "
+            "directory"
+        )
     if problem := http_url_problem(nppa.base_url):
         raise ConfigError(
             f"{where('nppa', 'base_url')}: [nppa] base_url: {problem}, found "

@@ -30,6 +30,7 @@ from reporter._sinks.base import (
     SlotRate,
     scope_name,
 )
+from reporter._sinks.nppa.records import Recorder, audit_trail_of
 from reporter._sinks.nppa.sender import WINDOW_SECONDS, NppaSender, endpoint_url
 from reporter._sinks.nppa.settings import (
     NppaSettings,
@@ -117,7 +118,7 @@ class NppaSink(Sink):
         window_ms = int((WINDOW_SECONDS - nppa.freshness_margin_seconds) * 1000)
         late_ms = int(nppa.late_max_age_seconds * 1000) if nppa.late_behaviour == "resend" else 0
         return Freshness(
-            min(rule.max_age_ms, window_ms - 1), "ot", 1000, late_ms, note_stale=stale_items
+            min(rule.max_age_ms, window_ms - 1), "ot", 1000, late_ms, note_stale=self.stale_items
         )
 
     def endpoint(self) -> str:
@@ -208,6 +209,16 @@ class NppaSink(Sink):
             "docs/operations.md)",
         ]
 
+    def stale_items(self, game: str, batch_id: str, events: Sequence[bytes]) -> LateDrop:
+        """Events dropped as stale: the logins and logouts among them, each one's ``(si, bt,
+        ot)`` (an event that is not an item is only counted stale), in the audit trail too."""
+        items = [item for item in map(_session_of, events) if item is not None]
+        logins = sum(bt == LOGIN for _, bt, _ in items)
+        recorder = Recorder(audit_trail_of(self.nppa), self.nppa.app_id)
+        lines = [{"si": si, "bt": bt, "ot": ot} for si, bt, ot in items]
+        lost = recorder.stale(self.config.biz_id(game), game, batch_id, lines)
+        return LateDrop(logins, len(items) - logins, items, lost)
+
     def _first_biz_id(self) -> str:
         return next((g.biz_id for g in self.config.games.values() if g.biz_id), "")
 
@@ -235,14 +246,6 @@ def _probe_one(
     refusal = outcome.hold or outcome.alert
     said = f" answered {outcome.reason}" + (f"; {refusal.check}" if refusal else "")
     return False, said, outcome.pause_all > 0
-
-
-def stale_items(game: str, batch_id: str, events: Sequence[bytes]) -> LateDrop:
-    """Events dropped as stale: the logins and logouts among them, each one's ``(si, bt,
-    ot)`` (an event that is not an item is only counted stale)."""
-    items = [item for item in map(_session_of, events) if item is not None]
-    logins = sum(bt == LOGIN for _, bt, _ in items)
-    return LateDrop(logins, len(items) - logins, items)
 
 
 def _session_of(event: bytes) -> tuple[str, int, int] | None:
