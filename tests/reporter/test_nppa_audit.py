@@ -296,3 +296,22 @@ def test_a_reporter_killed_while_its_request_waits_leaves_the_request_without_an
     out = capsys.readouterr().out
     assert "logout: unknown: sent, no answer recorded (the system may have taken it)" in out
     assert "no answer recorded (the reporter stopped before it heard one)" in out
+
+
+def test_check_config_says_when_no_trail_is_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = '[sink]\nkind = "nppa"\n[nppa]\napp_id = "app-1"\nsecret_key = "' + SECRET + '"\n'
+    games = '[games."farm"]\nbiz_id = "1101999999"\n'
+    path = tmp_path / "nppa.toml"
+    path.write_text(base + games, encoding="utf-8")
+    assert main(["check-config", str(path)]) == 0
+    assert "[nppa] audit_directory is not set" in capsys.readouterr().err
+    kept = base + f'audit_directory = "{tmp_path / "audit"}"\n' + games
+    path.write_text(kept, encoding="utf-8")
+    assert main(["check-config", str(path)]) == 0
+    assert "audit_directory" not in capsys.readouterr().err
+    (tmp_path / "not-a-dir").write_text("x", encoding="utf-8")
+    path.write_text(kept.replace(str(tmp_path / "audit"), str(tmp_path / "not-a-dir")))
+    assert main(["check-config", str(path)]) == 2
+    assert "[nppa] audit_directory: " in capsys.readouterr().err

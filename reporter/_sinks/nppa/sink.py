@@ -187,8 +187,11 @@ class NppaSink(Sink):
         return f"nppa {masked_url(endpoint_url(nppa.base_url))} app {nppa.app_id}"
 
     def notices(self) -> list[str]:
-        """Only a game that lacks its filing id is worth a warning: one the file names
-        without one, or none at all when the file gives no game one."""
+        """A game that lacks its filing id (one the file names without one, or none at all
+        when the file gives no game one), and no audit trail."""
+        return [*self._biz_id_notices(), *self._audit_notices()]
+
+    def _biz_id_notices(self) -> list[str]:
         config = self.config
         missing = config.games_without_biz_id()
         why = (
@@ -200,6 +203,15 @@ class NppaSink(Sink):
         if not any(config.biz_id(game) for game in config.games):
             return [f"no game has a biz_id ({why})"]
         return []
+
+    def _audit_notices(self) -> list[str]:
+        if self.nppa.audit_directory:
+            return []
+        return [
+            "[nppa] audit_directory is not set: no audit trail of what was reported and "
+            "answered is kept (telemetry-reporter audit session needs one; docs/nppa.md, "
+            '"The audit trail")'
+        ]
 
     def next_steps(self) -> list[str]:
         return [
