@@ -28,6 +28,7 @@ import itertools
 import secrets
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -54,6 +55,19 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+@dataclass
+class Call:
+    """One send's context for the trail: the batch (none for a probe), its attempt, the
+    original ``ot`` of each moved item (by its index in the batch), and the lines that could
+    not be written."""
+
+    game: str = ""
+    batch_id: str = ""
+    attempt: int = 0
+    originals: Mapping[int, int] = field(default_factory=dict)
+    lost: int = 0
+
+
 class Recorder:
     """What one sender (or the delivery's stale items) writes to ``trail``; with no trail,
     nothing, at no cost.  Each call returns the lines it could not write (0 or 1)."""
@@ -69,17 +83,10 @@ class Recorder:
         return self._trail is not None
 
     def request(
-        self,
-        stamp: str,
-        biz_id: str,
-        game: str,
-        batch_id: str,
-        attempt: int,
-        items: Sequence[Mapping[str, Any]],
-        originals: Mapping[int, int],
+        self, stamp: str, biz_id: str, call: Call, items: Sequence[tuple[int, Mapping[str, Any]]]
     ) -> tuple[str, int]:
-        """The line of a request about to go, and its id; ``items`` as numbered in the body
-        (``originals``: an item's ``ot`` before it was moved, by its ``no``)."""
+        """The line of a request about to go, and its id; ``items``: each one's index in the
+        batch and the item as numbered in the body."""
         if self._trail is None:
             return "", 0
         request_id = f"{self._run}-{next(self._numbers)}"
@@ -90,9 +97,9 @@ class Recorder:
             "app": self._app_id,
             "biz": biz_id,
         }
-        if batch_id:
-            line.update(game=game, batch=batch_id, attempt=attempt)
-            line["items"] = [_sent(item, originals.get(item["no"])) for item in items]
+        if call.batch_id:
+            line.update(game=call.game, batch=call.batch_id, attempt=call.attempt)
+            line["items"] = [_sent(item, call.originals.get(i)) for i, item in items]
         else:
             line["probe"] = True
         return request_id, self._write(line)

@@ -41,7 +41,7 @@ from reporter._senders.outcome import (
     parse_retry_after,
 )
 from reporter._sinks.base import Pacer, SinkConfig
-from reporter._sinks.nppa.records import Recorder, audit_trail_of
+from reporter._sinks.nppa.records import Call, Recorder, audit_trail_of
 from reporter._sinks.nppa.settings import NppaSettings
 from reporter._sinks.nppa.wire import seal, signature
 
@@ -177,7 +177,7 @@ class NppaSender:
         sent = [(i, item) for i, item in items if item["ot"] <= now]
         moved = self._move_late(sent, now) if self._resend else ()
         lost = self._record.refused(biz_id, game, batch_id, [(events[i], r) for i, r in refused])
-        call = _Call(game, batch_id, attempt, {m.position: m.ot for m in moved})
+        call = Call(game, batch_id, attempt, {m.position: m.ot for m in moved})
         outcome = self._report(biz_id, sent, call) if sent else Outcome(DELIVERED)
         if moved and outcome.kind == DELIVERED:
             outcome = dataclasses.replace(outcome, moved=moved)
@@ -202,7 +202,7 @@ class NppaSender:
         system answers 3002 once it has checked the identity, the signature and the sealed
         body.  3002 (or 0) is ``delivered``; any other answer is classified as for a
         report (1011 holds, 1006 retries with a pause, ...)."""
-        return self._report(biz_id, [], _Call(), probe=True)
+        return self._report(biz_id, [], Call(), probe=True)
 
     def _too_far_ahead(self, game: str, future: Sent, now: float) -> list[tuple[int, str]]:
         """Items whose ot is more than ``[nppa] max_future_seconds`` ahead of this host's
@@ -258,23 +258,18 @@ class NppaSender:
             )
         return tuple(moved)
 
-    def _report(self, biz_id: str, sent: Sent, call: _Call, probe: bool = False) -> Outcome:
+    def _report(self, biz_id: str, sent: Sent, call: Call, probe: bool = False) -> Outcome:
         """POST the items (again once, with a new timestamp and a slot of its own, if the
         system finds it expired) and read the answer; each request and answer goes to the
         audit trail (the request's line before its bytes)."""
-        numbered = [{"no": n, **item} for n, (_, item) in enumerate(sent, start=1)]
-        plain = orjson.dumps({"collections": numbered})
-        originals = {
-            n: call.originals[i] for n, (i, _) in enumerate(sent, 1) if i in call.originals
-        }
+        numbered = [(i, {"no": n, **item}) for n, (i, item) in enumerate(sent, start=1)]
+        plain = orjson.dumps({"collections": [item for _, item in numbered]})
         outcome = Outcome(RETRY, "not sent")
         for again in (False, True):
             if again and self._pacer is not None and not self._pacer.one(call.game):
                 return outcome  # the 1007 answer: retried later
             stamp = str(int(self._clock() * 1000))  # read once: the signed value is the sent one
-            line, lost = self._record.request(
-                stamp, biz_id, call.game, call.batch_id, call.attempt, numbered, originals
-            )
+            line, lost = self._record.request(stamp, biz_id, call, numbered)
             call.lost += lost
             try:
                 response = self._post(biz_id, plain, stamp, call.game)
@@ -345,19 +340,6 @@ class NppaSender:
     def close(self) -> None:
         self._client.close()
         self._record.close()
-
-
-@dataclasses.dataclass
-class _Call:
-    """One send's context for the audit trail: the batch (none for a probe), its attempt,
-    the original ``ot`` of each moved item (by its index in the batch), and the lines that
-    could not be written."""
-
-    game: str = ""
-    batch_id: str = ""
-    attempt: int = 0
-    originals: Mapping[int, int] = dataclasses.field(default_factory=dict)
-    lost: int = 0
 
 
 _EXPIRED_REASON = "1007 request expired: timestamps too far from the system's clock"
