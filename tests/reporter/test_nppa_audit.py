@@ -4,13 +4,13 @@ dropped before a request, and ``telemetry-reporter audit session``."""
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import pytest
 
 from reporter._commands.cli import main
 from reporter._senders.outcome import DELIVERED, RETRY
+from reporter._sinks.nppa import audit as audit_module
 from reporter._sinks.nppa.audit import AuditTrail
 from reporter._sinks.nppa.sender import NppaSender
 from tests.polling import wait_until
@@ -53,7 +54,7 @@ def audited(captured: Any, directory: Path, clock: float = NOW, **nppa: Any) -> 
 
 
 def test_a_file_is_finished_at_its_size_and_at_a_new_utc_day(tmp_path: Path) -> None:
-    day = [time.mktime((2024, 11, 22, 23, 59, 0, 0, 0, 0)) - time.timezone]
+    day = [float(calendar.timegm((2024, 11, 22, 23, 59, 0)))]
     trail = AuditTrail(str(tmp_path), max_file_bytes=65_536, fsync_seconds=0, clock=lambda: day[0])
     line = {"type": "request", "pad": "x" * 1000}
     for _ in range(100):  # ~100 KB: two files
@@ -315,3 +316,48 @@ def test_check_config_says_when_no_trail_is_kept(
     path.write_text(kept.replace(str(tmp_path / "audit"), str(tmp_path / "not-a-dir")))
     assert main(["check-config", str(path)]) == 2
     assert "[nppa] audit_directory: " in capsys.readouterr().err
+
+
+def test_a_file_of_the_same_name_is_never_appended_to(tmp_path: Path) -> None:
+    """A process with the same pid before a restart, in the same second: its file is left
+    as it is (a failed write is cut back to the size this process wrote)."""
+    stamp = float(calendar.timegm((2024, 11, 22, 10, 0, 0)))
+    trail = AuditTrail(str(tmp_path), fsync_seconds=0, clock=lambda: stamp)
+    name = f"nppa-audit-20241122T100000Z-{audit_module._HOST}-{os.getpid()}-0001.jsonl"
+    (tmp_path / name).write_bytes(b'{"type":"request","earlier":true}\n')
+    assert trail.write({"type": "request", "n": 1})
+    trail.close()
+    assert (tmp_path / name).read_bytes() == b'{"type":"request","earlier":true}\n'
+    assert (tmp_path / name.replace("-0001", "-0002")).read_bytes() == (
+        b'{"type":"request","n":1}\n'
+    )
+
+
+FULL_DISK = """
+import os, resource, signal, sys
+from reporter._sinks.nppa import audit as audit_module
+from reporter._sinks.nppa.audit import AuditTrail
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG)
+resource.setrlimit(resource.RLIMIT_FSIZE, (2500, 2500))
+trail = AuditTrail(sys.argv[1], fsync_seconds=0)
+print(sum(trail.write({"type": "request", "pad": "x" * 1000}) for _ in range(5)), trail.lost)
+"""
+
+
+def test_a_line_the_disk_takes_only_in_part_is_taken_back(tmp_path: Path) -> None:
+    """A file size limit (as a full disk would) stops the third line part way: it is cut
+    off again, so the file holds whole lines only, and the lines lost are counted."""
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(tmp_path)],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.split() == ["2", "3"]
+    [path] = tmp_path.iterdir()
+    assert [orjson.loads(raw)["pad"] == "x" * 1000 for raw in path.read_bytes().splitlines()] == [
+        True,
+        True,
+    ]

@@ -212,7 +212,8 @@ def test_every_biz_id_is_proven_each_on_a_slot_of_the_shared_rate(
         ("1101999997", 0, 3002),
     ]
     gaps = [b.at - a.at for a, b in itertools.pairwise(requests)]
-    assert min(gaps) >= 1 / 10 - 0.01, gaps  # slots 1 / 9.6 s apart
+    # slots 1 / 9.6 s apart, each request within 20 ms of its own (unpaced: a few ms apart)
+    assert min(gaps) >= 0.07, gaps
 
 
 def test_after_a_1006_the_other_biz_ids_are_not_probed(

@@ -45,6 +45,7 @@ ratelog = RateLimitedLog(logger, interval=60.0)
 
 PREFIX = "nppa-audit-"
 SUFFIX = ".jsonl"
+NAME_TRIES = 100
 _HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())[:64] or "host"
 
 
@@ -84,8 +85,10 @@ class AuditTrail:
         """Append ``record`` as one line; False (counted in ``lost``, logged) if it could
         not be written."""
         line = orjson.dumps(record) + b"\n"
-        try:
-            with self._lock:
+        error: OSError | None = None
+        with self._lock:
+            current = None
+            try:
                 current = self._current(len(line))
                 _write_all(current.fd, line)
                 current.size += len(line)
@@ -93,16 +96,21 @@ class AuditTrail:
                 if self._fsync_seconds <= 0:
                     os.fsync(current.fd)
                     current.dirty = False
-        except OSError as exc:
-            self.lost += 1
+            except OSError as exc:
+                if current is not None:  # a part written (a full disk): taken back
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(current.fd, current.size)
+                self.lost += 1
+                lost, error = self.lost, exc
+        if error is not None:
             ratelog.log(
                 logging.ERROR,
                 "audit",
                 "the anti-addiction audit trail could not be written in %s (%s): %d lines "
                 "lost so far; reports go on without their record until it is fixed",
                 self.directory,
-                exc.strerror or exc,
-                self.lost,
+                error.strerror or error,
+                lost,
             )
             return False
         self._start_syncer()
@@ -139,13 +147,20 @@ class AuditTrail:
         return current
 
     def _open(self, day: str) -> _Open:
+        """A new file, never one that exists (a process of the same pid before a restart
+        may have used the name): only this process appends to it, or cuts it back."""
         os.makedirs(self.directory, exist_ok=True)
-        self._count += 1
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock()))
-        name = f"{PREFIX}{stamp}-{_HOST}-{os.getpid()}-{self._count:04d}{SUFFIX}"
-        path = os.path.join(self.directory, name)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-        return _Open(path, os.open(path, flags, 0o640), day)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+        for _ in range(NAME_TRIES):
+            self._count += 1
+            name = f"{PREFIX}{stamp}-{_HOST}-{os.getpid()}-{self._count:04d}{SUFFIX}"
+            path = os.path.join(self.directory, name)
+            try:
+                return _Open(path, os.open(path, flags, 0o640), day)
+            except FileExistsError:
+                continue
+        raise FileExistsError(f"no free file name in {NAME_TRIES} tries, the last {path!r}")
 
     def _finish(self, current: _Open) -> None:
         self._file = None
