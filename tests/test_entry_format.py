@@ -17,9 +17,10 @@ from collector.store import (
 
 
 def widths_read(script: str) -> set[int]:
-    """The prefix widths a script reads: ``string.sub(entry, 1, N)``, or a pattern anchored at
-    the start that captures N ``%d``."""
-    cut = {int(n) for n in re.findall(r"string\.sub\([a-z_]+, 1, (\d+)\)", script)}
+    """The prefix widths a script reads: ``string.sub(entry, 1, N)`` (of a variable named for
+    an entry; other texts are cut to other lengths), or a pattern anchored at the start that
+    captures N ``%d``."""
+    cut = {int(n) for n in re.findall(r"string\.sub\([a-z_]*entry[a-z_]*, 1, (\d+)\)", script)}
     matched = {len(d) // 2 for d in re.findall(r"'\^\(((?:%d)+)\)", script)}
     return cut | matched
 

@@ -52,7 +52,7 @@ def test_a_write_no_replica_confirms_is_kept_and_counted(
         shards=4,
         wait_for_replicas=1,
         wait_timeout_ms=20,
-        flush_interval_ms=5,
+        flush_interval_ms=1000,  # the burst below goes out in one write
         retry_max_delay_ms=20,
     )
     for i in range(10):
