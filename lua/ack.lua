@@ -12,12 +12,14 @@
 -- KEYS[4]  stats      hash   the shard's counters
 -- KEYS[5]  quarantine list   records set aside, newest first
 -- KEYS[6]  receipt    string this call's answer, kept for a resend (done:<batch id>)
+-- KEYS[7]  order      zset   the games' queues of pending batches (lua/_order.lua)
 -- ARGV[1]  batch_id: batch id
 -- ARGV[2]  token: lease token
 -- ARGV[3]  stale: events dropped as stale before sending (count)
 -- ARGV[4]  receipt_ms: receipt lifetime in ms
 -- returns  events counted as delivered, or -1 if the lease is not held
 -- include: _guard
+-- include: _order
 guard_open('ack', KEYS[5], KEYS[4], {'delivered', 'stale', 'batches_delivered'})
 local id, token = ARGV[1], ARGV[2]
 local stale = arg_number(3, 'stale', 0, MAX_BATCH_EVENTS)
@@ -34,9 +36,11 @@ if meta.t ~= token then return receipt_of(KEYS[6], token, is_whole) or -1 end
 local delivered = meta.n - stale
 if delivered < 0 then return redis.error_reply('ack counts exceed the batch size') end
 expect(KEYS[3], 'hash')
+local member = queued_member(KEYS[7], id, meta)
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
 redis.call('HDEL', KEYS[3], id)
+if member then redis.call('ZREM', KEYS[7], member) end
 if delivered > 0 then redis.call('HINCRBY', KEYS[4], 'delivered', delivered) end
 if stale > 0 then redis.call('HINCRBY', KEYS[4], 'stale', stale) end
 redis.call('HINCRBY', KEYS[4], 'batches_delivered', 1)

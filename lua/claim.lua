@@ -9,6 +9,9 @@
 -- (an event alone over that still makes a batch of one). An entry that is not a 13-digit
 -- time followed by one line of event is malformed: it is dead-lettered alone
 -- ('<id>.m<k>', reason "malformed entry") so that it never stops its neighbours.
+-- In order (ARGV[12] = 1, lua/_order.lua): nothing is claimed while an earlier batch of the
+-- game is pending (leased or waiting for a retry), and each batch claimed takes its place
+-- in the game's queue.
 -- allow-oom: draining a full Redis starts with a claim, so it must run at maxmemory, although
 -- it does not free memory by itself: the entries move from the list into the batch payloads
 -- (LTRIM frees about what HSET takes) and each batch adds its metadata, its lease entry and
@@ -31,6 +34,8 @@
 -- KEYS[8]  dead       list   dead-lettered batch ids, newest first
 -- KEYS[9]  quarantine list   records set aside, newest first
 -- KEYS[10] receipt    string this call's answer, kept for a resend (done:<batch id>)
+-- KEYS[11] retry      zset   batch id -> when it is due (ms) (read in order only)
+-- KEYS[12] order      zset   the games' queues of pending batches, in order (lua/_order.lua)
 -- ARGV[1]  game: game name
 -- ARGV[2]  batch_id: batch id; the batches are "<id>.0", "<id>.1", ...
 -- ARGV[3]  token: lease token
@@ -42,11 +47,14 @@
 -- ARGV[9]  max_bytes: bytes per batch at most, each event's JSON plus ARGV[10] (0 = no limit)
 -- ARGV[10] event_overhead: bytes the request adds per event (separator, numbering)
 -- ARGV[11] dead_max: most dead-lettered batches kept in this shard
--- ARGV[12] receipt_ms: receipt lifetime in ms
+-- ARGV[12] in_order: 1 = the game's batches go first in, first out; 0 = no order kept
+-- ARGV[13] receipt_ms: receipt lifetime in ms
 -- returns  {stale dropped, events left in the buffer, malformed entries dead-lettered,
+--           1 if nothing was claimed because an earlier batch of the game is pending else 0,
 --           batch id 1, entries 1, batch id 2, ...}
 -- include: _guard
 -- include: _dead
+-- include: _order
 guard_open('claim', KEYS[9], KEYS[7], {'stale', 'claimed', 'batches_claimed',
                                        'malformed_entries', 'dead_events', 'dead_batches',
                                        'dead_dropped'})
@@ -59,6 +67,7 @@ local linger = arg_number(8, 'linger_ms', 0, LONGEST_WAIT_MS)
 local budget = arg_number(9, 'max_bytes', 0, 2 ^ 40)
 local overhead = arg_number(10, 'event_overhead', 0, 2 ^ 20)
 local keep = arg_number(11, 'dead_max', 0, 2 ^ 31)
+local in_order = arg_number(12, 'in_order', 0, 1) == 1
 if budget <= 0 then budget = math.huge end
 
 -- The collect time (ms) of a well-formed entry, else nil.  It runs for every entry taken,
@@ -70,8 +79,9 @@ local function born(entry)
   return tonumber(digits)
 end
 
--- The batches this id made, if it ran before: {stale, left, malformed, id 1, entries 1, ...}
-local out = {0, 0, 0}
+-- The batches this id made, if it ran before: {stale, left, malformed, waiting, id 1,
+-- entries 1, ...}
+local out = {0, 0, 0, 0}
 local done = receipt_of(KEYS[10], token, function(r)
   return type(r) == 'table' and #r == 2 and is_whole(r[1]) and is_whole(r[2])
 end)
@@ -102,6 +112,18 @@ local len = read('list', 0, 'LLEN', KEYS[1])
 if len == 0 then
   unregister()
   return out
+end
+-- In order: the game's earlier batches first.  Members whose batch has left are dropped
+-- here (when the look was full of them, the next claim reads on).
+local gone = {}
+if in_order then
+  local live, full
+  live, gone, full = order_look(KEYS[12], KEYS[4], KEYS[11], game)
+  if #live > 0 or full then
+    if #gone > 0 and expect(KEYS[12], 'zset') then drop_members(KEYS[12], gone) end
+    out[2], out[4] = len, 1
+    return out
+  end
 end
 if len < size and linger > 0 then
   local head = born(redis.call('LINDEX', KEYS[1], 0))
@@ -145,13 +167,20 @@ local left = len - used
 expect(KEYS[4], 'zset')
 expect(KEYS[5], 'hash')
 if #bad > 0 then expect(KEYS[8], 'list') end
+if in_order then expect(KEYS[12], 'zset') end
 local trim = #bad > 0 and plan_trim(KEYS[8], KEYS[5], keep, 100 + #bad, #bad) or {}
 
 local claimed = 0
+if in_order then drop_members(KEYS[12], gone) end
 for b, events in ipairs(parts) do
   local id = base .. '.' .. (b - 1)
   local blob = table.concat(events, '\n')
-  redis.call('HSET', KEYS[5], id, cjson.encode({g = game, t = token, a = 0, n = #events, c = now}))
+  local meta = {g = game, t = token, a = 0, n = #events, c = now}
+  if in_order then
+    meta.o = order_seq(now, b - 1)
+    redis.call('ZADD', KEYS[12], 0, order_member(game, meta.o, id))
+  end
+  redis.call('HSET', KEYS[5], id, cjson.encode(meta))
   redis.call('HSET', KEYS[6], id, blob)
   redis.call('ZADD', KEYS[4], now + lease, id)
   out[#out + 1] = id
@@ -183,7 +212,7 @@ if malformed > 0 then
   trim_dead(trim, KEYS[8], KEYS[5], KEYS[6], KEYS[7], added)
 end
 if #parts == 0 and stale + malformed > 0 then
-  keep_receipt(KEYS[10], token, {stale, malformed}, ARGV[12])
+  keep_receipt(KEYS[10], token, {stale, malformed}, ARGV[13])
 end
 out[1] = stale
 out[2] = left

@@ -17,6 +17,8 @@
 -- KEYS[6]  stats      hash   the shard's counters
 -- KEYS[7]  quarantine list   records set aside, newest first
 -- KEYS[8]  receipt    string this call's answer, kept for a resend (done:<batch id>)
+-- KEYS[9]  order      zset   the games' queues of pending batches (lua/_order.lua): a
+--                            batch dead-lettered leaves its game's; one to retry stays
 -- ARGV[1]  batch_id: batch id
 -- ARGV[2]  token: lease token
 -- ARGV[3]  permanent: 1 = rejected for good (dead-letter now), 0 = may succeed later
@@ -32,6 +34,7 @@
 -- include: _guard
 -- include: _dead
 -- include: _backoff
+-- include: _order
 guard_open('nack', KEYS[7], KEYS[6],
            {'dead_events', 'dead_batches', 'batches_retried', 'dead_dropped'})
 local id, token = ARGV[1], ARGV[2]
@@ -64,10 +67,11 @@ meta.a = meta.a + 1
 meta.t = ''
 meta.r = ARGV[10]
 local dead = ARGV[3] == '1' or meta.a >= attempts
-local delay, trim = 0, nil
+local delay, trim, member = 0, nil, nil
 if dead then
   meta.d = now
   trim = plan_trim(KEYS[5], KEYS[2], keep, 100, 1)
+  member = queued_member(KEYS[9], id, meta)
 else
   delay = math.min(backoff_ms(meta.a, first, longest, draw, least), LONGEST_WAIT_MS)
 end
@@ -78,6 +82,7 @@ redis.call('HSET', KEYS[2], id, json)
 local reply
 if dead then
   redis.call('LPUSH', KEYS[5], id)
+  if member then redis.call('ZREM', KEYS[9], member) end
   redis.call('HINCRBY', KEYS[6], 'dead_events', meta.n)
   redis.call('HINCRBY', KEYS[6], 'dead_batches', 1)
   trim_dead(trim, KEYS[5], KEYS[2], KEYS[3], KEYS[6], {[id] = meta.n})

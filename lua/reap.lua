@@ -15,12 +15,15 @@
 -- KEYS[5]  dead       list   dead-lettered batch ids, newest first
 -- KEYS[6]  stats      hash   the shard's counters
 -- KEYS[7]  quarantine list   records set aside, newest first
+-- KEYS[8]  order      zset   the games' queues of pending batches (lua/_order.lua): a
+--                            batch dead-lettered leaves its game's; one to retry stays
 -- ARGV[1]  limit: batches to reap at most
 -- ARGV[2]  max_attempts: attempts before dead-lettering
 -- ARGV[3]  dead_max: most dead-lettered batches kept in this shard
 -- returns  {batches returned to retry, batches dead-lettered}
 -- include: _guard
 -- include: _dead
+-- include: _order
 guard_open('reap', KEYS[7], KEYS[6], {'dead_events', 'dead_batches', 'batches_reaped',
                                       'dead_dropped'})
 local most = arg_number(1, 'limit', 1, 10000)
@@ -47,6 +50,7 @@ for _, id in ipairs(expired) do
       if meta.a >= attempts then
         meta.d = now
         step.dead = true
+        step.member = queued_member(KEYS[8], id, meta)
         dead = dead + 1
       end
       step.meta, step.json = meta, cjson.encode(meta)
@@ -66,6 +70,7 @@ for _, step in ipairs(plan) do
     redis.call('HSET', KEYS[2], step.id, step.json)
     if step.dead then
       redis.call('LPUSH', KEYS[5], step.id)
+      if step.member then redis.call('ZREM', KEYS[8], step.member) end
       added[step.id] = step.meta.n
       redis.call('HINCRBY', KEYS[6], 'dead_events', step.meta.n)
       redis.call('HINCRBY', KEYS[6], 'dead_batches', 1)

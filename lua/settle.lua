@@ -5,7 +5,9 @@
 -- malformed_entries when the reason is "malformed entry") and to be retried (re-queued as a new
 -- batch). The new batches' ids extend the batch's own: '<id>.x<attempt>' for the refused,
 -- '<id>.r<attempt>' for the retry, so the lineage shows and each set of events has its own
--- Idempotency-Key. Does nothing unless the caller still holds the lease.
+-- Idempotency-Key. Does nothing unless the caller still holds the lease.  A batch with a
+-- place in its game's queue (lua/_order.lua) gives it to its retry part, which is then its
+-- game's head; with nothing to retry it leaves the queue.
 -- Sent again after a lost reply (its receipt is there): answers what it answered, changes
 -- nothing.  Metadata that cannot be used is set aside (lua/_guard.lua), answered as lost.
 -- allow-oom: the events only move within the shard (the batch's payload is deleted as the
@@ -21,6 +23,7 @@
 -- KEYS[6]  stats      hash   the shard's counters
 -- KEYS[7]  quarantine list   records set aside, newest first
 -- KEYS[8]  receipt    string this call's answer, kept for a resend (done:<batch id>)
+-- KEYS[9]  order      zset   the games' queues of pending batches (lua/_order.lua)
 -- ARGV[1]  batch_id: batch id
 -- ARGV[2]  token: lease token
 -- ARGV[3]  stale: events dropped as stale before sending (count; they are in no list below)
@@ -42,6 +45,7 @@
 -- include: _guard
 -- include: _dead
 -- include: _backoff
+-- include: _order
 guard_open('settle', KEYS[7], KEYS[6],
            {'dead_events', 'dead_batches', 'rejected_items', 'malformed_entries',
             'batches_retried', 'dead_dropped',
@@ -121,6 +125,7 @@ if delivered < 0 then return redis.error_reply('settle: counts exceed the batch 
 
 expect(KEYS[4], 'zset')
 expect(KEYS[5], 'list')
+local member = queued_member(KEYS[9], id, meta)
 
 -- Every new record built and encoded before the first write.
 local now = clock_ms()
@@ -154,7 +159,7 @@ if #retry > 0 then
     state = 'retry'
     delay = math.min(backoff_ms(attempt, first, longest, draw, least), LONGEST_WAIT_MS)
     retry_json = cjson.encode({g = meta.g, t = '', a = attempt, n = #retry, c = meta.c,
-                               r = ARGV[10]})
+                               r = ARGV[10], o = member and meta.o or nil})
   end
 end
 local trim = #dead_letters > 0
@@ -175,6 +180,10 @@ end
 if malformed > 0 then redis.call('HINCRBY', KEYS[6], 'malformed_entries', malformed) end
 if #refused > malformed then
   redis.call('HINCRBY', KEYS[6], 'rejected_items', #refused - malformed)
+end
+if member then
+  redis.call('ZREM', KEYS[9], member)
+  if retry_json then redis.call('ZADD', KEYS[9], 0, order_member(meta.g, meta.o, retry_id)) end
 end
 if retry_json then
   redis.call('HSET', KEYS[2], retry_id, retry_json)

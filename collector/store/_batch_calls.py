@@ -29,7 +29,9 @@ class Claim(ScriptCall[Claimed]):
 
     A batch also ends before its events' JSON, each counted with ``event_overhead`` more
     bytes, would pass ``max_bytes`` (0: no limit).  Malformed entries are dead-lettered one
-    by one (``dead_max`` dead letters kept)."""
+    by one (``dead_max`` dead letters kept).  ``in_order``: the game's batches go first in,
+    first out (``lua/_order.lua``): nothing is claimed while an earlier one is pending
+    (``Claimed.waiting``)."""
 
     script: ClassVar[str] = "claim"
     confirmed: ClassVar[bool] = True
@@ -46,6 +48,7 @@ class Claim(ScriptCall[Claimed]):
     dead_max: int
     max_bytes: int = 0
     event_overhead: int = 0
+    in_order: bool = False
 
     def keys(self) -> Sequence[str]:
         s = self.shard
@@ -60,6 +63,8 @@ class Claim(ScriptCall[Claimed]):
             s.dead,
             s.quarantine,
             s.receipt(self.batch_id),
+            s.retry,
+            s.order,
         )
 
     def args(self) -> Sequence[Any]:
@@ -75,10 +80,11 @@ class Claim(ScriptCall[Claimed]):
             self.max_bytes,
             self.event_overhead,
             self.dead_max,
+            int(self.in_order),
         )
 
     def parse(self, reply: Any) -> Claimed:
-        pairs = reply[3:]
+        pairs = reply[4:]
         return Claimed(
             int(reply[0]),
             int(reply[1]),
@@ -87,12 +93,14 @@ class Claim(ScriptCall[Claimed]):
                 for i in range(0, len(pairs), 2)
             ],
             int(reply[2]),
+            bool(reply[3]),
         )
 
 
 @dataclass(frozen=True, slots=True)
 class TakeRetries(ScriptCall[list[RetryBatch]]):
-    """Lease up to ``limit`` batches whose retry time has come (of ``game`` only, if set)."""
+    """Lease up to ``limit`` batches whose retry time has come (of ``game`` only, if set); a
+    batch claimed in order only as its game's head, with those right behind it."""
 
     script: ClassVar[str] = "take_retries"
     confirmed: ClassVar[bool] = True
@@ -113,6 +121,7 @@ class TakeRetries(ScriptCall[list[RetryBatch]]):
             s.stats,
             s.quarantine,
             s.receipt(self.token),
+            s.order,
         )
 
     def args(self) -> Sequence[Any]:
@@ -143,7 +152,15 @@ class Ack(ScriptCall[int]):
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.inflight, s.batches, s.payloads, s.stats, s.quarantine, s.receipt(self.batch_id))
+        return (
+            s.inflight,
+            s.batches,
+            s.payloads,
+            s.stats,
+            s.quarantine,
+            s.receipt(self.batch_id),
+            s.order,
+        )
 
     def args(self) -> Sequence[Any]:
         return (self.batch_id, self.token, self.stale)
@@ -179,6 +196,7 @@ class Nack(ScriptCall[NackResult]):
             s.stats,
             s.quarantine,
             s.receipt(self.batch_id),
+            s.order,
         )
 
     def args(self) -> Sequence[Any]:
@@ -231,6 +249,7 @@ class Settle(ScriptCall[Settled]):
             s.stats,
             s.quarantine,
             s.receipt(self.batch_id),
+            s.order,
         )
 
     def args(self) -> Sequence[Any]:
@@ -350,7 +369,16 @@ class Reap(ScriptCall[Reaped]):
 
     def keys(self) -> Sequence[str]:
         s = self.shard
-        return (s.inflight, s.batches, s.payloads, s.retry, s.dead, s.stats, s.quarantine)
+        return (
+            s.inflight,
+            s.batches,
+            s.payloads,
+            s.retry,
+            s.dead,
+            s.stats,
+            s.quarantine,
+            s.order,
+        )
 
     def args(self) -> Sequence[Any]:
         return (self.limit, self.policy.max_attempts, self.policy.dead_max)

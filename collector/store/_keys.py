@@ -103,6 +103,13 @@ class ShardKeys:
         return f"{self.tag}:dead"
 
     @property
+    def order(self) -> str:
+        """zset: the games' queues of pending batches, for a sink that sends each game's
+        batches first in, first out: ``<game>\\n<seq>\\n<batch id>``, all scored 0, so a
+        game's batches are one range by name, in the order claimed (``lua/_order.lua``)."""
+        return f"{self.tag}:order"
+
+    @property
     def stats(self) -> str:
         """hash: the shard's counters (names from ``collector.counters``)."""
         return f"{self.tag}:stats"

@@ -30,12 +30,14 @@ class ClaimedBatch(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """What one claim took: its batches, the stale events it dropped, the events left, and
-    the malformed entries it dead-lettered."""
+    the malformed entries it dead-lettered.  ``waiting``: nothing was claimed because an
+    earlier batch of the game is pending (a claim in order)."""
 
     stale: int
     remaining: int
     batches: list[ClaimedBatch]
     malformed: int = 0
+    waiting: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from collector.store import (
 from reporter._config import ReporterConfig
 from reporter._constants import LATE_RECORDS_KEPT
 from reporter._delivery.freshness import sink_freshness
+from reporter._sinks.registry import make_sink
 
 
 class Partial(NamedTuple):
@@ -62,6 +63,8 @@ class Batches:
         self.store = store
         self._reporter = config.reporter
         self.freshness = sink_freshness(config)
+        # Each game's batches first in, first out (the sink asks for it: lua/_order.lua).
+        self.in_order = make_sink(config).in_order()
         self._lease_ms = int(config.reporter.lease_seconds * 1000)
         self.policy = RetryPolicy.of(config.retry, config.dead.max_batches)
 
@@ -100,6 +103,7 @@ class Batches:
                 self.policy.dead_max,
                 max_bytes,
                 event_overhead,
+                self.in_order,
             )
         )
 

@@ -70,7 +70,9 @@ class Claimer:
             keys,
             token,
             [Leased(game, b.batch_id, b.entries, 0) for b in claimed.batches],
-            more=claimed.remaining >= self._batch_size,
+            # An earlier batch of the game still pending (a sink in order): nothing more
+            # until it is settled, whatever waits.
+            more=claimed.remaining >= self._batch_size and not claimed.waiting,
         )
 
     def take_retries(self, keys: ShardKeys, stop: threading.Event, game: str = "") -> Lease | None:

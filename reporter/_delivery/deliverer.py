@@ -12,6 +12,12 @@ Every batch of a lease is in flight from the start (``Settler.track``), so the l
 renews the leases of those still waiting behind a slow POST.  Once the process is stopping or the
 endpoint has started failing, the ones not yet sent are released without charging an
 attempt.
+
+For a sink in order (``Sink.in_order``) a batch not settled in full (retried whole or in
+part, handed back, its lease lost) ends the lease: the rest are released, and the retry set
+gives its game's batches back in their order (``lua/_order.lua``), this one first.  Before
+each request the lease is renewed, and a batch whose lease was lost meanwhile (a process
+stalled past it, and the reaper gave it to another) is not sent.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from collections.abc import Callable
 
 from reporter._delivery.attempt import Attempt
 from reporter._delivery.freshness import Freshness, split_fresh
-from reporter._delivery.lease import Lease, Leased, Result
+from reporter._delivery.lease import SETTLED, Lease, Leased, Result
 from reporter._delivery.settling import Settler
 from reporter._pacing.pace import Pace
 
@@ -31,16 +37,23 @@ Clock = Callable[[], float]  # wall-clock seconds, injectable for tests
 class Deliverer:
     """Delivers leases: ``attempt`` sends a batch, ``settler`` finishes it, ``pace`` says
     whether a request may go and hears every answer, ``freshness`` (on ``clock``) says which
-    events are still worth sending."""
+    events are still worth sending.  ``in_order``: each game's batches go first in, first out."""
 
     def __init__(
-        self, attempt: Attempt, settler: Settler, pace: Pace, freshness: Freshness, clock: Clock
+        self,
+        attempt: Attempt,
+        settler: Settler,
+        pace: Pace,
+        freshness: Freshness,
+        clock: Clock,
+        in_order: bool = False,
     ) -> None:
         self._attempt = attempt
         self._settler = settler
         self._pace = pace
         self._freshness = freshness
         self._clock = clock
+        self._in_order = in_order
 
     def deliver(self, lease: Lease, stop: threading.Event) -> list[Result]:
         """Send the lease's batches one after another; what became of each batch sent."""
@@ -56,6 +69,11 @@ class Deliverer:
                     self._settler.release_unsent(lease.keys, lease.token, batch_ids[i:])
                     break
                 results.append(result)
+                if self._in_order and result not in SETTLED:
+                    # Its game's later batches wait behind it; the retry set gives them
+                    # back in order once it is due.
+                    self._settler.release_unsent(lease.keys, lease.token, batch_ids[i + 1 :])
+                    break
         finally:
             self._settler.finish(batch_ids)
         return results
@@ -73,6 +91,8 @@ class Deliverer:
         pace, game = self._pace, batch.game
         if not pace.at_send(game, stop):
             return None
+        if self._in_order and not self._settler.renew(lease.keys, batch.batch_id, lease.token):
+            return Result.LOST  # another process may send it now: never this one too
         sent = self._attempt.send(
             game, batch.batch_id, fresh.events, batch.attempts + 1, lambda: pace.one(stop, game)
         )

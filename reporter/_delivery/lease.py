@@ -33,9 +33,13 @@ class Result(StrEnum):
     """What became of one batch sent."""
 
     DELIVERED = "delivered"  # accepted; acknowledged with the rest of its lease
-    PARTIAL = "partial"  # answered item by item, settled in one call
-    RETRY = "retry"  # waits in the retry set for its next attempt
+    PARTIAL = "partial"  # answered item by item, settled in one call, nothing left to retry
+    RETRY = "retry"  # waits in the retry set for its next attempt (whole, or the part left)
     DEAD = "dead"  # dead-lettered
     STALE = "stale"  # every event too old to send: dropped and counted
     LOST = "lost"  # answered after its lease ran out; another reporter may send it again
     RELEASED = "released"  # handed back unsent (stopping, or the endpoint started failing)
+
+
+# What leaves nothing of a batch pending: its game's next batch may go (a sink in order).
+SETTLED = frozenset({Result.DELIVERED, Result.PARTIAL, Result.DEAD, Result.STALE})

@@ -87,6 +87,13 @@ class Settler:
         self._counts.add({C.STALE: stale, C.BATCHES_STALE: 1})
         return Result.STALE
 
+    def renew(self, keys: ShardKeys, batch_id: str, token: str) -> bool:
+        """Renew a batch's lease right before its request; False if it was lost (counted)."""
+        if self._batches.extend(keys, batch_id, token):
+            return True
+        self._counts.count(C.LEASE_LOST)
+        return False
+
     def release_unsent(self, keys: ShardKeys, token: str, batch_ids: Sequence[str]) -> None:
         """Hand back batches not sent (stopping, or the endpoint started failing): no attempt
         is charged."""
@@ -401,4 +408,4 @@ class Settler:
             amounts[C.DEAD_BATCHES] = amounts.get(C.DEAD_BATCHES, 0) + 1
             amounts[C.DEAD_EVENTS] = amounts.get(C.DEAD_EVENTS, 0) + len(outcome.retry_items)
         self._counts.add(amounts)
-        return Result.PARTIAL
+        return Result.RETRY if settled.retry_state == RetryState.RETRY else Result.PARTIAL

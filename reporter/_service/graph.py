@@ -219,7 +219,9 @@ def _wire(
     settler = Settler(batches, in_flight, metrics)
     pace = Pace(permits, gate, hold)
     attempt = Attempt(sender, body_limit, metrics, around.send_errors)
-    deliverer = Deliverer(attempt, settler, pace, batches.freshness, given.clock)
+    deliverer = Deliverer(
+        attempt, settler, pace, batches.freshness, given.clock, in_order=batches.in_order
+    )
     return Core(
         config=config,
         store=store,

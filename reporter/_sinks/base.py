@@ -7,6 +7,7 @@ config (``reporter._sinks.registry.make_sink``) what they need, never which kind
   send time) or None;
 - ``hold()``: whether sending can be held for every reporter (``HoldSpec``), and ``probe``;
 - ``freshness()``: which events are still young enough to send;
+- ``in_order()``: whether each game's batches must reach it first in, first out;
 - ``body_model`` and ``endpoint()``: how large a body of given events is, and where it goes;
 - ``secret_files()``: the settings whose values are read from files;
 - ``sender(...)``: the object that sends one batch and reads the answer into an ``Outcome``;
@@ -263,6 +264,13 @@ class Sink:
 
     def freshness(self) -> Freshness:
         return Freshness.of(self.config.reporter)
+
+    def in_order(self) -> bool:
+        """Whether each game's batches must reach the endpoint first in, first out: a batch
+        that fails holds back its game's later batches until it is settled, and a game has
+        one request on its way at a time (docs/delivery.md, "Sessions in order").  Off by
+        default: it costs a game's requests their parallelism."""
+        return False
 
     body_model: ClassVar[BodyModel] = JSON_BODY
 

@@ -121,6 +121,12 @@ class NppaSink(Sink):
             min(rule.max_age_ms, window_ms - 1), "ot", 1000, late_ms, note_stale=self.stale_items
         )
 
+    def in_order(self) -> bool:
+        """A session's logout must never reach the system before its login (it would count
+        the player online, or the session's time wrong): a game's batches go first in, first
+        out."""
+        return True
+
     def endpoint(self) -> str:
         return self.nppa.base_url
 
