@@ -87,6 +87,7 @@ class Scripts:
         dead_max: int = 10_000,
         max_bytes: int = 0,
         event_overhead: int = 0,
+        in_order: bool = False,
     ) -> Claimed:
         return self.store.call(
             Claim(
@@ -102,6 +103,7 @@ class Scripts:
                 dead_max,
                 max_bytes,
                 event_overhead,
+                in_order,
             )
         )
 

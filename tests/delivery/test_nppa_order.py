@@ -9,16 +9,24 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
+import redis
 
 from collector import Collector, nppa
 from reporter._config import ReporterConfig
+from reporter._delivery.batches import Batches
+from reporter._delivery.lease import Result
 from reporter._demo.nppa_mock import Accepted, NppaEndpoint
 from reporter._monitoring.accounting import read_totals
+from reporter._senders.outcome import Outcome
 from tests.delivery.test_nppa_reporting import APP_ID, GAMES, PI
+from tests.delivery.wiring import delivery_for
 from tests.polling import wait_until
-from tests.reporter.helpers import make_config
+from tests.reporter.helpers import make_config, numbered
+from tests.reporter.helpers import store as push
+from tests.scriptcalls import Scripts, store_on
 from tests.support.fixtures import StartService
 
 SECRET = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
@@ -40,7 +48,14 @@ def order_config(redis_url: str, endpoint: NppaEndpoint, **reporter: object) -> 
             "freshness_margin_seconds": 165.0,
         },
         games={game: {"biz_id": biz} for game, biz in GAMES.items()},
-        reporter={"linger_ms": 100, "poll_interval_ms": 20, "lease_seconds": 10.0, **reporter},
+        # Claims of two batches: a game's later events are claimed while earlier ones fail.
+        reporter={
+            "linger_ms": 100,
+            "poll_interval_ms": 20,
+            "lease_seconds": 10.0,
+            "max_batches_per_claim": 2,
+            **reporter,
+        },
         retry={"initial_delay_ms": 300, "max_delay_ms": 1000},
     )
 
@@ -86,18 +101,37 @@ def failing(how: str, requests: int = 4) -> Callable[[int], int | None]:
     return answer
 
 
+def logins_once_refused() -> Callable[[dict[str, Any]], int | None]:
+    """An item answer of 1001 (send it again) to each login the first time it comes: the
+    request is taken but for those items."""
+    seen: set[str] = set()
+
+    def answer(item: dict[str, Any]) -> int | None:
+        if item["bt"] != 1 or item["si"] in seen:
+            return None
+        seen.add(item["si"])
+        return 1001
+
+    return answer
+
+
 @pytest.mark.parametrize(
     ("how", "reporters", "hot"),
-    [("1001", 1, 0), ("1001", 3, 3), ("1006", 3, 0), ("timeout", 2, 2)],
+    [("1001", 1, 0), ("1001", 3, 3), ("1006", 3, 0), ("timeout", 2, 2), ("item", 1, 0)],
 )
 def test_late_sessions_stay_in_order_through_failures(
     redis_url: str, start_service: StartService, how: str, reporters: int, hot: int
 ) -> None:
-    """The interface fails the first 4 requests: the batches they carried are retried, and
-    each game's later batches wait behind them, whether one reporter sends or several (a
-    game's hot pool of ``hot`` threads in each)."""
+    """The interface fails the first 4 requests (or, "item", takes every request but its
+    logins the first time): what they carried is retried, and each game's later batches
+    wait behind it, whether one reporter sends or several (a game's hot pool of ``hot``
+    threads in each)."""
     with NppaEndpoint(
-        app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values(), force=failing(how)
+        app_id=APP_ID,
+        secret_key=SECRET,
+        biz_ids=GAMES.values(),
+        force=None if how == "item" else failing(how),
+        unknown=logins_once_refused() if how == "item" else None,
     ) as endpoint:
         config = order_config(redis_url, endpoint, hot_games={"farm": hot} if hot else {})
         late_sessions(config)
@@ -120,3 +154,45 @@ def test_late_sessions_stay_in_order_through_failures(
 def distinct(endpoint: NppaEndpoint) -> set[tuple[str, int]]:
     with endpoint.lock:
         return {(a.item["si"], a.item["bt"]) for a in endpoint.accepted}
+
+
+class Recorder:
+    """A sender that takes every batch and notes its id."""
+
+    def __init__(self) -> None:
+        self.batches: list[str] = []
+
+    def send(self, game: str, batch_id: str, events: object, attempt: int = 1) -> Outcome:
+        self.batches.append(batch_id)
+        return Outcome("delivered")
+
+    def describe(self) -> str:
+        return "recorder"
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_batch_whose_lease_was_lost_before_its_request_is_not_sent(
+    redis_url: str, client: redis.Redis
+) -> None:
+    """A process stalled past its lease: the reaper gave the batch back and another process
+    has it now.  Right before the request the lease is renewed, found lost, and the batch
+    is not sent (nor the rest of its lease): its game's next request is the other's."""
+    with NppaEndpoint(app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values()) as endpoint:
+        config = order_config(redis_url, endpoint)
+    batches = Batches(store_on(client, config), config)
+    sent = Recorder()
+    delivery = delivery_for(batches, sent, config, time.time)
+    keys = push(Scripts(client), batches.store.schema, "farm", numbered("farm", 256))
+    stop = threading.Event()
+    lease = delivery.claimer.claim(keys, "farm", stop)
+    assert lease is not None and len(lease.batches) == 2
+    client.zadd(keys.inflight, {b.batch_id: 1 for b in lease.batches})  # as if it ran out
+    assert batches.reap(keys, 10).retried == 2
+    assert delivery.deliverer.deliver(lease, stop) == [Result.LOST]
+    assert sent.batches == []
+    assert delivery.counts.counted().get("lease_lost") == 1
+    assert [b.batch_id for b in batches.take_retries(keys, "another", 10)] == [
+        b.batch_id for b in lease.batches
+    ]
