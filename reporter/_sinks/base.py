@@ -320,6 +320,14 @@ class Sink:
         """What ``run`` and ``check-config`` refuse that loading the file does not."""
         return []
 
+    # Whether the kind keeps an audit trail of what it sent (``telemetry-reporter audit``).
+    keeps_audit: ClassVar[bool] = False
+
+    def audit_session(self, subject: str, directory: str, as_json: bool) -> tuple[bool, str]:
+        """What the kind's audit trail (in ``directory``, else the configured one) says of
+        ``subject`` (a session), as text or JSON, and whether it has any record of it."""
+        raise SinkConfigError(f"[sink] kind = {self.kind!r} keeps no audit trail")
+
     def next_steps(self) -> list[str]:
         """The demo's two closing lines: from the demo to a reporter of one's own."""
         return [

@@ -23,7 +23,7 @@ SINKS: Mapping[str, type[Sink]] = MappingProxyType(
     {sink.kind: sink for sink in (JsonSink, NppaSink, PrintSink, NdjsonSink)}
 )
 
-__all__ = ["SINKS", "Sender", "make_sender", "make_sink", "sink_sections"]
+__all__ = ["SINKS", "Sender", "audit_sink", "make_sender", "make_sink", "sink_sections"]
 
 
 def make_sink(config: SinkConfig) -> Sink:
@@ -32,6 +32,17 @@ def make_sink(config: SinkConfig) -> Sink:
     if kind is None:
         raise SinkConfigError(f"[sink] kind: no sink named {config.sink.kind!r}")
     return kind(config)
+
+
+def audit_sink(config: SinkConfig) -> Sink:
+    """The sink whose audit trail ``telemetry-reporter audit`` reads: the configured kind's,
+    else the one kind that keeps one (a trail copied elsewhere is read with ``--dir``,
+    without its reporter's config)."""
+    sink = make_sink(config)
+    if sink.keeps_audit:
+        return sink
+    keeping = [kind for kind in SINKS.values() if kind.keeps_audit]
+    return keeping[0](config) if len(keeping) == 1 else sink
 
 
 def sink_sections() -> dict[str, type]:

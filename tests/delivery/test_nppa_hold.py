@@ -21,13 +21,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collector import Collector, nppa
 from collector.store import Replay
-from reporter._commands.audit import read_session, summary
 from reporter._commands.status import status_text
 from reporter._config import ReporterConfig
 from reporter._demo.nppa_mock import NppaEndpoint
 from reporter._monitoring.accounting import read_totals
 from reporter._pacing.send_hold import read_hold
 from reporter._service.service import ReporterService
+from reporter._sinks.nppa.trail import read_session, summary
 from tests.delivery.test_nppa_reporting import APP_ID, GAMES, PI, accepted_count
 from tests.polling import wait_until
 from tests.reporter.helpers import make_config

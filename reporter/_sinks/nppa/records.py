@@ -56,7 +56,7 @@ def _now_ms() -> int:
 
 
 @dataclass
-class Call:
+class Sending:
     """One send's context for the trail: the batch (none for a probe), its attempt, the
     original ``ot`` of each moved item (by its index in the batch), and the lines that could
     not be written."""
@@ -83,7 +83,7 @@ class Recorder:
         return self._trail is not None
 
     def request(
-        self, stamp: str, biz_id: str, call: Call, items: Sequence[tuple[int, Mapping[str, Any]]]
+        self, stamp: str, biz_id: str, call: Sending, items: Sequence[tuple[int, Mapping[str, Any]]]
     ) -> tuple[str, int]:
         """The line of a request about to go, and its id; ``items``: each one's index in the
         batch and the item as numbered in the body."""

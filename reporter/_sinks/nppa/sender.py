@@ -41,7 +41,7 @@ from reporter._senders.outcome import (
     parse_retry_after,
 )
 from reporter._sinks.base import Pacer, SinkConfig
-from reporter._sinks.nppa.records import Call, Recorder, audit_trail_of
+from reporter._sinks.nppa.records import Recorder, Sending, audit_trail_of
 from reporter._sinks.nppa.settings import NppaSettings
 from reporter._sinks.nppa.wire import seal, signature
 
@@ -177,7 +177,7 @@ class NppaSender:
         sent = [(i, item) for i, item in items if item["ot"] <= now]
         moved = self._move_late(sent, now) if self._resend else ()
         lost = self._record.refused(biz_id, game, batch_id, [(events[i], r) for i, r in refused])
-        call = Call(game, batch_id, attempt, {m.position: m.ot for m in moved})
+        call = Sending(game, batch_id, attempt, {m.position: m.ot for m in moved})
         outcome = self._report(biz_id, sent, call) if sent else Outcome(DELIVERED)
         if moved and outcome.kind == DELIVERED:
             outcome = dataclasses.replace(outcome, moved=moved)
@@ -202,7 +202,7 @@ class NppaSender:
         system answers 3002 once it has checked the identity, the signature and the sealed
         body.  3002 (or 0) is ``delivered``; any other answer is classified as for a
         report (1011 holds, 1006 retries with a pause, ...)."""
-        return self._report(biz_id, [], Call(), probe=True)
+        return self._report(biz_id, [], Sending(), probe=True)
 
     def _too_far_ahead(self, game: str, future: Sent, now: float) -> list[tuple[int, str]]:
         """Items whose ot is more than ``[nppa] max_future_seconds`` ahead of this host's
@@ -258,7 +258,7 @@ class NppaSender:
             )
         return tuple(moved)
 
-    def _report(self, biz_id: str, sent: Sent, call: Call, probe: bool = False) -> Outcome:
+    def _report(self, biz_id: str, sent: Sent, call: Sending, probe: bool = False) -> Outcome:
         """POST the items (again once, with a new timestamp and a slot of its own, if the
         system finds it expired) and read the answer; each request and answer goes to the
         audit trail (the request's line before its bytes)."""

@@ -13,6 +13,7 @@ import orjson
 from collector.config import Where
 from collector.nppa import LOGIN, LOGOUT
 from reporter._constants import NPPA_RATE_HEADROOM
+from reporter._exceptions import SinkConfigError
 from reporter._logging import masked_url
 from reporter._senders.outcome import DELIVERED, Outcome
 from reporter._senders.secrets import SecretFile
@@ -39,6 +40,7 @@ from reporter._sinks.nppa.settings import (
     late_ttl_advice,
     read_key_file,
 )
+from reporter._sinks.nppa.trail import session_report
 
 # {"data":"<base64 of nonce, AES-GCM of {"collections":[{"no":n,...},...]}, tag>"}: the
 # item's "no" and comma add 10 bytes; sealing adds 28 bytes before base64.
@@ -236,6 +238,19 @@ class NppaSink(Sink):
         lines = [{"si": si, "bt": bt, "ot": ot} for si, bt, ot in items]
         lost = recorder.stale(self.config.biz_id(game), game, batch_id, lines)
         return LateDrop(logins, len(items) - logins, items, lost)
+
+    keeps_audit = True
+
+    def audit_session(self, subject: str, directory: str, as_json: bool) -> tuple[bool, str]:
+        """Was session ``subject``'s login and logout reported, when, and what was the
+        answer (``reporter._sinks.nppa.trail``)."""
+        directory = directory or self.nppa.audit_directory
+        if not directory:
+            raise SinkConfigError(
+                f"{self.config.source}: [nppa] audit_directory is not set, so no audit trail "
+                "is kept (or give --dir with the directory of one)"
+            )
+        return session_report(directory, subject, as_json)
 
     def _first_biz_id(self) -> str:
         return next((g.biz_id for g in self.config.games.values() if g.biz_id), "")
