@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Self
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import RedisCluster
+from redis.exceptions import AskError, MovedError
 from redis.retry import Retry
 
 from collector._exceptions import ConfigError
@@ -124,10 +125,11 @@ class Cluster(Backend):
         Calls the map sent astray (a moved or moving slot, no node for it) go once more
         through redis-py's own routing, which follows MOVED/ASK and refreshes the map; after
         a connection failure one call does, so the map is refreshed, and the rest are
-        answered with the error.  Confirmed calls are rerouted by a refreshed map instead,
-        so that their WAIT goes to the node that ran them, on the same connection.  A call
-        that may have run before it was rerouted stays ``MaybeRan`` unless it is answered;
-        so does one redis-py's routing lost the reply of (it sends again on its own).
+        answered with the error.  Confirmed calls are sent again by this class instead
+        (``_rerouted``), so that their WAIT goes to the node that ran them, on the same
+        connection.  A call that may have run before it was rerouted stays ``MaybeRan``
+        unless it is answered; so does one redis-py's routing lost the reply of (it sends
+        again on its own).
         """
         wait = self._wait(confirm)
         client: Any = self.client  # redis-py leaves the node lookups untyped
@@ -152,14 +154,14 @@ class Cluster(Backend):
                 refreshed = True
             elif not isinstance(reply, REROUTE):
                 continue
-            replies[i] = maybe_ran(reply, self._again(calls[i], wait))
+            replies[i] = maybe_ran(reply, self._again(calls[i], wait, reply))
         return replies
 
-    def _again(self, call: WireCall, wait: tuple[int, int]) -> Any:
+    def _again(self, call: WireCall, wait: tuple[int, int], reply: Any) -> Any:
         """A call sent astray, sent again: after a refreshed slot map (confirmed calls), or
         through redis-py's routing, whose lost reply may follow a run (it resends on its own)."""
         if wait[0]:
-            return self._rerouted(call, wait)
+            return self._rerouted(call, wait, reply)
         reply = self._routed(call)
         return (
             MaybeRan(reply)
@@ -167,27 +169,51 @@ class Cluster(Backend):
             else reply
         )
 
-    def _rerouted(self, call: WireCall, wait: tuple[int, int]) -> Any:
-        """One call on the node a freshly read slot map names, followed by its WAIT."""
+    def _rerouted(self, call: WireCall, wait: tuple[int, int], reply: Any) -> Any:
+        """One call, followed by its WAIT, on the node that serves its slot now: the node a
+        MOVED or ASK ``reply`` names, else the one a freshly read slot map names; and once
+        more if that node redirects it too.  A map read right after a failover may still
+        name the old primary (the node asked has not heard yet), while a MOVED reply names
+        the node that took over."""
         client: Any = self.client
-        try:
-            client.nodes_manager.initialize()
-            node = client.get_node_from_key(call[1][0])
-            [reply] = run_calls(client.get_redis_connection(node), [call], *wait)
-        except Exception as exc:
-            return exc
+        for _ in range(2):
+            try:
+                node, asking = self._redirect(call, reply)
+                [reply] = run_calls(client.get_redis_connection(node), [call], *wait, asking=asking)
+            except Exception as exc:
+                return exc
+            if not isinstance(reply, AskError):  # MovedError is an AskError
+                return reply
         return reply
+
+    def _redirect(self, call: WireCall, reply: Any) -> tuple[Any, bool]:
+        """Where to send a call again after ``reply``, and whether after ASKING: a MOVED
+        reply's node (noted in the client's map for the calls that follow), an ASK reply's
+        (for this call only), else the node of a freshly read map."""
+        client: Any = self.client
+        manager = client.nodes_manager
+        if isinstance(reply, AskError):
+            moved = isinstance(reply, MovedError)
+            if moved:
+                manager.move_slot(reply)
+            node = client.get_node(host=reply.host, port=reply.port)
+            if node is not None:
+                return node, not moved
+        manager.initialize()
+        return client.get_node_from_key(call[1][0]), False
 
     def _routed(self, call: WireCall) -> Any:
         """One call through redis-py's cluster routing, loading the script if the node
-        lacks it."""
+        lacks it (on that node only: another primary that hangs must not stop this call)."""
         script, keys, args = call
+        client: Any = self.client
         try:
             try:
-                return self.client.evalsha(script.sha, len(keys), *keys, *args)
+                return client.evalsha(script.sha, len(keys), *keys, *args)
             except redis.exceptions.NoScriptError:
-                self.client.script_load(script.text)  # on every primary
-                return self.client.evalsha(script.sha, len(keys), *keys, *args)
+                node = client.get_node_from_key(keys[0])
+                client.get_redis_connection(node).script_load(script.text)
+                return client.evalsha(script.sha, len(keys), *keys, *args)
         except Exception as exc:
             return exc
 

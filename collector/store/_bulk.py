@@ -16,6 +16,7 @@ calls' replies count only if enough replicas confirmed them (else each becomes
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -31,7 +32,12 @@ WireCall = tuple[LuaScript, Sequence[str], Sequence[Any]]
 
 
 def run_calls(
-    client: redis.Redis, calls: Sequence[WireCall], replicas: int = 0, timeout_ms: int = 0
+    client: redis.Redis,
+    calls: Sequence[WireCall],
+    replicas: int = 0,
+    timeout_ms: int = 0,
+    *,
+    asking: bool = False,
 ) -> list[Any]:
     """Run every call on ``client``; one reply per call, in order.
 
@@ -41,9 +47,10 @@ def run_calls(
     attempts met, its reply is then ``MaybeRan`` (holding what the last one met), so that a
     refusal of a resend is never taken for the call's outcome.  Scripts missing from the
     server's cache (restarted or flushed) are loaded and the calls that met ``NOSCRIPT``
-    sent again.
+    sent again.  ``asking``: each call follows an ``ASKING`` (a cluster node's ASK redirect:
+    the node is importing the calls' slot).
     """
-    wait = (replicas, timeout_ms)
+    wait = (replicas, timeout_ms, asking)
     replies = _send(client, calls, wait)
     # Like redis-py's own commands: the calls a broken connection left unanswered are sent
     # again on a new one, up to the client's retry count ([redis] retries).
@@ -76,7 +83,7 @@ def _resend(
     calls: Sequence[WireCall],
     replies: list[Any],
     kind: type[Exception] | tuple[type[Exception], ...] | Callable[[Any], bool],
-    wait: tuple[int, int],
+    wait: tuple[int, int, bool],
 ) -> bool:
     """Send again the calls whose reply is a ``kind`` error (or ``kind(reply)``); False if
     there were none."""
@@ -93,7 +100,7 @@ def _resend(
 
 
 def _send(
-    client: redis.Redis, calls: Sequence[WireCall], wait: tuple[int, int] = (0, 0)
+    client: redis.Redis, calls: Sequence[WireCall], wait: tuple[int, int, bool] = (0, 0, False)
 ) -> list[Any]:
     replies: list[Any] = []
     pool = client.connection_pool
@@ -104,13 +111,10 @@ def _send(
         for count, chunks in _writes(conn, calls, wait):
             sent += count
             conn.send_packed_command([b"".join(chunks)])
-            for _ in range(count):
-                try:
-                    replies.append(conn.read_response())
-                except ResponseError as exc:
-                    replies.append(exc)
+            for _ in range(count):  # one by one: those read count if a later read fails
+                replies.append(_reply(conn, wait[2]))
         if wait[0]:
-            _confirm(conn, replies, *wait)
+            _confirm(conn, replies, wait[0], wait[1])
     except UNAVAILABLE as exc:
         lost = MaybeRan(exc)
         replies += [lost] * (sent - len(replies)) + [exc] * (len(calls) - sent)
@@ -124,6 +128,17 @@ def _send(
         if conn is not None:
             pool.release(conn)
     return replies
+
+
+def _reply(conn: Any, asking: bool) -> Any:
+    """The next call's reply: its result, or the ``ResponseError`` it was refused with."""
+    if asking:  # ASKING's OK first (a refusal of it shows in the call's reply)
+        with contextlib.suppress(ResponseError):
+            conn.read_response()
+    try:
+        return conn.read_response()
+    except ResponseError as exc:
+        return exc
 
 
 def _confirm(conn: Any, replies: list[Any], replicas: int, timeout_ms: int) -> None:
@@ -144,13 +159,14 @@ def _confirm(conn: Any, replies: list[Any], replicas: int, timeout_ms: int) -> N
 
 
 def _writes(
-    conn: Any, calls: Sequence[WireCall], wait: tuple[int, int] = (0, 0)
+    conn: Any, calls: Sequence[WireCall], wait: tuple[int, int, bool] = (0, 0, False)
 ) -> Iterator[tuple[int, list[bytes]]]:
     """Packed commands in groups of about WRITE_BYTES: (number of script calls, chunks); the
     WAIT, if any, rides at the end of the last group (its reply is read apart)."""
     count, chunks, size = 0, [], 0
+    asking = conn.pack_command("ASKING") if wait[2] else []
     for script, keys, args in calls:
-        packed = conn.pack_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        packed = [*asking, *conn.pack_command("EVALSHA", script.sha, len(keys), *keys, *args)]
         count += 1
         chunks += packed
         size += sum(len(chunk) for chunk in packed)
@@ -158,6 +174,6 @@ def _writes(
             yield count, chunks
             count, chunks, size = 0, [], 0
     if wait[0]:
-        chunks += conn.pack_command("WAIT", *wait)
+        chunks += conn.pack_command("WAIT", wait[0], wait[1])
     if count or chunks:
         yield count, chunks

@@ -8,6 +8,7 @@ import redis
 from redis.exceptions import (
     AskError,
     ClusterDownError,
+    ClusterError,
     OutOfMemoryError,
     RedisClusterException,
     TryAgainError,
@@ -23,10 +24,12 @@ from collector._exceptions import (
 )
 
 # Errors that mean "Redis is not answering right now"; anything else is a refusal or a bug.
+# ClusterError: redis-py's routing followed redirects until its budget ran out.
 UNAVAILABLE: tuple[type[Exception], ...] = (
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
     ClusterDownError,
+    ClusterError,
     TryAgainError,
     RedisClusterException,
     OSError,
@@ -88,7 +91,9 @@ def translate(exc: Exception, server: str) -> BackendError:
         error.__cause__ = exc.reply
         return error
     kind: type[BackendError]
-    if isinstance(exc, UNAVAILABLE):
+    if isinstance(exc, UNAVAILABLE + REROUTE):
+        # A redirect still met after the call was sent where it pointed: the cluster is
+        # moving the slot or failing over, and the call did not run; not a refusal.
         kind = BackendUnavailable
     elif isinstance(exc, OutOfMemoryError):  # the OOM reply, from a command or a script
         kind = BackendFull
