@@ -77,21 +77,22 @@ def read_session(directory: str, si: str) -> SessionTrail:
     waiting: dict[str, list[TrailStep]] = {}  # request id -> its steps still without an answer
     for path in trail_files(directory):
         session.files += 1
-        for line in _lines(path, session):
+        for line in _lines(path, session, needle):
             if line.get("type") == "answer":
                 for step in waiting.pop(str(line.get("id")), []):
                     step.answer = line
-            elif needle in line["_raw"]:
+            else:
                 _take(session, line, waiting)
     session.steps.sort(key=lambda step: step.at)
     return session
 
 
-def _lines(path: str, session: SessionTrail) -> Iterator[dict[str, Any]]:
-    """The lines of one file worth decoding: answers, and those that name a session."""
+def _lines(path: str, session: SessionTrail, needle: bytes) -> Iterator[dict[str, Any]]:
+    """The lines of one file worth decoding: answers (short), and those that name the
+    session (``needle``); the rest, most of a day's bytes, are only searched."""
     with open(path, "rb") as f:
         for raw in f:
-            if not (raw.startswith(b'{"type":"answer"') or b'"si":' in raw):
+            if not (raw.startswith(b'{"type":"answer"') or needle in raw):
                 continue
             try:
                 line = orjson.loads(raw)
@@ -99,7 +100,6 @@ def _lines(path: str, session: SessionTrail) -> Iterator[dict[str, Any]]:
                 session.unreadable += 1
                 continue
             if isinstance(line, dict):
-                line["_raw"] = raw
                 yield line
 
 
@@ -217,11 +217,9 @@ def as_json_of(session: SessionTrail) -> dict[str, Any]:
                 {
                     "what": s.what,
                     "at_ms": s.at,
-                    "line": {k: v for k, v in s.line.items() if k not in ("_raw", "items")},
+                    "line": {k: v for k, v in s.line.items() if k != "items"},
                     "item": s.item,
-                    "answer": {k: v for k, v in s.answer.items() if k != "_raw"}
-                    if s.answer
-                    else None,
+                    "answer": s.answer,
                     "verdict": verdict(s.item, s.answer)[1] if s.what == "request" else s.what,
                 }
                 for s in steps
