@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from datetime import date
 from pathlib import Path
 
-from tests.servers import Server, default_binary, env_without_telemetry, server_binaries
+from tests.support.servers import Server, default_binary, env_without_telemetry, server_binaries
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = ("redis", "valkey")

@@ -43,7 +43,7 @@ from collector import counters as vocab
 from collector.store import KeySchema, SingleServer, Store
 from reporter._config import ReporterConfig
 from reporter._monitoring.accounting import Totals, read_totals
-from tests.servers import Server
+from tests.support.servers import Server
 
 DRAIN_TIMEOUT_S = 180.0
 _DEFAULTS = ReporterConfig()

@@ -60,7 +60,7 @@ from bench._ingest_client import requests as client_requests
 from collector import Collector
 from collector.counters import Counter
 from collector.store import KeySchema
-from tests.servers import Server, free_port
+from tests.support.servers import Server, free_port
 
 TARGET_HTTP_STORED_PER_S = 100_000
 SMALL = {"events": 4000, "clients": 2, "rounds": 1}

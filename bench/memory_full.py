@@ -40,7 +40,7 @@ from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import read_totals
 from reporter._service.service import ReporterService
-from tests.servers import server_binaries
+from tests.support.servers import server_binaries
 
 GAMES = [f"game-{i:02d}" for i in range(20)]
 PAD = "x" * 40

@@ -56,8 +56,8 @@ from bench._harness import (
 from collector import Collector
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
-from tests.floods import PipelinedFlood
-from tests.servers import Server, env_without_telemetry, free_port
+from tests.support.floods import PipelinedFlood
+from tests.support.servers import Server, env_without_telemetry, free_port
 
 FILE_LIMIT = 256
 PROBE_TIMEOUT = 10.0

@@ -51,8 +51,8 @@ from reporter._demo.endpoint import LocalEndpoint
 from reporter._demo.nppa_mock import NppaEndpoint
 from reporter._monitoring.accounting import read_totals
 from reporter._pacing.send_hold import read_hold
-from tests.scriptcalls import store_of
-from tests.servers import Server, env_without_telemetry
+from tests.support.scriptcalls import store_of
+from tests.support.servers import Server, env_without_telemetry
 
 APP = "bench-hold"
 OLD, NEW = "0f1e2d3c4b5a69788796a5b4c3d2e1f0", "5a" * 16

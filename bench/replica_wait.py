@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from bench._harness import command_line, footer, header, parse, server_binary, start_server
 from collector import Collector
 from collector.counters import Counter
-from tests.polling import wait_until
+from tests.support.polling import wait_until
 
 # --small: both modes, with and without the WAIT, once each, in seconds.
 SMALL = {"events": 5000, "sync_events": 300, "games": 10, "rounds": 1}

@@ -53,7 +53,7 @@ from bench._scale_checks import (
 )
 from bench._scale_trickle import HOT, rss_at, run_trickle
 from collector.counters import Counter
-from tests.servers import Server
+from tests.support.servers import Server
 
 PARTS = ("trickle", "sweep", "memory", "status")
 # --small: every part, in seconds.

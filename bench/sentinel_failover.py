@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.sentinel_failover [--runs 7] [--rate 2000] [--kill-after 10000]
         [--after 8] [--how kill|demote] [--wait-for-replicas 0] [--small]
 
-Each run starts a primary, one replica and three sentinels (``tests.servers.SentinelGroup``:
+Each run starts a primary, one replica and three sentinels (``tests.support.servers.SentinelGroup``:
 down-after 1 s, failover timeout 3 s) on free loopback ports, a reporter
 (``ReporterService``) draining to a local endpoint and a producer thread calling
 ``collect()`` at ``--rate`` events/s over 8 games.  Once ``--kill-after`` events are
@@ -31,7 +31,7 @@ from bench._harness import command_line, footer, header, parse, server_binary
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._service.service import ReporterService
 from tests.delivery.sentinel import FailoverRun, run_failover, sentinel_config
-from tests.servers import SentinelGroup
+from tests.support.servers import SentinelGroup
 
 GAMES = [f"bench-game-{i}" for i in range(8)]
 SMALL = {"runs": 1, "rate": 1000, "kill_after": 500, "after": 1.0}  # --small: one failover

@@ -47,7 +47,7 @@ from collector.store import KeySchema, SingleServer, Store
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import read_totals
-from tests.servers import Server
+from tests.support.servers import Server
 
 GAMES = [f"game-{i:02d}" for i in range(20)]
 PRODUCE = "--produce"

@@ -63,7 +63,7 @@ from collector.counters import Counter as C
 from collector.store import open_store
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import read_totals
-from tests.servers import Cluster
+from tests.support.servers import Cluster
 
 GAMES = [f"game-{i:02d}" for i in range(20)]
 SHARDS = 16

@@ -20,8 +20,8 @@ from packaging.specifiers import SpecifierSet
 from collector.config import TelemetryConfig
 from reporter._commands.cli import EXIT_CONFIG
 from reporter._config import ReporterConfig
-from tests.markers import secret
-from tests.sources import SOURCES
+from tests.support.markers import secret
+from tests.support.sources import SOURCES
 
 TOKEN = secret("token")
 
@@ -290,8 +290,8 @@ def test_the_readme_points_to_the_deployment_examples_and_the_license() -> None:
 
 
 # -- the alert rules, evaluated by Prometheus's own rule tester --------------------------------
-# (tests/prometheus.py: skipped without promtool, failed under CI; tests/test_observability.py
-# checks the names they read against a running reporter's /metrics)
+# (tests/support/prometheus.py: skipped without promtool, failed under CI;
+# tests/test_observability.py checks the names they read against a running reporter's /metrics)
 
 # Each alert: input series (one sample a minute; instance="r1" unless named), when to look,
 # and the templated annotations as Prometheus renders them ({} if only the templates' text);

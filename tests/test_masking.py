@@ -6,7 +6,7 @@ import pytest
 
 from collector.config import mask_url as config_mask_url
 from collector.logs import is_credential_name, mask, mask_headers, mask_url
-from tests.markers import secret
+from tests.support.markers import secret
 
 S = secret("url")
 

@@ -12,8 +12,8 @@ from collector.counters import REPORTER, SDK, Counter, Gauge
 from collector.metrics import NO_METRICS, FanOut, Tally, fan_out
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._service.service import ReporterService
-from tests.polling import wait_until
 from tests.reporter.helpers import make_config
+from tests.support.polling import wait_until
 
 
 class Recording:

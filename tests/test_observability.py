@@ -5,7 +5,7 @@ flaky game answered 503, a refused game dead-lettered, stale and evicted events,
 the rate limiter).
 
 Every metric name the rules and the dashboard read must be in its live scrape; a real
-Prometheus (tests/prometheus.py: skipped without it, failed under CI) scrapes it and answers
+Prometheus (tests/support/prometheus.py: skipped without it, failed under CI) scrapes it and answers
 every panel's query through its HTTP API, as Grafana would ask.
 """
 
@@ -29,11 +29,11 @@ from collector import Collector
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._service.service import ReporterService
-from tests.polling import wait_until
-from tests.prometheus import Prometheus
 from tests.reporter.helpers import make_config, now_ms, numbered, store
-from tests.scriptcalls import Scripts
-from tests.servers import Server, default_binary, free_port
+from tests.support.polling import wait_until
+from tests.support.prometheus import Prometheus
+from tests.support.scriptcalls import Scripts
+from tests.support.servers import Server, default_binary, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "config" / "deploy"

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from collector.store import KeySchema
-from tests.polling import wait_until  # noqa: F401 - re-exported for the tests
+from tests.support.polling import wait_until  # noqa: F401 - re-exported for the tests
 from tests.support.stored import (  # noqa: F401 - re-exported for the tests
     queue_entries,
     queue_events,

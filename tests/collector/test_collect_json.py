@@ -18,8 +18,8 @@ from collector import BufferFull, Collector, InvalidEvent
 from collector._buffer import EventBuffer
 from collector.store import KeySchema
 from tests.collector.helpers import balanced, queue_events, wait_until
-from tests.servers import free_port
 from tests.support.fixtures import FAST_FAILURE, MakeCollector
+from tests.support.servers import free_port
 
 PREFIX = "cj"
 SCHEMA = KeySchema(PREFIX, 16)

@@ -8,7 +8,7 @@ import redis
 
 from collector.store import KeySchema, encode_entry
 from tests.collector.helpers import stats_of
-from tests.scriptcalls import Scripts
+from tests.support.scriptcalls import Scripts
 
 SCHEMA = KeySchema("t", 16)
 GAME = "game-1"

@@ -23,9 +23,9 @@ from tests.collector.helpers import (
     stats_total,
     wait_until,
 )
-from tests.markers import secret
-from tests.servers import Server
 from tests.support.fixtures import FAST_FAILURE, MakeCollector
+from tests.support.markers import secret
+from tests.support.servers import Server
 
 PW = secret("pw")
 

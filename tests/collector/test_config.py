@@ -14,11 +14,11 @@ import redis
 
 from collector import Collector, ConfigError, TelemetryConfig, TelemetryError
 from collector.store import KeySchema
-from tests import config_files
 from tests.collector.helpers import queue_events, stats_of
-from tests.config_files import write
-from tests.markers import secret
+from tests.support import config_files
+from tests.support.config_files import write
 from tests.support.fixtures import MakeCollector
+from tests.support.markers import secret
 
 PW = secret("pw")
 

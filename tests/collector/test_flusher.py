@@ -15,7 +15,7 @@ from collector._writer import WriteResult
 from collector.counters import Counter
 from collector.logs import RateLimitedLog
 from collector.metrics import Tally
-from tests.polling import wait_until
+from tests.support.polling import wait_until
 
 
 class FailingWriter:

@@ -19,8 +19,8 @@ import collector._default
 from collector import Collector
 from collector.store import KeySchema
 from tests.collector.helpers import queue_events, seqs, wait_until
-from tests.servers import Server, env_without_telemetry
 from tests.support.fixtures import FAST_FAILURE, MakeCollector
+from tests.support.servers import Server, env_without_telemetry
 
 PREFIX = "fork"
 SCHEMA = KeySchema(PREFIX, 16)

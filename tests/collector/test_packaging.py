@@ -21,10 +21,10 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from collector.store import SCRIPT_NAMES, KeySchema
-from tests import servers
 from tests.collector.helpers import queue_events
-from tests.servers import Server, env_without_telemetry
-from tests.sources import SOURCES
+from tests.support import servers
+from tests.support.servers import Server, env_without_telemetry
+from tests.support.sources import SOURCES
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,8 +7,8 @@ import pytest
 from collector import Collector, EventsDropped
 from collector.store import KeySchema
 from tests.collector.helpers import balanced, queue_events, stats_total, wait_until
-from tests.servers import Server
 from tests.support.fixtures import FAST_FAILURE, MakeCollector
+from tests.support.servers import Server
 
 PREFIX = "down"
 SCHEMA = KeySchema(PREFIX, 16)

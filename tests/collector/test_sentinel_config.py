@@ -12,9 +12,9 @@ import pytest
 from collector import Collector, TelemetryConfig
 from collector.store import Sentinel, describe_settings, open_backend
 from collector.store._modes import backend_class
-from tests import config_files
-from tests.config_files import write
-from tests.markers import secret
+from tests.support import config_files
+from tests.support.config_files import write
+from tests.support.markers import secret
 
 DATA_PW = secret("data-pw")
 

@@ -16,8 +16,8 @@ from collector import Collector
 from collector.config import TelemetryConfig, build_config, raw_settings
 from collector.store import KeySchema
 from tests.collector.helpers import balanced, queue_events
-from tests.servers import Server, default_binary
 from tests.support.fixtures import MakeCollector
+from tests.support.servers import Server, default_binary
 
 PREFIX = "tw"
 SCHEMA = KeySchema(PREFIX, 16)

@@ -13,9 +13,9 @@ import redis
 from collector import Collector
 from collector.store import KeySchema
 from tests.collector.helpers import balanced, queue_events, wait_until
-from tests.relay import relay_to
-from tests.servers import Server
 from tests.support.fixtures import MakeCollector
+from tests.support.relay import relay_to
+from tests.support.servers import Server
 
 PREFIX = "ids"
 SCHEMA = KeySchema(PREFIX, 1)

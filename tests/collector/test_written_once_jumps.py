@@ -10,8 +10,8 @@ import pytest
 from collector import BackendError
 from collector.store import BackendRefused, KeySchema
 from tests.collector.helpers import balanced, queue_events, stats_total, wait_until
-from tests.servers import Server
 from tests.support.fixtures import MakeCollector
+from tests.support.servers import Server
 
 PREFIX = "jump"
 

@@ -13,9 +13,9 @@ import pytest
 from collector import BackendUnconfirmed
 from collector.store import KeySchema
 from tests.collector.helpers import balanced, queue_events, wait_until
-from tests.relay import relay_to
-from tests.servers import Server
 from tests.support.fixtures import MakeCollector
+from tests.support.relay import relay_to
+from tests.support.servers import Server
 
 PREFIX = "sync"
 SCHEMA = KeySchema(PREFIX, 1)

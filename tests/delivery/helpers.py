@@ -16,9 +16,9 @@ from collector.store import KeySchema, encode_entry
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import Totals, read_totals
-from tests.polling import wait_until  # noqa: F401 - re-exported for the tests
-from tests.scriptcalls import Scripts, store_of
 from tests.support.configs import NOWHERE, merged, reporter_config
+from tests.support.polling import wait_until  # noqa: F401 - re-exported for the tests
+from tests.support.scriptcalls import Scripts, store_of
 
 # Short settings so a fault and its recovery take seconds, not minutes.
 FAST: dict[str, dict[str, Any]] = {

@@ -11,7 +11,7 @@ import orjson
 import redis
 
 from collector.store import Claimed, KeySchema, NackResult, ShardKeys, encode_entry
-from tests.scriptcalls import Scripts
+from tests.support.scriptcalls import Scripts
 
 LEASE_MS = 60_000
 MAX_AGE_MS = 600_000

@@ -20,8 +20,8 @@ from tests.delivery.helpers import (
     schema_of,
     wait_until,
 )
-from tests.scriptcalls import Scripts
 from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.scriptcalls import Scripts
 
 GAME = "bytes"
 NGINX_DEFAULT = 1024 * 1024  # client_max_body_size

@@ -31,8 +31,8 @@ from tests.delivery.helpers import (
     totals,
     wait_until,
 )
-from tests.servers import Server, env_without_telemetry
 from tests.support.fixtures import MakeEndpoint
+from tests.support.servers import Server, env_without_telemetry
 
 GAME = "crash"
 EVENTS = 60

@@ -27,8 +27,8 @@ from tests.delivery.helpers import (
     wait_until,
 )
 from tests.reporter.helpers import make_config as nppa_make_config
-from tests.servers import Server, env_without_telemetry
 from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.servers import Server, env_without_telemetry
 
 ROOT = Path(__file__).resolve().parents[2]
 SESSIONS = 5000

@@ -29,9 +29,9 @@ from tests.delivery.helpers import (
     schema_of,
     wait_until,
 )
-from tests.scriptcalls import store_of
-from tests.servers import Server, free_port
 from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.scriptcalls import store_of
+from tests.support.servers import Server, free_port
 
 # Requests an outage of a few seconds may cost at most: with backoff from 50 ms the gate
 # reopens about ten times; each reopening may send a probe per sweep thread.

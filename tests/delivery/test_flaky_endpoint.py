@@ -37,8 +37,8 @@ from tests.delivery.helpers import (
     wait_until,
 )
 from tests.delivery.test_crashes import Spawn, spawn  # noqa: F401 - the fixture
-from tests.servers import Cluster, Server, env_without_telemetry
 from tests.support.fixtures import MakeEndpoint
+from tests.support.servers import Cluster, Server, env_without_telemetry
 
 ROOT = Path(__file__).resolve().parents[2]
 GAMES = [f"g{i}" for i in range(8)]

@@ -27,9 +27,9 @@ from tests.delivery.helpers import (
     wait_until,
 )
 from tests.delivery.wiring import Delivery, delivery_for
-from tests.scriptcalls import store_of, store_on
-from tests.servers import Server
 from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.scriptcalls import store_of, store_on
+from tests.support.servers import Server
 
 MAX_AGE = 180.0
 GAME = "fresh"

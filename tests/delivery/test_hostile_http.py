@@ -1,5 +1,5 @@
 """Hostile HTTP peers: the ReporterService against a raw-socket endpoint that misbehaves on
-purpose (tests/rawhttp.py).  Each case asserts what became of every event, from the counters
+purpose (tests/support/rawhttp.py).  Each case asserts what became of every event, from the counters
 in Redis and the reporter's own tally (delivered, dead-lettered with its reason, or retried),
 and that the accounting adds up; docs/delivery.md's "hostile peers" table lists the cases.
 """
@@ -23,10 +23,10 @@ from reporter._monitoring.accounting import Totals
 from reporter._service.service import ReporterService
 from tests.delivery.helpers import drained, make_config, schema_of, wait_until
 from tests.delivery.test_endpoint_faults import drain, fill, games_in_distinct_shards
-from tests.rawhttp import OK, Act, RawServer, after, then_hold, trickle
-from tests.scriptcalls import store_of
-from tests.servers import Server
 from tests.support.fixtures import StartService
+from tests.support.rawhttp import OK, Act, RawServer, after, then_hold, trickle
+from tests.support.scriptcalls import store_of
+from tests.support.servers import Server
 
 Reply = bytes | Act | None
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from reporter._monitoring.accounting import read_totals
 from tests.delivery.lifecycle import LEASE_MS, Shard, new_token, server_ms
-from tests.scriptcalls import store_of
+from tests.support.scriptcalls import store_of
 
 
 @pytest.fixture

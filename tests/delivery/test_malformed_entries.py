@@ -24,8 +24,8 @@ from tests.delivery.helpers import (
     schema_of,
     wait_until,
 )
-from tests.scriptcalls import Scripts, store_of
 from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.scriptcalls import Scripts, store_of
 
 GAME = "framing"
 GARBAGE = [b"not an entry", b"12345", b"1234567890123", b"12345678901x3{}", b""]

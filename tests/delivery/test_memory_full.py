@@ -35,9 +35,9 @@ from tests.delivery.helpers import (
     schema_of,
     wait_until,
 )
-from tests.scriptcalls import Scripts, store_of, store_on
-from tests.servers import Cluster, Server
 from tests.support.fixtures import BINARIES, MakeEndpoint, StartService
+from tests.support.scriptcalls import Scripts, store_of, store_on
+from tests.support.servers import Cluster, Server
 
 GAMES = [f"full-{i}" for i in range(20)]
 PAD = "x" * 40  # events of about 80 bytes stored: about 40,000 fit in 4 MB

@@ -31,7 +31,7 @@ from hypothesis.stateful import (
 from collector.store import encode_entry
 from reporter._monitoring.accounting import read_totals
 from tests.delivery.lifecycle import Shard
-from tests.scriptcalls import store_of
+from tests.support.scriptcalls import store_of
 
 GAMES = ("a", "b")
 CAP = 6

@@ -28,7 +28,7 @@ from reporter._commands.cli import main
 from reporter._config import ReporterSettings, RetrySettings
 from reporter._monitoring.accounting import read_totals
 from tests.delivery.lifecycle import LEASE_MS, Shard, new_token
-from tests.scriptcalls import store_of
+from tests.support.scriptcalls import store_of
 
 POLICY = RetryPolicy(100, 1000, 3, 100)
 # Raw JSON texts: the field holds a number cjson decodes as infinity or not-a-number.

@@ -17,9 +17,9 @@ from collector import Collector, nppa
 from reporter._config import ReporterConfig
 from reporter._demo.nppa_mock import NppaEndpoint
 from reporter._monitoring.accounting import read_totals
-from tests.polling import wait_until
 from tests.reporter.helpers import make_config
 from tests.support.fixtures import StartService
+from tests.support.polling import wait_until
 
 SECRET = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 APP_ID = "app-test-1"

@@ -18,9 +18,9 @@ from tests.delivery.helpers import (
 )
 from tests.delivery.lifecycle import server_ms
 from tests.delivery.test_crashes import EXIT_MARGIN, Spawn, spawn  # noqa: F401
-from tests.polling import wait_until
-from tests.servers import Server
 from tests.support.fixtures import MakeEndpoint
+from tests.support.polling import wait_until
+from tests.support.servers import Server
 
 SHARDS = 4
 LEASE = 2.0  # shard_lease_seconds and lease_seconds

@@ -17,7 +17,7 @@ from reporter._monitoring.accounting import read_totals
 from reporter._senders.outcome import DELIVERED, Outcome
 from tests.delivery.helpers import make_config, schema_of
 from tests.delivery.wiring import Delivery, delivery_for
-from tests.scriptcalls import Scripts, store_of, store_on
+from tests.support.scriptcalls import Scripts, store_of, store_on
 
 GAME = "partial"
 

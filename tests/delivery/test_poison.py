@@ -35,7 +35,7 @@ from collector.store import (
 )
 from reporter._monitoring.accounting import Totals, read_totals
 from tests.delivery.lifecycle import LEASE_MS, MAX_AGE_MS, Shard, new_token
-from tests.scriptcalls import store_of
+from tests.support.scriptcalls import store_of
 
 POLICY = RetryPolicy(100, 1000, 3, 100)
 # Junk of a type that is not the one the key must have.

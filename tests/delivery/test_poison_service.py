@@ -26,8 +26,8 @@ from tests.delivery.helpers import (
     schema_of,
     wait_until,
 )
-from tests.servers import free_port
 from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.servers import free_port
 
 GAMES = [f"game-{i}" for i in range(12)]
 BAD_GAME = GAMES[0]

@@ -20,8 +20,8 @@ from reporter._senders.outcome import DELIVERED, Outcome
 from reporter._sinks.json.sender import JsonSender
 from tests.delivery.helpers import drained, make_config, push_events, schema_of, wait_until
 from tests.delivery.test_endpoint_faults import games_in_distinct_shards
-from tests.servers import Server
 from tests.support.fixtures import StartService
+from tests.support.servers import Server
 
 KEEP_ALIVE_SECONDS = 1
 SPACINGS = [0.95, 0.97, 0.99, 1.0, 1.01, 1.03, 1.05]

@@ -25,8 +25,8 @@ from tests.delivery.helpers import (
     schema_of,
     wait_until,
 )
-from tests.servers import Server
 from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.servers import Server
 
 GAMES = ("arena", "puzzle", "kart")
 OUTAGE_SECONDS = 3.0

@@ -38,8 +38,8 @@ from collector.store import (
     lua_script,
 )
 from tests.delivery.lifecycle import LEASE_MS, MAX_AGE_MS, Shard, new_token, server_ms
-from tests.replydrop import reply_dropper
-from tests.scriptcalls import store_of
+from tests.support.replydrop import reply_dropper
+from tests.support.scriptcalls import store_of
 
 POLICY = RetryPolicy(100, 1000, 3, 100)
 

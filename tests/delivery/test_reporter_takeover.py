@@ -25,8 +25,8 @@ from tests.delivery.helpers import (
     wait_until,
 )
 from tests.delivery.test_crashes import EXIT_MARGIN, ReporterProcess, Spawn, spawn  # noqa: F401
-from tests.servers import Server
 from tests.support.fixtures import MakeEndpoint
+from tests.support.servers import Server
 
 SHARDS = 8
 LEASE = 2.0  # shard_lease_seconds and lease_seconds

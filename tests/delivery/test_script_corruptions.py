@@ -59,9 +59,9 @@ from collector.store import (
 from collector.store._keys import receipt_key, sibling
 from reporter._monitoring.accounting import read_totals
 from tests.delivery.lifecycle import LEASE_MS, MAX_AGE_MS, Shard, new_token, server_ms
-from tests.scriptcalls import store_of
-from tests.servers import Server
 from tests.support.fixtures import BINARIES
+from tests.support.scriptcalls import store_of
+from tests.support.servers import Server
 
 # A call the server logs slower than this fails its case.  These calls take 0.02 to 2 ms;
 # the faults this guards against took from 100 ms to seconds (a loop over a stored range).

@@ -29,9 +29,9 @@ from tests.delivery.helpers import (
     wait_until,
 )
 from tests.delivery.sentinel import sentinel_config
-from tests.markers import secret
-from tests.servers import SentinelGroup, Server, default_binary, free_port
 from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.markers import secret
+from tests.support.servers import SentinelGroup, Server, default_binary, free_port
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 

@@ -19,8 +19,8 @@ import pytest
 
 from tests.delivery.helpers import assert_reconciled
 from tests.delivery.sentinel import run_failover, sentinel_config
-from tests.servers import SentinelGroup
 from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.servers import SentinelGroup
 
 # (how, [redis] wait_for_replicas) runs (0: off, the default).  With 1, a killed primary's
 # replica is promoted with no replica of its own and confirms nothing until the killed node

@@ -11,7 +11,7 @@ import redis
 from collector.store import BackendRefused, RetryState, entry_event
 from reporter._monitoring.accounting import read_totals
 from tests.delivery.lifecycle import LEASE_MS, Shard, new_token
-from tests.scriptcalls import store_of
+from tests.support.scriptcalls import store_of
 
 
 @pytest.fixture

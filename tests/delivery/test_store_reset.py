@@ -12,8 +12,8 @@ from collector import Collector
 from reporter._service.service import ReporterService
 from reporter._service.store_watch import ALERT_NAME
 from tests.delivery.helpers import Script, make_config, wait_until
-from tests.servers import Server
 from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.servers import Server
 
 GAME = "reset"
 

@@ -19,8 +19,8 @@ from collector import ConfigError
 from reporter._config import ReporterConfig
 from tests.ingest.conftest import TOKEN, StartIngest, ingest_config
 from tests.ingest.helpers import as_array, headers
-from tests.polling import wait_until
-from tests.servers import env_without_telemetry, free_port
+from tests.support.polling import wait_until
+from tests.support.servers import env_without_telemetry, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

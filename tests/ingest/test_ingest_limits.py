@@ -14,7 +14,7 @@ from reporter._ingest.service import IngestService
 from tests.delivery.helpers import wait_until
 from tests.ingest.conftest import StartIngest, ingest_config
 from tests.ingest.helpers import as_array
-from tests.servers import Server, free_port
+from tests.support.servers import Server, free_port
 
 DOWN = {"socket_timeout_seconds": 0.2, "connect_timeout_seconds": 0.2}
 

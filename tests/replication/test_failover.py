@@ -19,8 +19,8 @@ from collector.store import open_store
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import read_totals
 from tests.reporter.helpers import make_config, wait_until
-from tests.servers import Cluster, Server
 from tests.support.fixtures import MakeService
+from tests.support.servers import Cluster, Server
 
 GAMES = [f"game-{i}" for i in range(12)]
 SHARDS = 8

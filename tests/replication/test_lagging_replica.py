@@ -18,9 +18,9 @@ import pytest
 
 from collector.store import KeySchema
 from tests.collector.helpers import queue_events, wait_until
-from tests.relay import Relay, relay_to
-from tests.servers import Server
 from tests.support.fixtures import BINARIES, MakeCollector
+from tests.support.relay import Relay, relay_to
+from tests.support.servers import Server
 
 PREFIX = "lag"
 SCHEMA = KeySchema(PREFIX, 1)  # one shard: every game's writes number in one sequence

@@ -10,9 +10,9 @@ import orjson
 
 from collector.store import KeySchema, ShardKeys, encode_entry
 from reporter._config import ReporterConfig
-from tests.polling import wait_until  # noqa: F401 - re-exported for the tests
-from tests.scriptcalls import Scripts
 from tests.support.configs import NOWHERE, merged, reporter_config
+from tests.support.polling import wait_until  # noqa: F401 - re-exported for the tests
+from tests.support.scriptcalls import Scripts
 from tests.support.stored import shard_stats, stats_total  # noqa: F401 - re-exported
 
 TTL = 3600

@@ -8,7 +8,7 @@ from typing import Any
 import redis
 
 from collector.store import KeySchema, ShardKeys
-from tests.scriptcalls import Scripts
+from tests.support.scriptcalls import Scripts
 
 SCHEMA = KeySchema("telemetry", 4)
 GAME = "game-1"

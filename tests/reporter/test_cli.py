@@ -21,10 +21,10 @@ from collector.store import KeySchema
 from reporter._commands.cli import main
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import read_totals
-from tests.markers import secret
 from tests.reporter.helpers import ids_of, now_ms, numbered, store, wait_until
-from tests.scriptcalls import Scripts, store_of
-from tests.servers import Server, env_without_telemetry
+from tests.support.markers import secret
+from tests.support.scriptcalls import Scripts, store_of
+from tests.support.servers import Server, env_without_telemetry
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 

@@ -18,8 +18,8 @@ from reporter._commands import cli
 from reporter._commands.cli import _parser, main, package_version
 from reporter._demo.endpoint import LocalEndpoint
 from tests.reporter.test_cli import REPO, child_env
-from tests.servers import Server, free_port
 from tests.support.fixtures import MakeLockedServer
+from tests.support.servers import Server, free_port
 
 pytestmark = pytest.mark.usefixtures("no_telemetry_env", "restore_logging")
 

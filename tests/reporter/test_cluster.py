@@ -16,9 +16,9 @@ from collector.store import Cluster as ClusterBackend
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import read_totals
 from tests.reporter.helpers import ids_of, make_config, now_ms, numbered, store, wait_until
-from tests.scriptcalls import Scripts
-from tests.servers import Cluster
 from tests.support.fixtures import MakeService
+from tests.support.scriptcalls import Scripts
+from tests.support.servers import Cluster
 
 # [redis] settings per cluster kind: with replicas, every claim and ack waits for one.
 KINDS = {"cluster": {}, "replicated_cluster": {"wait_for_replicas": 1, "wait_timeout_ms": 1000}}

@@ -15,9 +15,9 @@ from collector import ConfigError, TelemetryConfig, TelemetryError
 from collector.config import GameSettings, default_config_text, sections_of
 from reporter._config import ReporterConfig
 from reporter._sinks.nppa.settings import NppaSettings
-from tests import config_files
-from tests.config_files import write
-from tests.markers import secret
+from tests.support import config_files
+from tests.support.config_files import write
+from tests.support.markers import secret
 
 KEY = secret("key")
 TOKEN = secret("token")

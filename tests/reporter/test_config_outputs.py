@@ -17,8 +17,8 @@ import redis
 from collector import ConfigError, TelemetryConfig
 from reporter._config import ReporterConfig
 from reporter._sinks.nppa.settings import NppaSettings
-from tests.markers import secret
-from tests.servers import Server, env_without_telemetry
+from tests.support.markers import secret
+from tests.support.servers import Server, env_without_telemetry
 
 WRONG = secret("wrong")
 

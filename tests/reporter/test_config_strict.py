@@ -13,9 +13,9 @@ import pytest
 from collector import Collector, ConfigError, TelemetryConfig
 from collector.config import sections_of
 from reporter._config import ReporterConfig, sink_problems
-from tests import config_files
-from tests.config_files import write
-from tests.markers import secret
+from tests.support import config_files
+from tests.support.config_files import write
+from tests.support.markers import secret
 
 KEY = secret("key")
 PW = secret("pw")

@@ -19,7 +19,7 @@ from reporter._demo.run import EXIT_NO_SERVER, run_demo
 from reporter._demo.summary import verdict
 from reporter._exceptions import ReporterError
 from reporter._monitoring.accounting import Totals
-from tests.servers import server_binaries
+from tests.support.servers import server_binaries
 
 
 def sdk_stats(

@@ -14,7 +14,7 @@ from reporter._senders.outcome import (
     classify_http,
     error_summary,
 )
-from tests.markers import secret
+from tests.support.markers import secret
 
 KEY = secret("key")
 PW = secret("pw")

@@ -22,8 +22,8 @@ from tests.reporter.helpers import (
     store,
 )
 from tests.reporter.recorder import Recorder
-from tests.scriptcalls import Scripts, store_of
 from tests.support.fixtures import MakeService
+from tests.support.scriptcalls import Scripts, store_of
 
 NOW_MS = 1_700_000_000_000
 MAX_AGE_MS = 180_000

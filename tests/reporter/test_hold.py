@@ -20,8 +20,8 @@ from reporter._senders.secrets import SecretFile
 from reporter._sinks.nppa.settings import read_key_file
 from reporter._sinks.nppa.sink import NPPA_KEY
 from tests.reporter.helpers import make_config
-from tests.scriptcalls import store_of
-from tests.servers import Cluster
+from tests.support.scriptcalls import store_of
+from tests.support.servers import Cluster
 
 KEY = "{t:hold:nppa:app}:hold"
 OLD = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"

@@ -20,8 +20,8 @@ from reporter._senders.bodies import json_body
 from reporter._senders.outcome import DELIVERED, REJECTED, RETRY
 from reporter._sinks.json.sender import JsonSender, ratelog
 from reporter._sinks.registry import make_sender
-from tests.markers import secret
-from tests.rawhttp import always, raw_server, then_hold
+from tests.support.markers import secret
+from tests.support.rawhttp import always, raw_server, then_hold
 
 TOKEN = secret("token")
 

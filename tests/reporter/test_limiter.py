@@ -19,7 +19,7 @@ from reporter._pacing.permits import make_limiter
 from reporter._senders.outcome import Outcome
 from tests.delivery.wiring import delivery_for
 from tests.reporter.helpers import make_config, numbered, store
-from tests.scriptcalls import Scripts, store_of, store_on
+from tests.support.scriptcalls import Scripts, store_of, store_on
 
 SECONDS = 5.0
 STEP = 0.001

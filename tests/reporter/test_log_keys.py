@@ -14,8 +14,8 @@ from reporter._monitoring.accounting import read_totals
 from reporter._senders.outcome import REJECTED, RETRY, Outcome, Refusal
 from tests.reporter.helpers import make_config, numbered, store, wait_until
 from tests.reporter.recorder import Recorder
-from tests.scriptcalls import Scripts
 from tests.support.fixtures import MakeService
+from tests.support.scriptcalls import Scripts
 
 
 @pytest.mark.parametrize(

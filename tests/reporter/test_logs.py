@@ -36,10 +36,10 @@ from reporter._logging import (
     note_secrets,
 )
 from reporter._service.stopping import Stopped
-from tests.polling import wait_until
 from tests.reporter.test_cli import REPO, child_env
-from tests.servers import Server
 from tests.support.fixtures import MakeLockedServer
+from tests.support.polling import wait_until
+from tests.support.servers import Server
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 

@@ -25,11 +25,11 @@ from reporter._exceptions import ReporterError
 from reporter._monitoring.prometheus import SEND_ERRORS
 from reporter._monitoring.server import SERVER_COUNTERS
 from reporter._service.service import ReporterService
-from tests.config_files import write
 from tests.reporter.helpers import make_config, now_ms, numbered, store, wait_until
-from tests.scriptcalls import Scripts
-from tests.servers import Server, free_port
+from tests.support.config_files import write
 from tests.support.fixtures import MakeService
+from tests.support.scriptcalls import Scripts
+from tests.support.servers import Server, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -18,9 +18,9 @@ from reporter._http.server_wire import Answer, Request
 from reporter._http.shedding import Limits
 from reporter._monitoring.health import Health
 from reporter._monitoring.server import MetricsServer
-from tests.floods import PipelinedFlood
-from tests.polling import wait_until
-from tests.scriptcalls import store_of
+from tests.support.floods import PipelinedFlood
+from tests.support.polling import wait_until
+from tests.support.scriptcalls import store_of
 
 WAIT = 10.0
 

@@ -17,8 +17,8 @@ from collector.store import Cluster as ClusterBackend
 from collector.store._read_replies import PIPELINE_SHARDS
 from reporter._monitoring.accounting import read_totals
 from tests.reporter.helpers import make_config, now_ms, numbered, store
-from tests.scriptcalls import Scripts, store_of
-from tests.servers import Cluster, Server
+from tests.support.scriptcalls import Scripts, store_of
+from tests.support.servers import Cluster, Server
 
 LEASE_MS = 30_000
 

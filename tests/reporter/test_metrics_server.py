@@ -26,8 +26,8 @@ from reporter._http.shedding import Limits
 from reporter._monitoring import server as server_module
 from reporter._monitoring.health import Health
 from reporter._monitoring.server import MetricsServer
-from tests.polling import wait_until
-from tests.scriptcalls import store_of
+from tests.support.polling import wait_until
+from tests.support.scriptcalls import store_of
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 10.0  # seconds a test waits for anything before it fails

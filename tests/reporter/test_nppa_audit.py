@@ -23,7 +23,6 @@ from reporter._senders.outcome import DELIVERED, RETRY
 from reporter._sinks.nppa import audit as audit_module
 from reporter._sinks.nppa.audit import AuditTrail
 from reporter._sinks.nppa.sender import NppaSender
-from tests.polling import wait_until
 from tests.reporter.test_nppa_sender import (
     APP_ID,
     NOW,
@@ -33,6 +32,7 @@ from tests.reporter.test_nppa_sender import (
     event,
     independent_open,
 )
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 

@@ -11,8 +11,8 @@ import pytest
 
 from reporter._senders.outcome import DELIVERED, RETRY
 from reporter._sinks.nppa.sender import NOT_SENT, NppaSender
-from tests.rawhttp import always, raw_server, then_hold
 from tests.reporter.helpers import make_config
+from tests.support.rawhttp import always, raw_server, then_hold
 
 SECRET = "00112233445566778899aabbccddeeff"
 ANSWER = b'{"errcode":0,"errmsg":"ok"}'

@@ -25,7 +25,7 @@ from reporter._pacing.send_hold import SendHold
 from reporter._pacing.slots import SharedSlots
 from reporter._senders.outcome import Refusal
 from reporter._service.ownership import ShardOwnership
-from tests.polling import wait_until
+from tests.support.polling import wait_until
 
 SHARDS = 4
 PREFIX = "clock"

@@ -12,7 +12,7 @@ import redis
 from collector.store import RetryState
 from tests.reporter.helpers import now_ms, numbered, store
 from tests.reporter.scripting import GAME, KEYS, LEASE_MS, SCHEMA, TOKEN, meta
-from tests.scriptcalls import Scripts
+from tests.support.scriptcalls import Scripts
 
 OTHER = "game-3"  # another game of the same shard
 assert SCHEMA.for_game(OTHER) == KEYS

@@ -9,7 +9,7 @@ import pytest
 from collector.config import RedisSettings
 from collector.store import Store, open_store
 from reporter._service.ownership import ShardOwnership
-from tests.polling import wait_until
+from tests.support.polling import wait_until
 
 SHARDS = 16
 

@@ -23,7 +23,7 @@ from reporter._senders.outcome import DELIVERED, RETRY
 from reporter._sinks.print.sender import PrintSender
 from tests.reporter.helpers import wait_until
 from tests.reporter.test_cli import REPO, child_env, reporter_cli
-from tests.servers import Server
+from tests.support.servers import Server
 
 
 def print_config(**sink: object) -> ReporterConfig:

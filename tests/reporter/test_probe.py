@@ -14,7 +14,7 @@ from reporter._commands.cli import main
 from reporter._commands.probe import probe_sink
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
-from tests.servers import Server, free_port
+from tests.support.servers import Server, free_port
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 

@@ -24,10 +24,10 @@ from reporter._demo.endpoint import LocalEndpoint
 from reporter._demo.nppa_mock import NppaEndpoint
 from reporter._monitoring.accounting import read_totals
 from reporter._pacing.send_hold import read_hold
-from tests.polling import wait_until
 from tests.reporter.test_cli import REPO, child_env, reporter_cli
-from tests.scriptcalls import store_of
-from tests.servers import Server
+from tests.support.polling import wait_until
+from tests.support.scriptcalls import store_of
+from tests.support.servers import Server
 
 OLD = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 NEW = "5a" * 16

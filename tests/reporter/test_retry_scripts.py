@@ -20,7 +20,7 @@ from tests.reporter.scripting import (
     meta,
     snapshot,
 )
-from tests.scriptcalls import Scripts
+from tests.support.scriptcalls import Scripts
 
 # -- release, nack, take_retries -----------------------------------------------------------
 

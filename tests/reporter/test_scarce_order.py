@@ -17,8 +17,8 @@ from reporter._service.workers import NEXT_REQUEST_MS
 from tests.reporter.helpers import make_config, now_ms, numbered, store
 from tests.reporter.recorder import Recorder
 from tests.reporter.test_sweep import Clock
-from tests.scriptcalls import Scripts
 from tests.support.fixtures import MakeService
+from tests.support.scriptcalls import Scripts
 
 LINGER_MS = 1000
 

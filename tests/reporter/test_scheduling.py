@@ -19,9 +19,9 @@ from apscheduler.events import EVENT_JOB_EXECUTED, JobExecutionEvent
 
 from reporter._constants import FAILING_PAUSE_SECONDS
 from reporter._service.scheduling import Runner
-from tests.polling import wait_until
 from tests.reporter.helpers import make_config
-from tests.servers import env_without_telemetry
+from tests.support.polling import wait_until
+from tests.support.servers import env_without_telemetry
 
 ROOT = Path(__file__).resolve().parents[2]
 

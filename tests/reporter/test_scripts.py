@@ -19,7 +19,7 @@ from tests.reporter.scripting import (
     registered,
     snapshot,
 )
-from tests.scriptcalls import Scripts, store_on
+from tests.support.scriptcalls import Scripts, store_on
 
 # -- claim ---------------------------------------------------------------------------------
 

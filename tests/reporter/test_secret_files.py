@@ -21,9 +21,9 @@ from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._senders.secrets import SecretFile
 from reporter._settings import read_header_file
-from tests.polling import wait_until
 from tests.reporter.test_reload import start, stop
-from tests.servers import Server
+from tests.support.polling import wait_until
+from tests.support.servers import Server
 
 WAIT = 10.0
 SETTING = "[sink] header_files.Authorization"

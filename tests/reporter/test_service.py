@@ -29,9 +29,9 @@ from tests.reporter.helpers import (
     wait_until,
 )
 from tests.reporter.recorder import Recorder
-from tests.scriptcalls import Scripts
-from tests.servers import Server
 from tests.support.fixtures import MakeService
+from tests.support.scriptcalls import Scripts
+from tests.support.servers import Server
 
 QUICK = {"linger_ms": 200, "poll_interval_ms": 50}
 

@@ -25,7 +25,7 @@ from reporter._senders.outcome import Outcome
 from tests.delivery.wiring import delivery_for
 from tests.reporter.helpers import make_config, numbered
 from tests.reporter.helpers import store as push
-from tests.scriptcalls import Scripts, store_of, store_on
+from tests.support.scriptcalls import Scripts, store_of, store_on
 
 INTERVAL_US = 100_000  # 10 a second
 BASE_US = 1_700_000_000_000_000

@@ -31,7 +31,7 @@ from reporter._commands.status import run_status, watch
 from reporter._config import ReporterConfig
 from reporter._monitoring.accounting import read_totals
 from tests.reporter.helpers import numbered, store
-from tests.scriptcalls import Scripts, store_of
+from tests.support.scriptcalls import Scripts, store_of
 
 pytestmark = pytest.mark.usefixtures("no_telemetry_env", "restore_logging")
 

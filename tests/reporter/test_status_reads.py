@@ -19,8 +19,8 @@ from collector.store import KeySchema, open_store
 from collector.store._remembered import DEDUP_KEY_BYTES, WRITE_RECORD_BYTES, WRITER_BYTES
 from reporter._commands.cli import main
 from tests.reporter.helpers import make_config, numbered, store
-from tests.scriptcalls import Scripts
-from tests.servers import Cluster
+from tests.support.scriptcalls import Scripts
+from tests.support.servers import Cluster
 
 pytestmark = pytest.mark.usefixtures("no_telemetry_env", "restore_logging")
 

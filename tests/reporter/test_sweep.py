@@ -22,8 +22,8 @@ from tests.reporter.helpers import (
     wait_until,
 )
 from tests.reporter.recorder import Recorder
-from tests.scriptcalls import Scripts, store_of
 from tests.support.fixtures import MakeService
+from tests.support.scriptcalls import Scripts, store_of
 
 LINGER_MS = 1000
 GAME = "game-1"

@@ -17,9 +17,9 @@ from collector import ConfigError
 from collector.config import build_config, raw_settings
 from reporter._config import ReporterConfig, SinkSettings
 from reporter._senders.client import http_client
-from tests.markers import secret
-from tests.rawhttp import OK, RawServer, always
-from tests.tlscerts import Pki, make_pki
+from tests.support.markers import secret
+from tests.support.rawhttp import OK, RawServer, always
+from tests.support.tlscerts import Pki, make_pki
 
 PW = secret("proxy-pw")
 

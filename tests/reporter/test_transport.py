@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from reporter._http.transport import NEED_BODY, Proxy, SocketTransport
-from tests.markers import secret
-from tests.polling import wait_until
-from tests.rawhttp import (
+from tests.support.markers import secret
+from tests.support.polling import wait_until
+from tests.support.rawhttp import (
     OK,
     Act,
     RawServer,

@@ -15,7 +15,7 @@ import pytest
 
 from reporter._http.client_wire import STATUS_BODY_BYTES
 from reporter._http.transport import SocketTransport
-from tests.rawhttp import Act, RawServer, after, always, trickle
+from tests.support.rawhttp import Act, RawServer, after, always, trickle
 
 HUGE = 50 * 1024 * 1024
 CHUNK = 16 * 1024

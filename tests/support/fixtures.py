@@ -31,10 +31,10 @@ from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint, Responder
 from reporter._logging import QUIET_LOGGERS, REDACT
 from reporter._service.service import ReporterService
-from tests import prometheus
-from tests.polling import wait_until
-from tests.scriptcalls import Scripts, store_on
-from tests.servers import Cluster, SentinelGroup, Server, default_binary, server_binaries
+from tests.support import prometheus
+from tests.support.polling import wait_until
+from tests.support.scriptcalls import Scripts, store_on
+from tests.support.servers import Cluster, SentinelGroup, Server, default_binary, server_binaries
 
 try:
     BINARIES = server_binaries()

@@ -23,7 +23,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 # Every skip and CI failure of a missing tool starts with this; the summary counts them.
 NEEDS_PROMETHEUS = "needs Prometheus"
