@@ -26,7 +26,7 @@ from collector.store import (
 )
 from collector.store import Cluster as ClusterBackend
 from tests.reporter.helpers import make_config
-from tests.servers import Cluster, Server, wait_until_true
+from tests.support.servers import Cluster, Server, wait_until_true
 
 MODES = {"plain": {}, "confirmed": {"wait_for_replicas": 1, "wait_timeout_ms": 500}}
 
