@@ -25,7 +25,7 @@ import orjson
 from bench._harness import command_line, footer, header, parse
 from reporter._sinks.nppa.audit import AuditTrail
 from reporter._sinks.nppa.sender import NppaSender
-from tests.reporter.helpers import make_config
+from tests.support.entries import make_config
 
 FULL_RATE = 9.6  # requests a second: 10 less the 4 % headroom
 PI = "1" * 38

@@ -10,7 +10,7 @@ down-after 1 s, failover timeout 3 s) on free loopback ports, a reporter
 delivered the primary is SIGKILLed (``--how demote``: ``SENTINEL FAILOVER``, which promotes
 the replica and then turns the old primary into its replica); collecting goes on ``--after``
 seconds past the promotion of the replica; then the SDK flushes and the reporter drains
-(``tests/delivery/sentinel.py``).  Per run and in total: events collected, distinct events
+(``tests/support/sentinel.py``).  Per run and in total: events collected, distinct events
 delivered, duplicates, missing (collected, never delivered, counted nowhere) and how long the
 sentinels took.  ``--wait-for-replicas`` sets ``[redis] wait_for_replicas`` (where this
 version has it).
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from bench._harness import command_line, footer, header, parse, server_binary
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._service.service import ReporterService
-from tests.delivery.sentinel import FailoverRun, run_failover, sentinel_config
+from tests.support.sentinel import FailoverRun, run_failover, sentinel_config
 from tests.support.servers import SentinelGroup
 
 GAMES = [f"bench-game-{i}" for i in range(8)]

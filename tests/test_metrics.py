@@ -12,7 +12,7 @@ from collector.counters import REPORTER, SDK, Counter, Gauge
 from collector.metrics import NO_METRICS, FanOut, Tally, fan_out
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._service.service import ReporterService
-from tests.reporter.helpers import make_config
+from tests.support.entries import make_config
 from tests.support.polling import wait_until
 
 

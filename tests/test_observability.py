@@ -29,7 +29,7 @@ from collector import Collector
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._service.service import ReporterService
-from tests.reporter.helpers import make_config, now_ms, numbered, store
+from tests.support.entries import make_config, now_ms, numbered, store
 from tests.support.polling import wait_until
 from tests.support.prometheus import Prometheus
 from tests.support.scriptcalls import Scripts

@@ -17,7 +17,7 @@ import redis
 from collector import BufferFull, Collector, InvalidEvent
 from collector._buffer import EventBuffer
 from collector.store import KeySchema
-from tests.collector.helpers import balanced, queue_events, wait_until
+from tests.support.collected import balanced, queue_events, wait_until
 from tests.support.fixtures import FAST_FAILURE, MakeCollector
 from tests.support.servers import free_port
 

@@ -7,7 +7,7 @@ import pytest
 import redis
 
 from collector.store import KeySchema, encode_entry
-from tests.collector.helpers import stats_of
+from tests.support.collected import stats_of
 from tests.support.scriptcalls import Scripts
 
 SCHEMA = KeySchema("t", 16)

@@ -15,7 +15,7 @@ import redis
 import collector
 from collector import Collector
 from collector.store import ENTRY_TIME_DIGITS, KeySchema, SingleServer, Store, entry_time_ms
-from tests.collector.helpers import (
+from tests.support.collected import (
     balanced,
     queue_entries,
     queue_events,

@@ -14,8 +14,8 @@ import redis
 
 from collector import Collector, ConfigError, TelemetryConfig, TelemetryError
 from collector.store import KeySchema
-from tests.collector.helpers import queue_events, stats_of
 from tests.support import config_files
+from tests.support.collected import queue_events, stats_of
 from tests.support.config_files import write
 from tests.support.fixtures import MakeCollector
 from tests.support.markers import secret

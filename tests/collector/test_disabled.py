@@ -12,7 +12,7 @@ import pytest
 
 from collector import Collector, EventsDropped, TelemetryError
 from collector.counters import Counter
-from tests.collector.helpers import balanced
+from tests.support.collected import balanced
 from tests.support.fixtures import MakeCollector
 
 

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from collector.store import KeySchema
-from tests.collector.helpers import queue_entries, queue_events
+from tests.support.collected import queue_entries, queue_events
 from tests.support.fixtures import MakeCollector
 
 SCHEMA = KeySchema("conv", 4)

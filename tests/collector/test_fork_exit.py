@@ -18,7 +18,7 @@ import collector
 import collector._default
 from collector import Collector
 from collector.store import KeySchema
-from tests.collector.helpers import queue_events, seqs, wait_until
+from tests.support.collected import queue_events, seqs, wait_until
 from tests.support.fixtures import FAST_FAILURE, MakeCollector
 from tests.support.servers import Server, env_without_telemetry
 

@@ -13,7 +13,7 @@ import redis
 from collector import BackendError, Collector, EventsDropped, TelemetryError
 from collector.counters import Counter
 from collector.store import KeySchema
-from tests.collector.helpers import queue_events, stats_total, wait_until
+from tests.support.collected import queue_events, stats_total, wait_until
 from tests.support.fixtures import FAST_FAILURE, MakeCollector
 from tests.support.servers import Server
 

@@ -21,8 +21,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from collector.store import SCRIPT_NAMES, KeySchema
-from tests.collector.helpers import queue_events
 from tests.support import servers
+from tests.support.collected import queue_events
 from tests.support.servers import Server, env_without_telemetry
 from tests.support.sources import SOURCES
 

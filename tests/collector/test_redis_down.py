@@ -6,7 +6,7 @@ import pytest
 
 from collector import Collector, EventsDropped
 from collector.store import KeySchema
-from tests.collector.helpers import balanced, queue_events, stats_total, wait_until
+from tests.support.collected import balanced, queue_events, stats_total, wait_until
 from tests.support.fixtures import FAST_FAILURE, MakeCollector
 from tests.support.servers import Server
 

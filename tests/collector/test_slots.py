@@ -14,7 +14,7 @@ from redis.crc import key_slot
 
 import collector.store._backends
 from collector.store import Collect, KeySchema, validate_game
-from tests.collector.helpers import queue_events, stats_total, wait_until
+from tests.support.collected import queue_events, stats_total, wait_until
 from tests.support.fixtures import MakeCollector
 from tests.support.servers import Cluster
 

@@ -13,7 +13,7 @@ import redis
 
 from collector._constants import WRITES_PER_WRITER
 from collector.store import Collect, KeySchema, Stored, encode_entry, keyed_entry, lua_script
-from tests.collector.helpers import stats_of
+from tests.support.collected import stats_of
 
 SCHEMA = KeySchema("once", 4)
 GAME = "game-1"

@@ -9,7 +9,7 @@ import pytest
 
 from collector import BackendError
 from collector.store import BackendRefused, KeySchema
-from tests.collector.helpers import balanced, queue_events, stats_total, wait_until
+from tests.support.collected import balanced, queue_events, stats_total, wait_until
 from tests.support.fixtures import MakeCollector
 from tests.support.servers import Server
 

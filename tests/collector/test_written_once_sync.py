@@ -12,7 +12,7 @@ import pytest
 
 from collector import BackendUnconfirmed
 from collector.store import KeySchema
-from tests.collector.helpers import balanced, queue_events, wait_until
+from tests.support.collected import balanced, queue_events, wait_until
 from tests.support.fixtures import MakeCollector
 from tests.support.relay import relay_to
 from tests.support.servers import Server

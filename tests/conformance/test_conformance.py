@@ -13,7 +13,7 @@ import pytest
 
 from reporter._conformance.suite import CASES, run_conformance
 from reporter._demo import embedded
-from tests.conformance.broken_producer import BREAKS
+from tests.support.broken_producer import BREAKS
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON_PRODUCER = [sys.executable, "-m", "collector.conformance_producer"]
@@ -46,7 +46,7 @@ def test_the_python_sdk_conforms() -> None:
 @pytest.mark.parametrize("broken", sorted(BREAKS))
 def test_a_producer_that_breaks_a_promise_fails_its_case(broken: str) -> None:
     case = BREAKS[broken][1]
-    command = [sys.executable, "-m", "tests.conformance.broken_producer", broken]
+    command = [sys.executable, "-m", "tests.support.broken_producer", broken]
     code, out = run(command, case, timeout=4)
     assert code == 1, out
     [verdict] = [line for line in out.splitlines() if line.startswith(("PASS", "FAIL"))]

@@ -12,7 +12,8 @@ import redis
 
 from collector.store import KeySchema, encode_entry
 from reporter._pacing.body_limit import JSON_BODY
-from tests.delivery.helpers import (
+from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.scenarios import (
     assert_reconciled,
     drained,
     make_config,
@@ -20,7 +21,6 @@ from tests.delivery.helpers import (
     schema_of,
     wait_until,
 )
-from tests.support.fixtures import MakeEndpoint, StartService
 from tests.support.scriptcalls import Scripts
 
 GAME = "bytes"

@@ -19,7 +19,8 @@ import redis
 
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
-from tests.delivery.helpers import (
+from tests.support.fixtures import MakeEndpoint
+from tests.support.scenarios import (
     Script,
     assert_reconciled,
     config_toml,
@@ -31,7 +32,6 @@ from tests.delivery.helpers import (
     totals,
     wait_until,
 )
-from tests.support.fixtures import MakeEndpoint
 from tests.support.servers import Server, env_without_telemetry
 
 GAME = "crash"

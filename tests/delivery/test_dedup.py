@@ -19,15 +19,15 @@ from collector.store import open_store
 from reporter._commands.status import status_text
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._demo.nppa_mock import NppaEndpoint
-from tests.delivery.helpers import (
+from tests.support.entries import make_config as nppa_make_config
+from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.scenarios import (
     assert_reconciled,
     drained,
     make_config,
     schema_of,
     wait_until,
 )
-from tests.reporter.helpers import make_config as nppa_make_config
-from tests.support.fixtures import MakeEndpoint, StartService
 from tests.support.servers import Server, env_without_telemetry
 
 ROOT = Path(__file__).resolve().parents[2]

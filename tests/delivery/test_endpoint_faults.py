@@ -19,7 +19,8 @@ from collector.store import KeySchema
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import Totals
 from reporter._service.service import ReporterService
-from tests.delivery.helpers import (
+from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.scenarios import (
     Script,
     assert_reconciled,
     drained,
@@ -29,7 +30,6 @@ from tests.delivery.helpers import (
     schema_of,
     wait_until,
 )
-from tests.support.fixtures import MakeEndpoint, StartService
 from tests.support.scriptcalls import store_of
 from tests.support.servers import Server, free_port
 

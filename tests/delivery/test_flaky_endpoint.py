@@ -26,7 +26,9 @@ from typing import Any
 import pytest
 from redis.cluster import RedisCluster
 
-from tests.delivery.helpers import (
+from tests.delivery.test_crashes import Spawn, spawn  # noqa: F401 - the fixture
+from tests.support.fixtures import MakeEndpoint
+from tests.support.scenarios import (
     Script,
     assert_reconciled,
     config_toml,
@@ -36,8 +38,6 @@ from tests.delivery.helpers import (
     schema_of,
     wait_until,
 )
-from tests.delivery.test_crashes import Spawn, spawn  # noqa: F401 - the fixture
-from tests.support.fixtures import MakeEndpoint
 from tests.support.servers import Cluster, Server, env_without_telemetry
 
 ROOT = Path(__file__).resolve().parents[2]

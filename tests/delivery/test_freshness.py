@@ -16,7 +16,8 @@ from collector.store import KeySchema
 from reporter._delivery.batches import Batches, new_id
 from reporter._monitoring.accounting import read_totals
 from reporter._sinks.registry import make_sender
-from tests.delivery.helpers import (
+from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.scenarios import (
     Script,
     assert_reconciled,
     drained,
@@ -26,10 +27,9 @@ from tests.delivery.helpers import (
     schema_of,
     wait_until,
 )
-from tests.delivery.wiring import Delivery, delivery_for
-from tests.support.fixtures import MakeEndpoint, StartService
 from tests.support.scriptcalls import store_of, store_on
 from tests.support.servers import Server
+from tests.support.wiring import Delivery, delivery_for
 
 MAX_AGE = 180.0
 GAME = "fresh"

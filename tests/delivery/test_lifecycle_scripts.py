@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reporter._monitoring.accounting import read_totals
-from tests.delivery.lifecycle import LEASE_MS, Shard, new_token, server_ms
+from tests.support.lifecycle import LEASE_MS, Shard, new_token, server_ms
 from tests.support.scriptcalls import store_of
 
 

@@ -16,7 +16,8 @@ from collector.counters import Counter as C
 from collector.store import encode_entry
 from reporter._delivery.attempt import malformed
 from reporter._senders.outcome import MALFORMED
-from tests.delivery.helpers import (
+from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.scenarios import (
     assert_reconciled,
     drained,
     make_config,
@@ -24,7 +25,6 @@ from tests.delivery.helpers import (
     schema_of,
     wait_until,
 )
-from tests.support.fixtures import MakeEndpoint, StartService
 from tests.support.scriptcalls import Scripts, store_of
 
 GAME = "framing"

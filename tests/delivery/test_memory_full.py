@@ -27,7 +27,8 @@ from collector.store import SCRIPT_NAMES, KeySchema, ShardKeys, encode_entry, sc
 from reporter._commands.status import status_text
 from reporter._monitoring.levels import RedisReadings
 from reporter._service.store_watch import StoreWatch
-from tests.delivery.helpers import (
+from tests.support.fixtures import BINARIES, MakeEndpoint, StartService
+from tests.support.scenarios import (
     assert_reconciled,
     drained,
     make_config,
@@ -35,7 +36,6 @@ from tests.delivery.helpers import (
     schema_of,
     wait_until,
 )
-from tests.support.fixtures import BINARIES, MakeEndpoint, StartService
 from tests.support.scriptcalls import Scripts, store_of, store_on
 from tests.support.servers import Cluster, Server
 

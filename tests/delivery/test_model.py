@@ -30,7 +30,7 @@ from hypothesis.stateful import (
 
 from collector.store import encode_entry
 from reporter._monitoring.accounting import read_totals
-from tests.delivery.lifecycle import Shard
+from tests.support.lifecycle import Shard
 from tests.support.scriptcalls import store_of
 
 GAMES = ("a", "b")

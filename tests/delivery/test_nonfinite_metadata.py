@@ -27,7 +27,7 @@ from collector.store import (
 from reporter._commands.cli import main
 from reporter._config import ReporterSettings, RetrySettings
 from reporter._monitoring.accounting import read_totals
-from tests.delivery.lifecycle import LEASE_MS, Shard, new_token
+from tests.support.lifecycle import LEASE_MS, Shard, new_token
 from tests.support.scriptcalls import store_of
 
 POLICY = RetryPolicy(100, 1000, 3, 100)

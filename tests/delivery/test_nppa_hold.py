@@ -29,7 +29,7 @@ from reporter._pacing.send_hold import read_hold
 from reporter._service.service import ReporterService
 from reporter._sinks.nppa.trail import read_session, summary
 from tests.delivery.test_nppa_reporting import APP_ID, GAMES, PI, accepted_count
-from tests.reporter.helpers import make_config
+from tests.support.entries import make_config
 from tests.support.fixtures import StartService
 from tests.support.polling import wait_until
 from tests.support.servers import Server

@@ -17,7 +17,7 @@ from collector import Collector, nppa
 from reporter._config import ReporterConfig
 from reporter._demo.nppa_mock import NppaEndpoint
 from reporter._monitoring.accounting import read_totals
-from tests.reporter.helpers import make_config
+from tests.support.entries import make_config
 from tests.support.fixtures import StartService
 from tests.support.polling import wait_until
 

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import signal
 
-from tests.delivery.helpers import (
+from tests.delivery.test_crashes import EXIT_MARGIN, Spawn, spawn  # noqa: F401
+from tests.support.fixtures import MakeEndpoint
+from tests.support.lifecycle import server_ms
+from tests.support.polling import wait_until
+from tests.support.scenarios import (
     Script,
     assert_reconciled,
     drained,
@@ -16,10 +20,6 @@ from tests.delivery.helpers import (
     received_keys,
     schema_of,
 )
-from tests.delivery.lifecycle import server_ms
-from tests.delivery.test_crashes import EXIT_MARGIN, Spawn, spawn  # noqa: F401
-from tests.support.fixtures import MakeEndpoint
-from tests.support.polling import wait_until
 from tests.support.servers import Server
 
 SHARDS = 4

@@ -15,9 +15,9 @@ from collector.store import KeySchema, encode_entry, entry_event
 from reporter._delivery.batches import Batches
 from reporter._monitoring.accounting import read_totals
 from reporter._senders.outcome import DELIVERED, Outcome
-from tests.delivery.helpers import make_config, schema_of
-from tests.delivery.wiring import Delivery, delivery_for
+from tests.support.scenarios import make_config, schema_of
 from tests.support.scriptcalls import Scripts, store_of, store_on
+from tests.support.wiring import Delivery, delivery_for
 
 GAME = "partial"
 

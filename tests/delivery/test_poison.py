@@ -34,7 +34,7 @@ from collector.store import (
     TakeTokens,
 )
 from reporter._monitoring.accounting import Totals, read_totals
-from tests.delivery.lifecycle import LEASE_MS, MAX_AGE_MS, Shard, new_token
+from tests.support.lifecycle import LEASE_MS, MAX_AGE_MS, Shard, new_token
 from tests.support.scriptcalls import store_of
 
 POLICY = RetryPolicy(100, 1000, 3, 100)

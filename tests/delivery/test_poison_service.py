@@ -18,7 +18,8 @@ from collector import Collector
 from collector.store import KeySchema, ShardKeys, encode_entry
 from reporter._commands.cli import main
 from reporter._config import ReporterConfig
-from tests.delivery.helpers import (
+from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.scenarios import (
     config_toml,
     drained,
     make_config,
@@ -26,7 +27,6 @@ from tests.delivery.helpers import (
     schema_of,
     wait_until,
 )
-from tests.support.fixtures import MakeEndpoint, StartService
 from tests.support.servers import free_port
 
 GAMES = [f"game-{i}" for i in range(12)]

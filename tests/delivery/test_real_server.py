@@ -18,9 +18,9 @@ import uvicorn
 
 from reporter._senders.outcome import DELIVERED, Outcome
 from reporter._sinks.json.sender import JsonSender
-from tests.delivery.helpers import drained, make_config, push_events, schema_of, wait_until
 from tests.delivery.test_endpoint_faults import games_in_distinct_shards
 from tests.support.fixtures import StartService
+from tests.support.scenarios import drained, make_config, push_events, schema_of, wait_until
 from tests.support.servers import Server
 
 KEEP_ALIVE_SECONDS = 1

@@ -17,7 +17,8 @@ import time
 import pytest
 
 from collector import Collector
-from tests.delivery.helpers import (
+from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.scenarios import (
     assert_reconciled,
     drained,
     make_config,
@@ -25,7 +26,6 @@ from tests.delivery.helpers import (
     schema_of,
     wait_until,
 )
-from tests.support.fixtures import MakeEndpoint, StartService
 from tests.support.servers import Server
 
 GAMES = ("arena", "puzzle", "kart")

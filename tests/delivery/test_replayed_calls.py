@@ -37,7 +37,7 @@ from collector.store import (
     TakeTokens,
     lua_script,
 )
-from tests.delivery.lifecycle import LEASE_MS, MAX_AGE_MS, Shard, new_token, server_ms
+from tests.support.lifecycle import LEASE_MS, MAX_AGE_MS, Shard, new_token, server_ms
 from tests.support.replydrop import reply_dropper
 from tests.support.scriptcalls import store_of
 

@@ -14,7 +14,9 @@ import redis
 from collector.store import KeySchema
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
-from tests.delivery.helpers import (
+from tests.delivery.test_crashes import EXIT_MARGIN, ReporterProcess, Spawn, spawn  # noqa: F401
+from tests.support.fixtures import MakeEndpoint
+from tests.support.scenarios import (
     Script,
     assert_reconciled,
     drained,
@@ -24,8 +26,6 @@ from tests.delivery.helpers import (
     schema_of,
     wait_until,
 )
-from tests.delivery.test_crashes import EXIT_MARGIN, ReporterProcess, Spawn, spawn  # noqa: F401
-from tests.support.fixtures import MakeEndpoint
 from tests.support.servers import Server
 
 SHARDS = 8

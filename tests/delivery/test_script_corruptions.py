@@ -58,8 +58,8 @@ from collector.store import (
 )
 from collector.store._keys import receipt_key, sibling
 from reporter._monitoring.accounting import read_totals
-from tests.delivery.lifecycle import LEASE_MS, MAX_AGE_MS, Shard, new_token, server_ms
 from tests.support.fixtures import BINARIES
+from tests.support.lifecycle import LEASE_MS, MAX_AGE_MS, Shard, new_token, server_ms
 from tests.support.scriptcalls import store_of
 from tests.support.servers import Server
 

@@ -18,7 +18,9 @@ from collector import Collector
 from collector.store import BackendUnavailable, Collect, open_store
 from reporter._commands.cli import main, startup_line
 from reporter._config import ReporterConfig
-from tests.delivery.helpers import (
+from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.markers import secret
+from tests.support.scenarios import (
     assert_reconciled,
     config_toml,
     drained,
@@ -28,9 +30,7 @@ from tests.delivery.helpers import (
     schema_of,
     wait_until,
 )
-from tests.delivery.sentinel import sentinel_config
-from tests.support.fixtures import MakeEndpoint, StartService
-from tests.support.markers import secret
+from tests.support.sentinel import sentinel_config
 from tests.support.servers import SentinelGroup, Server, default_binary, free_port
 
 pytestmark = pytest.mark.usefixtures("restore_logging")

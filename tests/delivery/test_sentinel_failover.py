@@ -1,4 +1,4 @@
-"""A Sentinel failover under load (``tests/delivery/sentinel.py``): the primary is killed
+"""A Sentinel failover under load (``tests/support/sentinel.py``): the primary is killed
 (SIGKILL), or demoted by ``SENTINEL FAILOVER``, while the SDK collects and a reporter
 delivers; neither is restarted.
 
@@ -17,9 +17,9 @@ from collections import Counter
 
 import pytest
 
-from tests.delivery.helpers import assert_reconciled
-from tests.delivery.sentinel import run_failover, sentinel_config
 from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.scenarios import assert_reconciled
+from tests.support.sentinel import run_failover, sentinel_config
 from tests.support.servers import SentinelGroup
 
 # (how, [redis] wait_for_replicas) runs (0: off, the default).  With 1, a killed primary's

@@ -10,7 +10,7 @@ import redis
 
 from collector.store import BackendRefused, RetryState, entry_event
 from reporter._monitoring.accounting import read_totals
-from tests.delivery.lifecycle import LEASE_MS, Shard, new_token
+from tests.support.lifecycle import LEASE_MS, Shard, new_token
 from tests.support.scriptcalls import store_of
 
 

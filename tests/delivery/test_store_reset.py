@@ -11,8 +11,8 @@ import pytest
 from collector import Collector
 from reporter._service.service import ReporterService
 from reporter._service.store_watch import ALERT_NAME
-from tests.delivery.helpers import Script, make_config, wait_until
 from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.scenarios import Script, make_config, wait_until
 from tests.support.servers import Server
 
 GAME = "reset"

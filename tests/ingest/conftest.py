@@ -11,7 +11,7 @@ import pytest
 
 from reporter._config import ReporterConfig
 from reporter._ingest.service import IngestService
-from tests.delivery.helpers import make_config
+from tests.support.scenarios import make_config
 
 TOKEN = "ingest-test-token-0123456789abcdef"
 StartIngest = Callable[..., IngestService]

@@ -11,10 +11,10 @@ import pytest
 import redis
 
 from reporter._demo.endpoint import LocalEndpoint
-from tests.delivery.helpers import make_config, wait_until
 from tests.ingest.conftest import TOKEN, StartIngest, ingest_config
-from tests.ingest.helpers import NDJSON, as_array, as_ndjson, headers
 from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.ingest_requests import NDJSON, as_array, as_ndjson, headers
+from tests.support.scenarios import make_config, wait_until
 
 REQUESTS = 100
 PER_REQUEST = 100

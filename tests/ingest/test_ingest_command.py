@@ -18,7 +18,7 @@ import redis
 from collector import ConfigError
 from reporter._config import ReporterConfig
 from tests.ingest.conftest import TOKEN, StartIngest, ingest_config
-from tests.ingest.helpers import as_array, headers
+from tests.support.ingest_requests import as_array, headers
 from tests.support.polling import wait_until
 from tests.support.servers import env_without_telemetry, free_port
 

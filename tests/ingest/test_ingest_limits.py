@@ -11,9 +11,9 @@ import httpx
 import redis
 
 from reporter._ingest.service import IngestService
-from tests.delivery.helpers import wait_until
 from tests.ingest.conftest import StartIngest, ingest_config
-from tests.ingest.helpers import as_array
+from tests.support.ingest_requests import as_array
+from tests.support.scenarios import wait_until
 from tests.support.servers import Server, free_port
 
 DOWN = {"socket_timeout_seconds": 0.2, "connect_timeout_seconds": 0.2}

@@ -18,7 +18,7 @@ from collector import Collector
 from collector.store import open_store
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import read_totals
-from tests.reporter.helpers import make_config, wait_until
+from tests.support.entries import make_config, wait_until
 from tests.support.fixtures import MakeService
 from tests.support.servers import Cluster, Server
 

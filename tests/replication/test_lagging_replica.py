@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from collector.store import KeySchema
-from tests.collector.helpers import queue_events, wait_until
+from tests.support.collected import queue_events, wait_until
 from tests.support.fixtures import BINARIES, MakeCollector
 from tests.support.relay import Relay, relay_to
 from tests.support.servers import Server

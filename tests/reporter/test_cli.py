@@ -21,7 +21,7 @@ from collector.store import KeySchema
 from reporter._commands.cli import main
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import read_totals
-from tests.reporter.helpers import ids_of, now_ms, numbered, store, wait_until
+from tests.support.entries import ids_of, now_ms, numbered, store, wait_until
 from tests.support.markers import secret
 from tests.support.scriptcalls import Scripts, store_of
 from tests.support.servers import Server, env_without_telemetry

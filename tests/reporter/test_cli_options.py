@@ -336,7 +336,7 @@ def test_version_and_usage_errors_in_a_process() -> None:
 
 def test_open_store_translates_what_the_cluster_client_meets_on_connecting(redis_url: str) -> None:
     from collector.store import BackendError, open_store
-    from tests.reporter.helpers import make_config
+    from tests.support.entries import make_config
 
     settings = dataclasses.replace(make_config(redis_url).redis, cluster=True)
     with pytest.raises(BackendError, match="Cluster mode is not enabled") as raised:

@@ -25,7 +25,7 @@ from collector.store import (
     TakeRetries,
 )
 from collector.store import Cluster as ClusterBackend
-from tests.reporter.helpers import make_config
+from tests.support.entries import make_config
 from tests.support.servers import Cluster, Server, wait_until_true
 
 MODES = {"plain": {}, "confirmed": {"wait_for_replicas": 1, "wait_timeout_ms": 500}}

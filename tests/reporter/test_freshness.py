@@ -12,7 +12,7 @@ import redis
 from reporter._delivery.freshness import Freshness, sink_freshness, split_fresh
 from reporter._monitoring.accounting import read_totals
 from reporter._service.service import ReporterService
-from tests.reporter.helpers import (
+from tests.support.entries import (
     entry,
     ids_of,
     make_config,
@@ -21,8 +21,8 @@ from tests.reporter.helpers import (
     stats_total,
     store,
 )
-from tests.reporter.recorder import Recorder
 from tests.support.fixtures import MakeService
+from tests.support.recorder import Recorder
 from tests.support.scriptcalls import Scripts, store_of
 
 NOW_MS = 1_700_000_000_000

@@ -19,7 +19,7 @@ from reporter._senders.outcome import Refusal
 from reporter._senders.secrets import SecretFile
 from reporter._sinks.nppa.settings import read_key_file
 from reporter._sinks.nppa.sink import NPPA_KEY
-from tests.reporter.helpers import make_config
+from tests.support.entries import make_config
 from tests.support.scriptcalls import store_of
 from tests.support.servers import Cluster
 

@@ -17,9 +17,9 @@ from reporter._delivery.batches import Batches
 from reporter._pacing.limiter import LocalTokenBucket, SharedTokenBucket, Unlimited
 from reporter._pacing.permits import make_limiter
 from reporter._senders.outcome import Outcome
-from tests.delivery.wiring import delivery_for
-from tests.reporter.helpers import make_config, numbered, store
+from tests.support.entries import make_config, numbered, store
 from tests.support.scriptcalls import Scripts, store_of, store_on
+from tests.support.wiring import delivery_for
 
 SECONDS = 5.0
 STEP = 0.001

@@ -12,9 +12,9 @@ from reporter._delivery import settling
 from reporter._delivery.settling import log_kind
 from reporter._monitoring.accounting import read_totals
 from reporter._senders.outcome import REJECTED, RETRY, Outcome, Refusal
-from tests.reporter.helpers import make_config, numbered, store, wait_until
-from tests.reporter.recorder import Recorder
+from tests.support.entries import make_config, numbered, store, wait_until
 from tests.support.fixtures import MakeService
+from tests.support.recorder import Recorder
 from tests.support.scriptcalls import Scripts
 
 

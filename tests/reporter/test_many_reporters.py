@@ -10,10 +10,10 @@ import httpx
 import redis
 
 from reporter._service.service import ReporterService
-from tests.reporter.helpers import make_config, numbered, wait_until
-from tests.reporter.recorder import Recorder
 from tests.reporter.test_service import store_many
+from tests.support.entries import make_config, numbered, wait_until
 from tests.support.fixtures import MakeService
+from tests.support.recorder import Recorder
 
 QUICK = {"linger_ms": 200, "poll_interval_ms": 50, "shard_lease_seconds": 1.0}
 SHARDS = 8

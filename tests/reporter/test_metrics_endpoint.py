@@ -25,8 +25,8 @@ from reporter._exceptions import ReporterError
 from reporter._monitoring.prometheus import SEND_ERRORS
 from reporter._monitoring.server import SERVER_COUNTERS
 from reporter._service.service import ReporterService
-from tests.reporter.helpers import make_config, now_ms, numbered, store, wait_until
 from tests.support.config_files import write
+from tests.support.entries import make_config, now_ms, numbered, store, wait_until
 from tests.support.fixtures import MakeService
 from tests.support.scriptcalls import Scripts
 from tests.support.servers import Server, free_port
@@ -462,7 +462,7 @@ def test_without_prometheus_client_only_the_endpoint_needs_it(redis_url: str) ->
 import sys
 sys.modules["prometheus_client"] = None  # as if it were not installed
 from reporter._service.service import ReporterService
-from tests.reporter.helpers import make_config
+from tests.support.entries import make_config
 print(ReporterService(make_config({redis_url!r})).endpoint)
 try:
     ReporterService(make_config({redis_url!r}, metrics={{"listen": "127.0.0.1:0"}}))

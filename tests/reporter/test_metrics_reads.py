@@ -16,7 +16,7 @@ from collector.store import BackendUnavailable, KeySchema, Store, open_store
 from collector.store import Cluster as ClusterBackend
 from collector.store._read_replies import PIPELINE_SHARDS
 from reporter._monitoring.accounting import read_totals
-from tests.reporter.helpers import make_config, now_ms, numbered, store
+from tests.support.entries import make_config, now_ms, numbered, store
 from tests.support.scriptcalls import Scripts, store_of
 from tests.support.servers import Cluster, Server
 

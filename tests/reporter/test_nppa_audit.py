@@ -244,7 +244,7 @@ def test_the_session_command_says_whether_each_behaviour_was_accepted(
 CHILD = """
 import sys
 from reporter._sinks.nppa.sender import NppaSender
-from tests.reporter.helpers import make_config
+from tests.support.entries import make_config
 
 config = make_config(
     "redis://127.0.0.1:1/0",

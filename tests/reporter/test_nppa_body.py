@@ -11,7 +11,7 @@ import pytest
 
 from reporter._senders.outcome import DELIVERED, RETRY
 from reporter._sinks.nppa.sender import NOT_SENT, NppaSender
-from tests.reporter.helpers import make_config
+from tests.support.entries import make_config
 from tests.support.rawhttp import always, raw_server, then_hold
 
 SECRET = "00112233445566778899aabbccddeeff"

@@ -20,7 +20,7 @@ from reporter._config import ReporterConfig
 from reporter._senders.outcome import DELIVERED, REJECTED, RETRY
 from reporter._sinks.nppa.sender import CHECK, NppaSender, classify, endpoint_url
 from reporter._sinks.nppa.wire import seal, signature, unseal
-from tests.reporter.helpers import make_config
+from tests.support.entries import make_config
 
 # The worked example of the interface description (shared/nppa.md).
 EXAMPLE_SECRET = "2836e95fcd10e04b0069bb1ee659955b"

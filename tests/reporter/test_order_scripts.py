@@ -10,9 +10,9 @@ import json
 import redis
 
 from collector.store import RetryState
-from tests.reporter.helpers import now_ms, numbered, store
-from tests.reporter.scripting import GAME, KEYS, LEASE_MS, SCHEMA, TOKEN, meta
+from tests.support.entries import now_ms, numbered, store
 from tests.support.scriptcalls import Scripts
+from tests.support.scripting import GAME, KEYS, LEASE_MS, SCHEMA, TOKEN, meta
 
 OTHER = "game-3"  # another game of the same shard
 assert SCHEMA.for_game(OTHER) == KEYS

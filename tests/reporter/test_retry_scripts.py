@@ -8,8 +8,9 @@ from typing import Any
 import redis
 
 from collector.store import RetryState
-from tests.reporter.helpers import now_ms, numbered, stats, store, wait_until
-from tests.reporter.scripting import (
+from tests.support.entries import now_ms, numbered, stats, store, wait_until
+from tests.support.scriptcalls import Scripts
+from tests.support.scripting import (
     GAME,
     KEYS,
     LEASE_MS,
@@ -20,7 +21,6 @@ from tests.reporter.scripting import (
     meta,
     snapshot,
 )
-from tests.support.scriptcalls import Scripts
 
 # -- release, nack, take_retries -----------------------------------------------------------
 

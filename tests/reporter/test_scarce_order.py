@@ -14,10 +14,10 @@ import redis
 from collector.store import GameState, KeySchema
 from reporter._service.service import ReporterService
 from reporter._service.workers import NEXT_REQUEST_MS
-from tests.reporter.helpers import make_config, now_ms, numbered, store
-from tests.reporter.recorder import Recorder
 from tests.reporter.test_sweep import Clock
+from tests.support.entries import make_config, now_ms, numbered, store
 from tests.support.fixtures import MakeService
+from tests.support.recorder import Recorder
 from tests.support.scriptcalls import Scripts
 
 LINGER_MS = 1000

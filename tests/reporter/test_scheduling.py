@@ -19,7 +19,7 @@ from apscheduler.events import EVENT_JOB_EXECUTED, JobExecutionEvent
 
 from reporter._constants import FAILING_PAUSE_SECONDS
 from reporter._service.scheduling import Runner
-from tests.reporter.helpers import make_config
+from tests.support.entries import make_config
 from tests.support.polling import wait_until
 from tests.support.servers import env_without_telemetry
 

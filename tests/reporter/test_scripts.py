@@ -7,8 +7,9 @@ import redis
 
 from collector.store import BackendRefused, KeySchema
 from reporter._delivery.batches import Batches
-from tests.reporter.helpers import make_config, now_ms, numbered, stats, store
-from tests.reporter.scripting import (
+from tests.support.entries import make_config, now_ms, numbered, stats, store
+from tests.support.scriptcalls import Scripts, store_on
+from tests.support.scripting import (
     GAME,
     KEYS,
     LEASE_MS,
@@ -19,7 +20,6 @@ from tests.reporter.scripting import (
     registered,
     snapshot,
 )
-from tests.support.scriptcalls import Scripts, store_on
 
 # -- claim ---------------------------------------------------------------------------------
 

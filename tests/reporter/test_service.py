@@ -20,7 +20,7 @@ from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint, Received
 from reporter._monitoring.accounting import read_totals
 from reporter._service.service import ReporterService
-from tests.reporter.helpers import (
+from tests.support.entries import (
     TTL,
     ids_of,
     make_config,
@@ -28,8 +28,8 @@ from tests.reporter.helpers import (
     numbered,
     wait_until,
 )
-from tests.reporter.recorder import Recorder
 from tests.support.fixtures import MakeService
+from tests.support.recorder import Recorder
 from tests.support.scriptcalls import Scripts
 from tests.support.servers import Server
 

@@ -16,7 +16,7 @@ import pytest
 from reporter._config import ReporterConfig, sink_problems
 from reporter._sinks.base import Sink
 from reporter._sinks.registry import SINKS, make_sender, make_sink
-from tests.reporter.helpers import make_config
+from tests.support.entries import make_config
 
 ROOT = Path(__file__).resolve().parents[2]
 KIND_PACKAGES = ROOT / "reporter" / "_sinks"

@@ -22,10 +22,10 @@ from reporter._pacing.limiter import Unlimited
 from reporter._pacing.permits import Permits, make_limiter
 from reporter._pacing.slots import SLOT_HORIZON_SECONDS, SharedSlots
 from reporter._senders.outcome import Outcome
-from tests.delivery.wiring import delivery_for
-from tests.reporter.helpers import make_config, numbered
-from tests.reporter.helpers import store as push
+from tests.support.entries import make_config, numbered
+from tests.support.entries import store as push
 from tests.support.scriptcalls import Scripts, store_of, store_on
+from tests.support.wiring import delivery_for
 
 INTERVAL_US = 100_000  # 10 a second
 BASE_US = 1_700_000_000_000_000

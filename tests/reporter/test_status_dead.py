@@ -30,7 +30,7 @@ from reporter._commands.dead import duration, run_dead
 from reporter._commands.status import run_status, watch
 from reporter._config import ReporterConfig
 from reporter._monitoring.accounting import read_totals
-from tests.reporter.helpers import numbered, store
+from tests.support.entries import numbered, store
 from tests.support.scriptcalls import Scripts, store_of
 
 pytestmark = pytest.mark.usefixtures("no_telemetry_env", "restore_logging")

@@ -18,7 +18,7 @@ from collector.logs import counted
 from collector.store import KeySchema, open_store
 from collector.store._remembered import DEDUP_KEY_BYTES, WRITE_RECORD_BYTES, WRITER_BYTES
 from reporter._commands.cli import main
-from tests.reporter.helpers import make_config, numbered, store
+from tests.support.entries import make_config, numbered, store
 from tests.support.scriptcalls import Scripts
 from tests.support.servers import Cluster
 

@@ -12,7 +12,7 @@ import redis
 from collector.store import BackendRefused, Claim, KeySchema
 from reporter._monitoring.accounting import read_totals
 from reporter._service.service import ReporterService
-from tests.reporter.helpers import (
+from tests.support.entries import (
     ids_of,
     make_config,
     now_ms,
@@ -21,8 +21,8 @@ from tests.reporter.helpers import (
     store,
     wait_until,
 )
-from tests.reporter.recorder import Recorder
 from tests.support.fixtures import MakeService
+from tests.support.recorder import Recorder
 from tests.support.scriptcalls import Scripts, store_of
 
 LINGER_MS = 1000

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from reporter._demo.nppa_mock import NppaEndpoint
-from tests.reporter.nppa_mock.protocol_requests import (
+from tests.support.nppa_requests import (
     APP,
     BIZ,
     KEY,

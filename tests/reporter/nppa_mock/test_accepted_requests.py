@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from reporter._demo.nppa_mock import Accepted, NppaEndpoint, RequestLog
-from tests.reporter.nppa_mock.protocol_requests import (
+from tests.support.nppa_requests import (
     BIZ,
     S0,
     T0,

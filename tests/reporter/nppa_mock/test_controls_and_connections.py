@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from reporter._demo.nppa_mock import PATH, NppaEndpoint
-from tests.reporter.nppa_mock.protocol_requests import (
+from tests.support.nppa_requests import (
     APP,
     BIZ,
     JSON,

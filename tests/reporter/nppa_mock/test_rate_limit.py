@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from tests.reporter.nppa_mock.protocol_requests import (
+from tests.support.nppa_requests import (
     BIZ,
     KEY2,
     OTHER_BIZ,

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from reporter._demo.nppa_mock import PATH, decrypt, signature
-from tests.reporter.nppa_mock.protocol_requests import (
+from tests.support.nppa_requests import (
     EX_BODY,
     EX_HEADERS,
     EX_KEY,

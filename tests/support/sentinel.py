@@ -20,8 +20,8 @@ from collector.store import lua_script
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import Totals
-from tests.delivery.helpers import drained, event, make_config, received_keys, schema_of
 from tests.support.polling import wait_until
+from tests.support.scenarios import drained, event, make_config, received_keys, schema_of
 from tests.support.servers import SentinelGroup
 
 Key = tuple[str, int]

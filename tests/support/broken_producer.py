@@ -1,7 +1,7 @@
 """The Python SDK's conformance producer with one promise of the protocol broken, to show
 that the suite catches it:
 
-    python -m tests.conformance.broken_producer BREAK
+    python -m tests.support.broken_producer BREAK
 
 Each break is one small change (a setting ignored, one function of the SDK replaced); the
 rest is the real SDK and its real adapter (``collector.conformance_producer``).
