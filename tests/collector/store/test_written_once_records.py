@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from collector.store import Collect, lua_script
-from tests.collector.test_written_once import GAME, KEYS, SCHEMA, entry, queue, send, write
+from tests.collector.store.test_written_once import GAME, KEYS, SCHEMA, entry, queue, send, write
 from tests.support.collected import stats_of
 
 

@@ -18,7 +18,7 @@ from tests.support.collected import queue_entries
 
 SCHEMA = KeySchema("proto", 2)
 GAME = "game-1"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def call(seq: int = 1) -> Collect:
