@@ -28,7 +28,7 @@ from collector.text import printable, printable_json
 from reporter._commands.cli import main
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._logging import make_formatter
-from tests.reporter.test_cli import REPO, child_env
+from tests.reporter.commands.test_cli import REPO, child_env
 from tests.reporter.test_logs import NPPA_KEY, PI, stop
 from tests.support.polling import wait_until
 

@@ -36,7 +36,7 @@ from reporter._logging import (
     note_secrets,
 )
 from reporter._service.stopping import Stopped
-from tests.reporter.test_cli import REPO, child_env
+from tests.reporter.commands.test_cli import REPO, child_env
 from tests.support.fixtures import MakeLockedServer
 from tests.support.polling import wait_until
 from tests.support.servers import Server

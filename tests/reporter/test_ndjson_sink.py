@@ -23,7 +23,7 @@ from reporter._sinks.ndjson import files as files_module
 from reporter._sinks.ndjson.sender import NdjsonSender, ndjson_lines
 from reporter._sinks.ndjson.settings import NdjsonSettings
 from reporter._sinks.registry import make_sink
-from tests.reporter.test_cli import REPO, child_env
+from tests.reporter.commands.test_cli import REPO, child_env
 from tests.support.fixtures import MakeService
 from tests.support.polling import wait_until
 

@@ -21,7 +21,7 @@ from collector.config import build_config, raw_settings
 from reporter._config import ReporterConfig
 from reporter._senders.outcome import DELIVERED, RETRY
 from reporter._sinks.print.sender import PrintSender
-from tests.reporter.test_cli import REPO, child_env, reporter_cli
+from tests.reporter.commands.test_cli import REPO, child_env, reporter_cli
 from tests.support.entries import wait_until
 from tests.support.servers import Server
 

@@ -21,7 +21,7 @@ from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._senders.secrets import SecretFile
 from reporter._settings import read_header_file
-from tests.reporter.test_reload import start, stop
+from tests.reporter.commands.test_reload import start, stop
 from tests.support.polling import wait_until
 from tests.support.servers import Server
 

@@ -22,7 +22,7 @@ from tests.support.servers import Server, env_without_telemetry
 
 WRONG = secret("wrong")
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -17,7 +17,7 @@ import pytest
 from reporter._commands import cli
 from reporter._commands.cli import _parser, main, package_version
 from reporter._demo.endpoint import LocalEndpoint
-from tests.reporter.test_cli import REPO, child_env
+from tests.reporter.commands.test_cli import REPO, child_env
 from tests.support.fixtures import MakeLockedServer
 from tests.support.servers import Server, free_port
 

@@ -24,7 +24,7 @@ from reporter._demo.endpoint import LocalEndpoint
 from reporter._demo.nppa_mock import NppaEndpoint
 from reporter._monitoring.accounting import read_totals
 from reporter._pacing.send_hold import read_hold
-from tests.reporter.test_cli import REPO, child_env, reporter_cli
+from tests.reporter.commands.test_cli import REPO, child_env, reporter_cli
 from tests.support.polling import wait_until
 from tests.support.scriptcalls import store_of
 from tests.support.servers import Server

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.usefixtures("restore_logging")
 PW = secret("pw")
 TOKEN = secret("token")
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PREFIX = "e2e"
 SHARDS = 4
 GAMES = [f"game-{i}" for i in range(5)]

@@ -1,0 +1,2 @@
+"""Tests of ``reporter._demo``: the demo, its local endpoint and the mock of the anti-addiction
+interface."""
