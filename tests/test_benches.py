@@ -164,6 +164,12 @@ EXPECTED: dict[str, list[str | re.Pattern[str]]] = {
         re.compile(r"^lost or refused +0$", re.M),
         re.compile(r"^http stored >= 100,000 events/s \(one ingest process\)", re.M),
     ],
+    "producers": [
+        "collect() ns/call",
+        "CPU ns/event until stored",
+        "stored events/s",
+        "every round's events stored: yes",
+    ],
     "collect": [
         "background",
         "baseline",
