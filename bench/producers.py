@@ -43,7 +43,7 @@ from bench._harness import (
     start_server,
 )
 from bench.collect import make_work
-from tests.servers import Server
+from tests.support.servers import Server
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE_DIR = ROOT / "clients" / "node"

@@ -14,7 +14,7 @@ import pytest
 
 from collector.store import lua_script
 from reporter._conformance.suite import CASES
-from tests.servers import default_binary
+from tests.support.servers import default_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_DIR = ROOT / "clients" / "node"
