@@ -310,6 +310,11 @@ local function read_meta(raw)
   then
     return nil, 'metadata with a reason of the wrong type'
   end
+  -- a place in its game's queue (lua/_order.lua): 15 digits
+  if meta.o ~= nil and (type(meta.o) ~= 'string' or #meta.o ~= 15
+                        or not string.find(meta.o, '^%d+$')) then
+    return nil, 'metadata with a queue place of the wrong form'
+  end
   if not pcall(cjson.encode, meta) then
     return nil, 'metadata with a number that is not finite'
   end
