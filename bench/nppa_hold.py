@@ -51,6 +51,7 @@ from reporter._demo.endpoint import LocalEndpoint
 from reporter._demo.nppa_mock import NppaEndpoint
 from reporter._monitoring.accounting import read_totals
 from reporter._pacing.send_hold import read_hold
+from reporter._sinks.nppa.routes import fingerprint
 from tests.support.scriptcalls import store_of
 from tests.support.servers import Server, env_without_telemetry
 
@@ -104,7 +105,8 @@ class Run:
         return self.proc.wait(60)
 
     def held(self) -> bool:
-        return read_hold(self.store, f"nppa:{APP}").held
+        """Whether the reporters that use the old key are held (the key's own scope)."""
+        return read_hold(self.store, f"nppa:{APP}", f"key:{APP}:{fingerprint(OLD)}").held
 
     def fix_key(self) -> float:
         assert self.proc is not None

@@ -51,6 +51,19 @@ SIGNAL_POLL_SECONDS = 0.1
 HOLD_POLL_SECONDS = 1.0
 HOLD_REMINDER_SECONDS = 60.0
 HOLD_KEEP_SECONDS = 86_400.0
+# A hold of the reporters using one key, or of one reporter, is forgotten this many probe
+# intervals after its last probe turn (its reporters restarted with another key, or gone).
+OWN_HOLD_KEEP_PROBES = 4
+# The first probe of a hold is due this soon after it starts (then one per probe interval):
+# a batch that draws its own refusal is told from a cause in the scope in seconds.
+HOLD_FIRST_PROBE_SECONDS = 0.0
+# A lifted hold remembers for this long the batches whose requests met it: one of them that
+# meets the same answer again is the cause itself (dead-lettered, nothing held).
+HOLD_SUSPECT_SECONDS = 600.0
+# A batch of a held game (or app, or key) handed back is due again this much later.
+HELD_BATCH_DELAY_SECONDS = 3.0
+# The held scopes a reporter (or status) reads at most, oldest first.
+HOLDS_READ_MOST = 1000
 # Files of secrets ([nppa] secret_key_file, [sink] header_files) are looked at this often, so
 # a mounted secret that changes is used without a signal.
 SECRET_FILE_POLL_SECONDS = 2.0

@@ -302,13 +302,15 @@ class Extend(ScriptCall[bool]):
 
 @dataclass(frozen=True, slots=True)
 class Release(ScriptCall[bool]):
-    """Hand a held batch back for retry without charging an attempt."""
+    """Hand a held batch back for retry without charging an attempt, due again in
+    ``delay_ms``."""
 
     script: ClassVar[str] = "release"
     receipt: ClassVar[bool] = True
     shard: ShardKeys
     batch_id: str
     token: str
+    delay_ms: int = 0
 
     def keys(self) -> Sequence[str]:
         s = self.shard
@@ -323,7 +325,7 @@ class Release(ScriptCall[bool]):
         )
 
     def args(self) -> Sequence[Any]:
-        return (self.batch_id, self.token)
+        return (self.batch_id, self.token, self.delay_ms)
 
     def parse(self, reply: Any) -> bool:
         return bool(reply)

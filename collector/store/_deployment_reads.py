@@ -55,6 +55,16 @@ def reporters(client: RedisClient, key: str) -> list[Reporter]:
     return [Reporter(printable(as_text(owner)), int(deadline)) for owner, deadline in entries]
 
 
+def held_scopes(client: RedisClient, index: str, most: int) -> list[str]:
+    """The first ``most`` scopes an index of holds lists (oldest hold first); none if the
+    key is not a zset."""
+    try:
+        members: list[Any] = list(client.zrange(index, 0, most - 1))
+        return [as_text(m) for m in members]
+    except ResponseError:  # not a zset: the next hold call sets it aside
+        return []
+
+
 def alerts(client: RedisClient, key: str) -> list[Alert]:
     try:
         raw = {as_text(k): v for k, v in client.hgetall(key).items()}

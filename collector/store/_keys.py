@@ -27,6 +27,12 @@ def sibling(key: str, name: str) -> str:
     return f"{key[: key.index('}') + 1]}:{name}"
 
 
+def held_index(hold: str) -> str:
+    """zset: the scopes held now (scope -> since, ms) of the group of ``hold`` (a
+    ``KeySchema.hold`` key), in its hash tag."""
+    return sibling(hold, "holds")
+
+
 def receipt_key(key: str, call_id: str) -> str:
     """string: what a script call answered, kept for a resend of that same call after a lost
     reply (``lua/_guard.lua``, receipts); in the hash tag of ``key``, expiring."""
@@ -201,9 +207,13 @@ class KeySchema:
             raise ValueError(f"invalid limiter name {name!r}")
         return f"{{{self.prefix}:limit:{name}}}:bucket"
 
-    def hold(self, name: str) -> str:
+    def hold(self, name: str, scope: str = "") -> str:
         """hash: sending held for every reporter (an answer only the operator can fix), and
-        whose turn it is to probe; a hash tag of its own."""
+        whose turn it is to probe; a hash tag of its own per group ``name`` (a sink's), one
+        hash per ``scope`` in it ('' the group's first: an app id), and their index
+        (``held_index``)."""
         if not _LIMIT_NAME.fullmatch(name):
             raise ValueError(f"invalid hold name {name!r}")
-        return f"{{{self.prefix}:hold:{name}}}:hold"
+        if scope and not _LIMIT_NAME.fullmatch(scope):
+            raise ValueError(f"invalid hold scope {scope!r}")
+        return f"{{{self.prefix}:hold:{name}}}:hold" + (f":{scope}" if scope else "")

@@ -112,10 +112,14 @@ class HoldOp(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Hold(ScriptCall[HoldState]):
-    """Sending held for every reporter (at ``key``, ``KeySchema.hold``): ``what`` says which
-    of ``HoldOp`` (the next probe turn is ``interval_ms`` after one is taken; ``cause``,
-    ``check`` and ``game`` go with ``HOLD``).  A hold nobody touches for ``keep_ms`` is
-    forgotten.  ``now_ms`` replaces Redis TIME (tests)."""
+    """Sending held for every reporter in one scope (at ``key``, ``KeySchema.hold``, listed
+    as ``scope`` in its group's index while held): ``what`` says which of ``HoldOp`` (the
+    next probe turn is ``interval_ms`` after one is taken; ``cause``, ``check``, ``game``
+    and ``batch``, the batch whose request met it, go with ``HOLD``).  A hold nobody
+    touches for ``keep_ms`` is forgotten; a lifted one keeps its batches for ``window_ms``
+    (one of them that meets the same cause again is ``HoldState.poison``).  The first probe
+    is due ``first_ms`` after the start, a probe interval at most.  ``now_ms`` replaces Redis
+    TIME (tests)."""
 
     script: ClassVar[str] = "hold"
     receipt: ClassVar[bool] = True
@@ -127,6 +131,10 @@ class Hold(ScriptCall[HoldState]):
     game: str = ""
     keep_ms: int = 86_400_000
     now_ms: int | None = None
+    scope: str = ""
+    batch: str = ""
+    window_ms: int = 0
+    first_ms: int = 3_600_000  # at most interval_ms: by default the first is a probe interval
     call: str = field(default_factory=call_id)  # the receipt's id: a resend does nothing more
 
     def __post_init__(self) -> None:
@@ -135,12 +143,13 @@ class Hold(ScriptCall[HoldState]):
 
     def keys(self) -> Sequence[str]:
         # the receipt, and the hold's own quarantine and counters (its hash tag is not a
-        # shard's), for a hold key of another type set aside
+        # shard's), for a hold key of another type set aside; the index of its group
         return (
             self.key,
             receipt_key(self.key, self.call),
             sibling(self.key, "quarantine"),
             sibling(self.key, "stats"),
+            sibling(self.key, "holds"),  # held_index
         )
 
     def args(self) -> Sequence[Any]:
@@ -152,12 +161,16 @@ class Hold(ScriptCall[HoldState]):
             self.game,
             self.keep_ms,
             "" if self.now_ms is None else self.now_ms,
+            self.scope,
+            self.batch,
+            self.window_ms,
+            self.first_ms,
         )
 
     def parse(self, reply: Any) -> HoldState:
         state = int(reply[0])
         return HoldState(
-            state > 0,
+            state in (1, 2),
             int(reply[1]),
             int(reply[2]),
             int(reply[3]),
@@ -166,4 +179,5 @@ class Hold(ScriptCall[HoldState]):
             text(reply[6]),
             text(reply[7]),
             state == 2,
+            state == 3,
         )

@@ -150,7 +150,8 @@ class HoldState:
     """Sending held for every reporter, as Redis says (``hold.lua``): since when (ms), who
     probes next and when, why (``cause``, ``check``: what the operator should check) and
     the game whose request met it.  ``mine``: this call started the hold, or has the turn
-    to probe (``lift``: it ended one)."""
+    to probe (``lift``: it ended one).  ``poison`` (``hold``): nothing is held, because the
+    batch met the same cause again after a probe lifted the hold it had drawn."""
 
     held: bool
     now_ms: int = 0
@@ -161,6 +162,7 @@ class HoldState:
     check: str = ""
     game: str = ""
     mine: bool = False
+    poison: bool = False
 
     @property
     def age_seconds(self) -> float:

@@ -20,7 +20,7 @@ from collector.store import _deployment_reads, _remembered, _set_aside_reads, _s
 from collector.store._backends import Backend
 from collector.store._bulk import WireCall
 from collector.store._errors import WRITE_CONFLICT, MaybeRan, NotReplicated, translate
-from collector.store._keys import KeySchema, ShardKeys
+from collector.store._keys import KeySchema, ShardKeys, held_index
 from collector.store._modes import describe_settings, open_backend
 from collector.store._results import LiveReporters, text
 from collector.store._script_call import ScriptCall
@@ -254,6 +254,11 @@ class Store:
     def alerts(self) -> list[Alert]:
         """What endpoints refused that only the operator can fix, newest first."""
         return self._read(_deployment_reads.alerts, self.schema.alerts)
+
+    def held_scopes(self, hold: str, most: int = 1000) -> list[str]:
+        """The scopes held now in the group of ``hold`` (a ``KeySchema.hold`` key), oldest
+        first, at most ``most``."""
+        return self._read(_deployment_reads.held_scopes, held_index(hold), most)
 
     def shard_owners(self) -> list[str]:
         """The reporter holding each shard's lease, by shard number ('' for none)."""

@@ -38,7 +38,8 @@ from collector.store import (
 from collector.text import printable, printable_json
 from reporter._config import ReporterConfig
 from reporter._monitoring.accounting import Totals, read_totals
-from reporter._pacing.send_hold import read_hold
+from reporter._pacing.send_hold import read_holds
+from reporter._sinks.base import HoldScope
 from reporter._sinks.registry import make_sink
 from reporter._tables import table
 
@@ -59,35 +60,46 @@ def _when(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
 
 
-def read_sending_hold(store: Store, config: ReporterConfig) -> HoldState | None:
-    """The hold of the configured sink (None for a sink that is never held)."""
-    spec = make_sink(config).hold()
-    return None if spec is None else read_hold(store, spec.name)
+Held = list[tuple[HoldScope, HoldState]]
 
 
-def render_hold(hold: HoldState | None, config: ReporterConfig) -> list[str]:
-    """One line while sending is held: since when, why, what to check, the probes."""
+def read_sending_holds(store: Store, config: ReporterConfig) -> Held | None:
+    """The held scopes of the configured sink, oldest first (None for a sink that is never
+    held)."""
+    sink = make_sink(config)
+    spec = sink.hold()
+    return None if spec is None else read_holds(store, spec, sink)
+
+
+def render_holds(holds: Held | None, config: ReporterConfig) -> list[str]:
+    """One line per held scope: since when, why, what to check, the probes."""
     spec = make_sink(config).hold()
-    if hold is None or not hold.held or spec is None:
+    if not holds or spec is None:
         return []
-    next_in = max(0.0, (hold.probe_at_ms - hold.now_ms) / 1000)
-    return [
-        f"HELD: sending to {spec.what} is held "
-        f"for {hold.age_seconds:.0f}s, since {_when(hold.since_ms / 1000)}: it answered "
-        f"{hold.cause}: {hold.check}; {counted(hold.probes, 'probe')}, the next in "
-        f"{next_in:.0f}s" + (f" (game {hold.game})" if hold.game else "")
-    ]
+    lines = []
+    for scope, hold in holds:
+        next_in = max(0.0, (hold.probe_at_ms - hold.now_ms) / 1000)
+        why = f"it answered {hold.cause}" if hold.cause[:5] in ("nppa ", "HTTP ") else hold.cause
+        lines.append(
+            f"HELD: sending to {spec.what} is held for {scope.label} "
+            f"for {hold.age_seconds:.0f}s, since {_when(hold.since_ms / 1000)}: "
+            f"{why}: {hold.check}; {counted(hold.probes, 'probe')}, the next in "
+            f"{next_in:.0f}s" + (f" (game {hold.game})" if hold.game else "")
+        )
+    return lines
 
 
-def hold_json(hold: HoldState | None) -> dict[str, Any]:
-    """``{"hold": ...}`` for the anti-addiction sink, nothing for the others."""
-    if hold is None:
+def holds_json(holds: Held | None) -> dict[str, Any]:
+    """``{"hold": the oldest, "holds": [every one]}`` for the anti-addiction sink, nothing
+    for the others."""
+    if holds is None:
         return {}
-    if not hold.held:
-        return {"hold": {"held": False}}
-    return {
-        "hold": {
+    every = [
+        {
             "held": True,
+            "scope": scope.kind,
+            "name": scope.name,
+            "label": scope.label,
             "cause": hold.cause,
             "check": hold.check,
             "game": hold.game,
@@ -96,7 +108,9 @@ def hold_json(hold: HoldState | None) -> dict[str, Any]:
             "probes": hold.probes,
             "next_probe_in_seconds": round(max(0, hold.probe_at_ms - hold.now_ms) / 1000, 1),
         }
-    }
+        for scope, hold in holds
+    ]
+    return {"hold": every[0] if every else {"held": False}, "holds": every}
 
 
 def render_alerts(alerts: Sequence[Alert]) -> list[str]:
@@ -316,7 +330,7 @@ class Reading:
     reporters: Sequence[dict[str, Any]] | None = None
     memory: Sequence[MemoryUse] = ()
     hot_games: Sequence[dict[str, Any]] | None = None
-    hold: HoldState | None = None
+    holds: Held | None = None
     quarantine: Sequence[QuarantineRecord] = ()
     remembered: Sequence[Remembered] = ()
     not_live: Sequence[int] = ()
@@ -356,7 +370,7 @@ def render_status(reading: Reading, config: ReporterConfig, max_games: int = 50)
     counter_rows = [(k, v) for k, v in summary.items()]
     parts = [
         f"config: {config.source}",
-        *render_hold(reading.hold, config),
+        *render_holds(reading.holds, config),
         *render_memory(reading.memory),
         *render_alerts(reading.alerts),
         *(["", render_reporters(reporters)] if reporters is not None else []),
@@ -437,7 +451,7 @@ def _alerts_json(alerts: Sequence[Alert]) -> list[dict[str, Any]]:
 def _full(store: Store, config: ReporterConfig, as_json: bool, indent: int | None) -> str:
     totals = read_totals(store)
     alerts = store.alerts()
-    hold = read_sending_hold(store, config)
+    holds = read_sending_holds(store, config)
     memory = read_memory(store)
     now = time.time()
     owners = Tally(s.owner for s in totals.shards if s.owner)
@@ -464,7 +478,7 @@ def _full(store: Store, config: ReporterConfig, as_json: bool, indent: int | Non
                 "quarantine": quarantine_json(quarantine),
                 "remembered": remembered_json(remembered),
                 "problems": [p for s in totals.shards for p in s.problems],
-                **hold_json(hold),
+                **holds_json(holds),
             },
             indent=indent,
         )
@@ -475,7 +489,7 @@ def _full(store: Store, config: ReporterConfig, as_json: bool, indent: int | Non
         reporters=reporters,
         memory=memory,
         hot_games=hot,
-        hold=hold,
+        holds=holds,
         quarantine=quarantine,
         remembered=remembered,
         not_live=not_live,
@@ -490,7 +504,7 @@ def _cheap(store: Store, config: ReporterConfig, as_json: bool, indent: int | No
     found = store.counters()
     counters = {str(name): found.get(name, 0) for name in STORE}
     alerts = store.alerts()
-    hold = read_sending_hold(store, config)
+    holds = read_sending_holds(store, config)
     memory = read_memory(store)
     owners = store.shard_owners()
     reporters = reporter_entries(
@@ -512,7 +526,7 @@ def _cheap(store: Store, config: ReporterConfig, as_json: bool, indent: int | No
                 "hot_games": hot,
                 "shards_without_owner": unowned,
                 "shards_owned_by_no_live_reporter": not_live,
-                **hold_json(hold),
+                **holds_json(holds),
             },
             indent=indent,
         )
@@ -521,7 +535,7 @@ def _cheap(store: Store, config: ReporterConfig, as_json: bool, indent: int | No
         [
             f"redis: {store.describe()}",
             f"config: {config.source}",
-            *render_hold(hold, config),
+            *render_holds(holds, config),
             *render_memory(memory),
             *render_alerts(alerts),
             "",

@@ -152,8 +152,8 @@ class Batches:
             )
         )
 
-    def release(self, keys: ShardKeys, batch_id: str, token: str) -> bool:
-        return self.store.call(Release(keys, batch_id, token))
+    def release(self, keys: ShardKeys, batch_id: str, token: str, delay_ms: int = 0) -> bool:
+        return self.store.call(Release(keys, batch_id, token, delay_ms))
 
     def release_many(
         self, batches: Sequence[tuple[str, ShardKeys, str]]

@@ -86,9 +86,11 @@ class Deliverer:
             self._settler.note_stale(lease.keys, batch, fresh, self._freshness.note_stale)
         if not fresh.events:
             return self._settler.all_stale(lease.keys, lease.token, batch.batch_id, fresh.stale)
+        pace, game = self._pace, batch.game
+        if pace.blocked(game):  # its app, key or game is held: back until it is lifted
+            return self._settler.hold_back(lease.keys, lease.token, batch)
         # The slot may be a while away: a hold or a failure heard meanwhile (by any thread)
         # keeps the request back, handed back uncharged, as if no slot had been found.
-        pace, game = self._pace, batch.game
         if not pace.at_send(game, stop):
             return None
         if self._in_order and not self._settler.renew(lease.keys, batch.batch_id, lease.token):
@@ -96,9 +98,12 @@ class Deliverer:
         sent = self._attempt.send(
             game, batch.batch_id, fresh.events, batch.attempts + 1, lambda: pace.one(stop, game)
         )
+        outcome = sent.outcome
         for answer in sent.answers:
-            pace.heard(answer.outcome, game)
-        return self._settler.settle(lease.keys, lease.token, batch, fresh, sent.outcome)
+            heard = pace.heard(answer.outcome, game, batch.batch_id)
+            if answer.outcome is sent.outcome:
+                outcome = heard  # the batch's own refusal, met again after a probe passed
+        return self._settler.settle(lease.keys, lease.token, batch, fresh, outcome)
 
 
 def send(deliverer: Deliverer, lease: Lease | None, stop: threading.Event) -> bool:

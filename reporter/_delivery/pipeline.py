@@ -34,6 +34,8 @@ class Pipeline:
     def drain(self, keys: ShardKeys, game: str, wait: bool = True) -> bool:
         """One claim of ``game``'s batches, delivered; whether more work waits behind it.
         ``wait``: a request that is near is waited for (a full batch)."""
+        if self.pace.blocked(game):  # held: its events wait in Redis, unclaimed
+            return False
         lease = self.claimer.claim(keys, game, self.stop, wait)
         return send(self.deliverer, lease, self.stop)
 

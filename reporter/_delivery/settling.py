@@ -19,6 +19,7 @@ from collector.counters import Counter as C
 from collector.logs import RateLimitedLog, counted
 from collector.metrics import Metrics
 from collector.store import Ack, BackendError, BackendUnreplicated, RetryState, Settled, ShardKeys
+from reporter._constants import HELD_BATCH_DELAY_SECONDS
 from reporter._delivery.batches import Batches, Partial
 from reporter._delivery.freshness import Fresh
 from reporter._delivery.in_flight import Delivered, InFlight, ToAck
@@ -159,15 +160,21 @@ class Settler:
             self._counts.add({C.DELIVERED: reply, C.STALE: d.stale, C.BATCHES_DELIVERED: 1})
 
     def _held_back(self, keys: ShardKeys, token: str, batch: Leased, hold: Refusal) -> Result:
-        """The endpoint refused our identity or configuration: sending is held (``SendHold``)
-        and the batch goes back to wait for the fix, no attempt charged, never a dead
-        letter."""
+        """The endpoint refused our identity or configuration: sending is held in a scope
+        (``Holds``) and the batch goes back to wait for the fix, no attempt charged, never
+        a dead letter."""
         self._counts.count(C.CONFIG_ERRORS)
         try:
             self._batches.note_alert(hold.cause, str(hold))
         except Exception as exc:  # status misses one line; the log and the count have it
             logger.warning("could not record the alert for status (%s)", exc)
-        if self._batches.release(keys, batch.batch_id, token):
+        return self.hold_back(keys, token, batch)
+
+    def hold_back(self, keys: ShardKeys, token: str, batch: Leased) -> Result:
+        """A batch of a held game goes back, no attempt charged, due again a moment later
+        (not at once: while the hold lasts it would come straight back)."""
+        delay_ms = int(HELD_BATCH_DELAY_SECONDS * 1000)
+        if self._batches.release(keys, batch.batch_id, token, delay_ms):
             self._counts.count(C.BATCHES_RELEASED)
         return Result.RELEASED
 

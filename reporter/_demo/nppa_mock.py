@@ -27,6 +27,10 @@ Choices where the protocol is silent:
 - A system or count error answers ``data: ""``.  ``RequestLog.refused`` is keyed by the item's
   ``no``; an item whose ``no`` is not an integer is keyed by minus its 1-based position.
 - ``force(n)`` may return any errcode, 0 included: it is answered as is, with nothing accepted.
+- ``refuse(biz_id, items)`` stands for what the real system refuses in a request as a whole
+  and the rules do not say (a body it cannot check, say): the errcode it answers (nothing
+  accepted), for a request that passed every check up to its items; None to go on.
+- ``know(biz_id)`` / ``forget(biz_id)``: the system learns or drops a bizId at run time.
 - Only ``Content-Length`` framing is read (no chunked request bodies).
 - Keys: ``secret_key`` and any ``more_keys`` are all accepted (a rotation: both the old and
   the new key work for a while); the sign is checked against each and the body opened with
@@ -319,6 +323,7 @@ class NppaEndpoint:
         unknown: ItemCheck | None = None,
         more_keys: Collection[str] = (),
         rate_scope: str = "app",
+        refuse: Callable[[str, list[Any]], int | None] | None = None,
     ) -> None:
         if partial_errcode not in (0, 3001):
             raise ValueError("partial_errcode must be 0 or 3001")
@@ -335,6 +340,7 @@ class NppaEndpoint:
         self.clock = clock
         self.force = force
         self.unknown = unknown
+        self.refuse = refuse
         self.lock = threading.Lock()
         self.accepted: list[Accepted] = []
         self.requests: list[RequestLog] = []
@@ -372,6 +378,16 @@ class NppaEndpoint:
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
+
+    def know(self, biz_id: str) -> None:
+        """Accept ``biz_id`` from the next request on."""
+        with self.lock:
+            self.biz_ids = self.biz_ids | {biz_id}
+
+    def forget(self, biz_id: str) -> None:
+        """Answer 1010 to ``biz_id`` from the next request on."""
+        with self.lock:
+            self.biz_ids = self.biz_ids - {biz_id}
 
     def set_secret(self, secret_key: str) -> None:
         """Make ``secret_key`` the one valid key from the next request on."""
@@ -422,6 +438,9 @@ class NppaEndpoint:
             items = _collections(secret, request.body)
         except _Refused as exc:
             return _Answer(exc.errcode)
+        said = self.refuse(request.header("bizId"), items) if self.refuse else None
+        if said is not None:
+            return _Answer(said, items=len(items))
         accepted, results, refused = _check_items(items, request_ms, self.unknown)
         if not results:
             return _Answer(0, "", len(items), {}, accepted, request_ms)

@@ -23,7 +23,7 @@ from reporter._http.shedding import Limits
 from reporter._monitoring.health import Health
 from reporter._monitoring.levels import Reading, RedisReadings, WatchedLimiter
 from reporter._monitoring.server import MetricsServer
-from reporter._pacing.send_hold import NOT_HELD, SendHold
+from reporter._pacing.send_hold import Holds
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -42,9 +42,10 @@ HELP = {
     G.HELD_BATCHES: "Batches this reporter process holds a lease on now (its POSTs in flight "
     "and those waiting their turn)",
     G.SINK_GATE_OPEN: "1 while this process may claim, 0 while the endpoint fails and claims pause",
-    G.SENDING_HELD_SECONDS: "Seconds sending has been held in every reporter because the "
-    "anti-addiction interface refused our identity or configuration "
-    "(label cause: the answer, such as nppa 1011); 0 while not held",
+    G.SENDING_HELD_SECONDS: "Seconds sending has been held in a scope (label scope: app, "
+    "game, key or host) because the anti-addiction interface refused our identity or "
+    "configuration, or the config cannot send a game (label cause: the answer, such as "
+    "nppa 1011, or no biz_id); the longest per scope and cause, 0 while nothing is held",
     G.LIMITER_WAIT_SECONDS: "Seconds the claim limiter told the last refused claim to wait "
     "(0 until one is refused)",
     G.SHARDS: "[redis] shards: the owned_shards of every reporter add up to this",
@@ -79,7 +80,7 @@ class Sending:
 
     limiter: WatchedLimiter
     errors: Callable[[], Mapping[str, int]] = dict
-    hold: SendHold | None = None
+    hold: Holds | None = None
 
 
 class ReporterMetrics:
@@ -107,8 +108,8 @@ class ReporterMetrics:
         gauge = out.gauge
         gauge(G.LIMITER_WAIT_SECONDS, self._limiter.last_wait)
         gauge(G.SHARDS, self._shards)
-        held = self._hold.state if self._hold is not None else NOT_HELD
-        gauge(G.SENDING_HELD_SECONDS, held.age_seconds, {"cause": held.cause})
+        for (scope, cause), seconds in self._held().items():
+            gauge(G.SENDING_HELD_SECONDS, seconds, {"cause": cause, "scope": scope})
         reading = self._readings.get()
         gauge(G.REDIS_UP, 0 if reading.error else 1)
         if not reading.error:
@@ -121,6 +122,15 @@ class ReporterMetrics:
             gauge(G.REDIS_REFUSING_WRITES, 1 if reading.refusing_writes else 0)
             self._levels(out, reading)
         return [*out.families(), *self._own_counters()]
+
+    def _held(self) -> dict[tuple[str, str], float]:
+        """The longest hold by scope kind and cause (both bounded: an answer's code, a
+        fixed reason), or one of 0 s with empty labels when nothing is held."""
+        longest: dict[tuple[str, str], float] = {}
+        for scope, state in self._hold.states() if self._hold is not None else []:
+            key = (scope.kind, state.cause)
+            longest[key] = max(longest.get(key, 0.0), state.age_seconds)
+        return longest or {("", ""): 0.0}
 
     def _own_counters(self) -> list[Metric]:
         from prometheus_client.metrics_core import CounterMetricFamily

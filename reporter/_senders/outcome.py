@@ -41,15 +41,22 @@ class MovedItem(NamedTuple):
     sent: int
 
 
+# The scopes an answer only the operator can fix may hold (``Refusal.scope``): every game of
+# the app, one game, the reporters that use one key, or this reporter alone (its clock).
+APP, GAME, KEY, HOST = "app", "game", "key", "host"
+
+
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """An answer only the operator can fix: its ``cause`` (the code met, ``nppa 1011`` or
     ``HTTP 403``; or the whole text, when there is no code) and what to ``check``.  Kept
     apart, so nothing splits a text again to find them; ``str()`` joins them for a log line
-    or ``status`` (``"nppa 1011: identity check failed: ..."``)."""
+    or ``status`` (``"nppa 1011: identity check failed: ..."``).  ``scope``: what it holds,
+    when it holds (``APP``, ``GAME``, ``KEY`` or ``HOST``)."""
 
     cause: str
     check: str = ""
+    scope: str = APP
 
     def __post_init__(self) -> None:
         # the cause may quote what the endpoint or a game named: escaped where it comes in

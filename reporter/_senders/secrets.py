@@ -15,12 +15,18 @@ only once two looks a poll apart find the same content, and only if it did not c
 it was read, so a file caught half-written is never used: a header value cut short is as
 valid as a whole one.  A SIGHUP reads at once (the operator says the file is ready).  A file
 that its group or everyone may read is taken, with a WARNING (once for each mode seen).
+
+A value can be proved before it is used (``vet_with``; the anti-addiction key is proved with
+a request that reports nothing): a new value the endpoint refuses is not used, and the one
+in use stays, with an ERROR; one that cannot be proved now (the endpoint does not answer) is
+tried again later, the one in use staying meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,6 +36,22 @@ from reporter._settings import read_regular_file, readable_by_others
 logger = logging.getLogger("reporter")
 # What a look at a file reads at most: its validation refuses anything past 64 KiB anyway.
 RAW_BYTES = 64 * 1024
+# A new value that could not be proved (the endpoint did not answer) is tried again this
+# much later, not at every look.
+PROVE_AGAIN_SECONDS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Vetted:
+    """What proving a new value found: ``ok`` (use it); else ``why`` not, and ``later``:
+    it could not be told now (try again), else it was refused."""
+
+    ok: bool
+    why: str = ""
+    later: bool = False
+
+
+ACCEPTED = Vetted(True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +88,18 @@ class SecretFile:
         # A new content (None: the file could not be read) seen once, to be seen again.
         self._pending: tuple[bytes | None] | None = None
         self._exposed = ""  # who else may read the file, as last warned about
+        self._vet: Callable[[str], Vetted] | None = None
+        self._prove_at = 0.0  # a value not proved yet is not tried again before (monotonic)
         REDACT.add([self._value, *self._value.split()[-1:]])
         self._warn_if_exposed()
 
     def __call__(self) -> str:
         """The value in use (a plain read: no lock)."""
         return self._value
+
+    def vet_with(self, vet: Callable[[str], Vetted]) -> None:
+        """Prove every new value with ``vet`` before it is used."""
+        self._vet = vet
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         """Call ``listener()`` after every change of the value."""
@@ -86,6 +114,8 @@ class SecretFile:
             if raw == self._seen:
                 self._pending = None
                 return None
+            if time.monotonic() < self._prove_at:
+                return None  # a value that could not be proved yet: not at every look
             if self._pending != (raw,):
                 self._pending = (raw,)
                 return None
@@ -112,15 +142,48 @@ class SecretFile:
                 extra={"setting": self.setting},
             )
             return Reread(self.setting, problem=str(exc))
-        self._seen = before
         self._warn_if_exposed()
         if value == self._value:
+            self._seen = before
             return Reread(self.setting)
         REDACT.add([value, *value.split()[-1:]])
+        if self._vet is not None:
+            verdict = self._vet(value)
+            if not verdict.ok:
+                return self._not_proved(before, verdict)
+        self._seen = before
+        self._prove_at = 0.0
         self._value = value
         for listener in self._listeners:
             listener()
         return Reread(self.setting, changed=True)
+
+    def _not_proved(self, before: bytes | None, verdict: Vetted) -> Reread:
+        """A new value not used: refused (kept out until the file changes again or a
+        SIGHUP), or not provable now (tried again a while later)."""
+        if verdict.later:
+            self._prove_at = time.monotonic() + PROVE_AGAIN_SECONDS
+            problem = (
+                f"the new value could not be proved ({verdict.why}); tried again within "
+                f"{PROVE_AGAIN_SECONDS:.0f} s"
+            )
+            logger.warning(
+                "%s: %s; the value in use is kept meanwhile",
+                self.setting,
+                problem,
+                extra={"setting": self.setting},
+            )
+        else:
+            self._seen = before
+            problem = f"the new value was refused ({verdict.why})"
+            logger.error(
+                "%s: %s; the value in use is kept (write a value that passes, or SIGHUP to "
+                "try this one again)",
+                self.setting,
+                problem,
+                extra={"setting": self.setting},
+            )
+        return Reread(self.setting, problem=problem)
 
     def _raw(self) -> bytes | None:
         """The file's bytes (up to one past the bound), or None if it cannot be read."""

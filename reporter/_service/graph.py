@@ -35,7 +35,7 @@ from reporter._pacing.gate import SinkGate
 from reporter._pacing.limiter import ClaimLimiter
 from reporter._pacing.pace import Pace
 from reporter._pacing.permits import SLOT_LEAD_SECONDS, Permits, PermitsPacer, limiter_for
-from reporter._pacing.send_hold import SendHold
+from reporter._pacing.send_hold import Holds
 from reporter._pacing.slots import SharedSlots
 from reporter._senders.outcome import SendErrors
 from reporter._senders.secrets import SecretFile
@@ -79,7 +79,7 @@ class Core:
     limiter: WatchedLimiter
     permits: Permits
     gate: SinkGate
-    hold: SendHold | None
+    hold: Holds | None
     pace: Pace
     body_limit: BodyLimit
     settler: Settler
@@ -122,15 +122,13 @@ class _Pacing:
     """The pacing parts a sink asks for, before the metrics exist (the endpoint reports on
     the limiter and the hold)."""
 
-    def __init__(self, core_store: Store, sink: Sink, given: Given) -> None:
+    def __init__(self, core_store: Store, sink: Sink, given: Given, reporter: str) -> None:
         self.spec = sink.pacing()
         limiter = given.limiter if given.limiter is not None else limiter_for(self.spec, core_store)
         self.slots = limiter if isinstance(limiter, SharedSlots) else None
         self.limiter = WatchedLimiter(limiter)
         hold = sink.hold()
-        self.hold = (
-            SendHold(core_store, hold.name, hold.probe_interval, hold.label) if hold else None
-        )
+        self.hold = Holds(core_store, hold, sink, reporter) if hold else None
 
 
 def build_core(config: ReporterConfig, given: Given = Given()) -> Core:
@@ -146,7 +144,7 @@ def build_core(config: ReporterConfig, given: Given = Given()) -> Core:
         ownership.owned,
         details=config.metrics.error_details,
     )
-    pacing = _Pacing(store, sink, given)
+    pacing = _Pacing(store, sink, given, ownership.owner)
     send_errors = SendErrors()
     endpoint = (
         MetricsEndpoint(
@@ -193,7 +191,7 @@ def _wire(
         config.retry.initial_delay_ms / 1000,
         config.retry.max_delay_ms / 1000,
     )
-    held = given.held or ((lambda: hold.held) if hold is not None else lambda: False)
+    held = given.held or (hold.stalled if hold is not None else lambda: False)
     gate = SinkGate(first, longest, held=held)
     slots = isinstance(pacing.spec, SlotRate)
     # A sink paced by slots asks ``on_time`` once the connection is ready, which sleeps the
@@ -207,6 +205,8 @@ def _wire(
     pacer = PermitsPacer(permits, stop) if slots else None
     sender = given.sender or sink.sender(given.transport, secrets, pacer)
     batches = Batches(store, config)
+    if given.sender is None:
+        sink.vet_secrets(sender, secrets, pacer, batches.note_alert)
     body_limit = BodyLimit(
         config.sink.max_batch_bytes,
         sink.body_model,
@@ -282,7 +282,7 @@ def build_jobs(core: Core) -> Jobs:
     secret_watch = SecretWatch(
         core.secrets,
         key_changed,
-        held=(lambda: hold.held) if hold is not None else lambda: False,
+        held=(lambda: hold.any_held) if hold is not None else lambda: False,
     )
     pools = {"default": r.workers, "control": 2}
     if prober is not None:

@@ -44,6 +44,7 @@ class ShardOwnership:
         self._lock = threading.Lock()
         # shard -> its holder, missing from the live registry at the last round
         self._missing: dict[int, str] = {}
+        self._stepped_back = False
 
     def owns(self, shard: int) -> bool:
         return shard in self._owned
@@ -52,10 +53,18 @@ class ShardOwnership:
         with self._lock:
             return frozenset(self._owned)
 
-    def loop(self) -> bool:
+    def loop(self, step_back: bool = False) -> bool:
         """Renew what is held, then move towards this process's fair share: one round trip
         for the heartbeat, one for the renewals, one per try at free shards, one to give up
-        any excess."""
+        any excess.  ``step_back``: this process can send nothing (its key, its clock) while
+        others may: it gives every shard up and leaves the live registry, so that the others'
+        shares cover them, until it can again."""
+        if step_back:
+            self._step_back()
+            return False
+        if self._stepped_back:
+            self._stepped_back = False
+            logger.info("can send again: taking a share of the shards")
         registry = self._store.heartbeat(self.owner, self._lease_ms)
         live = max(1, registry.live)
         share = math.ceil(self._schema.shards / live)
@@ -81,6 +90,20 @@ class ShardOwnership:
                 )
             self._owned = held
         return False
+
+    def _step_back(self) -> None:
+        with self._lock:
+            owned, self._owned = self._owned, set()
+        if not self._stepped_back:
+            self._stepped_back = True
+            logger.warning(
+                "this reporter cannot send with its key (or its clock): it leaves its shards "
+                "(%s) to reporters that can, until it can again",
+                _ranges(sorted(owned)) or "none",
+                extra={"owned_shards": 0},
+            )
+        self._leases(sorted(owned), 0)
+        self._store.leave(self.owner)
 
     def give_up(self) -> None:
         """On shutdown: hand every shard back so another process can take it at once, in few

@@ -1,10 +1,12 @@
-"""Jobs of a held sender and of secrets read from files.
+"""Jobs of held senders and of secrets read from files.
 
-``HoldProbe`` (its own one-thread pool, every second): reads the hold from Redis, so this
-reporter stops or resumes with the others; reminds the operator at most once a minute while
-it lasts; and when this reporter gets the turn (one per ``[nppa] probe_interval_seconds``
-among all of them, or at once after a key change), sends one probe request (a signed report
-without items) under the shared rate limit.  A probe that passes lifts the hold everywhere.
+``HoldProbe`` (its own one-thread pool, every second): reads the held scopes from Redis, so
+this reporter stops or resumes with the others; reminds the operator at most once a minute
+while one lasts; and for each held scope it can probe (one that uses the key, one with a
+route for the game), when it gets the turn (one per ``[nppa] probe_interval_seconds`` among
+all of them, or at once after a key or config change), sends one probe request (a signed
+report without items, with the scope's identity) under the shared rate limit.  A probe
+that passes lifts its scope everywhere.
 
 ``SecretWatch`` (the control pool, every few seconds): reads the secret files again when
 their content changed; a new value (the anti-addiction key) makes a held sender probe at
@@ -21,89 +23,100 @@ from collector.logs import RateLimitedLog
 from collector.store import HoldState
 from reporter._constants import HOLD_REMINDER_SECONDS
 from reporter._pacing.permits import Permits
-from reporter._pacing.send_hold import SendHold
+from reporter._pacing.send_hold import Holds, SendHold, because
 from reporter._senders.outcome import DELIVERED, Outcome
 from reporter._senders.secrets import Reread, SecretFile
+from reporter._sinks.base import Prober
 
 logger = logging.getLogger("reporter")
 reminders = RateLimitedLog(logger, interval=HOLD_REMINDER_SECONDS)
 
 
 class HoldProbe:
-    """Follows the hold in Redis and probes when it is this reporter's turn.
+    """Follows the held scopes in Redis and probes each when it is this reporter's turn.
 
-    ``probe(game)``: one request that reports nothing (``Sink.prober``), for the game whose
-    request met the hold ("" when unknown)."""
+    ``probe(scope, game)``: the request that reports nothing (``Sink.prober``), for the game
+    whose request met the hold ("" when unknown); None if this reporter cannot send it."""
 
     def __init__(
         self,
-        hold: SendHold,
-        probe: Callable[[str], Outcome],
+        holds: Holds,
+        probe: Prober,
         permits: Permits,
         stop: threading.Event,
     ) -> None:
-        self._hold = hold
+        self._holds = holds
         self._probe = probe
         self._permits = permits
         self._stop = stop
-        self._soon = False  # probe at the next loop if held (a new key; start-up)
-        self._last = ""  # what the last probe of this reporter was answered
+        self._soon = False  # probe at the next loop if held (a new key or config; start-up)
+        self._last: dict[str, str] = {}  # scope -> what this reporter's last probe was told
 
     def probe_soon(self) -> None:
-        """Probe at the next loop if sending is held (set from any thread: a plain flag)."""
+        """Probe at the next loop if held (set from any thread: a plain flag)."""
         self._soon = True
 
     def loop(self) -> bool:
         if self._stop.is_set():
             return False
-        state = self._hold.refresh()
+        held = self._holds.refresh()
         soon, self._soon = self._soon, False
-        if not state.held:
-            return False
-        self._remind(state)
-        turn = self._hold.take_turn(now=soon)
-        if not turn.mine:
-            return False
-        if not self._permits.one(self._stop, turn.game):  # paused (1006), stopping: soon
-            self._hold.probe_now()
-            return False
-        outcome = self._probe(turn.game)
-        self._heard(outcome, turn)
+        for hold in held:
+            if self._stop.is_set():
+                break
+            self._one(hold, soon)
         return False
 
-    def _heard(self, outcome: Outcome, turn: HoldState) -> None:
-        self._last = outcome.reason
+    def _one(self, hold: SendHold, soon: bool) -> None:
+        state = hold.state
+        self._remind(hold, state)
+        send = self._probe(hold.scope, state.game)
+        if send is None:
+            return  # this reporter cannot send the probe (no route for the game)
+        turn = hold.take_turn(now=soon)
+        if not turn.mine:
+            return
+        if not self._permits.one(self._stop, turn.game):  # paused (1006), stopping: soon
+            hold.probe_now()
+            return
+        self._heard(send(), hold, turn)
+
+    def _heard(self, outcome: Outcome, hold: SendHold, turn: HoldState) -> None:
+        self._last[hold.scope.name] = outcome.reason
         if outcome.kind == DELIVERED:
-            self._hold.lift(f"a probe was answered {outcome.reason}")
+            hold.lift(f"a probe was answered {outcome.reason}")
+            self._holds.forget(hold.scope.name)
             return
         if outcome.pause_all:
-            self._permits.pause(outcome.pause_all)
+            self._permits.pause(outcome.pause_all, turn.game)
         if outcome.hold:
             cause = outcome.hold.cause
             if cause != turn.cause:
                 logger.warning(
-                    "sending stays held: a probe was answered %s (before: %s): %s",
+                    "sending to %s stays held: a probe was answered %s (before: %s): %s",
+                    hold.scope.label,
                     cause,
                     turn.cause,
                     outcome.hold,
                     extra={"hold": cause},
                 )
-            self._hold.note(outcome.hold)
-        logger.debug("probe of the held sender answered %s", outcome.reason)
+            # the scope the answer names: this one, or another (a game's probe met 1011)
+            self._holds.begin(turn.game, outcome.hold)
+        logger.debug("probe of %s answered %s", hold.scope.label, outcome.reason)
 
-    def _remind(self, state: HoldState) -> None:
+    def _remind(self, hold: SendHold, state: HoldState) -> None:
         if state.age_seconds < HOLD_REMINDER_SECONDS:
             return  # the ERROR that started it is recent
+        last = self._last.get(hold.scope.name, "")
         reminders.log(
             logging.ERROR,
-            "hold",
-            "sending still held, for %.0f s: the interface answered %s: %s; %d "
-            "probes so far%s, the next in %.0f s",
+            f"hold:{hold.scope.name}",
+            "sending to %s still held, for %.0f s: %s; %d probes so far%s, the next in %.0f s",
+            hold.scope.label,
             state.age_seconds,
-            state.cause,
-            state.check,
+            because(state.cause, state.check),
             state.probes,
-            f" (this reporter's last: {self._last})" if self._last else "",
+            f" (this reporter's last: {last})" if last else "",
             max(0.0, (state.probe_at_ms - state.now_ms) / 1000),
             extra={"hold": state.cause, "held_seconds": round(state.age_seconds)},
         )

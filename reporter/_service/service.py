@@ -37,7 +37,7 @@ from reporter._monitoring.prometheus import MetricsEndpoint
 from reporter._pacing.body_limit import BodyLimit
 from reporter._pacing.gate import SinkGate
 from reporter._pacing.permits import Permits
-from reporter._pacing.send_hold import SendHold
+from reporter._pacing.send_hold import Holds
 from reporter._service.graph import Given, build_graph
 from reporter._service.ownership import ShardOwnership
 from reporter._service.scheduling import Runner
@@ -101,7 +101,7 @@ class ReporterService:
         return self.graph.core.gate
 
     @property
-    def hold(self) -> SendHold | None:
+    def hold(self) -> Holds | None:
         return self.graph.core.hold
 
     @property
@@ -195,13 +195,14 @@ class ReporterService:
         return line
 
     def _read_hold(self) -> bool:
-        return self.hold is not None and self.hold.refresh().held
+        return self.hold is not None and bool(self.hold.refresh())
 
     def _shard_leases(self) -> bool:
         """One round of shard leases; a round that succeeds keeps the process ready."""
         if self.stop_event.is_set():  # stop() gives them up
             return False
-        more = self.ownership.loop()
+        hold = self.hold
+        more = self.ownership.loop(step_back=hold is not None and hold.cannot_send())
         self.graph.core.health.leases_renewed()
         return more
 

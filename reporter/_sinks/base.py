@@ -5,7 +5,8 @@ config (``reporter._sinks.registry.make_sink``) what they need, never which kind
 
 - ``pacing()``: the request rate it keeps (``TokenRate`` at claim time, ``SlotRate`` at
   send time) or None;
-- ``hold()``: whether sending can be held for every reporter (``HoldSpec``), and ``probe``;
+- ``hold()``: whether sending can be held for every reporter (``HoldSpec``), in which
+  scopes (``hold_scopes``, ``hold_scope``: an app, a game, a key), and ``prober``;
 - ``freshness()``: which events are still young enough to send;
 - ``in_order()``: whether each game's batches must reach it first in, first out;
 - ``body_model`` and ``endpoint()``: how large a body of given events is, and where it goes;
@@ -33,7 +34,7 @@ import httpx
 
 from collector.config import Where
 from reporter._exceptions import SinkConfigError
-from reporter._senders.outcome import Outcome
+from reporter._senders.outcome import Outcome, Refusal
 from reporter._senders.secrets import SecretFile
 from reporter._settings import ReporterGameSettings, ReporterSettings, SinkSettings
 
@@ -138,6 +139,25 @@ class LateDrop(NamedTuple):
     logouts: int
     items: list[tuple[str, int, int]]
     audit_lost: int = 0  # lines of the sink's audit trail that could not be written
+
+
+@dataclass(frozen=True, slots=True)
+class HoldScope:
+    """One scope sending can be held in, within the sink's ``HoldSpec`` group: ``name`` its
+    hold's name there ('' for the group's first app), ``kind`` what it stands for (``APP``,
+    ``GAME``, ``KEY`` or ``HOST`` of ``reporter._senders.outcome``), ``label`` for the log
+    and ``status`` ("app X", "game farm").  ``own``: it belongs to the reporters that use one
+    key, or to one reporter (its clock): another reporter neither lifts nor sets it, and a
+    reporter held in an own scope of every app leaves its shards to those that can send."""
+
+    name: str
+    kind: str
+    label: str
+    own: bool = False
+
+
+# The probe of one held scope: a request that reports nothing, ready to go (``Sink.prober``).
+Prober = Callable[[HoldScope, str], Callable[[], Outcome] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,9 +277,35 @@ class Sink:
     def hold(self) -> HoldSpec | None:
         return None
 
-    def prober(self, sender: Sender) -> Callable[[str], Outcome] | None:
-        """For a sink that can be held: ``probe(game)``, one request through ``sender`` that
-        reports nothing, to learn whether the hold may end (None: ``sender`` cannot)."""
+    def prober(self, sender: Sender) -> Prober | None:
+        """For a sink that can be held: ``prober(scope, game)``, the probe of ``scope`` (one
+        request through ``sender`` that reports nothing, with the identity of the scope:
+        its app, its key, its game; ``game``: the one whose request met the hold, or ""),
+        to learn whether the hold may end; None from it when this reporter cannot send that
+        request (a game it has no route for); None here when ``sender`` cannot probe."""
+        return None
+
+    def hold_scopes(self, game: str) -> tuple[HoldScope, ...]:
+        """The scopes a request of ``game`` goes out in: held in any of them, it waits."""
+        return ()
+
+    def hold_scope(self, game: str, refusal: Refusal) -> HoldScope:
+        """The scope an answer to a request of ``game`` holds (``refusal.scope`` says which
+        kind)."""
+        raise NotImplementedError
+
+    def scope_named(self, name: str) -> HoldScope | None:
+        """The scope of a hold read from the group's index, if it concerns this reporter
+        (None: another key's, or a scope this config does not know)."""
+        return None
+
+    def whole_scopes(self) -> list[tuple[HoldScope, ...]]:
+        """For each app the sink sends to, the scopes that hold every game of it."""
+        return []
+
+    def unroutable(self, game: str) -> Refusal | None:
+        """Why this config cannot send ``game`` at all (a game without the id the endpoint
+        needs), which holds the game until the config has it; None if it can."""
         return None
 
     def freshness(self) -> Freshness:
@@ -299,6 +345,17 @@ class Sink:
         pacer: Pacer | None = None,
     ) -> Sender:
         raise NotImplementedError
+
+    def vet_secrets(
+        self,
+        sender: Sender,
+        secrets: Sequence[SecretFile],
+        pacer: Pacer | None,
+        alert: Callable[[str, str], None],
+    ) -> None:
+        """Make each of ``secrets`` (those ``sender`` reads) prove a new value before it is
+        used (``SecretFile.vet_with``), through ``sender`` on slots of ``pacer``; a refused
+        value is told to ``alert(name, message)`` (``status``).  By default none does."""
 
     def check_connection(
         self,

@@ -301,10 +301,12 @@ def test_the_key_is_read_once_per_request() -> None:
     )
 
 
-def test_a_game_without_a_biz_id_is_rejected_with_an_alert() -> None:
+def test_a_game_without_a_biz_id_holds_that_game_and_is_never_sent_nor_dead() -> None:
     captured = Captured()
     outcome = sender(captured).send("unfiled", "b.0", [event(0)])
-    assert outcome.kind == REJECTED and "biz_id" in outcome.reason and outcome.alert
+    assert outcome.kind == RETRY and outcome.hold is not None
+    assert (outcome.hold.cause, outcome.hold.scope) == ("no biz_id", "game")
+    assert '[games."unfiled"] biz_id' in outcome.hold.check
     assert captured.requests == []
 
 
@@ -495,6 +497,8 @@ def test_identity_and_configuration_answers_hold_the_sender(code: int) -> None:
     assert (outcome.kind, outcome.alert) == (RETRY, None)
     assert outcome.hold is not None
     assert (outcome.hold.cause, outcome.hold.check) == (f"nppa {code}", CHECK[code])
+    # the narrowest scope that explains it: one game's permission, the key, else the app
+    assert outcome.hold.scope == {1010: "game", 1011: "key", 1012: "key"}.get(code, "app")
 
 
 @pytest.mark.parametrize("status", [401, 403, 407])

@@ -25,6 +25,7 @@ from reporter._pacing.send_hold import SendHold
 from reporter._pacing.slots import SharedSlots
 from reporter._senders.outcome import Refusal
 from reporter._service.ownership import ShardOwnership
+from reporter._sinks.base import HoldScope
 from tests.support.polling import wait_until
 
 SHARDS = 4
@@ -199,7 +200,7 @@ def test_a_far_future_token_bucket_is_refused_and_tokens_granted(
 def test_a_far_future_probe_time_is_refused_and_the_probe_due_now(
     store: Store, r: redis.Redis
 ) -> None:
-    hold = SendHold(store, "app", 30.0, "app app")
+    hold = SendHold(store, "app", HoldScope("", "app", "app app"), 30.0)
     hold.begin(Refusal("nppa 1011", "the key"), "g")
     r.hset(store.schema.hold("app"), "probe_at", str(FAR_US // 1000))
     assert hold.take_turn().mine

@@ -32,7 +32,10 @@ from collector.nppa import check_item
 from reporter._http.transport import SocketTransport
 from reporter._senders.client import NEED_BODY, sink_client
 from reporter._senders.outcome import (
+    APP,
     DELIVERED,
+    GAME,
+    KEY,
     REJECTED,
     RETRY,
     MovedItem,
@@ -42,13 +45,15 @@ from reporter._senders.outcome import (
 )
 from reporter._sinks.base import Pacer, SinkConfig
 from reporter._sinks.nppa.records import Recorder, Sending, audit_trail_of
+from reporter._sinks.nppa.routes import PATH, App, Route, Routes, endpoint_url, routes_of
 from reporter._sinks.nppa.settings import NppaSettings
 from reporter._sinks.nppa.wire import seal, signature
 
 logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=60.0)
 
-PATH = "/behavior/collection/loginout"
+__all__ = ["PATH", "NppaSender", "classify", "endpoint_url"]
+
 CONTENT_TYPE = "application/json;charset=utf-8"
 # The answer is read whole, up to this size; a longer or unreadable one is retried.
 ANSWER_BYTES = 1024 * 1024
@@ -79,6 +84,10 @@ CHECK = {
 # finds out when the cause is gone.  3002 and 3003 are bugs of ours: those batches are
 # dead-lettered.
 HOLD = frozenset(CHECK) - {EMPTY, 3003}
+# What each holds (``Refusal.scope``; the rest hold the app): 1010 is one game's permission
+# (its bizId), 1011 and 1012 the key (the signature, the sealed body), so a reporter with
+# another key neither lifts nor sets it.
+HOLD_SCOPE = {1010: GAME, 1011: KEY, 1012: KEY}
 # HTTP statuses of a proxy or gateway in front of the interface refusing us (the interface
 # itself answers HTTP 200): held too.
 HOLD_HTTP = {
@@ -99,20 +108,12 @@ Clock = Callable[[], float]
 Sent = list[tuple[int, dict[str, Any]]]  # (index in the batch's events, item)
 
 
-def endpoint_url(base_url: str) -> str:
-    """Where reports go: ``<base_url>/behavior/collection/loginout``, or the base itself
-    when it already names the path (the test system's URL ends in ``/loginout/<code>``)."""
-    if "/loginout" in urlsplit(base_url).path:
-        return base_url
-    return base_url.rstrip("/") + PATH
-
-
 class NppaSender:
-    """Reports to the interface ``config``'s ``[nppa]`` names, each game with its ``biz_id``.
-    ``key``: the secret key in use, read once per request (a key file re-read at run time
-    swaps it); by default ``[nppa] secret_key``.  ``pacer``: asked for a slot of the shared
-    rate before a re-send after 1007, and, with the builtin transport, once the connection is
-    ready, right before each request goes."""
+    """Reports each game to its app (``routes``: its app id, base URL and key, and its
+    ``biz_id``; by default ``config``'s ``[nppa]`` with ``key``, the secret key in use, read
+    once per request: a key file re-read at run time swaps it).  ``pacer``: asked for a slot
+    of the shared rate before a re-send after 1007, and, with the builtin transport, once
+    the connection is ready, right before each request goes."""
 
     def __init__(
         self,
@@ -121,26 +122,22 @@ class NppaSender:
         clock: Clock = time.time,
         key: Callable[[], str] | None = None,
         pacer: Pacer | None = None,
+        routes: Callable[[], Routes] | None = None,
     ) -> None:
         settings = config.section(NppaSettings)
-        self._key = key or (lambda: settings.secret_key)
-        self._app_id = settings.app_id
+        fixed = routes_of(config, {"[nppa] secret_key": key} if key else {})
+        self._routes: Callable[[], Routes] = routes or (lambda: fixed)
         self._throttle = settings.throttle_seconds
         self._resend = settings.late_behaviour == "resend"
         # Late items are moved to this many seconds before the request (the window less the
         # freshness margin), never later than the request itself.
         self._late_to = WINDOW_SECONDS - settings.freshness_margin_seconds
         self._max_future = settings.max_future_seconds
-        self._biz_id = config.biz_id
         self._clock = clock
-        self._url = endpoint_url(settings.base_url)
-        self._query = dict(parse_qsl(urlsplit(self._url).query))
         self._client, direct = sink_client(config.sink, {"Content-Type": CONTENT_TYPE}, transport)
         # The builtin transport asks the pacer once the connection is ready (send_when);
-        # with another, no request waits there for its slot.
-        url = httpx.URL(self._url)
-        plain = isinstance(direct, SocketTransport) and not (url.username or url.password)
-        self._direct = direct if plain and isinstance(direct, SocketTransport) else None
+        # with another, no request waits there for its slot (nor to a URL with userinfo).
+        self._direct = direct if isinstance(direct, SocketTransport) else None
         self._skew_logged = False
         # Asked before a re-send after 1007 (a request of its own, under the shared rate):
         # it waits for the request's slot; False (stopping, a pause) leaves the 1007 answer.
@@ -150,22 +147,10 @@ class NppaSender:
         self._record = Recorder(audit_trail_of(settings), settings.app_id)
 
     def send(self, game: str, batch_id: str, events: Sequence[bytes], attempt: int = 1) -> Outcome:
-        biz_id = self._biz_id(game)
-        if not biz_id:
-            self._record.refused("", game, batch_id, [(e, "no biz_id") for e in events])
-            ratelog.log(
-                logging.ERROR,
-                "biz",
-                "game %r has events but no biz_id: set "
-                '[games."%s"] biz_id (its batches are dead-lettered until then)',
-                game,
-                game,
-            )
-            return Outcome(
-                REJECTED,
-                f'game {game!r} has no biz_id: set [games."{game}"] biz_id, then replay',
-                alert=Refusal(f"no biz_id for game {game!r}"),
-            )
+        route = self._routes().route(game)
+        if isinstance(route, Refusal):  # a config error here: the game is held, never dead
+            return Outcome(RETRY, str(route), hold=route)
+        biz_id = route.biz_id
         items, refused = _checked(events)
         now = self._clock()
         future = [(i, item) for i, item in items if item["ot"] > now]
@@ -178,7 +163,7 @@ class NppaSender:
         moved = self._move_late(sent, now) if self._resend else ()
         lost = self._record.refused(biz_id, game, batch_id, [(events[i], r) for i, r in refused])
         call = Sending(game, batch_id, attempt, {m.position: m.ot for m in moved})
-        outcome = self._report(biz_id, sent, call) if sent else Outcome(DELIVERED)
+        outcome = self._report(route.app, biz_id, sent, call) if sent else Outcome(DELIVERED)
         if moved and outcome.kind == DELIVERED:
             outcome = dataclasses.replace(outcome, moved=moved)
         if lost or call.lost:
@@ -197,12 +182,17 @@ class NppaSender:
             audit_lost=outcome.audit_lost,
         )
 
-    def probe(self, biz_id: str) -> Outcome:
-        """A signed request whose ``collections`` is empty: it reports nothing, and the
-        system answers 3002 once it has checked the identity, the signature and the sealed
-        body.  3002 (or 0) is ``delivered``; any other answer is classified as for a
-        report (1011 holds, 1006 retries with a pause, ...)."""
-        return self._report(biz_id, [], Sending(), probe=True)
+    def probe(self, biz_id: str, app: App | None = None, game: str = "") -> Outcome:
+        """A signed request whose ``collections`` is empty, to ``app`` (by default the
+        first) with ``biz_id``: it reports nothing, and the system answers 3002 once it has
+        checked the identity, the signature and the sealed body.  3002 (or 0) is
+        ``delivered``; any other answer is classified as for a report (1011 holds, 1006
+        retries with a pause, ...).  ``game``: whose rate scope the request counts in."""
+        app = app or next(iter(self._routes().apps.values()))
+        return self._report(app, biz_id, [], Sending(game), probe=True)
+
+    def route(self, game: str) -> Route | Refusal:
+        return self._routes().route(game)
 
     def _too_far_ahead(self, game: str, future: Sent, now: float) -> list[tuple[int, str]]:
         """Items whose ot is more than ``[nppa] max_future_seconds`` ahead of this host's
@@ -258,7 +248,9 @@ class NppaSender:
             )
         return tuple(moved)
 
-    def _report(self, biz_id: str, sent: Sent, call: Sending, probe: bool = False) -> Outcome:
+    def _report(
+        self, app: App, biz_id: str, sent: Sent, call: Sending, probe: bool = False
+    ) -> Outcome:
         """POST the items (again once, with a new timestamp and a slot of its own, if the
         system finds it expired) and read the answer; each request and answer goes to the
         audit trail (the request's line before its bytes)."""
@@ -272,7 +264,7 @@ class NppaSender:
             line, lost = self._record.request(stamp, biz_id, call, numbered)
             call.lost += lost
             try:
-                response = self._post(biz_id, plain, stamp, call.game)
+                response = self._post(app, biz_id, plain, stamp, call.game)
             except httpx.HTTPError as exc:
                 outcome = Outcome(RETRY, f"{type(exc).__name__}: {exc}")
                 call.lost += self._record.answer(line, outcome, error=outcome.reason)
@@ -300,23 +292,27 @@ class NppaSender:
             )
         return outcome
 
-    def _post(self, biz_id: str, plain: bytes, stamp: str, game: str = "") -> httpx.Response | None:
+    def _post(
+        self, app: App, biz_id: str, plain: bytes, stamp: str, game: str = ""
+    ) -> httpx.Response | None:
         """The answer to the sealed and signed items, stamped ``stamp`` (the one value both
         signed and sent); None if the pacer said, with the connection ready, that the
         request may not go (no slot of the rate within reach)."""
-        secret = self._key()  # read once: the body is sealed and signed with the same key
+        secret = app.key()  # read once: the body is sealed and signed with the same key
         body = seal(secret, plain)  # a fresh nonce per attempt
-        signed = {**self._query, "appId": self._app_id, "bizId": biz_id, "timestamps": stamp}
+        url = app.url
+        query = dict(parse_qsl(urlsplit(url).query))
+        signed = {**query, "appId": app.app_id, "bizId": biz_id, "timestamps": stamp}
         headers = {
-            "appId": self._app_id,
+            "appId": app.app_id,
             "bizId": biz_id,
             "timestamps": stamp,
             "sign": signature(secret, signed, body),
         }
         request = self._client.build_request(
-            "POST", self._url, content=body, headers=headers, extensions={NEED_BODY: ANSWER_BYTES}
+            "POST", url, content=body, headers=headers, extensions={NEED_BODY: ANSWER_BYTES}
         )
-        if self._direct is None or self._pacer is None:
+        if self._direct is None or self._pacer is None or request.url.userinfo:
             return self._client.send(request)
         on_time = self._pacer.on_time
         response = self._direct.send_when(request, lambda: on_time(game))
@@ -335,7 +331,9 @@ class NppaSender:
             )
 
     def describe(self) -> str:
-        return f"nppa {mask_url(self._url)} app {self._app_id}"
+        apps = list(self._routes().apps.values())
+        more = f" (and {len(apps) - 1} more apps)" if len(apps) > 1 else ""
+        return f"nppa {mask_url(apps[0].url)} app {apps[0].app_id}{more}"
 
     def close(self) -> None:
         self._client.close()
@@ -395,8 +393,11 @@ def _failed(code: int, message: str, throttle: float) -> Outcome:
     if code == EXPIRED:
         return Outcome(RETRY, _EXPIRED_REASON)
     if code in HOLD:
+        scope = HOLD_SCOPE.get(code, APP)
         return Outcome(
-            RETRY, f"nppa {code} {message}".strip(), hold=Refusal(f"nppa {code}", CHECK[code])
+            RETRY,
+            f"nppa {code} {message}".strip(),
+            hold=Refusal(f"nppa {code}", CHECK[code], scope),
         )
     if code in CHECK:
         return Outcome(

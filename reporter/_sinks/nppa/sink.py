@@ -1,9 +1,13 @@
-"""The ``nppa`` sink as the reporter sees it: shared request slots per app id, a hold for
-every reporter when the interface refuses our identity, the interface's 180 s window, a
-sealed body, the key file, and a probe that reports nothing."""
+"""The ``nppa`` sink as the reporter sees it: shared request slots per app id, holds for
+every reporter when the interface refuses our identity (each in the narrowest scope that
+explains it: the app, the key, the game; ``routes``), the interface's 180 s window, a sealed
+body, the key file, and a probe that reports nothing."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import logging
 import time
 from collections.abc import Callable, Sequence
 
@@ -15,24 +19,38 @@ from collector.nppa import LOGIN, LOGOUT
 from reporter._constants import NPPA_RATE_HEADROOM
 from reporter._exceptions import SinkConfigError
 from reporter._logging import masked_url
-from reporter._senders.outcome import DELIVERED, Outcome
-from reporter._senders.secrets import SecretFile
+from reporter._senders.outcome import DELIVERED, GAME, HOST, KEY, Outcome, Refusal
+from reporter._senders.secrets import ACCEPTED, SecretFile, Vetted
 from reporter._sinks.base import (
     BodyModel,
     Connection,
     Freshness,
+    HoldScope,
     HoldSpec,
     LateDrop,
     Pacer,
     Pacing,
+    Prober,
     SecretSpec,
     Sender,
     Sink,
+    SinkConfig,
     SlotRate,
     scope_name,
 )
 from reporter._sinks.nppa.records import Recorder, audit_trail_of
-from reporter._sinks.nppa.sender import WINDOW_SECONDS, NppaSender, endpoint_url
+from reporter._sinks.nppa.routes import (
+    NPPA_KEY,
+    App,
+    Route,
+    Routes,
+    endpoint_url,
+    fingerprint,
+    game_scope,
+    routes_of,
+    safe_name,
+)
+from reporter._sinks.nppa.sender import WINDOW_SECONDS, NppaSender
 from reporter._sinks.nppa.settings import (
     NppaSettings,
     cap_advice,
@@ -42,12 +60,13 @@ from reporter._sinks.nppa.settings import (
 )
 from reporter._sinks.nppa.trail import session_report
 
+logger = logging.getLogger("reporter")
+
 # {"data":"<base64 of nonce, AES-GCM of {"collections":[{"no":n,...},...]}, tag>"}: the
 # item's "no" and comma add 10 bytes; sealing adds 28 bytes before base64.
 NPPA_BODY = BodyModel(fixed=128, per_event=10, scale=4 / 3)
 
-
-NPPA_KEY = "[nppa] secret_key_file"
+__all__ = ["NPPA_BODY", "NPPA_KEY", "NppaSink"]
 
 
 class NppaSink(Sink):
@@ -55,6 +74,11 @@ class NppaSink(Sink):
     section = "nppa"
     settings = NppaSettings
     body_model = NPPA_BODY
+
+    def __init__(self, config: SinkConfig) -> None:
+        super().__init__(config)
+        # Swapped whole when the sender binds the secret files, and on a reload.
+        self.routes: Routes = routes_of(config, {})
 
     @property
     def nppa(self) -> NppaSettings:
@@ -102,13 +126,74 @@ class NppaSink(Sink):
             f"the anti-addiction interface (app {app_id})",
         )
 
-    def prober(self, sender: Sender) -> Callable[[str], Outcome] | None:
-        """A signed report without items, with the bizId of the game whose request met the
-        hold (else the first game's of the file)."""
+    def prober(self, sender: Sender) -> Prober | None:
+        """A signed report without items, with the scope's identity: a game's with that
+        game's route; an app's or a key's with the app's key and the bizId of the game whose
+        request met the hold (else the app's first game's); this reporter's with any."""
         if not isinstance(sender, NppaSender):
             return None
-        fallback = self._first_biz_id() or "0"
-        return lambda game: sender.probe(self.config.biz_id(game) or fallback)
+
+        def probe(scope: HoldScope, game: str) -> Callable[[], Outcome] | None:
+            target = self._probe_target(scope, game)
+            if target is None:
+                return None
+            app, biz_id = target
+            return lambda: sender.probe(biz_id, app, game)
+
+        return probe
+
+    def _probe_target(self, scope: HoldScope, game: str) -> tuple[App, str] | None:
+        routes = self.routes
+        if scope.kind == GAME:
+            route = routes.route(game)
+            return (route.app, route.biz_id) if isinstance(route, Route) else None
+        if scope.kind == HOST:
+            app = next(iter(routes.apps.values()))
+        else:
+            found = self._app_of_scope(scope)
+            if found is None:
+                return None
+            app = found
+        biz_id = routes.biz_id_of(app, game)
+        return (app, biz_id) if biz_id else None
+
+    def _app_of_scope(self, scope: HoldScope) -> App | None:
+        for app in self.routes.apps.values():
+            if scope.name in (app.scope().name, app.key_scope().name):
+                return app
+        return None
+
+    def hold_scopes(self, game: str) -> tuple[HoldScope, ...]:
+        app = self.routes.app_for(game)
+        return (app.scope(), app.key_scope(), game_scope(game))
+
+    def hold_scope(self, game: str, refusal: Refusal) -> HoldScope:
+        if refusal.scope == GAME:
+            return game_scope(game)
+        app = self.routes.app_for(game)
+        return app.key_scope() if refusal.scope == KEY else app.scope()
+
+    def scope_named(self, name: str) -> HoldScope | None:
+        """An app's scope, the key scope of a key this reporter uses, or a game's (any game:
+        games are everybody's); None for another key's."""
+        kind, _, rest = name.partition(":")
+        if kind == GAME:
+            return next(
+                (game_scope(g) for g in self.routes.games() if safe_name(g) == rest),
+                HoldScope(name, GAME, f"game {rest}"),
+            )
+        for app in self.routes.apps.values():
+            for scope in (app.scope(), app.key_scope()):
+                if scope.name == name:
+                    return scope
+        return None
+
+    def whole_scopes(self) -> list[tuple[HoldScope, ...]]:
+        return [(app.scope(), app.key_scope()) for app in self.routes.apps.values()]
+
+    def unroutable(self, game: str) -> Refusal | None:
+        route = self.routes.route(game)
+        return route if isinstance(route, Refusal) else None
 
     def freshness(self) -> Freshness:
         """An item whose ``ot`` is 180 s less the margin before the request is stale (and
@@ -142,8 +227,66 @@ class NppaSink(Sink):
         secrets: Sequence[SecretFile] = (),
         pacer: Pacer | None = None,
     ) -> Sender:
-        key = next((f for f in secrets if f.setting == NPPA_KEY), None)
-        return NppaSender(self.config, transport, key=key, pacer=pacer)
+        self.routes = routes_of(self.config, {f.setting: f for f in secrets})
+        return NppaSender(self.config, transport, pacer=pacer, routes=lambda: self.routes)
+
+    def vet_secrets(
+        self,
+        sender: Sender,
+        secrets: Sequence[SecretFile],
+        pacer: Pacer | None,
+        alert: Callable[[str, str], None],
+    ) -> None:
+        """A new key is proved before it is used: a request that reports nothing, signed
+        with it, on a slot of the shared rate.  3002 proves it; 1011 or 1012 refuses it (the
+        key in use stays, with an ERROR and an alert); any other answer tells nothing yet
+        (tried again later)."""
+        if not isinstance(sender, NppaSender):
+            return
+        for file in secrets:
+            app = next((a for a in self.routes.apps.values() if a.key is file), None)
+            if app is not None:
+                file.vet_with(functools.partial(self._prove, app.name, sender, pacer, alert))
+
+    def _prove(
+        self,
+        name: str,
+        sender: NppaSender,
+        pacer: Pacer | None,
+        alert: Callable[[str, str], None],
+        key: str,
+    ) -> Vetted:
+        app = self.routes.apps.get(name)
+        if app is None:
+            return ACCEPTED
+        game, biz_id = self.routes.probe_game(app)
+        if not biz_id:
+            return ACCEPTED  # no game to prove it with: used as it is
+        if pacer is not None and not pacer.one(game):
+            return Vetted(False, "no request slot within reach (a 1006 pause, stopping)", True)
+        outcome = sender.probe(biz_id, dataclasses.replace(app, key=lambda: key), game)
+        fp = fingerprint(key)
+        if outcome.kind == DELIVERED:
+            logger.info(
+                "%s: the new key %s proved (a request with no items was answered %s)",
+                app.key_setting,
+                fp,
+                outcome.reason,
+                extra={"setting": app.key_setting},
+            )
+            return ACCEPTED
+        if outcome.hold is not None and outcome.hold.scope == KEY:
+            why = f"the system answered {outcome.reason} to a request signed with it"
+            try:
+                alert(
+                    "nppa new key",
+                    f"{app.key_setting}: the new key {fp} of app {app.app_id} was refused "
+                    f"({outcome.reason}); the key in use is kept: {outcome.hold.check}",
+                )
+            except Exception as exc:  # status misses one line; the log has it
+                logger.warning("could not record the alert for status (%s)", exc)
+            return Vetted(False, f"key {fp}: {why}")
+        return Vetted(False, f"a request signed with it was answered {outcome.reason}", True)
 
     def check_connection(
         self,

@@ -641,6 +641,7 @@ KEYS: dict[str, tuple[str, Callable[[Scene], str]]] = {
     "writers": ("zset", lambda s: s.keys.writers),
     "reporters": ("zset", lambda s: s.shard.schema.reporters),
     "main": ("hash", lambda s: s.main),
+    "holds": ("zset", lambda s: sibling(s.main, "holds")),
 }
 _SHARD = ["stats", "quarantine"]
 _HELD = ["inflight", "batches", *_SHARD]
@@ -664,7 +665,7 @@ READS: dict[str, list[str]] = {
     "heartbeat": ["reporters"],
     "take_tokens": ["main"],
     "reserve_slot": ["main"],
-    "hold": ["main"],
+    "hold": ["main", "holds"],
 }
 # The counter each script adds to.
 COUNTED = {
@@ -822,6 +823,7 @@ def pacing_cases() -> list[Case]:
             {
                 "probe_at": hold_times,
                 "since": hold_times,
+                "lifted": hold_times,
                 "probes": [("nan", "nan", SET_ASIDE), ("negative", "-1", SET_ASIDE)],
             },
         ),

@@ -24,6 +24,7 @@ from reporter._demo.endpoint import LocalEndpoint
 from reporter._demo.nppa_mock import NppaEndpoint
 from reporter._monitoring.accounting import read_totals
 from reporter._pacing.send_hold import read_hold
+from reporter._sinks.nppa.routes import fingerprint
 from tests.reporter.commands.test_cli import REPO, child_env, reporter_cli
 from tests.support.polling import wait_until
 from tests.support.scriptcalls import store_of
@@ -106,7 +107,10 @@ def test_a_held_reporter_sends_its_backlog_after_sighup_with_the_new_key(
         collector.close(timeout=5)
         reporter = start(path, log)
         try:
-            wait_until(lambda: read_hold(store, f"nppa:{APP}").held, timeout=30, what="held")
+            old_key = f"key:{APP}:{fingerprint(OLD)}"  # the hold of the reporters that use it
+            wait_until(
+                lambda: read_hold(store, f"nppa:{APP}", old_key).held, timeout=30, what="held"
+            )
             began = time.monotonic()
             status = reporter_cli("status", "--json", "--no-shards", "--config", str(path))
             assert json.loads(status.stdout)["hold"]["cause"] == "nppa 1011", status.stderr
@@ -130,7 +134,8 @@ def test_a_held_reporter_sends_its_backlog_after_sighup_with_the_new_key(
     text = log.read_text(encoding="utf-8")
     assert code == 0, text
     assert "SIGHUP: re-read [nppa] secret_key_file" in text
-    assert "sending held for app reload-app" in text and "sending resumed" in text
+    assert f"sending held for key {fingerprint(OLD)} of app reload-app" in text
+    assert f"the new key {fingerprint(NEW)} proved" in text and "sending resumed" in text
     assert OLD not in text and NEW not in text
     totals = read_totals(store)
     assert (totals.counter("delivered"), totals.counter("dead_events")) == (2000, 0)

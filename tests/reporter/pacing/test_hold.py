@@ -12,11 +12,12 @@ import pytest
 import redis
 
 from collector.store import Cluster as ClusterBackend
-from collector.store import Hold, HoldOp, KeySchema, NoteLate, Store
+from collector.store import Hold, HoldOp, HoldState, KeySchema, NoteLate, Store
 from reporter._logging import REDACT
 from reporter._pacing.send_hold import SendHold, read_hold
 from reporter._senders.outcome import Refusal
 from reporter._senders.secrets import SecretFile
+from reporter._sinks.base import HoldScope
 from reporter._sinks.nppa.settings import read_key_file
 from reporter._sinks.nppa.sink import NPPA_KEY
 from tests.support.entries import make_config
@@ -24,6 +25,7 @@ from tests.support.scriptcalls import store_of
 from tests.support.servers import Cluster
 
 KEY = "{t:hold:nppa:app}:hold"
+APP_SCOPE = HoldScope("", "app", "app app")
 OLD = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 NEW = "aa" * 16
 
@@ -80,8 +82,8 @@ def test_the_mirror_follows_redis_and_logs_once(
     client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = store_of(client, KeySchema("t", 1))
-    first = SendHold(store, "nppa:app", 30.0, "app app")
-    second = SendHold(store, "nppa:app", 30.0, "app app")
+    first = SendHold(store, "nppa:app", APP_SCOPE, 30.0)
+    second = SendHold(store, "nppa:app", APP_SCOPE, 30.0)
     with caplog.at_level(logging.INFO, logger="reporter"):
         first.begin(REFUSAL, "farm")
         assert first.held and not second.held  # the second learns at its next refresh
@@ -90,7 +92,8 @@ def test_the_mirror_follows_redis_and_logs_once(
         assert second.refresh().held and second.held
         second.begin(REFUSAL, "farm")
         turn = second.take_turn()
-        assert not turn.mine  # the first probe is a probe interval after the start
+        assert turn.mine  # the first probe is due at once (a batch's own refusal?)
+        assert not first.take_turn().mine  # then one a probe interval
         second.probe_now()
         assert second.take_turn().mine and not first.take_turn().mine
         first.lift("a probe was answered 3002")
@@ -153,7 +156,7 @@ def test_the_hold_and_the_audit_list_work_on_a_cluster(cluster: Cluster) -> None
     try:
         schema = KeySchema(f"h{uuid.uuid4().hex[:8]}", 16)  # the cluster is shared
         store = Store(backend, schema)
-        hold = SendHold(store, "nppa:app", 30.0, "app app")
+        hold = SendHold(store, "nppa:app", APP_SCOPE, 30.0)
         hold.begin(Refusal("nppa 1005", "this host's IP is not allowed: register it"), "farm")
         assert read_hold(store, "nppa:app").cause == "nppa 1005"
         hold.lift("fixed")
@@ -170,3 +173,81 @@ def test_the_hold_and_the_audit_list_work_on_a_cluster(cluster: Cluster) -> None
         ]
     finally:
         backend.close()
+
+
+# -- scopes: the group's index, and a batch that draws its own refusal ---------------------------
+
+GROUP = "{t:hold:nppa:app}"
+
+
+def scoped(
+    client: redis.Redis,
+    scope: str,
+    what: str,
+    now_ms: int,
+    cause: str = "nppa 1012",
+    batch: str = "",
+    window_ms: int = 600_000,
+) -> HoldState:
+    key = f"{GROUP}:hold" + (f":{scope}" if scope else "")
+    return store_of(client).call(
+        Hold(
+            key,
+            what,
+            30_000,
+            cause,
+            "check it",
+            "farm",
+            86_400_000,
+            now_ms,
+            scope=scope,
+            batch=batch,
+            window_ms=window_ms,
+        )
+    )
+
+
+def test_the_held_scopes_of_a_group_are_listed_oldest_first_and_dropped_once_lifted(
+    client: redis.Redis,
+) -> None:
+    store = store_of(client, KeySchema("t", 1))
+    first = store.schema.hold("nppa:app")
+    assert store.held_scopes(first) == []
+    scoped(client, "game:farm", "hold", 1000, "nppa 1010")
+    scoped(client, "", "hold", 2000, "nppa 1005")
+    scoped(client, "game:farm", "hold", 3000, "nppa 1010")  # already held: stays first
+    assert store.held_scopes(first) == ["game:farm", ""]
+    assert scoped(client, "game:farm", "lift", 4000).mine
+    assert store.held_scopes(first) == [""]
+    assert not scoped(client, "game:farm", "read", 4001).held
+    client.zadd(f"{GROUP}:holds", {"game:gone": 1})  # a hold that expired unread
+    assert not scoped(client, "game:gone", "read", 4002).held
+    assert store.held_scopes(first) == [""]  # a read of a scope not held drops it
+
+
+def test_a_batch_that_meets_its_refusal_again_after_a_passing_probe_is_poison(
+    client: redis.Redis,
+) -> None:
+    started = scoped(client, "key:app:f1", "hold", 1000, batch="b-poison")
+    assert started.mine and not started.poison
+    scoped(client, "key:app:f1", "hold", 1100, batch="b-other")  # in flight meanwhile
+    assert scoped(client, "key:app:f1", "lift", 31_000).mine  # a probe passed
+    again = scoped(client, "key:app:f1", "hold", 31_500, batch="b-poison")
+    assert again.poison and not again.held  # nothing is held: the batch is the cause
+    assert not scoped(client, "key:app:f1", "read", 31_501).held
+    # once only: the same batch later (a replay) starts a hold like any other
+    assert scoped(client, "key:app:f1", "hold", 31_600, batch="b-poison").mine
+    assert scoped(client, "key:app:f1", "lift", 61_000).mine
+    # another cause than the one it drew says nothing about the batch: it holds
+    assert scoped(client, "key:app:f1", "hold", 61_100, "nppa 1011", batch="b-other").mine
+
+
+def test_a_suspect_is_forgotten_after_the_window_and_never_poison_while_held(
+    client: redis.Redis,
+) -> None:
+    scoped(client, "", "hold", 1000, batch="b-1")
+    held = scoped(client, "", "hold", 2000, batch="b-1")  # still held: no probe passed yet
+    assert held.held and not held.poison
+    scoped(client, "", "lift", 31_000, window_ms=10_000)
+    late = scoped(client, "", "hold", 41_001, batch="b-1", window_ms=10_000)
+    assert late.mine and not late.poison  # the lift was too long ago to tell

@@ -1,0 +1,177 @@
+"""Failures that stay where they start, end to end against the mock of the interface
+(reporter._demo.nppa_mock) scripted to answer as the real one does in bad moments, and a
+real Redis: a bizId the system does not know holds that game only; a reporter with a wrong
+key holds itself only (its shards go to the one that can send); a batch that draws a
+refusal of its own is dead-lettered, not taken for the configuration."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from reporter._demo.nppa_mock import NppaEndpoint
+from reporter._monitoring.accounting import read_totals
+from reporter._pacing.send_hold import read_hold
+from reporter._sinks.nppa.routes import fingerprint
+from tests.delivery.test_nppa_hold import HOLD, NEW, OLD, answered, key_config, key_scope, sessions
+from tests.delivery.test_nppa_reporting import GAMES, accepted_count
+from tests.support.fixtures import StartService
+from tests.support.polling import wait_until
+from tests.support.servers import Server
+
+FARM, KART = GAMES["farm"], GAMES["kart"]
+
+
+def test_a_biz_id_the_system_does_not_know_holds_that_game_only(
+    own_server: Server, tmp_path: Path, start_service: StartService
+) -> None:
+    """kart's bizId is unknown (1010): farm keeps its full rate and all of it goes; kart is
+    held alone, probed with its own bizId, and goes once the system knows it, without a
+    restart; nothing is dead-lettered."""
+    with NppaEndpoint(app_id="app-test-1", secret_key=OLD, biz_ids=[FARM]) as endpoint:
+        config = key_config(own_server, endpoint, tmp_path / "nppa.key", probe_interval_seconds=1)
+        now = int(time.time())
+        sessions(config, "farm", 160, now, now)
+        sessions(config, "kart", 160, now, now)
+        service = start_service(config)
+        wait_until(lambda: delivered_of(endpoint, FARM) == 320, timeout=30, what="farm's 320")
+        kart = read_hold(service.store, HOLD, "game:kart")
+        assert kart.held and kart.cause == "nppa 1010" and kart.game == "kart"
+        assert not read_hold(service.store, HOLD).held  # not the app
+        assert delivered_of(endpoint, KART) == 0
+        threading.Event().wait(2.0)
+        probes = [r for r in endpoint.requests if r.biz_id == KART and r.items == 0]
+        assert probes  # kart's probes go with kart's bizId
+
+        endpoint.know(KART)  # the system learns the game's filing
+        wait_until(lambda: delivered_of(endpoint, KART) == 320, timeout=30, what="kart's 320")
+        wait_until(
+            lambda: read_totals(service.store).counter("delivered") == 640,
+            timeout=30,
+            what="acknowledged",
+        )
+    totals = read_totals(service.store)
+    assert (totals.counter("dead_events"), totals.counter("stale")) == (0, 0)
+    assert not read_hold(service.store, HOLD, "game:kart").held
+    # farm never waited for kart: no request of farm was refused
+    assert {r.errcode for r in endpoint.requests if r.biz_id == FARM} == {0}
+
+
+def test_one_reporter_with_a_wrong_key_leaves_its_shards_to_the_one_that_can_send(
+    own_server: Server, tmp_path: Path, start_service: StartService
+) -> None:
+    """Two reporters, one with the wrong key: the good one's requests never lift nor set
+    the bad one's hold (no flapping), the bad one steps back from its shards, and all 960
+    events go within 90 s."""
+    with NppaEndpoint(app_id="app-test-1", secret_key=NEW, biz_ids=GAMES.values()) as endpoint:
+        good = key_config(
+            own_server, endpoint, tmp_path / "good.key", NEW, probe_interval_seconds=2
+        )
+        bad = key_config(own_server, endpoint, tmp_path / "bad.key", OLD, probe_interval_seconds=2)
+        now = int(time.time())
+        sessions(good, "farm", 240, now, now)
+        sessions(good, "kart", 240, now, now)
+        began = time.monotonic()
+        first, second = start_service(bad), start_service(good)
+        wait_until(lambda: accepted_count(endpoint) == 960, timeout=90, what="all 960 accepted")
+        took = time.monotonic() - began
+        held = read_hold(first.store, HOLD, key_scope(OLD))
+        assert held.held and held.cause == "nppa 1011"  # the bad key's reporters only
+        assert not read_hold(first.store, HOLD).held
+        assert not read_hold(first.store, HOLD, key_scope(NEW)).held
+        wait_until(lambda: not first.ownership.owned(), timeout=10, what="the bad one's shards")
+        assert len(second.ownership.owned()) == 4
+    assert took < 90
+    codes = [code for _, code in answered(endpoint)]
+    assert codes.count(3002) == 0  # nothing was lifted: no hold/lift cycle at all
+    totals = read_totals(first.store)
+    assert (totals.counter("delivered"), totals.counter("dead_events")) == (960, 0)
+
+
+def test_a_batch_that_draws_its_own_refusal_is_dead_lettered_and_the_rest_goes(
+    own_server: Server, tmp_path: Path, start_service: StartService
+) -> None:
+    """The system answers 1012 to any request holding one session: each batch with one of
+    its items holds the key, a probe passes, the batch meets 1012 again and is
+    dead-lettered with that answer (at most three sends each); every other event goes, and
+    nothing stays held."""
+    poison = "farm-00007"
+
+    def refuse(biz_id: str, items: list[Any]) -> int | None:
+        return 1012 if any(item.get("si") == poison for item in items) else None
+
+    with NppaEndpoint(
+        app_id="app-test-1", secret_key=OLD, biz_ids=GAMES.values(), refuse=refuse
+    ) as endpoint:
+        config = key_config(own_server, endpoint, tmp_path / "nppa.key")  # probes: 30 s apart
+        now = int(time.time())
+        sessions(config, "farm", 160, now, now)  # logins 0-127, 128-159 + logouts, ...
+        sessions(config, "kart", 160, now, now)
+        began = time.monotonic()
+        service = start_service(config)
+        wait_until(
+            lambda: read_totals(service.store).counter("dead_events") == 256,
+            timeout=60,
+            what="the two batches holding the session dead-lettered",
+        )
+        dead_after = time.monotonic() - began
+        wait_until(lambda: accepted_count(endpoint) == 640 - 256, timeout=30, what="the rest")
+        wait_until(
+            lambda: read_totals(service.store).counter("delivered") == 640 - 256,
+            timeout=30,
+            what="acknowledged",
+        )
+        assert not read_hold(service.store, HOLD, key_scope(OLD)).held
+        assert not service.hold.held
+    assert dead_after < 60
+    refused = [r for r in endpoint.requests if r.errcode == 1012]
+    assert 2 <= len(refused) <= 2 * 3  # each of the two batches sent at most three times
+    assert all(r.items == 128 for r in refused)  # batches, never a probe
+    dead = service.store.dead_batches(10)
+    assert len(dead) == 2 and all("1012" in d.reason for d in dead)
+    assert all("right after a probe" in d.reason for d in dead)
+
+
+def delivered_of(endpoint: NppaEndpoint, biz_id: str) -> int:
+    with endpoint.lock:
+        return sum(1 for a in endpoint.accepted if a.biz_id == biz_id)
+
+
+def test_a_new_key_is_proved_before_use_and_a_refused_one_leaves_the_old_in_use(
+    own_server: Server, tmp_path: Path, start_service: StartService
+) -> None:
+    """A key file rewritten with a key the system refuses: one request with no items proves
+    it wrong, the old key (valid through the overlap) stays in use, and an alert says why;
+    a key that passes is used from then on."""
+    wrong = "77" * 16
+    key_file = tmp_path / "nppa.key"
+    with NppaEndpoint(
+        app_id="app-test-1", secret_key=OLD, more_keys=[NEW], biz_ids=GAMES.values()
+    ) as endpoint:
+        config = key_config(own_server, endpoint, key_file)
+        service = start_service(config)
+        now = int(time.time())
+        sessions(config, "farm", 50, now, now)
+        wait_until(lambda: accepted_count(endpoint) == 100, timeout=30, what="the first 100")
+
+        key_file.write_text(wrong + "\n", encoding="utf-8")
+        service.reload("SIGHUP")
+        assert [a.name for a in service.store.alerts()] == ["nppa new key"]
+        [alert] = service.store.alerts()
+        assert fingerprint(wrong) in alert.message and "kept" in alert.message
+        assert wrong not in alert.message
+        sessions(config, "kart", 50, int(time.time()), int(time.time()))
+        wait_until(lambda: accepted_count(endpoint) == 200, timeout=30, what="sent with OLD")
+        assert not service.hold.held
+
+        key_file.write_text(NEW + "\n", encoding="utf-8")  # watched: no signal needed
+        wait_until(lambda: service.graph.core.sink.routes.apps[""].key() == NEW, timeout=20)
+        endpoint.set_secret(NEW)  # the old key expires
+        sessions(config, "farm", 50, int(time.time()), int(time.time()))
+        wait_until(lambda: accepted_count(endpoint) == 300, timeout=30, what="sent with NEW")
+    refused = [r for r in endpoint.requests if r.errcode == 1011]
+    assert len(refused) == 1 and refused[0].items == 0  # the wrong key's proof, nothing else
+    totals = read_totals(service.store)
+    assert (totals.counter("delivered"), totals.counter("dead_events")) == (300, 0)
