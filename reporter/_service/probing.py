@@ -147,26 +147,22 @@ class SecretWatch:
                 self._after(found)
         return False
 
-    def reread_all(self, why: str) -> str:
-        """Read every file again; the one line that says what was re-read (logged)."""
+    def reread_all(self) -> str:
+        """Read every file again; what was re-read, for the SIGHUP line."""
         if not self.files:
-            line = (
-                f"{why}: nothing to re-read (no [nppa] secret_key_file or [sink] "
-                "header_files); the config file is read only at start"
-            )
-        else:
-            found = [file.reread() for file in self.files]
-            for item in found:
-                self._after(item)
-            line = (
-                f"{why}: re-read "
-                + "; ".join(item.describe() for item in found)
-                + "; the config file is read only at start"
-            )
-        if self._held():
-            line += "; sending is held: probing now"
-        logger.info("%s", line)
-        return line
+            return "no secret file to re-read (no [nppa] secret_key_file or [sink] header_files)"
+        found = [file.reread() for file in self.files]
+        for item in found:
+            self._after(item)
+        return "re-read " + "; ".join(item.describe() for item in found)
+
+    def watch(self, files: Sequence[SecretFile]) -> None:
+        """Watch these files too (an app added by a reload)."""
+        self.files = (*self.files, *(f for f in files if f not in self.files))
+
+    @property
+    def held(self) -> bool:
+        return self._held()
 
     def _after(self, found: Reread) -> None:
         if found.changed:

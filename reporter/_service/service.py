@@ -40,6 +40,7 @@ from reporter._pacing.permits import Permits
 from reporter._pacing.send_hold import Holds
 from reporter._service.graph import Given, build_graph
 from reporter._service.ownership import ShardOwnership
+from reporter._service.reloading import reload_config
 from reporter._service.scheduling import Runner
 from reporter._service.stopping import StopCalls, Stopped
 from reporter._service.store_watch import RESET_GATHER_SECONDS, StoreWatch
@@ -186,12 +187,21 @@ class ReporterService:
         jobs.runner.start()
 
     def reload(self, why: str = "SIGHUP") -> str:
-        """Read the secret files again (``[nppa] secret_key_file``, ``[sink] header_files``)
-        and, if sending is held, probe at once (the operator has just fixed something);
-        logs and returns the one line that says what was re-read.  Never raises for a bad
-        file: the value in use is kept (with an ERROR)."""
-        line = self.graph.jobs.secret_watch.reread_all(why)
-        self.graph.jobs.key_changed()
+        """Read the secret files again (``[nppa] secret_key_file``, ``[sink] header_files``),
+        and the config file for what may change at run time (the anti-addiction games:
+        ``reporter._service.reloading``); if sending is held, probe at once (the operator
+        has just fixed something).  Logs and returns the one line that says what was
+        re-read.  Never raises for a bad file: what is in use is kept (with an ERROR)."""
+        jobs = self.graph.jobs
+        files = jobs.secret_watch.reread_all()
+        found = reload_config(self.config, self.graph.core.sink)
+        if found.taken is not None and found.taken.files:
+            jobs.secret_watch.watch(found.taken.files)
+        line = f"{why}: {files}; {found.line}"
+        if jobs.secret_watch.held:
+            line += "; sending is held: probing now"
+        logger.info("%s", line)
+        jobs.key_changed()
         return line
 
     def _read_hold(self) -> bool:

@@ -236,6 +236,15 @@ class SecretSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class Reloaded:
+    """What a sink took of a config read again: ``taken`` for the SIGHUP line ("" for
+    nothing), ``files``: secret files it reads now and did not before (a new app's key)."""
+
+    taken: str
+    files: tuple[SecretFile, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Connection:
     """What ``check-config --connect`` found of the sink: ok or not, in one line."""
 
@@ -345,6 +354,11 @@ class Sink:
         pacer: Pacer | None = None,
     ) -> Sender:
         raise NotImplementedError
+
+    def reload(self, config: SinkConfig) -> Reloaded:
+        """Take from ``config`` (the file read again, on SIGHUP) what this kind can take at
+        run time (the anti-addiction sink: the games and the apps); by default nothing."""
+        return Reloaded("")
 
     def vet_secrets(
         self,

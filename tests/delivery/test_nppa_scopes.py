@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from reporter._commands.status import status_text
+from reporter._config import ReporterConfig
 from reporter._demo.nppa_mock import NppaEndpoint
 from reporter._monitoring.accounting import read_totals
 from reporter._pacing.send_hold import read_hold
@@ -175,3 +177,57 @@ def test_a_new_key_is_proved_before_use_and_a_refused_one_leaves_the_old_in_use(
     assert len(refused) == 1 and refused[0].items == 0  # the wrong key's proof, nothing else
     totals = read_totals(service.store)
     assert (totals.counter("delivered"), totals.counter("dead_events")) == (300, 0)
+
+
+def test_a_game_without_a_biz_id_is_held_never_dead_and_goes_after_a_reload(
+    own_server: Server, tmp_path: Path, start_service: StartService
+) -> None:
+    """A game shipped before the reporter's config: its events are held (status names it),
+    none is dead-lettered, and SIGHUP (the config file read again) sends them all; a change
+    the reporter takes only at start is named."""
+    key_file = tmp_path / "nppa.key"
+    key_file.write_text(OLD + "\n", encoding="utf-8")
+    key_file.chmod(0o600)
+    path = tmp_path / "nppa.toml"
+
+    def write(kart_biz_id: str, linger_ms: int = 100) -> None:
+        path.write_text(
+            f'[redis]\nurl = "{own_server.url}"\nshards = 4\n'
+            f"[reporter]\nlinger_ms = {linger_ms}\npoll_interval_ms = 20\n"
+            f'[sink]\nkind = "nppa"\n'
+            f'[nppa]\nbase_url = "{endpoint.url}"\napp_id = "app-test-1"\n'
+            f'secret_key_file = "{key_file}"\nprobe_interval_seconds = 600\n'
+            f'[games.farm]\nbiz_id = "{FARM}"\n'
+            + (f'[games.kart]\nbiz_id = "{kart_biz_id}"\n' if kart_biz_id else ""),
+            encoding="utf-8",
+        )
+
+    with NppaEndpoint(app_id="app-test-1", secret_key=OLD, biz_ids=GAMES.values()) as endpoint:
+        write("")
+        config = ReporterConfig.load(str(path), env={})
+        now = int(time.time())
+        sessions(config, "farm", 50, now, now)
+        sessions(config, "kart", 50, now, now)
+        service = start_service(config)
+        wait_until(lambda: delivered_of(endpoint, FARM) == 100, timeout=30, what="farm's 100")
+        wait_until(
+            lambda: read_hold(service.store, HOLD, "game:kart").held, timeout=10, what="held"
+        )
+        kart = read_hold(service.store, HOLD, "game:kart")
+        assert kart.cause == "no biz_id" and '[games."kart"] biz_id' in kart.check
+        text = status_text(service.store, config, as_json=False)
+        assert "HELD" in text and "game 'kart'" in text and "no biz_id" in text
+        assert {r.biz_id for r in endpoint.requests} == {FARM}  # nothing went for kart
+
+        write(KART, linger_ms=200)
+        line = service.reload("SIGHUP")
+        assert "kart changed" in line and "[reporter] changed: taken at a restart" in line
+        wait_until(lambda: delivered_of(endpoint, KART) == 100, timeout=30, what="kart's 100")
+        wait_until(
+            lambda: read_totals(service.store).counter("delivered") == 200,
+            timeout=30,
+            what="acknowledged",
+        )
+    totals = read_totals(service.store)
+    assert (totals.counter("dead_events"), totals.counter("stale")) == (0, 0)
+    assert not read_hold(service.store, HOLD, "game:kart").held

@@ -161,15 +161,27 @@ class Routes:
         return list(self._biz_ids)
 
 
-def routes_of(config: SinkConfig, keys: Mapping[str, Callable[[], str]]) -> Routes:
+def routes_of(
+    config: SinkConfig, keys: Mapping[str, Callable[[], str]], first: App | None = None
+) -> Routes:
     """The routes of ``config``'s games; ``keys``: the key in use by setting (the secret
-    files a sender reads; a setting not there is read from the config, or its file)."""
-    nppa = config.section(NppaSettings)
-    setting = NPPA_KEY if nppa.secret_key_file else "[nppa] secret_key"
-    key = keys.get(setting) or _key_of(nppa.secret_key, nppa.secret_key_file)
-    first = App("", nppa.app_id, nppa.base_url, key, setting, first=True)
+    files a sender reads; a setting not there is read from the config, or its file).
+    ``first``: the ``[nppa]`` app to keep (a reload: its settings are taken at start)."""
+    if first is None:
+        nppa = config.section(NppaSettings)
+        setting = NPPA_KEY if nppa.secret_key_file else "[nppa] secret_key"
+        key = keys.get(setting) or _key_of(nppa.secret_key, nppa.secret_key_file)
+        first = App("", nppa.app_id, nppa.base_url, key, setting, first=True)
     biz_ids = {game: settings.biz_id for game, settings in config.games.items()}
     return Routes({"": first}, biz_ids, {})
+
+
+def route_text(routes: Routes, game: str) -> str:
+    """A game's route in words, to tell what a reload changed (no secret in it)."""
+    route = routes.route(game)
+    if isinstance(route, Refusal):
+        return route.cause
+    return f"{route.app.app_id}/{route.biz_id}"
 
 
 def _key_of(value: str, path: str) -> Callable[[], str]:

@@ -31,6 +31,7 @@ from reporter._sinks.base import (
     Pacer,
     Pacing,
     Prober,
+    Reloaded,
     SecretSpec,
     Sender,
     Sink,
@@ -47,6 +48,7 @@ from reporter._sinks.nppa.routes import (
     endpoint_url,
     fingerprint,
     game_scope,
+    route_text,
     routes_of,
     safe_name,
 )
@@ -229,6 +231,21 @@ class NppaSink(Sink):
     ) -> Sender:
         self.routes = routes_of(self.config, {f.setting: f for f in secrets})
         return NppaSender(self.config, transport, pacer=pacer, routes=lambda: self.routes)
+
+    def reload(self, config: SinkConfig) -> Reloaded:
+        """The games (their ``biz_id``), read again: a game held for want of one is probed
+        with it and goes once the probe passes.  ``[nppa]``'s own settings are the ones of
+        the start (a restart takes them)."""
+        old = self.routes
+        keys = {app.key_setting: app.key for app in old.apps.values()}
+        new = routes_of(config, keys, first=old.apps[""])
+        games = sorted(set(old.games()) | set(new.games()))
+        changed = [g for g in games if route_text(old, g) != route_text(new, g)]
+        self.routes = new
+        return Reloaded(
+            f"{len(new.games())} games"
+            + (f" ({', '.join(changed)} changed)" if changed else ", none changed")
+        )
 
     def vet_secrets(
         self,
