@@ -231,3 +231,39 @@ def test_a_game_without_a_biz_id_is_held_never_dead_and_goes_after_a_reload(
     totals = read_totals(service.store)
     assert (totals.counter("dead_events"), totals.counter("stale")) == (0, 0)
     assert not read_hold(service.store, HOLD, "game:kart").held
+
+
+def test_a_sustained_1007_holds_this_reporter_for_its_clock_until_a_probe_passes(
+    own_server: Server, tmp_path: Path, start_service: StartService
+) -> None:
+    """The system's clock 30 s from this host's: after a few 1007s in a row this reporter
+    is held ("host clock") instead of sending every batch twice and retrying it until it is
+    stale; once the clocks agree a probe lifts it and everything goes."""
+    with NppaEndpoint(
+        app_id="app-test-1",
+        secret_key=OLD,
+        biz_ids=GAMES.values(),
+        clock=lambda: time.time() + 30,
+    ) as endpoint:
+        config = key_config(own_server, endpoint, tmp_path / "nppa.key", probe_interval_seconds=1)
+        now = int(time.time())
+        sessions(config, "farm", 160, now, now)
+        sessions(config, "kart", 160, now, now)
+        service = start_service(config)
+        assert service.hold is not None
+        host = service.hold.host.name
+        wait_until(lambda: read_hold(service.store, HOLD, host).held, timeout=20, what="held")
+        held = read_hold(service.store, HOLD, host)
+        assert held.cause == "host clock" and "NTP" in held.check
+        with endpoint.lock:
+            before = [r for r in endpoint.requests if r.at * 1000 < held.since_ms]
+        # three in a row hold it: no batch sent twice over and over (each sweep thread may
+        # have had one request on the way)
+        assert len(before) <= 3 + config.reporter.workers
+        threading.Event().wait(3.0)  # held: only the probes go out
+
+        endpoint.clock = time.time  # NTP fixed it
+        wait_until(lambda: accepted_count(endpoint) == 640, timeout=30, what="all 640")
+    assert not read_hold(service.store, HOLD, host).held
+    totals = read_totals(service.store)
+    assert (totals.counter("dead_events"), totals.counter("stale")) == (0, 0)

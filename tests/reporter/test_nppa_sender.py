@@ -327,6 +327,23 @@ def test_expired_timestamps_are_sent_again_once_with_a_new_stamp() -> None:
     assert first.content != second.content  # a new nonce too
 
 
+def test_1007s_in_a_row_hold_this_reporter_for_its_clock_instead_of_sending_twice() -> None:
+    """A lone 1007 is sent again at once; a second in a row is retried later; the third in
+    a row holds this reporter ("host clock"); any other answer starts the count again."""
+    codes = iter([1007, 1007, 1007, 0, 1007, 0])
+    captured = Captured(lambda plain: {"errcode": next(codes), "errmsg": "x", "data": ""})
+    s = sender(captured)
+    first = s.send("g1", "b.0", [event(0)])  # 1007, at once again: 1007
+    assert first.kind == RETRY and first.hold is None and len(captured.requests) == 2
+    held = s.send("g1", "b.1", [event(1)])  # the third in a row: no second send
+    assert len(captured.requests) == 3 and held.hold is not None
+    assert (held.hold.cause, held.hold.scope) == ("host clock", "host")
+    assert "NTP" in held.hold.check
+    assert s.probe("biz-1").kind == DELIVERED  # the clock is right again: the count restarts
+    lone = s.send("g1", "b.2", [event(2)])  # a lone 1007 again: sent twice, taken
+    assert lone.kind == DELIVERED and len(captured.requests) == 6
+
+
 @pytest.mark.parametrize("slot", [True, False])
 def test_the_resend_after_1007_waits_for_a_slot_of_its_own(slot: bool) -> None:
     """The first request's slot is taken by the deliverer; the re-send is a request of its

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -35,6 +36,7 @@ from reporter._senders.outcome import (
     APP,
     DELIVERED,
     GAME,
+    HOST,
     KEY,
     REJECTED,
     RETRY,
@@ -53,6 +55,11 @@ logger = logging.getLogger("reporter")
 ratelog = RateLimitedLog(logger, interval=60.0)
 
 __all__ = ["PATH", "NppaSender", "classify", "endpoint_url"]
+
+# This many 1007 answers in a row (the system finds this host's timestamps more than 5 s
+# off) hold this reporter, with this cause, until a probe passes.
+CLOCK_HOLD_AFTER = 3
+HOST_CLOCK = "host clock"
 
 CONTENT_TYPE = "application/json;charset=utf-8"
 # The answer is read whole, up to this size; a longer or unreadable one is retried.
@@ -139,6 +146,8 @@ class NppaSender:
         # with another, no request waits there for its slot (nor to a URL with userinfo).
         self._direct = direct if isinstance(direct, SocketTransport) else None
         self._skew_logged = False
+        self._lock = threading.Lock()
+        self._expired_in_row = 0  # 1007 answers in a row, in this process
         # Asked before a re-send after 1007 (a request of its own, under the shared rate):
         # it waits for the request's slot; False (stopping, a pause) leaves the 1007 answer.
         # And at the last moment before every request: still at its slot?  (A stalled
@@ -281,8 +290,9 @@ class NppaSender:
                 self._throttle,
                 probe,
             )
+            outcome, lone = self._expired(outcome)
             call.lost += self._record.answer(line, outcome, response)
-            if outcome.reason != _EXPIRED_REASON:
+            if not lone:
                 return outcome
             ratelog.log(
                 logging.WARNING,
@@ -291,6 +301,25 @@ class NppaSender:
                 "timestamps (1007); sending it again: check this host's clock (NTP)",
             )
         return outcome
+
+    def _expired(self, outcome: Outcome) -> tuple[Outcome, bool]:
+        """The answer with 1007s counted in a row (in this process: its clock), and whether
+        it is a lone 1007, sent again at once with a new ``timestamps``.  A second in a row
+        is retried later; ``CLOCK_HOLD_AFTER`` in a row hold this reporter ("host clock")
+        until a probe passes, instead of sending every batch into the same refusal."""
+        with self._lock:
+            if outcome.reason != _EXPIRED_REASON:
+                self._expired_in_row = 0
+                return outcome, False
+            self._expired_in_row += 1
+            streak = self._expired_in_row
+        if streak < CLOCK_HOLD_AFTER:
+            return outcome, streak == 1
+        check = (
+            f"the system refused {streak} requests in a row for their timestamps (1007): "
+            "this host's clock is more than 5 s off the system's; put it on NTP"
+        )
+        return dataclasses.replace(outcome, hold=Refusal(HOST_CLOCK, check, HOST)), False
 
     def _post(
         self, app: App, biz_id: str, plain: bytes, stamp: str, game: str = ""
