@@ -387,11 +387,35 @@ SCENARIOS: list[tuple[str, dict[str, str], str, dict[str, str] | None]] = [
     ),
     (
         "TelemetrySendingHeld",
-        {'telemetry_sending_held_seconds{cause="nppa 1011"}': "0 60 120 180 240 300"},
+        {'telemetry_sending_held_seconds{cause="nppa 1011",scope="key"}': "0 60 120 180 240 300"},
         "4m",
         {"summary": "sending to the anti-addiction interface has been held for 4m 0s"},
     ),
-    ("TelemetrySendingHeld", {'telemetry_sending_held_seconds{cause=""}': "0x5"}, "4m", None),
+    (
+        "TelemetrySendingHeld",
+        {'telemetry_sending_held_seconds{cause="",scope=""}': "0x5"},
+        "4m",
+        None,
+    ),
+    # one game held is TelemetryGameHeld's, not this one's
+    (
+        "TelemetrySendingHeld",
+        {'telemetry_sending_held_seconds{cause="nppa 1010",scope="game"}': "0 60 120 180 240"},
+        "4m",
+        None,
+    ),
+    (
+        "TelemetryGameHeld",
+        {'telemetry_sending_held_seconds{cause="no biz_id",scope="game"}': "0 60 120 180 240"},
+        "4m",
+        {"summary": "a game's reports to the anti-addiction interface have been held for 4m 0s"},
+    ),
+    (
+        "TelemetryGameHeld",
+        {'telemetry_sending_held_seconds{cause="nppa 1011",scope="key"}': "0 60 120 180 240"},
+        "4m",
+        None,
+    ),
     (
         "TelemetryMetricsServerShedding",
         {'telemetry_metrics_connections_dropped_total{reason="over_cap"}': "0 0 40x8"},
