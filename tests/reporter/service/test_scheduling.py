@@ -23,7 +23,7 @@ from tests.support.entries import make_config
 from tests.support.polling import wait_until
 from tests.support.servers import env_without_telemetry
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from tests.support.fixtures import MakeService
 from tests.support.scriptcalls import Scripts
 from tests.support.servers import Server, free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 QUICK = {"linger_ms": 50, "poll_interval_ms": 20}
 

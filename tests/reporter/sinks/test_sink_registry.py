@@ -18,7 +18,7 @@ from reporter._sinks.base import Sink
 from reporter._sinks.registry import SINKS, make_sender, make_sink
 from tests.support.entries import make_config
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 KIND_PACKAGES = ROOT / "reporter" / "_sinks"
 THIS_TEST = Path(__file__).resolve()
 REGISTRY = KIND_PACKAGES / "registry.py"

@@ -29,7 +29,7 @@ from reporter._monitoring.server import MetricsServer
 from tests.support.polling import wait_until
 from tests.support.scriptcalls import store_of
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 WAIT = 10.0  # seconds a test waits for anything before it fails
 
 

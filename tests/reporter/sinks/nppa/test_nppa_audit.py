@@ -23,7 +23,7 @@ from reporter._senders.outcome import DELIVERED, RETRY
 from reporter._sinks.nppa import audit as audit_module
 from reporter._sinks.nppa.audit import AuditTrail
 from reporter._sinks.nppa.sender import NppaSender
-from tests.reporter.test_nppa_sender import (
+from tests.reporter.sinks.nppa.test_nppa_sender import (
     APP_ID,
     NOW,
     SECRET,
@@ -273,7 +273,7 @@ def test_a_reporter_killed_while_its_request_waits_leaves_the_request_without_an
         port = listener.getsockname()[1]
         child = subprocess.Popen(
             [sys.executable, "-c", CHILD, f"http://127.0.0.1:{port}", str(tmp_path)],
-            cwd=Path(__file__).resolve().parents[2],
+            cwd=Path(__file__).resolve().parents[4],
         )
         try:
             listener.settimeout(30)
@@ -348,7 +348,7 @@ def test_a_line_the_disk_takes_only_in_part_is_taken_back(tmp_path: Path) -> Non
     off again, so the file holds whole lines only, and the lines lost are counted."""
     done = subprocess.run(
         [sys.executable, "-c", FULL_DISK, str(tmp_path)],
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[4],
         capture_output=True,
         text=True,
         timeout=60,

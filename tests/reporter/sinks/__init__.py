@@ -1,0 +1,1 @@
+"""Tests of ``reporter._sinks``: the registry here, each kind in the folder of its name."""

@@ -1,0 +1,1 @@
+"""Tests of ``reporter._sinks.ndjson``."""
