@@ -73,11 +73,13 @@ class EventBuffer {
     this.head = 0;
   }
 
-  // Everything waiting, grouped by game in order (Map game -> {entries, sizes}), and the
-  // counts to report; the buffer is left empty.
-  take() {
+  // The oldest `most` events waiting (all by default), grouped by game in order (Map game ->
+  // {entries, sizes}), and every count to report; what is left stays, oldest first.
+  take(most = Infinity) {
     const queues = new Map();
-    for (let i = this.head; i < this.entries.length; i += 1) {
+    const end = Math.min(this.entries.length, this.head + most);
+    let bytes = 0;
+    for (let i = this.head; i < end; i += 1) {
       const game = this.games[i];
       let q = queues.get(game);
       if (!q) {
@@ -86,13 +88,21 @@ class EventBuffer {
       }
       q.entries.push(this.entries[i]);
       q.sizes.push(this.sizes[i]);
+      bytes += this.sizes[i];
     }
     const pending = this.pending;
-    this.games = [];
-    this.entries = [];
-    this.sizes = [];
+    if (end < this.entries.length) {
+      this.games = this.games.slice(end);
+      this.entries = this.entries.slice(end);
+      this.sizes = this.sizes.slice(end);
+      this.bytes -= bytes;
+    } else {
+      this.games = [];
+      this.entries = [];
+      this.sizes = [];
+      this.bytes = 0;
+    }
     this.head = 0;
-    this.bytes = 0;
     this.pending = noPending();
     this.pendingCount = 0;
     return { queues, pending };

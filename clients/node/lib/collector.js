@@ -19,6 +19,8 @@ const LEVELS = ['buffered', 'unconfirmed_writes'];
 // A round starts early once this many events wait (as the Python SDK's FLUSH_SOON_EVENTS).
 const FLUSH_SOON_EVENTS = 2048;
 const KNOWN_GAMES_LIMIT = 10000;
+// Events one write of a round takes at most; the round goes on with the rest.
+const ROUND_EVENTS = 16384;
 const LOG_EVERY_MS = 60000;
 
 // The 13-digit collect time of the current millisecond, formatted once per millisecond.
@@ -223,7 +225,9 @@ class Collector {
         this.flushedSeq = seq;
         break;
       }
-      const { queues, pending } = this.buffer.take();
+      // A round's writes in slices, so that no stretch of work between two awaits grows
+      // with the buffer (the event loop is never held for long).
+      const { queues, pending } = this.buffer.take(ROUND_EVENTS);
       for (const q of queues.values()) this.inFlush += q.entries.length;
       let result;
       try {

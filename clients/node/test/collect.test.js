@@ -109,3 +109,17 @@ test('lone surrogates are found, escaped backslashes are not', () => {
   assert.equal(holdsLoneSurrogate(JSON.stringify({ a: '\\ud800' })), false);
   assert.equal(holdsLoneSurrogate(JSON.stringify({ a: '\u0001' })), false);
 });
+
+test('the buffer hands out its oldest events in slices, the rest kept in order', () => {
+  const t = quiet({ collector: { max_buffer_events: 100 } });
+  for (let n = 0; n < 30; n += 1) t.collect(n % 2 ? 'odd' : 'even', { n });
+  const first = t.buffer.take(20);
+  const numbers = (q) => q.entries.map((e) => JSON.parse(e.slice(13)).n);
+  assert.deepEqual(numbers(first.queues.get('even')), [0, 2, 4, 6, 8, 10, 12, 14, 16, 18]);
+  assert.equal(t.buffer.length, 10);
+  const rest = t.buffer.take(20);
+  assert.deepEqual(numbers(rest.queues.get('odd')), [21, 23, 25, 27, 29]);
+  assert.equal(t.buffer.length, 0);
+  assert.equal(t.buffer.bytes, 0);
+  t.close(0);
+});
