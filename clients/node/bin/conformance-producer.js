@@ -11,7 +11,15 @@
 // "close" (ok, then exit 0). Settings from TELEMETRY_<SECTION>_<KEY> variables; logs go to
 // standard error. Requests are answered in order, one at a time.
 
-const { Collector } = require('../lib');
+let Collector;
+try {
+  ({ Collector } = require('../lib'));
+} catch (exc) {
+  if (exc.code !== 'MODULE_NOT_FOUND') throw exc;
+  process.stderr.write(`conformance-producer: ${exc.message.split('\n')[0]}: run npm ci in `
+    + `${require('node:path').resolve(__dirname, '..')} first\n`);
+  process.exit(2);
+}
 
 // How long one "flush" request waits for the buffer to reach Redis before it answers an error.
 const FLUSH_MS = 60000;
