@@ -143,6 +143,19 @@ BREAKS: dict[str, tuple[Callable[[], None], str]] = {
 }
 
 
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or argv[0] not in BREAKS:
+        print(
+            "usage: python -m tests.support.broken_producer BREAK; the breaks, and the case "
+            "each one fails:",
+            file=sys.stderr,
+        )
+        for name, (_, case) in BREAKS.items():
+            print(f"  {name:20} {case}", file=sys.stderr)
+        return 2
+    BREAKS[argv[0]][0]()
+    return conformance_producer.serve(sys.stdin.buffer, sys.stdout.buffer)
+
+
 if __name__ == "__main__":
-    BREAKS[sys.argv[1]][0]()
-    sys.exit(conformance_producer.serve(sys.stdin.buffer, sys.stdout.buffer))
+    sys.exit(main(sys.argv[1:]))
