@@ -25,6 +25,7 @@ EXPECTED = {
 }
 # Public doors for the reporter and advanced users; everything else is ``collector._*``.
 PUBLIC_MODULES = {
+    "conformance_producer",  # python -m collector.conformance_producer (docs/protocol.md)
     "config",
     "counters",
     "logs",
