@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from tests.ingest.conftest import TOKEN
+from tests.reporter.ingest.conftest import TOKEN
 
 NDJSON = "application/x-ndjson"
 

@@ -17,12 +17,12 @@ import redis
 
 from collector import ConfigError
 from reporter._config import ReporterConfig
-from tests.ingest.conftest import TOKEN, StartIngest, ingest_config
+from tests.reporter.ingest.conftest import TOKEN, StartIngest, ingest_config
 from tests.support.ingest_requests import as_array, headers
 from tests.support.polling import wait_until
 from tests.support.servers import env_without_telemetry, free_port
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def write(path: Path, text: str) -> Path:

@@ -11,7 +11,7 @@ import httpx
 import redis
 
 from reporter._ingest.service import IngestService
-from tests.ingest.conftest import StartIngest, ingest_config
+from tests.reporter.ingest.conftest import StartIngest, ingest_config
 from tests.support.ingest_requests import as_array
 from tests.support.scenarios import wait_until
 from tests.support.servers import Server, free_port

@@ -15,7 +15,7 @@ from reporter._conformance.suite import CASES, run_conformance
 from reporter._demo import embedded
 from tests.support.broken_producer import BREAKS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PYTHON_PRODUCER = [sys.executable, "-m", "collector.conformance_producer"]
 
 
