@@ -139,6 +139,26 @@ test('a script of another protocol version refuses the writes for good: counted,
   assert.equal(t.stats().dropped_at_close, 1);
 });
 
+test('Redis at maxmemory refuses the writes: counted in refused_oom, kept, stored once it has room', async () => {
+  await client.flushall();
+  await client.set('ballast', 'x'.repeat(4 * 1024 * 1024));
+  const t = collector(server.url);
+  try {
+    await client.config('SET', 'maxmemory-policy', 'noeviction');
+    await client.config('SET', 'maxmemory', '1mb');
+    for (let n = 0; n < 5; n += 1) t.collect('full', { n });
+    assert.equal(await t.flush(300), false);
+    assert.ok(t.stats().refused_oom >= 5);
+    assert.equal(t.stats().buffered, 5);
+    assert.equal(t.stats().stored, 0);
+  } finally {
+    await client.config('SET', 'maxmemory', '0');
+  }
+  assert.equal(await t.flush(5000), true);
+  assert.deepEqual(await stored('full'), Array.from({ length: 5 }, (_, n) => ({ n })));
+  await t.close();
+});
+
 test('a process that ends without close() writes its buffer first', async () => {
   await client.flushall();
   const script = `
