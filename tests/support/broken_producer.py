@@ -63,9 +63,11 @@ def _reuse_sequence() -> None:
 
 
 def _fixed_writer_id() -> None:
-    """One writer id for every process (say, the host name): a restart numbers from 1 under
-    the id the last run used."""
-    collector._writer.new_writer_id = lambda: "same-writer-id"
+    """Every process starts with one writer id (say, the host name): a restart numbers from 1
+    under the id the last run used.  (A new id after a conflict is a random one.)"""
+    fresh = collector._writer.new_writer_id
+    first = ["same-writer-id"]
+    collector._writer.new_writer_id = lambda: first.pop() if first else fresh()
 
 
 def _resend_as_new() -> None:
