@@ -198,7 +198,7 @@ class Collector:
         if dedup_key is not None or self._dedup_fields:
             entry = self._dedup.keyed(game, event, dedup_key, entry)
         if self._direct:
-            return self._collect_direct(game, entry)
+            return self._collect_direct(game, [entry])
         waiting = self._buffer.append(game, entry)  # refused (-1) once close() has finished
         if waiting == FLUSH_SOON_EVENTS or waiting < 0 or not self._flushing:
             return self._appended(game, waiting)
@@ -235,7 +235,10 @@ class Collector:
                 for data, entry in zip(events, entries, strict=True)
             ]
         if self._direct:
-            return self._collect_all_direct(game, entries)
+            if self._closed:
+                return self._drop_closed(game, count)
+            self._collect_direct(game, entries)
+            return count
         waiting = self._buffer.append_all(game, entries)
         if waiting == 0:
             raise BufferFull(
@@ -244,20 +247,15 @@ class Collector:
                 f"{self.config.collector.max_buffer_bytes}, counting the events being "
                 "written); none taken"
             )
+        self._appended(game, waiting, count)
+        return count if waiting > 0 else 0
+
+    def _appended(self, game: str, waiting: int, count: int = 1) -> int:
+        """After an append of ``count`` events that has the flusher to wake (the waiting
+        events reached ``FLUSH_SOON_EVENTS``) or start, or that the closed buffer refused."""
         if waiting < 0:
             return self._drop_closed(game, count)
         if waiting >= FLUSH_SOON_EVENTS > waiting - count:
-            self._wake.set()
-        if not self._flushing:
-            self._start()
-        return count
-
-    def _appended(self, game: str, waiting: int) -> int:
-        """After an append that has the flusher to wake or start, or that the closed buffer
-        refused."""
-        if waiting < 0:
-            return self._drop_closed(game)
-        if waiting == FLUSH_SOON_EVENTS:
             self._wake.set()
         if not self._flushing:
             self._start()
@@ -312,23 +310,16 @@ class Collector:
 
     # -- sync mode and disabled ---------------------------------------------------------------
 
-    def _collect_direct(self, game: str, entry: bytes) -> int:
+    def _collect_direct(self, game: str, entries: list[bytes]) -> int:
+        """Store (sync mode) or discard (disabled) events of one game now: the events the
+        cap evicted."""
         if self._closed:
-            return self._drop_closed(game)
+            return self._drop_closed(game, len(entries))
         if self._disabled:
-            self._counts.add({Counter.ACCEPTED: 1, Counter.DROPPED_DISABLED: 1})
-            return 0
-        return self._store_now(game, [entry])
-
-    def _collect_all_direct(self, game: str, entries: list[bytes]) -> int:
-        count = len(entries)
-        if self._closed:
-            return self._drop_closed(game, count)
-        if self._disabled:
+            count = len(entries)
             self._counts.add({Counter.ACCEPTED: count, Counter.DROPPED_DISABLED: count})
-        else:
-            self._store_now(game, entries)
-        return count
+            return 0
+        return self._store_now(game, entries)
 
     def _store_now(self, game: str, entries: list[bytes]) -> int:
         """Store events of one game in the caller's thread.  A write whose outcome is unknown
