@@ -197,6 +197,25 @@ class BoundedServer:
         self._stopping = False
         self._threads: list[threading.Thread] = []
 
+    @classmethod
+    def at(
+        cls,
+        address: tuple[str, int],
+        serving: Serving,
+        limits: Limits | None = None,
+        counts: Counts | None = None,
+    ) -> BoundedServer:
+        """A server bound to ``address``, of the family its host resolves to; ``OSError``
+        if it cannot be bound."""
+        family = socket.getaddrinfo(*address, type=socket.SOCK_STREAM)[0][0]
+        return cls(address, family, serving, limits, counts)
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the bound address (the port chosen if it was 0)."""
+        host, port = self.address
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
     def start(self) -> None:
         name = self._name
         self._threads = [threading.Thread(target=self._run, name=f"{name}-http", daemon=True)]

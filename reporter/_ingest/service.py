@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import socket
 from typing import Any
 
 from collector import Collector
@@ -62,18 +61,17 @@ class IngestService:
             workers=1,
             max_body_bytes=settings.max_body_bytes,
         )
+        serving = Serving(
+            self.api,
+            self.api.inline,
+            name="ingest",
+            methods=METHODS,
+            screen=self.api.screen,
+            health=lambda request: request.path == "/healthz",
+            chunked=True,
+        )
         try:
-            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-            serving = Serving(
-                self.api,
-                self.api.inline,
-                name="ingest",
-                methods=METHODS,
-                screen=self.api.screen,
-                health=lambda request: request.path == "/healthz",
-                chunked=True,
-            )
-            server = BoundedServer((host, port), family, serving, limits, self._server_counts)
+            server = BoundedServer.at((host, port), serving, limits, self._server_counts)
         except OSError as exc:
             raise ReporterError(
                 f"[ingest] listen: cannot serve on {host}:{port}: {exc.strerror or exc}"
@@ -86,8 +84,7 @@ class IngestService:
         """The server's base URL (the port chosen if ``listen`` gave 0)."""
         if self._server is None:
             raise RuntimeError("the ingest is not running")
-        host, port = self._server.address
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        return self._server.url
 
     def reload(self) -> None:
         """Read ``[ingest] token_file`` again (SIGHUP); a file that no longer holds a token

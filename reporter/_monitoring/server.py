@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 from typing import TYPE_CHECKING, Any, Protocol
 
 from collector.logs import RateLimitedLog, mask
@@ -93,15 +92,9 @@ class MetricsServer:
         registry.register(ServerCounters(counts))
         routes = _Routes(registry, self._health, self._details)
         host, port = self._address
+        serving = Serving(routes, _is_liveness, health=_is_health)
         try:
-            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-            server = BoundedServer(
-                self._address,
-                family,
-                Serving(routes, _is_liveness, health=_is_health),
-                self._limits,
-                counts,
-            )
+            server = BoundedServer.at(self._address, serving, self._limits, counts)
         except OSError as exc:
             raise ReporterError(
                 f"[metrics] listen: cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
@@ -125,8 +118,7 @@ class MetricsServer:
     def url(self) -> str:
         if self._server is None:
             raise RuntimeError("the metrics server is not running")
-        host, port = self._server.address
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        return self._server.url
 
 
 def _is_liveness(request: Request) -> bool:
