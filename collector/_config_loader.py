@@ -191,12 +191,18 @@ def raw_settings(config: ConfigClass) -> dict[str, dict[str, Any]]:
         section = section_value(config, name)
         outer, _, inner = name.rpartition(".")
         table = raw.setdefault(outer, {}) if outer else raw
-        table[inner] = {
-            f.name: (dict(v) if isinstance(v := getattr(section, f.name), Mapping) else v)
-            for f in dataclasses.fields(section)
-        }
+        table[inner] = {f.name: _raw(getattr(section, f.name)) for f in dataclasses.fields(section)}
     raw[GAMES] = {g: dataclasses.asdict(s) for g, s in config.games.items()}
     return raw
+
+
+def _raw(value: Any) -> Any:
+    """A setting's value as plain data (a table of sections as a table of tables)."""
+    if isinstance(value, Mapping):
+        return {k: _raw(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _raw(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return value
 
 
 def _exposed_secrets(source: str, raw: Mapping[str, Any], cls: type[ConfigClass]) -> str:
@@ -402,17 +408,16 @@ def _build_games(table: Any, source: str, cls: type) -> Mapping[str, Any]:
     return MappingProxyType(games)
 
 
+_PLAIN = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
 def _describe(tp: Any) -> str:
-    if tp is bool:
-        return "true or false"
-    if tp is int:
-        return "an integer"
-    if tp is float:
-        return "a number"
-    if tp is str:
-        return "a string"
+    if tp in _PLAIN:
+        return _PLAIN[tp]
     if typing.get_origin(tp) is tuple:
         return f"a list of {_describe(typing.get_args(tp)[0]).split(' ', 1)[-1]}s"
+    if dataclasses.is_dataclass(typing.get_args(tp)[1]):
+        return "a table of tables"
     return f"a table of {_describe(typing.get_args(tp)[1]).split(' ', 1)[-1]}s"
 
 
@@ -440,6 +445,10 @@ def _check_value(value: Any, tp: Any, meta: Mapping[str, Any], where: str, key: 
         if not isinstance(value, Mapping):
             raise _mismatch(value, _describe(tp), where, key, meta)
         item_type = typing.get_args(tp)[1]
+        if isinstance(item_type, type) and dataclasses.is_dataclass(item_type):  # [a.b."<k>"]
+            return MappingProxyType(
+                {str(k): _table_value(v, item_type, where, key, str(k)) for k, v in value.items()}
+            )
         return MappingProxyType(
             {
                 str(k): _check_value(v, item_type, meta, where, f"{key}.{k}")
@@ -460,6 +469,15 @@ def _check_value(value: Any, tp: Any, meta: Mapping[str, Any], where: str, key: 
     if (lo is not None and value < lo) or (hi is not None and value > hi):
         raise _mismatch(value, f"{_describe(tp)} from {lo} to {hi}", where, key, meta)
     return float(value) if tp is float else value
+
+
+def _table_value(value: Any, cls: type, where: str, key: str, name: str) -> Any:
+    """One table of a table of tables (``[nppa.apps."<name>"]``), checked as a section."""
+    section, _, field_name = key.partition("] ")
+    title = f'{section.lstrip("[")}.{field_name}."{name}"'
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: [{title}] must be a table, found {_echo(value)}")
+    return _build_section(cls, title, value, where, {}, [])
 
 
 def _check_plain(value: Any, tp: type, meta: Mapping[str, Any], where: str, key: str) -> Any:

@@ -67,6 +67,8 @@ def _shown(value: Any) -> Any:
         return {k: _shown(v) for k, v in value.items()}
     if isinstance(value, tuple):
         return tuple(_shown(v) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return section_dict(value)  # a table of sections: each with its secrets masked
     return value
 
 

@@ -120,6 +120,8 @@ class ReporterGameSettings(GameSettings):
     OTHER_KEYS: ClassVar[tuple[str, ...]] = ()
 
     biz_id: str = setting("")
+    # The anti-addiction app the game reports under: a [nppa.apps."<name>"], "" for [nppa]'s.
+    app: str = setting("")
     # When requests are scarce, a game of higher priority goes first (after any batch that
     # would otherwise go stale); docs/nppa.md.
     priority: int = setting(0, lo=-1000, hi=1000)

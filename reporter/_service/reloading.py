@@ -1,7 +1,7 @@
 """SIGHUP: the config file read again, for what may change while a reporter runs.
 
 A reporter takes from the file read again what its sink can take at run time
-(``Sink.reload``: for the anti-addiction sink, the games' ``biz_id``), so a game shipped
+(``Sink.reload``: for the anti-addiction sink, the games and its apps), so a game shipped
 before the reporter's config is sent once the config has it, without a restart.  Every
 other section is the one of the start: one that changed is named in the SIGHUP line and a
 WARNING (restart to take it).  A file that cannot be read, or is not valid, changes nothing:
@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from collector import ConfigError
 from collector.config import raw_settings
@@ -42,7 +43,7 @@ def reload_config(config: ReporterConfig, sink: Sink) -> ConfigReload:
         logger.error("SIGHUP: %s; the config in use is kept", exc)
         return ConfigReload(f"the config file was not taken ({exc})")
     taken = sink.reload(new)
-    untaken = _changed_sections(config, new)
+    untaken = _changed_sections(config, new, sink.reloaded_keys)
     if untaken:
         logger.warning(
             "SIGHUP: %s changed in %s but is taken only at start: restart the reporter for it",
@@ -55,17 +56,24 @@ def reload_config(config: ReporterConfig, sink: Sink) -> ConfigReload:
     return ConfigReload(line, taken)
 
 
-def _changed_sections(old: ReporterConfig, new: ReporterConfig) -> list[str]:
-    """The sections (and games' keys other than those a sink takes) that differ."""
+def _changed_sections(
+    old: ReporterConfig, new: ReporterConfig, reloaded: frozenset[tuple[str, str]]
+) -> list[str]:
+    """The sections (and games) that differ in a key the sink does not take (``reloaded``)."""
     before, after = raw_settings(old), raw_settings(new)
+
+    def kept(name: str, table: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in table.items() if (name, k) not in reloaded}
+
     out = [
-        f"[{name}]" for name in sorted(before) if name != GAMES and before[name] != after.get(name)
+        f"[{name}]"
+        for name in sorted(before)
+        if name != GAMES and kept(name, before[name]) != kept(name, after.get(name, {}))
     ]
-    taken = {"biz_id"}
     games = set(before[GAMES]) | set(after[GAMES])
     for game in sorted(games):
-        was = {k: v for k, v in before[GAMES].get(game, {}).items() if k not in taken}
-        now = {k: v for k, v in after[GAMES].get(game, {}).items() if k not in taken}
+        was = kept(GAMES, before[GAMES].get(game, {}))
+        now = kept(GAMES, after[GAMES].get(game, {}))
         if was and now and was != now:
             out.append(f'[games."{game}"]')
     return out

@@ -355,6 +355,9 @@ class Sink:
     ) -> Sender:
         raise NotImplementedError
 
+    # The keys ``reload`` takes, as (section, key); ("games", key) for a game's.
+    reloaded_keys: ClassVar[frozenset[tuple[str, str]]] = frozenset()
+
     def reload(self, config: SinkConfig) -> Reloaded:
         """Take from ``config`` (the file read again, on SIGHUP) what this kind can take at
         run time (the anti-addiction sink: the games and the apps); by default nothing."""

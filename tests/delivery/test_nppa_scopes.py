@@ -267,3 +267,121 @@ def test_a_sustained_1007_holds_this_reporter_for_its_clock_until_a_probe_passes
     assert not read_hold(service.store, HOLD, host).held
     totals = read_totals(service.store)
     assert (totals.counter("dead_events"), totals.counter("stale")) == (0, 0)
+
+
+def test_two_apps_in_one_reporter_each_game_under_its_own_and_a_wrong_key_holds_only_its_games(
+    own_server: Server, tmp_path: Path, start_service: StartService
+) -> None:
+    """[nppa] is one app, [nppa.apps.second] another (its own URL, id and key): each game
+    goes under its own app id and key; when the second app's key goes wrong, only its game
+    is held, the first app's keeps going, and a proved key sends the rest."""
+    first_key, second_key, second_new = OLD, NEW, "3c" * 16
+    first_file, second_file = tmp_path / "first.key", tmp_path / "second.key"
+    first_file.write_text(first_key + "\n", encoding="utf-8")
+    second_file.write_text(second_key + "\n", encoding="utf-8")
+    for file in (first_file, second_file):
+        file.chmod(0o600)
+    with (
+        NppaEndpoint(app_id="app-first", secret_key=first_key, biz_ids=[FARM]) as first,
+        NppaEndpoint(app_id="app-second", secret_key=second_key, biz_ids=[KART]) as second,
+    ):
+        path = tmp_path / "nppa.toml"
+        path.write_text(
+            f'[redis]\nurl = "{own_server.url}"\nshards = 4\n'
+            "[reporter]\nlinger_ms = 100\npoll_interval_ms = 20\n"
+            '[sink]\nkind = "nppa"\n'
+            f'[nppa]\nbase_url = "{first.url}"\napp_id = "app-first"\n'
+            f'secret_key_file = "{first_file}"\nprobe_interval_seconds = 1\n'
+            f'[nppa.apps.second]\napp_id = "app-second"\nsecret_key_file = "{second_file}"\n'
+            f'base_url = "{second.url}"\n'
+            f'[games.farm]\nbiz_id = "{FARM}"\n'
+            f'[games.kart]\nbiz_id = "{KART}"\napp = "second"\n',
+            encoding="utf-8",
+        )
+        config = ReporterConfig.load(str(path), env={})
+        now = int(time.time())
+        sessions(config, "farm", 50, now, now)
+        sessions(config, "kart", 50, now, now)
+        service = start_service(config)
+        wait_until(lambda: accepted_count(first) == 100, timeout=30, what="farm under app-first")
+        wait_until(lambda: accepted_count(second) == 100, timeout=30, what="kart under app-second")
+        # each interface saw its own game only, signed with its own key (else 1008/1011)
+        assert {(r.biz_id, r.errcode) for r in first.requests} == {(FARM, 0)}
+        assert {(r.biz_id, r.errcode) for r in second.requests} == {(KART, 0)}
+
+        second.set_secret(second_new)  # the second app's key is no longer good
+        now = int(time.time())
+        sessions(config, "kart", 50, now, now)
+        wait_until(
+            lambda: read_hold(service.store, HOLD_FIRST, f"key:app-second:{fingerprint(NEW)}").held,
+            timeout=20,
+            what="the second app's key held",
+        )
+        sessions(config, "farm", 50, now, now)
+        wait_until(lambda: accepted_count(first) == 200, timeout=30, what="farm goes on")
+        assert not read_hold(service.store, HOLD_FIRST).held  # neither app is held
+        assert not read_hold(service.store, HOLD_FIRST, "app:app-second").held
+        assert accepted_count(second) == 100
+        assert service.ownership.owned()  # it can still send the first app: it keeps its shards
+
+        second_file.write_text(second_new + "\n", encoding="utf-8")  # proved, then used
+        wait_until(lambda: accepted_count(second) == 200, timeout=30, what="kart with its key")
+    totals = read_totals(service.store)
+    assert (totals.counter("delivered"), totals.counter("dead_events")) == (400, 0)
+
+
+HOLD_FIRST = "nppa:app-first"
+
+
+def test_a_game_of_an_app_the_config_lacks_is_held_and_goes_once_sighup_brings_the_app(
+    own_server: Server, tmp_path: Path, start_service: StartService
+) -> None:
+    """kart names an app the file does not have yet: it is held (nothing dead), farm goes;
+    the app's table added and SIGHUP sent, kart goes under that app, with its own key."""
+    second_file = tmp_path / "second.key"
+    second_file.write_text(NEW + "\n", encoding="utf-8")
+    second_file.chmod(0o600)
+    key_file = tmp_path / "first.key"
+    key_file.write_text(OLD + "\n", encoding="utf-8")
+    key_file.chmod(0o600)
+    with (
+        NppaEndpoint(app_id="app-first", secret_key=OLD, biz_ids=[FARM]) as first,
+        NppaEndpoint(app_id="app-second", secret_key=NEW, biz_ids=[KART]) as second,
+    ):
+        path = tmp_path / "nppa.toml"
+        head = (
+            f'[redis]\nurl = "{own_server.url}"\nshards = 4\n'
+            "[reporter]\nlinger_ms = 100\npoll_interval_ms = 20\n"
+            '[sink]\nkind = "nppa"\n'
+            f'[nppa]\nbase_url = "{first.url}"\napp_id = "app-first"\n'
+            f'secret_key_file = "{key_file}"\nprobe_interval_seconds = 600\n'
+        )
+        games = (
+            f'[games.farm]\nbiz_id = "{FARM}"\n[games.kart]\nbiz_id = "{KART}"\napp = "second"\n'
+        )
+        path.write_text(head + games, encoding="utf-8")
+        config = ReporterConfig.load(str(path), env={})
+        now = int(time.time())
+        sessions(config, "farm", 50, now, now)
+        sessions(config, "kart", 50, now, now)
+        service = start_service(config)
+        wait_until(lambda: accepted_count(first) == 100, timeout=30, what="farm's 100")
+        wait_until(
+            lambda: read_hold(service.store, HOLD_FIRST, "game:kart").held, timeout=10, what="held"
+        )
+        assert read_hold(service.store, HOLD_FIRST, "game:kart").cause == "unknown app"
+        assert not second.requests
+
+        path.write_text(
+            head
+            + f'[nppa.apps.second]\napp_id = "app-second"\nsecret_key_file = "{second_file}"\n'
+            + f'base_url = "{second.url}"\n'
+            + games,
+            encoding="utf-8",
+        )
+        line = service.reload("SIGHUP")
+        assert "2 apps (second new)" in line
+        assert "taken at a restart" not in line  # [nppa.apps] is taken at run time
+        wait_until(lambda: accepted_count(second) == 100, timeout=30, what="kart under app-second")
+    totals = read_totals(service.store)
+    assert (totals.counter("delivered"), totals.counter("dead_events")) == (200, 0)

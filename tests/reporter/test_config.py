@@ -15,6 +15,7 @@ from collector import ConfigError, TelemetryConfig, TelemetryError
 from collector.config import GameSettings, default_config_text, sections_of
 from reporter._config import ReporterConfig
 from reporter._sinks.nppa.settings import NppaSettings
+from reporter._sinks.registry import make_sink
 from tests.support import config_files
 from tests.support.config_files import write
 from tests.support.markers import secret
@@ -562,3 +563,33 @@ def test_an_nppa_buffer_capped_below_the_documented_sizing_is_pointed_out(
     assert ReporterConfig.load(str(write(tmp_path, NPPA + SIZED + unfiled)), env=env).notices == ()
     json_sink = '[sink]\nurl = "http://127.0.0.1:9/x"\n'
     assert ReporterConfig.load(str(write(tmp_path, json_sink)), env={}).notices == ()
+
+
+APPS = NPPA + '[nppa.apps.second]\napp_id = "app-2"\nsecret_key = "${KEY2}"\n'
+
+
+def test_another_app_is_a_table_of_its_own_checked_and_masked_like_nppa(tmp_path: Path) -> None:
+    first, second = "0123456789abcdef" * 2, "fedcba9876543210" * 2
+    config = ReporterConfig.load(
+        str(write(tmp_path, APPS + '[games.kart]\nbiz_id = "2"\napp = "second"\n')),
+        env={"KEY": first, "KEY2": second},
+    )
+    app = config.section(NppaSettings).apps["second"]
+    assert (app.app_id, app.secret_key, app.base_url) == ("app-2", second, "")
+    assert config.games["kart"].app == "second"
+    for text in (repr(config), repr(config.section(NppaSettings)), str(config.masked())):
+        assert first not in text and second not in text
+    bad = load_error(write(tmp_path, APPS), env={"KEY": first, "KEY2": "0123"})
+    assert '[nppa.apps."second"] secret_key' in bad and "32 hex characters" in bad
+    assert "0123" not in bad
+    typo = write(tmp_path, NPPA + '[nppa.apps.second]\napp_idd = "x"\n')
+    assert "[nppa.apps.\"second\"] unknown key 'app_idd'" in load_error(typo, env={"KEY": first})
+    no_id = write(tmp_path, NPPA + f'[nppa.apps.second]\nsecret_key = "{second}"\n')
+    assert '[nppa.apps."second"] app_id: required' in load_error(no_id, env={"KEY": first})
+
+
+def test_a_game_naming_an_app_the_file_lacks_is_pointed_out_not_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, NPPA + SIZED + '[games.kart]\nbiz_id = "2"\napp = "nope"\n')
+    config = ReporterConfig.load(str(path), env={"KEY": "0" * 32})
+    [notice] = [n for n in make_sink(config).notices() if "kart" in n]
+    assert 'app = "nope" names no [nppa.apps."nope"]' in notice and "held" in notice

@@ -83,10 +83,16 @@ class Recorder:
         return self._trail is not None
 
     def request(
-        self, stamp: str, biz_id: str, call: Sending, items: Sequence[tuple[int, Mapping[str, Any]]]
+        self,
+        stamp: str,
+        biz_id: str,
+        call: Sending,
+        items: Sequence[tuple[int, Mapping[str, Any]]],
+        app_id: str = "",
     ) -> tuple[str, int]:
         """The line of a request about to go, and its id; ``items``: each one's index in the
-        batch and the item as numbered in the body."""
+        batch and the item as numbered in the body; ``app_id``: the app it goes to (by
+        default the recorder's)."""
         if self._trail is None:
             return "", 0
         request_id = f"{self._run}-{next(self._numbers)}"
@@ -94,7 +100,7 @@ class Recorder:
             "type": "request",
             "id": request_id,
             "timestamps": int(stamp),
-            "app": self._app_id,
+            "app": app_id or self._app_id,
             "biz": biz_id,
         }
         if call.batch_id:
@@ -127,31 +133,49 @@ class Recorder:
         return self._write(line)
 
     def refused(
-        self, biz_id: str, game: str, batch_id: str, items: Sequence[tuple[bytes, str]]
+        self,
+        biz_id: str,
+        game: str,
+        batch_id: str,
+        items: Sequence[tuple[bytes, str]],
+        app_id: str = "",
     ) -> int:
         """The line of a batch's items never sent (each event and the reason)."""
         if self._trail is None or not items:
             return 0
         listed = [{**_fields(event), "reason": reason[:200]} for event, reason in items]
-        return self._write(self._dropped("refused", biz_id, game, batch_id, listed))
+        return self._write(self._dropped("refused", biz_id, game, batch_id, listed, app_id))
 
-    def stale(self, biz_id: str, game: str, batch_id: str, items: Sequence[dict[str, Any]]) -> int:
+    def stale(
+        self,
+        biz_id: str,
+        game: str,
+        batch_id: str,
+        items: Sequence[dict[str, Any]],
+        app_id: str = "",
+    ) -> int:
         """The line of a batch's items dropped as stale."""
         if self._trail is None or not items:
             return 0
-        return self._write(self._dropped("stale", biz_id, game, batch_id, list(items)))
+        return self._write(self._dropped("stale", biz_id, game, batch_id, list(items), app_id))
 
     def close(self) -> None:
         if self._trail is not None:
             self._trail.close()
 
     def _dropped(
-        self, kind: str, biz_id: str, game: str, batch_id: str, items: list[dict[str, Any]]
+        self,
+        kind: str,
+        biz_id: str,
+        game: str,
+        batch_id: str,
+        items: list[dict[str, Any]],
+        app_id: str = "",
     ) -> dict[str, Any]:
         return {
             "type": kind,
             "at": _now_ms(),
-            "app": self._app_id,
+            "app": app_id or self._app_id,
             "biz": biz_id,
             "game": game,
             "batch": batch_id,

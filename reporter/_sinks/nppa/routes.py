@@ -167,13 +167,26 @@ def routes_of(
     """The routes of ``config``'s games; ``keys``: the key in use by setting (the secret
     files a sender reads; a setting not there is read from the config, or its file).
     ``first``: the ``[nppa]`` app to keep (a reload: its settings are taken at start)."""
+    nppa = config.section(NppaSettings)
     if first is None:
-        nppa = config.section(NppaSettings)
         setting = NPPA_KEY if nppa.secret_key_file else "[nppa] secret_key"
         key = keys.get(setting) or _key_of(nppa.secret_key, nppa.secret_key_file)
         first = App("", nppa.app_id, nppa.base_url, key, setting, first=True)
+    apps = {"": first}
+    for name, app in nppa.apps.items():
+        setting = key_setting(name, app.secret_key_file)
+        key = keys.get(setting) or _key_of(app.secret_key, app.secret_key_file)
+        apps[name] = App(name, app.app_id, app.base_url or first.base_url, key, setting)
     biz_ids = {game: settings.biz_id for game, settings in config.games.items()}
-    return Routes({"": first}, biz_ids, {})
+    app_of = {game: settings.app for game, settings in config.games.items() if settings.app}
+    return Routes(apps, biz_ids, app_of)
+
+
+def key_setting(app: str, path: str) -> str:
+    """The setting an app's key comes from, as messages name it."""
+    if not app:
+        return NPPA_KEY if path else "[nppa] secret_key"
+    return f'[nppa.apps."{app}"] ' + ("secret_key_file" if path else "secret_key")
 
 
 def route_text(routes: Routes, game: str) -> str:

@@ -170,7 +170,9 @@ class NppaSender:
             self._log_skew(max(item["ot"] for _, item in future) - now)
         sent = [(i, item) for i, item in items if item["ot"] <= now]
         moved = self._move_late(sent, now) if self._resend else ()
-        lost = self._record.refused(biz_id, game, batch_id, [(events[i], r) for i, r in refused])
+        lost = self._record.refused(
+            biz_id, game, batch_id, [(events[i], r) for i, r in refused], route.app.app_id
+        )
         call = Sending(game, batch_id, attempt, {m.position: m.ot for m in moved})
         outcome = self._report(route.app, biz_id, sent, call) if sent else Outcome(DELIVERED)
         if moved and outcome.kind == DELIVERED:
@@ -270,7 +272,7 @@ class NppaSender:
             if again and self._pacer is not None and not self._pacer.one(call.game):
                 return outcome  # the 1007 answer: retried later
             stamp = str(int(self._clock() * 1000))  # read once: the signed value is the sent one
-            line, lost = self._record.request(stamp, biz_id, call, numbered)
+            line, lost = self._record.request(stamp, biz_id, call, numbered, app.app_id)
             call.lost += lost
             try:
                 response = self._post(app, biz_id, plain, stamp, call.game)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from collector import ConfigError
@@ -14,6 +14,17 @@ from reporter._settings import http_url_problem, read_small_file
 
 NPPA_PRODUCTION_BASE = "http://api2.wlc.nppa.gov.cn"
 _HEX_KEY = re.compile(r"[0-9a-fA-F]{32}")
+
+
+@dataclass(frozen=True, repr=False)
+class NppaAppSettings(MaskedRepr):
+    """Another app id of the system the same reporter sends to (``[nppa.apps."<name>"]``),
+    with its own key; ``base_url`` "" is ``[nppa]``'s."""
+
+    app_id: str = setting("")
+    secret_key: str = setting("", secret=True)
+    secret_key_file: str = setting("")
+    base_url: str = setting("")
 
 
 @dataclass(frozen=True, repr=False)
@@ -36,6 +47,8 @@ class NppaSettings(MaskedRepr):
     audit_directory: str = setting("")
     audit_max_file_bytes: int = setting(256 * 1024 * 1024, lo=65_536, hi=1 << 40)
     audit_fsync_seconds: float = setting(1.0, lo=0, hi=60)
+    # Other app ids, by name: a game with ``app = "<name>"`` is reported under that one.
+    apps: Mapping[str, NppaAppSettings] = setting({})
 
 
 def check_nppa(nppa: NppaSettings, where: Where) -> None:
@@ -46,36 +59,49 @@ def check_nppa(nppa: NppaSettings, where: Where) -> None:
             f"{where('nppa', 'audit_directory')}: [nppa] audit_directory: {audit!r} is not a "
             "directory"
         )
-    if problem := http_url_problem(nppa.base_url):
+    _check_app(nppa, "[nppa]", lambda key: where("nppa", key))
+    for name, app in nppa.apps.items():
+        if not name.strip():
+            raise ConfigError(f'{where("nppa", "apps")}: [nppa.apps.""]: an app needs a name')
+        _check_app(app, f'[nppa.apps."{name}"]', lambda key: where("nppa", "apps"))
+
+
+def _check_app(
+    app: NppaSettings | NppaAppSettings, table: str, where: Callable[[str], str]
+) -> None:
+    """One app's settings: a base URL (an app's own may be empty: ``[nppa]``'s), its app id,
+    and one key, in the file or the setting; a secret is never echoed."""
+    if (app.base_url or isinstance(app, NppaSettings)) and (
+        problem := http_url_problem(app.base_url)
+    ):
         raise ConfigError(
-            f"{where('nppa', 'base_url')}: [nppa] base_url: {problem}, found "
-            f"{mask_url(nppa.base_url)!r}"
+            f"{where('base_url')}: {table} base_url: {problem}, found {mask_url(app.base_url)!r}"
         )
-    if not nppa.app_id:
+    if not app.app_id:
         raise ConfigError(
-            f"{where('nppa', 'app_id')}: [nppa] app_id: required with [sink] "
+            f"{where('app_id')}: {table} app_id: required with [sink] "
             f'kind = "nppa" (the app id the system issued)'
         )
-    if nppa.secret_key_file:
-        if nppa.secret_key:
+    if app.secret_key_file:
+        if app.secret_key:
             raise ConfigError(
-                f"{where('nppa', 'secret_key_file')}: [nppa] secret_key_file: set it or "
+                f"{where('secret_key_file')}: {table} secret_key_file: set it or "
                 "secret_key, not both (the file is re-read on SIGHUP and when it changes; "
                 "secret_key is read once)"
             )
         try:
-            read_key_file(nppa.secret_key_file)
+            read_key_file(app.secret_key_file)
         except ValueError as exc:
             raise ConfigError(
-                f"{where('nppa', 'secret_key_file')}: [nppa] secret_key_file: {exc}"
+                f"{where('secret_key_file')}: {table} secret_key_file: {exc}"
             ) from None
         return
-    if not _HEX_KEY.fullmatch(nppa.secret_key):
+    if not _HEX_KEY.fullmatch(app.secret_key):
         raise ConfigError(
-            f"{where('nppa', 'secret_key')}: [nppa] secret_key: expected 32 hex characters "
+            f"{where('secret_key')}: {table} secret_key: expected 32 hex characters "
             f'(the 16-byte key as issued; usually "${{NPPA_SECRET_KEY}}"), found '
-            f"{len(nppa.secret_key)} characters"
-            + ("" if len(nppa.secret_key) != 32 else " that are not all hex digits")
+            f"{len(app.secret_key)} characters"
+            + ("" if len(app.secret_key) != 32 else " that are not all hex digits")
         )
 
 

@@ -48,6 +48,7 @@ from reporter._sinks.nppa.routes import (
     endpoint_url,
     fingerprint,
     game_scope,
+    key_setting,
     route_text,
     routes_of,
     safe_name,
@@ -76,9 +77,12 @@ class NppaSink(Sink):
     section = "nppa"
     settings = NppaSettings
     body_model = NPPA_BODY
+    reloaded_keys = frozenset({("nppa", "apps"), ("games", "biz_id"), ("games", "app")})
 
     def __init__(self, config: SinkConfig) -> None:
         super().__init__(config)
+        # What proves a new key (``vet_secrets``): the sender, the pacer, the alert.
+        self._vet: tuple[NppaSender, Pacer | None, Callable[[str, str], None]] | None = None
         # Swapped whole when the sender binds the secret files, and on a reload.
         self.routes: Routes = routes_of(config, {})
 
@@ -111,13 +115,24 @@ class NppaSink(Sink):
 
     def pacing(self) -> Pacing:
         """Slots per app id (or per game's bizId) shared by every reporter, spaced so that no
-        second holds more than ``[nppa] requests_per_second``."""
+        second holds more than ``[nppa] requests_per_second``; each app of
+        ``[nppa.apps]`` has a rate of its own."""
         nppa = self.nppa
         return SlotRate(
-            self._name(),
-            nppa.requests_per_second * (1 - NPPA_RATE_HEADROOM),
-            self.config.biz_id if nppa.rate_limit_scope == "game" else None,
+            self._name(), nppa.requests_per_second * (1 - NPPA_RATE_HEADROOM), self._rate_scope
         )
+
+    def _rate_scope(self, game: str) -> str:
+        """The scope of ``game``'s requests in the rate: its app ('' for ``[nppa]``'s, as
+        before there were others), and with ``rate_limit_scope = "game"`` its bizId."""
+        routes = self.routes
+        app = routes.app_for(game)
+        scope = "" if app.first else app.app_id
+        if self.nppa.rate_limit_scope != "game":
+            return scope
+        route = routes.route(game)
+        biz_id = route.biz_id if isinstance(route, Route) else ""
+        return f"{scope}/{biz_id}" if scope else biz_id
 
     def hold(self) -> HoldSpec:
         app_id = self.nppa.app_id
@@ -220,8 +235,14 @@ class NppaSink(Sink):
         return self.nppa.base_url
 
     def secret_files(self) -> list[SecretSpec]:
-        path = self.nppa.secret_key_file
-        return [SecretSpec(NPPA_KEY, path, read_key_file)] if path else []
+        """The key files: ``[nppa]``'s and those of ``[nppa.apps]``."""
+        nppa = self.nppa
+        paths = {"": nppa.secret_key_file} | {n: a.secret_key_file for n, a in nppa.apps.items()}
+        return [
+            SecretSpec(key_setting(name, path), path, read_key_file)
+            for name, path in paths.items()
+            if path
+        ]
 
     def sender(
         self,
@@ -233,19 +254,52 @@ class NppaSink(Sink):
         return NppaSender(self.config, transport, pacer=pacer, routes=lambda: self.routes)
 
     def reload(self, config: SinkConfig) -> Reloaded:
-        """The games (their ``biz_id``), read again: a game held for want of one is probed
-        with it and goes once the probe passes.  ``[nppa]``'s own settings are the ones of
-        the start (a restart takes them)."""
+        """The games (their ``biz_id`` and ``app``) and the apps of ``[nppa.apps]``, read
+        again: a game held for want of either is probed with it and goes once the probe
+        passes; a new app's key file is read (and watched from then on).  ``[nppa]``'s own
+        settings are the ones of the start (a restart takes them)."""
         old = self.routes
-        keys = {app.key_setting: app.key for app in old.apps.values()}
+        keys, files = self._reload_keys(config.section(NppaSettings), old)
         new = routes_of(config, keys, first=old.apps[""])
         games = sorted(set(old.games()) | set(new.games()))
         changed = [g for g in games if route_text(old, g) != route_text(new, g)]
+        apps = [n for n in new.apps if n and n not in old.apps]
         self.routes = new
         return Reloaded(
             f"{len(new.games())} games"
             + (f" ({', '.join(changed)} changed)" if changed else ", none changed")
+            + (f", {len(new.apps)} apps ({', '.join(apps)} new)" if apps else ""),
+            tuple(files),
         )
+
+    def _reload_keys(
+        self, nppa: NppaSettings, old: Routes
+    ) -> tuple[dict[str, Callable[[], str]], list[SecretFile]]:
+        """The keys of the apps read again: a key file already read is kept (it is watched);
+        a new one is opened (and proved before each change, like the others); one that
+        cannot be read leaves its app out, with an ERROR (its games are held)."""
+        keys: dict[str, Callable[[], str]] = {
+            a.key_setting: a.key for a in old.apps.values() if isinstance(a.key, SecretFile)
+        }
+        files: list[SecretFile] = []
+        for name, app in nppa.apps.items():
+            setting = key_setting(name, app.secret_key_file)
+            current = keys.get(setting)
+            if not app.secret_key_file or (
+                isinstance(current, SecretFile) and current.path == app.secret_key_file
+            ):
+                continue
+            try:
+                file = SecretFile(setting, app.secret_key_file, read_key_file)
+            except ValueError as exc:
+                logger.error("SIGHUP: %s: %s; that app is left out", setting, exc)
+                keys[setting] = lambda: ""
+                continue
+            if self._vet is not None:
+                file.vet_with(functools.partial(self._prove, name, *self._vet))
+            keys[setting] = file
+            files.append(file)
+        return keys, files
 
     def vet_secrets(
         self,
@@ -260,6 +314,7 @@ class NppaSink(Sink):
         (tried again later)."""
         if not isinstance(sender, NppaSender):
             return
+        self._vet = (sender, pacer, alert)
         for file in secrets:
             app = next((a for a in self.routes.apps.values() if a.key is file), None)
             if app is not None:
@@ -318,7 +373,10 @@ class NppaSink(Sink):
         rate the running reporters share); after a 1006 the rest are not sent."""
         nppa = self.nppa
         games = self._games_by_biz_id()
-        where = f"POST {masked_url(endpoint_url(nppa.base_url))} (app {nppa.app_id}"
+        several = len(self.routes.apps) > 1
+        where = f"POST {masked_url(endpoint_url(nppa.base_url))} (app {nppa.app_id}" + (
+            f" and {len(self.routes.apps) - 1} more" if several else ""
+        )
         if not games:
             return Connection(
                 False,
@@ -330,15 +388,17 @@ class NppaSink(Sink):
         lines: list[tuple[bool, str]] = []
         throttled = False
         try:
-            for biz_id, named in games.items():
+            for (name, biz_id), named in games.items():
+                app = self.routes.apps[name]
                 which = f"game{'s' if len(named) > 1 else ''} {', '.join(named)}"
+                which += f", app {app.app_id}" if several else ""
                 head = (
                     f"bizId {biz_id}, no items)" if len(games) == 1 else f"bizId {biz_id} ({which})"
                 )
                 if throttled:
                     lines.append((False, f"{head}: not sent: the interface throttles the app id"))
                     continue
-                ok, said, throttled = _probe_one(sender, pacer, biz_id, named[0])
+                ok, said, throttled = _probe_one(sender, pacer, biz_id, named[0], app)
                 lines.append((ok, f"{head}{said}"))
         finally:
             sender.close()
@@ -352,7 +412,10 @@ class NppaSink(Sink):
 
     def describe(self) -> str:
         nppa = self.nppa
-        return f"nppa {masked_url(endpoint_url(nppa.base_url))} app {nppa.app_id}"
+        more = [app.app_id for name, app in self.routes.apps.items() if name]
+        return f"nppa {masked_url(endpoint_url(nppa.base_url))} app {nppa.app_id}" + (
+            f" (and apps {', '.join(more)})" if more else ""
+        )
 
     def notices(self) -> list[str]:
         """A game that lacks its filing id (one the file names without one, or none at all
@@ -364,13 +427,22 @@ class NppaSink(Sink):
         missing = config.games_without_biz_id()
         why = (
             '[sink] kind = "nppa" needs [games."<name>"] biz_id, the filing id, for every '
-            "game; events of a game without one are dead-lettered (replay once it is set)"
+            "game; events of a game without one are held until it is set (then SIGHUP)"
         )
+        apps = self.nppa.apps
+        unknown = [g for g, s in config.games.items() if s.app and s.app not in apps]
+        out = [
+            f'game {g!r}: app = "{config.games[g].app}" names no [nppa.apps."'
+            f'{config.games[g].app}"]; its events are held until it does (then SIGHUP)'
+            for g in unknown
+        ]
         if missing:
-            return ["games named in the file without a biz_id: " + ", ".join(missing) + f" ({why})"]
-        if not any(config.biz_id(game) for game in config.games):
-            return [f"no game has a biz_id ({why})"]
-        return []
+            out.append(
+                "games named in the file without a biz_id: " + ", ".join(missing) + f" ({why})"
+            )
+        elif not any(config.biz_id(game) for game in config.games):
+            out.append(f"no game has a biz_id ({why})")
+        return out
 
     def _audit_notices(self) -> list[str]:
         if self.nppa.audit_directory:
@@ -396,7 +468,9 @@ class NppaSink(Sink):
         logins = sum(bt == LOGIN for _, bt, _ in items)
         recorder = Recorder(audit_trail_of(self.nppa), self.nppa.app_id)
         lines = [{"si": si, "bt": bt, "ot": ot} for si, bt, ot in items]
-        lost = recorder.stale(self.config.biz_id(game), game, batch_id, lines)
+        route = self.routes.route(game)
+        biz_id, app_id = (route.biz_id, route.app.app_id) if isinstance(route, Route) else ("", "")
+        lost = recorder.stale(biz_id, game, batch_id, lines, app_id)
         return LateDrop(logins, len(items) - logins, items, lost)
 
     keeps_audit = True
@@ -415,24 +489,26 @@ class NppaSink(Sink):
     def _first_biz_id(self) -> str:
         return next((g.biz_id for g in self.config.games.values() if g.biz_id), "")
 
-    def _games_by_biz_id(self) -> dict[str, list[str]]:
-        """Every bizId of the file, with the games that report under it, in file order."""
-        games: dict[str, list[str]] = {}
-        for game, settings in self.config.games.items():
-            if settings.biz_id:
-                games.setdefault(settings.biz_id, []).append(game)
+    def _games_by_biz_id(self) -> dict[tuple[str, str], list[str]]:
+        """Every (app, bizId) of the file, with the games that report under it, in file
+        order (a game whose app is not one of the file's is left out)."""
+        games: dict[tuple[str, str], list[str]] = {}
+        for game in self.config.games:
+            route = self.routes.route(game)
+            if isinstance(route, Route):
+                games.setdefault((route.app.name, route.biz_id), []).append(game)
         return games
 
 
 def _probe_one(
-    sender: NppaSender, pacer: Pacer | None, biz_id: str, game: str
+    sender: NppaSender, pacer: Pacer | None, biz_id: str, game: str, app: App
 ) -> tuple[bool, str, bool]:
     """One bizId's probe: whether it passed, what was answered (after the bizId in the
     line), and whether the interface said to stop (1006)."""
     if pacer is not None and not pacer.one(game):
         return False, ": not sent: no request slot within reach (a 1006 pause)", False
     began = time.monotonic()
-    outcome = sender.probe(biz_id)
+    outcome = sender.probe(biz_id, app, game)
     if outcome.kind == DELIVERED:
         ms = (time.monotonic() - began) * 1000
         return True, f" answered {outcome.reason} in {ms:.0f} ms (nothing was reported)", False
