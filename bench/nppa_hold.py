@@ -17,7 +17,7 @@ which accepts only the new key:
 
 ``--small`` shortens the times through the config (probe interval 2 s, a 15 s window through
 ``freshness_margin_seconds``, an 8 s hold) for a quick check; the suite runs the same
-scenarios that way (tests/delivery/test_nppa_hold.py, tests/reporter/commands/test_reload.py).
+scenarios that way (tests/system/test_nppa_hold.py, tests/reporter/commands/test_reload.py).
 
     .venv/bin/python -m bench.nppa_hold [--small] [--scenario key resend drop future json]
 """

@@ -14,7 +14,6 @@ import redis
 from collector.store import KeySchema
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
-from tests.delivery.test_crashes import EXIT_MARGIN, ReporterProcess, Spawn, spawn  # noqa: F401
 from tests.support.fixtures import MakeEndpoint
 from tests.support.scenarios import (
     Script,
@@ -27,6 +26,7 @@ from tests.support.scenarios import (
     wait_until,
 )
 from tests.support.servers import Server
+from tests.system.test_crashes import EXIT_MARGIN, ReporterProcess, Spawn, spawn  # noqa: F401
 
 SHARDS = 8
 LEASE = 2.0  # shard_lease_seconds and lease_seconds

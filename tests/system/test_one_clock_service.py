@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import signal
 
-from tests.delivery.test_crashes import EXIT_MARGIN, Spawn, spawn  # noqa: F401
 from tests.support.fixtures import MakeEndpoint
 from tests.support.lifecycle import server_ms
 from tests.support.polling import wait_until
@@ -21,6 +20,7 @@ from tests.support.scenarios import (
     schema_of,
 )
 from tests.support.servers import Server
+from tests.system.test_crashes import EXIT_MARGIN, Spawn, spawn  # noqa: F401
 
 SHARDS = 4
 LEASE = 2.0  # shard_lease_seconds and lease_seconds

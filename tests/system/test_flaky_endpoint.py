@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 from redis.cluster import RedisCluster
 
-from tests.delivery.test_crashes import Spawn, spawn  # noqa: F401 - the fixture
 from tests.support.fixtures import MakeEndpoint
 from tests.support.scenarios import (
     Script,
@@ -39,6 +38,7 @@ from tests.support.scenarios import (
     wait_until,
 )
 from tests.support.servers import Cluster, Server, env_without_telemetry
+from tests.system.test_crashes import Spawn, spawn  # noqa: F401 - the fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 GAMES = [f"g{i}" for i in range(8)]

@@ -29,11 +29,11 @@ from reporter._pacing.send_hold import read_hold
 from reporter._service.service import ReporterService
 from reporter._sinks.nppa.routes import fingerprint
 from reporter._sinks.nppa.trail import read_session, summary
-from tests.delivery.test_nppa_reporting import APP_ID, GAMES, PI, accepted_count
 from tests.support.entries import make_config
 from tests.support.fixtures import StartService
 from tests.support.polling import wait_until
 from tests.support.servers import Server
+from tests.system.test_nppa_reporting import APP_ID, GAMES, PI, accepted_count
 
 OLD = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"  # the key the reporter starts with
 NEW = "5a" * 16  # the only key the interface accepts
