@@ -283,7 +283,7 @@ def json_sink(server: Server, tmp: Path) -> list[tuple[str, bool, str]]:
         alive = proc.poll() is None
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(60)
-    logged = "SIGHUP: nothing to re-read" in (tmp / "json.log").read_text()
+    logged = "SIGHUP: no secret file to re-read" in (tmp / "json.log").read_text()
     return [
         (
             "a json reporter survives SIGHUP",
