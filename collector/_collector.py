@@ -494,10 +494,8 @@ class Collector:
         if not self._direct:  # sync mode counts what it stores, disabled what it discards
             counts.watch(Counter.ACCEPTED, lambda: buffer.accepted_total)
         counts.watch(Counter.DROPPED_BUFFER_FULL, lambda: buffer.dropped_total)
-        counts.watch(
-            Gauge.BUFFERED,
-            lambda: len(buffer) + self._flusher.in_flush + self._flusher.unconfirmed_events,
-        )
+        # Waiting, and taken by the flusher: being written, or unconfirmed writes' events.
+        counts.watch(Gauge.BUFFERED, lambda: len(buffer) + buffer.outside)
         counts.watch(Gauge.UNCONFIRMED_WRITES, lambda: self._flusher.unconfirmed_writes)
         return tally, counts
 

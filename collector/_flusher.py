@@ -73,7 +73,6 @@ class Flusher:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._deadline = 0.0
-        self.in_flush = 0  # events taken by the round in progress
         # The writer's calls whose outcome is unknown (a lost reply, or too few replicas
         # confirmed them), kept to be sent again as they are, and their events.
         self.unconfirmed_writes = 0
@@ -159,12 +158,11 @@ class Flusher:
                 self._flushed_seq = self._buffer.taken_seq
                 self._idle.set()
                 return True
-            self.in_flush = taken = sum(map(len, queues.values()))
+            taken = sum(map(len, queues.values()))
             try:
                 result = self._writer().write(queues, pending)
             except Exception as exc:  # never let the flusher die; Redis may come back
                 self._buffer.put_back(queues, pending)
-                self.in_flush = 0
                 self._buffer.settle(self.unconfirmed_events)
                 self._failed(exc, taken + self.unconfirmed_events)
                 return False
@@ -172,7 +170,6 @@ class Flusher:
             self.unconfirmed_events = result.unconfirmed_events
             if result.failed or any(result.failed_pending.values()):
                 self._buffer.put_back(result.failed, result.failed_pending)
-            self.in_flush = 0
             self._buffer.settle(result.unconfirmed_events)
             self._count(result)
             if result.error is not None:
