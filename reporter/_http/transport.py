@@ -193,15 +193,13 @@ class SocketTransport(httpx.BaseTransport):
         connection."""
         conn, reused = self._connection(origin, deadline)
         if ready is not None:
+            go = False
             try:
                 go = ready()
-            except BaseException:
-                go = False
-                raise
             finally:
-                if not go:
+                if not go:  # not sent (or ready() raised): kept, as good as before
                     self._forget(conn)
-                    self._keep(origin, conn)  # unused: as good as before
+                    self._keep(origin, conn)
             if not go:
                 return None
         while True:
