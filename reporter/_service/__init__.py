@@ -10,6 +10,7 @@
 - ``store_watch``: notices a shard whose Redis data was lost.
 - ``stopping``: the bounded stop's Redis calls.
 - ``probing``: the jobs of a held sender (its probes) and of secrets read from files.
+- ``reloading``: SIGHUP's re-read of the config file, for what the sink takes at run time.
 
 May import monitoring, delivery, pacing, senders, http and the ground floor (``reporter._config``,
 ``_constants``, ``_exceptions``, ``_logging``, ``_tables``); the demo and the commands
