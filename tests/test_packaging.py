@@ -26,7 +26,7 @@ from tests.support.collected import queue_events
 from tests.support.servers import Server, env_without_telemetry
 from tests.support.sources import SOURCES
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 # The core install may only need packages that publish wheels for Linux x86_64 and arm64
 # (glibc and musl), macOS and Windows, or pure-Python wheels, so that `pip install
