@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from collector.store import (
     SCRIPT_NAMES,
@@ -38,7 +40,7 @@ from collector.store import (
     lua_script,
 )
 from tests.support.lifecycle import LEASE_MS, MAX_AGE_MS, Shard, new_token, server_ms
-from tests.support.replydrop import reply_dropper
+from tests.support.relay import relay_to
 from tests.support.scriptcalls import store_of
 
 POLICY = RetryPolicy(100, 1000, 3, 100)
@@ -345,13 +347,14 @@ def test_a_lost_reply_and_its_resend_apply_once(shard: Shard, prepare: Prepare) 
     for name in SCRIPT_NAMES:  # loaded: the call runs at its first send
         shard.r.script_load(lua_script(name).text)
     before = int(shard.r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
-    with reply_dropper((kwargs["host"], kwargs["port"])) as relay:
-        client = relay.client()
-        relay.drop_next()
+    with relay_to((kwargs["host"], kwargs["port"])) as relay:
+        # Through the relay, sending a call again once after a lost reply.
+        client = redis.Redis.from_url(relay.url, socket_timeout=5, retry=Retry(NoBackoff(), 1))
+        relay.lose_next()
         result = store_of(client, shard.schema).call(request)
         client.close()
     calls = int(shard.r.info("commandstats")["cmdstat_evalsha"]["calls"]) - before
-    assert relay.dropped == 1 and calls == 2  # the call, and its resend after the lost reply
+    assert relay.lost == 1 and calls == 2  # the call, and its resend after the lost reply
     got = (
         [b.batch_id for b in result]
         if isinstance(request, TakeRetries)
