@@ -56,7 +56,7 @@ def run_calls(
     # again on a new one, up to the client's retry count ([redis] retries).
     retry = client.get_retry()
     for _ in range(retry.get_retries() if retry is not None else 0):
-        if not _resend(client, calls, replies, LOST, wait):
+        if not _resend(client, calls, replies, _lost, wait):
             break
     missing = [i for i, reply in enumerate(replies) if _no_script(reply)]
     if missing:
@@ -71,6 +71,11 @@ def run_calls(
     return replies
 
 
+def _lost(reply: Any) -> bool:
+    """Whether a call's reply never came (a broken connection, a timeout)."""
+    return isinstance(reply, LOST)
+
+
 def _no_script(reply: Any) -> bool:
     """Whether a call met NOSCRIPT (after a lost reply too)."""
     if isinstance(reply, MaybeRan):
@@ -82,16 +87,11 @@ def _resend(
     client: redis.Redis,
     calls: Sequence[WireCall],
     replies: list[Any],
-    kind: type[Exception] | tuple[type[Exception], ...] | Callable[[Any], bool],
+    kind: Callable[[Any], bool],
     wait: tuple[int, int, bool],
 ) -> bool:
-    """Send again the calls whose reply is a ``kind`` error (or ``kind(reply)``); False if
-    there were none."""
-    if isinstance(kind, type | tuple):
-        classes = kind
-        again = [i for i, reply in enumerate(replies) if isinstance(reply, classes)]
-    else:
-        again = [i for i, reply in enumerate(replies) if kind(reply)]
+    """Send again the calls whose reply is of ``kind``; False if there were none."""
+    again = [i for i, reply in enumerate(replies) if kind(reply)]
     if not again:  # the usual case: not even a connection from the pool
         return False
     for i, reply in zip(again, _send(client, [calls[i] for i in again], wait), strict=True):
