@@ -164,9 +164,11 @@ def _writes(
     """Packed commands in groups of about WRITE_BYTES: (number of script calls, chunks); the
     WAIT, if any, rides at the end of the last group (its reply is read apart)."""
     count, chunks, size = 0, [], 0
-    asking = conn.pack_command("ASKING") if wait[2] else []
+    asking = conn.pack_command("ASKING") if wait[2] else None
     for script, keys, args in calls:
-        packed = [*asking, *conn.pack_command("EVALSHA", script.sha, len(keys), *keys, *args)]
+        packed = conn.pack_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        if asking:  # rare: a call sent again after an ASK redirect
+            packed = asking + packed
         count += 1
         chunks += packed
         size += sum(len(chunk) for chunk in packed)
