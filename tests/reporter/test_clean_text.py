@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import subprocess
 import sys
 import textwrap
 import time
@@ -28,9 +27,9 @@ from collector.text import printable, printable_json
 from reporter._commands.cli import main
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._logging import make_formatter
-from tests.reporter.commands.test_cli import REPO, child_env
-from tests.reporter.test_logs import NPPA_KEY, PI, stop
+from tests.reporter.test_logs import NPPA_KEY, PI
 from tests.support.polling import wait_until
+from tests.support.processes import start_run, stop_run
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 
@@ -72,23 +71,7 @@ def config_text(redis_url: str, sink: str) -> str:
 
 def run_until_dead(config: Path, log: Path, redis_url: str, dead: int) -> str:
     """``telemetry-reporter run`` (text log) until ``dead`` batches are dead-lettered."""
-    with open(log, "w", encoding="utf-8") as err:
-        reporter = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "reporter",
-                "run",
-                "--log-format",
-                "text",
-                "--config",
-                str(config),
-            ],
-            cwd=REPO,
-            env=child_env(),
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
+    reporter = start_run(config, log, "--log-format", "text")
     try:
         keys = KeySchema(PREFIX, SHARDS).all_shards()
         with redis.Redis.from_url(redis_url) as client:
@@ -102,7 +85,7 @@ def run_until_dead(config: Path, log: Path, redis_url: str, dead: int) -> str:
             what="the dead letter logged",
         )
     finally:
-        code = stop(reporter)
+        code = stop_run(reporter)
     text = log.read_text(encoding="utf-8")
     assert code == 0, text
     return text

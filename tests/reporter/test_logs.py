@@ -8,8 +8,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -36,9 +34,9 @@ from reporter._logging import (
     note_secrets,
 )
 from reporter._service.stopping import Stopped
-from tests.reporter.commands.test_cli import REPO, child_env
 from tests.support.fixtures import MakeLockedServer
 from tests.support.polling import wait_until
+from tests.support.processes import start_run, stop_run
 from tests.support.servers import Server
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
@@ -243,27 +241,6 @@ def redis_url(server: Server) -> str:
     return f"redis://reporter:{REDIS_PASSWORD}@127.0.0.1:{server.port}/0"
 
 
-def run_reporter(config: Path, log: Path, *options: str) -> subprocess.Popen[bytes]:
-    with open(log, "w", encoding="utf-8") as err:
-        return subprocess.Popen(
-            [sys.executable, "-m", "reporter", "run", *options, "--config", str(config)],
-            cwd=REPO,
-            env=child_env(),
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
-
-
-def stop(reporter: subprocess.Popen[bytes]) -> int:
-    try:
-        reporter.send_signal(signal.SIGTERM)
-        return reporter.wait(timeout=30)
-    finally:
-        if reporter.poll() is None:
-            reporter.kill()
-            reporter.wait()
-
-
 def assert_clean(text: str, *secrets: str) -> None:
     for secret in (REDIS_PASSWORD, API_KEY, HEADER_TOKEN, PAYLOAD, *secrets):
         assert secret not in text, f"{secret!r} is in the log"
@@ -308,7 +285,7 @@ def test_a_debug_run_logs_json_lines_without_secrets_or_payloads(
         for i in range(5):
             c.collect("bad-game", {"player": PAYLOAD, "n": i})
     log = tmp_path / "reporter.log"
-    reporter = run_reporter(config, log, "-v", "--log-format", "json")
+    reporter = start_run(config, log, "-v", "--log-format", "json")
     try:
         wait_until(
             lambda: len(endpoint.events()) >= 300, timeout=60, what="the good game delivered"
@@ -323,7 +300,7 @@ def test_a_debug_run_logs_json_lines_without_secrets_or_payloads(
             what="the dead letter logged",
         )
     finally:
-        code = stop(reporter)
+        code = stop_run(reporter)
         endpoint.stop()
     text = log.read_text(encoding="utf-8")
     assert code == 0, text
@@ -381,11 +358,11 @@ def test_an_nppa_debug_run_logs_no_secret_key_or_player_data(
         for si in sessions:
             c.collect("farm", nppa.login(si=si, ot=int(time.time()), pi=PI))
     log = tmp_path / "nppa.log"
-    reporter = run_reporter(config, log, "--log-level", "debug")
+    reporter = start_run(config, log, "--log-level", "debug")
     try:
         wait_until(lambda: len(endpoint.accepted) >= 20, timeout=60, what="every login accepted")
     finally:
-        code = stop(reporter)
+        code = stop_run(reporter)
         endpoint.stop()
     text = log.read_text(encoding="utf-8")
     assert code == 0, text
@@ -403,14 +380,7 @@ def test_the_log_level_variable_reaches_the_run(tmp_path: Path, locked_server: S
     )
     config.chmod(0o600)  # it holds Redis's password: readable by others, that is a WARNING
     log = tmp_path / "quiet.log"
-    with open(log, "w", encoding="utf-8") as err:
-        reporter = subprocess.Popen(
-            [sys.executable, "-m", "reporter", "run", "--config", str(config)],
-            cwd=REPO,
-            env={**child_env(), "TELEMETRY_LOG_LEVEL": "warning"},
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
+    reporter = start_run(config, log, env={"TELEMETRY_LOG_LEVEL": "warning"})
     try:
         with redis.Redis.from_url(redis_url(locked_server)) as client:
             wait_until(
@@ -418,6 +388,6 @@ def test_the_log_level_variable_reaches_the_run(tmp_path: Path, locked_server: S
                 what="the reporter's heartbeat",
             )
     finally:
-        code = stop(reporter)
+        code = stop_run(reporter)
     assert code == 0
     assert log.read_text(encoding="utf-8") == ""  # info lines (start, stopped) left out

@@ -8,10 +8,6 @@ X-Telemetry-Attempt.
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,10 +16,10 @@ import redis
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
 from tests.support.fixtures import MakeEndpoint
+from tests.support.processes import EXIT_MARGIN, Spawn
 from tests.support.scenarios import (
     Script,
     assert_reconciled,
-    config_toml,
     drained,
     make_config,
     push_events,
@@ -32,62 +28,10 @@ from tests.support.scenarios import (
     totals,
     wait_until,
 )
-from tests.support.servers import Server, env_without_telemetry
+from tests.support.servers import Server
 
 GAME = "crash"
 EVENTS = 60
-# Seconds a reporter may take beyond its grace period to exit (interpreter and log flush).
-EXIT_MARGIN = 5.0
-
-
-class ReporterProcess:
-    def __init__(self, config_path: Path, log_path: Path) -> None:
-        self.log_path = log_path
-        with open(log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "reporter", "run", "--config", str(config_path)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env_without_telemetry(),
-                cwd=Path(__file__).resolve().parents[2],
-            )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def signal(self, signum: int) -> None:
-        self.proc.send_signal(signum)
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(
-                f"reporter still running after {timeout}s:\n{self.log()}"
-            ) from None
-
-
-Spawn = Callable[[ReporterConfig], ReporterProcess]
-
-
-@pytest.fixture
-def spawn(tmp_path: Path) -> Iterator[Spawn]:
-    """Start reporter processes; any still running at teardown is killed (by its pid)."""
-    started: list[ReporterProcess] = []
-
-    def start(config: ReporterConfig) -> ReporterProcess:
-        n = len(started)
-        path = tmp_path / f"reporter-{n}.toml"
-        path.write_text(config_toml(config))
-        process = ReporterProcess(path, tmp_path / f"reporter-{n}.log")
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        if process.proc.poll() is None:
-            process.proc.kill()
-            process.proc.wait(10)
 
 
 def hang_first() -> Script:

@@ -27,6 +27,7 @@ import pytest
 from redis.cluster import RedisCluster
 
 from tests.support.fixtures import MakeEndpoint
+from tests.support.processes import Spawn
 from tests.support.scenarios import (
     Script,
     assert_reconciled,
@@ -38,7 +39,6 @@ from tests.support.scenarios import (
     wait_until,
 )
 from tests.support.servers import Cluster, Server, env_without_telemetry
-from tests.system.test_crashes import Spawn, spawn  # noqa: F401 - the fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 GAMES = [f"g{i}" for i in range(8)]
@@ -114,7 +114,7 @@ def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
 def test_flaky_endpoint_reporter_killed_everything_arrives_and_reconciles(
     deployment: Deployment,
     make_endpoint: MakeEndpoint,
-    spawn: Spawn,  # noqa: F811
+    spawn: Spawn,
     tmp_path: Path,
 ) -> None:
     url, settings, client = deployment

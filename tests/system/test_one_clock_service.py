@@ -10,6 +10,7 @@ import signal
 from tests.support.fixtures import MakeEndpoint
 from tests.support.lifecycle import server_ms
 from tests.support.polling import wait_until
+from tests.support.processes import EXIT_MARGIN, Spawn
 from tests.support.scenarios import (
     Script,
     assert_reconciled,
@@ -20,7 +21,6 @@ from tests.support.scenarios import (
     schema_of,
 )
 from tests.support.servers import Server
-from tests.system.test_crashes import EXIT_MARGIN, Spawn, spawn  # noqa: F401
 
 SHARDS = 4
 LEASE = 2.0  # shard_lease_seconds and lease_seconds
@@ -30,7 +30,7 @@ EVENTS = 50  # per game
 def test_a_reporter_takes_every_shard_from_ghosts_and_delivers_each_event_once(
     own_server: Server,
     make_endpoint: MakeEndpoint,
-    spawn: Spawn,  # noqa: F811
+    spawn: Spawn,
 ) -> None:
     endpoint = make_endpoint(Script(lambda _, __: (200, {})))
     config = make_config(

@@ -15,6 +15,7 @@ from collector.store import KeySchema
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
 from tests.support.fixtures import MakeEndpoint
+from tests.support.processes import EXIT_MARGIN, Spawn
 from tests.support.scenarios import (
     Script,
     assert_reconciled,
@@ -26,7 +27,6 @@ from tests.support.scenarios import (
     wait_until,
 )
 from tests.support.servers import Server
-from tests.system.test_crashes import EXIT_MARGIN, ReporterProcess, Spawn, spawn  # noqa: F401
 
 SHARDS = 8
 LEASE = 2.0  # shard_lease_seconds and lease_seconds
@@ -49,7 +49,7 @@ def pid_of(owner: str) -> int:
 def test_a_killed_reporters_shards_are_taken_over_and_only_reaped_batches_come_twice(
     own_server: Server,
     make_endpoint: MakeEndpoint,
-    spawn: Spawn,  # noqa: F811
+    spawn: Spawn,
 ) -> None:
     def decide(_: int, __: dict[str, Any]) -> tuple[int, dict[str, str]]:
         script.release.wait(0.02)  # slow enough that POSTs are in flight at the kill
@@ -75,7 +75,7 @@ def run_and_kill_one(
     schema: KeySchema,
     client: redis.Redis,
     endpoint: LocalEndpoint,
-    spawn: Spawn,  # noqa: F811
+    spawn: Spawn,
 ) -> None:
     processes = [spawn(config) for _ in range(3)]
     wait_until(

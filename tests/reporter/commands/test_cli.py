@@ -23,15 +23,15 @@ from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import read_totals
 from tests.support.entries import ids_of, now_ms, numbered, store, wait_until
 from tests.support.markers import secret
+from tests.support.processes import child_env, reporter_cli, start_run
 from tests.support.scriptcalls import Scripts, store_of
-from tests.support.servers import Server, env_without_telemetry
+from tests.support.servers import Server
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 
 PW = secret("pw")
 TOKEN = secret("token")
 
-REPO = Path(__file__).resolve().parents[3]
 PREFIX = "e2e"
 SHARDS = 4
 GAMES = [f"game-{i}" for i in range(5)]
@@ -52,24 +52,6 @@ COLLECT_SCRIPT = textwrap.dedent("""
     stats = collector.stats()
     assert stats["stored"] == per_game * len(games), stats
 """)
-
-
-def child_env() -> dict[str, str]:
-    return {**env_without_telemetry(), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-
-
-def reporter_cli(
-    *args: str, cwd: Path = REPO, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "reporter", *args],
-        cwd=cwd,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def write_config(path: Path, redis_url: str, sink_url: str) -> Path:
@@ -114,14 +96,7 @@ def test_end_to_end_across_processes(
     store(scripts, schema, "game-1", numbered("game-1", 30, born_ms=old_ms, start=10_000))
 
     log = tmp_path / "reporter.log"
-    with open(log, "w", encoding="utf-8") as err:
-        reporter = subprocess.Popen(
-            [sys.executable, "-m", "reporter", "run", "--config", str(config)],
-            cwd=REPO,
-            env=child_env(),
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
+    reporter = start_run(config, log)
     try:
         collect = subprocess.run(
             [sys.executable, "-c", COLLECT_SCRIPT, own_server.url, str(PER_GAME), *GAMES],

@@ -17,9 +17,10 @@ import pytest
 from reporter._commands import cli
 from reporter._commands.cli import _parser, main, package_version
 from reporter._demo.endpoint import LocalEndpoint
-from tests.reporter.commands.test_cli import REPO, child_env
 from tests.support.fixtures import MakeLockedServer
+from tests.support.processes import child_env
 from tests.support.servers import Server, free_port
+from tests.support.sources import ROOT
 
 pytestmark = pytest.mark.usefixtures("no_telemetry_env", "restore_logging")
 
@@ -272,7 +273,7 @@ def test_a_closed_stdout_ends_the_command_quietly(tmp_path: Path) -> None:
             [sys.executable, "-m", "reporter", "check-config", path],
             stdout=write,
             stderr=subprocess.PIPE,
-            cwd=REPO,
+            cwd=ROOT,
             env=child_env(),
             text=True,
             timeout=60,
@@ -311,7 +312,7 @@ def test_with_a_config_nothing_is_said_about_the_server(
 def test_version_and_usage_errors_in_a_process() -> None:
     version = subprocess.run(
         [sys.executable, "-m", "reporter", "--version"],
-        cwd=REPO,
+        cwd=ROOT,
         env=child_env(),
         capture_output=True,
         text=True,
@@ -324,7 +325,7 @@ def test_version_and_usage_errors_in_a_process() -> None:
     )
     bad = subprocess.run(
         [sys.executable, "-m", "reporter", "status", "--watch", "-1"],
-        cwd=REPO,
+        cwd=ROOT,
         env=child_env(),
         capture_output=True,
         text=True,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import secrets
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,24 +17,10 @@ from collector import ConfigError, TelemetryConfig
 from reporter._config import ReporterConfig
 from reporter._sinks.nppa.settings import NppaSettings
 from tests.support.markers import secret
-from tests.support.servers import Server, env_without_telemetry
+from tests.support.processes import reporter_cli
+from tests.support.servers import Server
 
 WRONG = secret("wrong")
-
-REPO = Path(__file__).resolve().parents[3]
-
-
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    child = {**env_without_telemetry(), "PYTHONPATH": str(REPO), **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "reporter", *args],
-        cwd=REPO,
-        env=child,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def assert_config_error(result: subprocess.CompletedProcess[str], *parts: str) -> str:
@@ -114,16 +99,16 @@ def test_a_bad_config_is_one_line_and_exit_2_everywhere(
     path = tmp_path / "bad.toml"
     path.write_bytes(text)
     origin = [] if any(k.startswith("TELEMETRY_") for k in env) else [str(path)]
-    assert_config_error(cli("check-config", str(path), env=env), *origin, *parts)
-    assert_config_error(cli("status", "--config", str(path), env=env), *parts)
-    assert_config_error(cli("dead", "--config", str(path), "list", env=env), *parts)
+    assert_config_error(reporter_cli("check-config", str(path), env=env), *origin, *parts)
+    assert_config_error(reporter_cli("status", "--config", str(path), env=env), *parts)
+    assert_config_error(reporter_cli("dead", "--config", str(path), "list", env=env), *parts)
 
 
 @pytest.mark.parametrize("text", ["", '[sink]\nurl = ""\n'], ids=["missing", "empty"])
 def test_check_config_refuses_a_json_sink_without_a_url(tmp_path: Path, text: str) -> None:
     path = tmp_path / "no-url.toml"
     path.write_text(text, encoding="utf-8")
-    assert_config_error(cli("check-config", str(path)), "[sink] url", "found nothing")
+    assert_config_error(reporter_cli("check-config", str(path)), "[sink] url", "found nothing")
 
 
 def test_tls_verification_off_is_a_warning_in_check_config(tmp_path: Path) -> None:
@@ -133,7 +118,7 @@ def test_tls_verification_off_is_a_warning_in_check_config(tmp_path: Path) -> No
         '[sink]\nurl = "https://ingest.example/v1"\n',
         encoding="utf-8",
     )
-    result = cli("check-config", str(path))
+    result = reporter_cli("check-config", str(path))
     assert result.returncode == 0, result.stderr
     [warning] = result.stderr.splitlines()
     assert "warning" in warning and "[redis] url" in warning and "verification off" in warning
@@ -184,17 +169,17 @@ def test_no_output_shows_a_secret(tmp_path: Path, guarded_server: Server, secret
     env = {"INGEST_TOKEN": secret}
     outputs = []
     for config in (path, header_path):
-        check = cli("check-config", str(config), env=env)
+        check = reporter_cli("check-config", str(config), env=env)
         assert check.returncode == 0, check.stderr
         assert "***" in check.stdout
-        status = cli("status", "--config", str(config), env=env)
+        status = reporter_cli("status", "--config", str(config), env=env)
         assert status.returncode == 0, status.stderr  # the password was used
         assert "?password=***" in status.stdout or ":***@" in status.stdout
         outputs += [
             check,
             status,
-            cli("status", "--json", "--config", str(config), env=env),
-            cli("dead", "--config", str(config), "list", env=env),
+            reporter_cli("status", "--json", "--config", str(config), env=env),
+            reporter_cli("dead", "--config", str(config), "list", env=env),
         ]
     for result in outputs:
         assert result.returncode == 0, result.stderr
@@ -283,7 +268,7 @@ def test_a_config_error_never_echoes_a_secret(
     with pytest.raises(ConfigError) as info:
         ReporterConfig.load(str(path), env=env)
     assert part in str(info.value) and secret not in str(info.value)
-    line = assert_config_error(cli("check-config", str(path), env=env), part)
+    line = assert_config_error(reporter_cli("check-config", str(path), env=env), part)
     assert secret not in line
 
 
@@ -293,7 +278,7 @@ def test_status_against_a_guarded_server_needs_the_secret(
     """The scan above is only worth something if the secret really is in use."""
     path = tmp_path / "wrong.toml"
     path.write_text(f'[redis]\nurl = "{guarded_server.url}?password={WRONG}"\n', encoding="utf-8")
-    result = cli("status", "--config", str(path))
+    result = reporter_cli("status", "--config", str(path))
     assert result.returncode != 0 and WRONG not in result.stdout + result.stderr
     with pytest.raises(redis.AuthenticationError):
         guarded_server.client().ping()
@@ -313,4 +298,4 @@ def test_check_config_refuses_what_the_sender_could_not_use(
 ) -> None:
     path = tmp_path / "sender.toml"
     path.write_text(f'[sink]\nurl = "https://ingest.example/v1"\n{sink}\n', encoding="utf-8")
-    assert_config_error(cli("check-config", str(path)), *parts)
+    assert_config_error(reporter_cli("check-config", str(path)), *parts)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -25,8 +23,8 @@ from reporter._demo.nppa_mock import NppaEndpoint
 from reporter._monitoring.accounting import read_totals
 from reporter._pacing.send_hold import read_hold
 from reporter._sinks.nppa.routes import fingerprint
-from tests.reporter.commands.test_cli import REPO, child_env, reporter_cli
 from tests.support.polling import wait_until
+from tests.support.processes import reporter_cli, start_run, stop_run
 from tests.support.scriptcalls import store_of
 from tests.support.servers import Server
 
@@ -37,27 +35,6 @@ GAMES = {f"game-{i}": f"110199999{i}" for i in range(4)}
 PREFIX = "reload"
 PI = "1" * 38
 PROBE_SECONDS = 2.0
-
-
-def start(config: Path, log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "w", encoding="utf-8") as err:
-        return subprocess.Popen(
-            [sys.executable, "-m", "reporter", "run", "--config", str(config)],
-            cwd=REPO,
-            env=child_env(),
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
-
-
-def stop(reporter: subprocess.Popen[bytes]) -> int:
-    try:
-        reporter.send_signal(signal.SIGTERM)
-        return reporter.wait(timeout=30)
-    finally:
-        if reporter.poll() is None:
-            reporter.kill()
-            reporter.wait()
 
 
 def nppa_file(tmp_path: Path, redis_url: str, base_url: str) -> Path:
@@ -105,7 +82,7 @@ def test_a_held_reporter_sends_its_backlog_after_sighup_with_the_new_key(
             )
         assert collector.flush(timeout=20)
         collector.close(timeout=5)
-        reporter = start(path, log)
+        reporter = start_run(path, log)
         try:
             old_key = f"key:{APP}:{fingerprint(OLD)}"  # the hold of the reporters that use it
             wait_until(
@@ -130,7 +107,7 @@ def test_a_held_reporter_sends_its_backlog_after_sighup_with_the_new_key(
             )
             assert reporter.poll() is None  # the same process
         finally:
-            code = stop(reporter)
+            code = stop_run(reporter)
     text = log.read_text(encoding="utf-8")
     assert code == 0, text
     assert "SIGHUP: re-read [nppa] secret_key_file" in text
@@ -165,7 +142,7 @@ def test_a_json_reporter_survives_sighup_and_takes_a_new_token(
         """),
             encoding="utf-8",
         )
-        reporter = start(path, log)
+        reporter = start_run(path, log)
         try:
             collector = Collector(url=own_server.url, key_prefix=PREFIX, shards=4)
             collector.collect("game", {"n": 1})
@@ -193,7 +170,7 @@ def test_a_json_reporter_survives_sighup_and_takes_a_new_token(
             wait_until(lambda: len(endpoint.received) == 2, timeout=30, what="second POST")
             assert reporter.poll() is None
         finally:
-            code = stop(reporter)
+            code = stop_run(reporter)
     text = log.read_text(encoding="utf-8")
     assert code == 0, text
     tokens = [r.headers.get("Authorization") for r in endpoint.received]

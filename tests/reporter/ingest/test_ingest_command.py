@@ -20,9 +20,8 @@ from reporter._config import ReporterConfig
 from tests.reporter.ingest.conftest import TOKEN, StartIngest, ingest_config
 from tests.support.ingest_requests import as_array, headers
 from tests.support.polling import wait_until
-from tests.support.servers import env_without_telemetry, free_port
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.support.processes import child_env
+from tests.support.servers import free_port
 
 
 def write(path: Path, text: str) -> Path:
@@ -50,12 +49,11 @@ def test_the_command_serves_until_sigterm_then_stores_what_it_took(
         """,
     )
     log = tmp_path / "ingest.log"
-    env = {**env_without_telemetry(), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     with open(log, "w", encoding="utf-8") as err:
         child = subprocess.Popen(
             [sys.executable, "-m", "reporter", "ingest", "--config", str(config)],
             cwd=tmp_path,
-            env=env,
+            env=child_env(),
             stdout=subprocess.DEVNULL,
             stderr=err,
         )

@@ -21,8 +21,8 @@ from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._senders.secrets import SecretFile
 from reporter._settings import read_header_file
-from tests.reporter.commands.test_reload import start, stop
 from tests.support.polling import wait_until
+from tests.support.processes import start_run, stop_run
 from tests.support.servers import Server
 
 WAIT = 10.0
@@ -268,7 +268,7 @@ def test_a_fifo_swapped_in_neither_blocks_sighup_nor_sigterm(
             encoding="utf-8",
         )
         path.chmod(0o600)
-        reporter = start(path, log)
+        reporter = start_run(path, log)
         try:
             wait_until(
                 lambda: "key prefix" in log.read_text(),  # the start-up line
@@ -283,7 +283,7 @@ def test_a_fifo_swapped_in_neither_blocks_sighup_nor_sigterm(
                 what="the FIFO refused",
             )
         finally:
-            code = stop(reporter)
+            code = stop_run(reporter)
     text = log.read_text()
     assert code == 0, text
     assert "token-value" not in text

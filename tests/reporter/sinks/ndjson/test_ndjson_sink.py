@@ -23,9 +23,10 @@ from reporter._sinks.ndjson import files as files_module
 from reporter._sinks.ndjson.sender import NdjsonSender, ndjson_lines
 from reporter._sinks.ndjson.settings import NdjsonSettings
 from reporter._sinks.registry import make_sink
-from tests.reporter.commands.test_cli import REPO, child_env
 from tests.support.fixtures import MakeService
 from tests.support.polling import wait_until
+from tests.support.processes import child_env
+from tests.support.sources import ROOT
 
 NOWHERE = "redis://127.0.0.1:6379/0"
 
@@ -136,7 +137,7 @@ def test_a_write_that_fails_part_way_is_cut_back_and_retried(tmp_path: Path) -> 
     whole lines of the batches that were delivered, and no more."""
     done = subprocess.run(
         [sys.executable, "-c", FULL_DISK, str(tmp_path)],
-        cwd=REPO,
+        cwd=ROOT,
         env=child_env(),
         capture_output=True,
         text=True,

@@ -21,9 +21,10 @@ from collector.config import build_config, raw_settings
 from reporter._config import ReporterConfig
 from reporter._senders.outcome import DELIVERED, RETRY
 from reporter._sinks.print.sender import PrintSender
-from tests.reporter.commands.test_cli import REPO, child_env, reporter_cli
 from tests.support.entries import wait_until
+from tests.support.processes import child_env, reporter_cli
 from tests.support.servers import Server
+from tests.support.sources import ROOT
 
 
 def print_config(**sink: object) -> ReporterConfig:
@@ -131,7 +132,7 @@ def test_run_prints_every_collected_event_once(tmp_path: Path, own_server: Serve
     with open(out_path, "wb") as out, open(tmp_path / "stderr.log", "wb") as err:
         reporter = subprocess.Popen(
             [sys.executable, "-m", "reporter", "run", "--config", str(config)],
-            cwd=REPO,
+            cwd=ROOT,
             env=child_env(),
             stdout=out,
             stderr=err,
