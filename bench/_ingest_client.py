@@ -26,8 +26,6 @@ from collections import Counter
 
 import orjson
 
-EVENT_FIELDS = ("si", "bt", "ot", "ct", "pi")
-
 
 def requests(
     client: int, count: int, per_request: int, games: int, token: str, ndjson: bool

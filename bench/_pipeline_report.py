@@ -26,11 +26,6 @@ class Cpu:
 
     parts: dict[str, float] = field(default_factory=dict)
 
-    def per_100k(self, events: int) -> str:
-        if not events:
-            return "-"
-        return " ".join(f"{k} {v * 100_000 / events:.2f}" for k, v in self.parts.items())
-
 
 @dataclass
 class DrainResult:
