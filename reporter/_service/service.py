@@ -4,7 +4,8 @@ Pools: ``default`` (``[reporter] workers`` threads) sweeps the shards, one ``hot
 per hot game, ``control`` (2 threads) keeps the shard leases, reaps expired batch leases,
 extends the leases of slow POSTs and watches the secret files, and, for the anti-addiction
 sink, ``hold`` (1 thread) follows a held sender and sends its probes
-(``reporter._service.probing``).  ``reload`` (SIGHUP) reads the secret files again.
+(``reporter._service.probing``).  ``reload`` (SIGHUP) reads the secret files again, and the
+config file for what the sink takes at run time (``reporter._service.reloading``).
 How jobs are run is in ``reporter._service.scheduling``.
 With ``[metrics] listen`` set, ``start`` also serves ``/metrics``, ``/healthz`` and
 ``/readyz`` there (``reporter._monitoring.prometheus``), and ``stop`` ends that last.
@@ -188,8 +189,8 @@ class ReporterService:
 
     def reload(self, why: str = "SIGHUP") -> str:
         """Read the secret files again (``[nppa] secret_key_file``, ``[sink] header_files``),
-        and the config file for what may change at run time (the anti-addiction games:
-        ``reporter._service.reloading``); if sending is held, probe at once (the operator
+        and the config file for what the sink takes at run time (the anti-addiction games
+        and apps: ``reporter._service.reloading``); if sending is held, probe at once (the operator
         has just fixed something).  Logs and returns the one line that says what was
         re-read.  Never raises for a bad file: what is in use is kept (with an ERROR)."""
         jobs = self.graph.jobs
