@@ -7,6 +7,6 @@ through the Python SDK.
 - ``bodies``: a request body (a JSON array, or NDJSON) as the JSON text of each event.
 - ``metrics``: the counts in Prometheus form.
 
-Imports the HTTP server of ``reporter._http``, the ground floor and ``collector``'s public
-modules; nothing of the reporter's service or delivery.
+Imports the HTTP server of ``reporter._http``, the config (``[ingest]``), the ground floor
+and ``collector``'s public modules; nothing of the reporter's service or delivery.
 """

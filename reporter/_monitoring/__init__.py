@@ -9,6 +9,6 @@
 - ``accounting``: every shard's counters from Redis, and whether they add up (``status``,
   the demo, the tests).
 
-May import delivery (the limiter it reports on), senders, ``reporter._http`` and the ground
-floor.
+May import pacing (the limiter and the hold it reports on), the config, ``reporter._http``
+and the ground floor.
 """

@@ -12,7 +12,7 @@
 - ``probing``: the jobs of a held sender (its probes) and of secrets read from files.
 - ``reloading``: SIGHUP's re-read of the config file, for what the sink takes at run time.
 
-May import monitoring, delivery, pacing, senders, http and the ground floor (``reporter._config``,
-``_constants``, ``_exceptions``, ``_logging``, ``_tables``); the demo and the commands
-import it.
+May import monitoring, delivery, pacing, the config, sinks (the registry and the ``Sink``
+they answer to), senders, http and the ground floor (``_constants``, ``_exceptions``,
+``_logging``, ``_tables``); the demo and the commands import it.
 """
