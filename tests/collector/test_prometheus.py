@@ -3,10 +3,7 @@ counters by the vocabulary's names; without prometheus-client the SDK works as b
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Mapping
-from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -20,8 +17,7 @@ from collector.prometheus import (
     PrometheusMetrics,
     exposed_name,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.processes import run_python
 
 
 def scrape(*collectors: object) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -136,19 +132,6 @@ def test_fan_out_skips_observations_for_targets_without_observe() -> None:
     both.count(Counter.DELIVERED, 2)
     assert old.counted == {Counter.DELIVERED: 2} and tally.get(Counter.DELIVERED) == 2
     assert fan_out(tally, NO_METRICS, NO_METRICS) is tally
-
-
-def run_python(code: str) -> str:
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=ROOT,
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip()
 
 
 def test_importing_the_sdk_does_not_load_prometheus_client() -> None:

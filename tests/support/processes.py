@@ -1,7 +1,9 @@
 """``telemetry-reporter`` as an operator runs it: ``python -m reporter ...`` in a child process
 of the checkout, with no ``TELEMETRY_*`` variable of the caller's.  A command run to its end
 (``reporter_cli``), ``run`` started with its log in a file and stopped by SIGTERM
-(``start_run``, ``stop_run``), or a ``ReporterProcess`` the test signals and waits for."""
+(``start_run``, ``stop_run``), or a ``ReporterProcess`` the test signals and waits for.  And a
+snippet of Python run in a fresh interpreter (``run_python``), for what only a new process
+shows (what an import loads, what a missing package does)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,21 @@ EXIT_MARGIN = 5.0
 
 def child_env() -> dict[str, str]:
     return {**env_without_telemetry(), "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+
+
+def run_python(code: str) -> str:
+    """Run ``code`` with ``python -c`` from the checkout's root (so ``tests`` imports); its
+    standard output, stripped.  Fails the test if the process does not exit 0."""
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
 
 
 def reporter_cli(

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import re
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +26,7 @@ from reporter._service.service import ReporterService
 from tests.support.config_files import write
 from tests.support.entries import make_config, now_ms, numbered, store, wait_until
 from tests.support.fixtures import MakeService
+from tests.support.processes import run_python
 from tests.support.scriptcalls import Scripts
 from tests.support.servers import Server, free_port
 
@@ -469,15 +468,6 @@ try:
 except ImportError as exc:
     print(exc)
 """
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=ROOT,
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
+    lines = run_python(code).splitlines()
     assert lines[0] == "None"
     assert "pip install prometheus-client" in lines[1]
