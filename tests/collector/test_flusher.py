@@ -15,6 +15,7 @@ from collector._writer import WriteResult
 from collector.counters import Counter
 from collector.logs import RateLimitedLog
 from collector.metrics import Tally
+from tests.support.clock import Clock
 from tests.support.polling import wait_until
 
 
@@ -29,18 +30,10 @@ class FailingWriter:
         raise BackendUnavailable("redis 127.0.0.1:1: refused (test)")
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 50.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_at_close_the_flusher_retries_until_the_deadline_of_its_clock() -> None:
     buffer = EventBuffer(100)
     buffer.append("g", b"0000000000000{}")
-    writer, clock, tally = FailingWriter(), FakeClock(), Tally()
+    writer, clock, tally = FailingWriter(), Clock(50.0), Tally()
     ratelog = RateLimitedLog(logging.getLogger("test"))
     flusher = Flusher(
         buffer,
@@ -67,7 +60,7 @@ class FloodedWriter:
     per write into a buffer of two, so one is dropped each time, for the first 11 writes.
     Each write takes a quarter of a second on the injected clock."""
 
-    def __init__(self, buffer: EventBuffer, clock: FakeClock) -> None:
+    def __init__(self, buffer: EventBuffer, clock: Clock) -> None:
         self.buffer = buffer
         self.clock = clock
         self.writes = 0
@@ -82,7 +75,7 @@ class FloodedWriter:
 
 
 def test_a_long_round_reports_drops_once_a_second_and_again_at_its_end() -> None:
-    buffer, clock, tally = EventBuffer(2), FakeClock(), Tally()
+    buffer, clock, tally = EventBuffer(2), Clock(50.0), Tally()
     buffer.append("g", b"0000000000000{}")
     writer = FloodedWriter(buffer, clock)
     told: list[tuple[object, int]] = []

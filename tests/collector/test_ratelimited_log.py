@@ -7,14 +7,7 @@ import logging
 import pytest
 
 from collector.logs import RateLimitedLog
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import Clock
 
 
 @pytest.fixture

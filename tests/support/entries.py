@@ -7,9 +7,11 @@ from collections.abc import Iterable
 from typing import Any
 
 import orjson
+import redis
 
-from collector.store import KeySchema, ShardKeys, encode_entry
+from collector.store import BackendError, Collect, KeySchema, ShardKeys, encode_entry
 from reporter._config import ReporterConfig
+from reporter._service.service import ReporterService
 from tests.support.configs import NOWHERE, merged, reporter_config
 from tests.support.polling import wait_until  # noqa: F401 - re-exported for the tests
 from tests.support.scriptcalls import Scripts
@@ -56,3 +58,16 @@ def stats(client: Any, keys: ShardKeys) -> dict[str, int]:
 
 def ids_of(events: Iterable[Any]) -> list[str]:
     return [e["id"] for e in events]
+
+
+def store_many(
+    client: redis.Redis, service: ReporterService, games: dict[str, list[bytes]]
+) -> None:
+    """Store several games' entries in one write, through collect.lua."""
+    schema = service.schema
+    calls = [
+        Collect(schema.for_game(game), game, entries, service.config.cap_for(game), TTL)
+        for game, entries in games.items()
+    ]
+    replies = service.store.call_many(calls)
+    assert not [reply for reply in replies if isinstance(reply, BackendError)]

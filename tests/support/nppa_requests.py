@@ -17,6 +17,7 @@ import orjson
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from reporter._demo.nppa_mock import PATH, NppaEndpoint
+from tests.support.clock import Clock
 
 APP = "mock-app-id"
 BIZ = "1101999999"
@@ -39,12 +40,11 @@ EX_SIGN = "386c03b776a28c06b8032a958fbd89337424ef45c62d0422706cca633d8ad5fd"
 EX_PLAIN = '{"ai":"test-accountId","name":"用户姓名","idNum":"371321199012310912"}'
 
 
-class FakeClock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
+class FakeClock(Clock):
+    """The mock's clock, at ``T0`` unless told."""
 
-    def __call__(self) -> float:
-        return self.now
+    def __init__(self, now: float = T0) -> None:
+        super().__init__(now)
 
 
 def seal(key: str, plain: bytes) -> bytes:

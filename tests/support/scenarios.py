@@ -1,7 +1,10 @@
-"""Helpers of the delivery tests: configs, polling with a deadline, events and endpoints."""
+"""Whole-service scenarios (``tests/system/``, and package tests that run a service): short
+configs, events pushed into a game's list, games spread over shards, totals read until every
+batch is finished, and every event reconciled."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import Counter
@@ -17,7 +20,7 @@ from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import Totals, read_totals
 from tests.support.configs import NOWHERE, merged, reporter_config
-from tests.support.polling import wait_until  # noqa: F401 - re-exported for the tests
+from tests.support.polling import wait_until
 from tests.support.scriptcalls import Scripts, store_of
 
 # Short settings so a fault and its recovery take seconds, not minutes.
@@ -155,3 +158,31 @@ def config_toml(config: ReporterConfig) -> str:
         lines.append(f"[{section}]")
         lines += [f"{k} = {_toml_value(v)}" for k, v in values.items()]
     return "\n".join(lines) + "\n"
+
+
+def games_in_distinct_shards(schema: KeySchema, count: int, stem: str = "game") -> list[str]:
+    games: list[str] = []
+    shards: set[int] = set()
+    for i in itertools.count():
+        game = f"{stem}-{i}"
+        if schema.shard_of(game) not in shards:
+            shards.add(schema.shard_of(game))
+            games.append(game)
+        if len(games) == count:
+            return games
+    raise AssertionError("unreachable")
+
+
+def fill(client: redis.Redis, schema: KeySchema, sizes: dict[str, int]) -> set[tuple[str, int]]:
+    """Store ``sizes[game]`` events per game; the (game, seq) keys stored."""
+    for game, size in sizes.items():
+        push_events(client, schema, game, range(size))
+    return {(g, s) for g, size in sizes.items() for s in range(size)}
+
+
+def drain(client: redis.Redis, schema: KeySchema, timeout: float = 30.0) -> Totals:
+    totals: Totals = wait_until(
+        lambda: drained(client, schema), timeout=timeout, what="every batch finished"
+    )
+    assert_reconciled(totals)
+    return totals

@@ -8,7 +8,6 @@ distinct events the endpoint received (duplicates only where a lease was lost).
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections import Counter
 from typing import Any
@@ -22,10 +21,11 @@ from reporter._service.service import ReporterService
 from tests.support.fixtures import MakeEndpoint, StartService
 from tests.support.scenarios import (
     Script,
-    assert_reconciled,
+    drain,
     drained,
+    fill,
+    games_in_distinct_shards,
     make_config,
-    push_events,
     received_keys,
     schema_of,
     wait_until,
@@ -36,34 +36,6 @@ from tests.support.servers import Server, free_port
 # Requests an outage of a few seconds may cost at most: with backoff from 50 ms the gate
 # reopens about ten times; each reopening may send a probe per sweep thread.
 OUTAGE_REQUEST_BOUND = 40
-
-
-def games_in_distinct_shards(schema: KeySchema, count: int, stem: str = "game") -> list[str]:
-    games: list[str] = []
-    shards: set[int] = set()
-    for i in itertools.count():
-        game = f"{stem}-{i}"
-        if schema.shard_of(game) not in shards:
-            shards.add(schema.shard_of(game))
-            games.append(game)
-        if len(games) == count:
-            return games
-    raise AssertionError("unreachable")
-
-
-def fill(client: redis.Redis, schema: KeySchema, sizes: dict[str, int]) -> set[tuple[str, int]]:
-    """Store ``sizes[game]`` events per game; the (game, seq) keys stored."""
-    for game, size in sizes.items():
-        push_events(client, schema, game, range(size))
-    return {(g, s) for g, size in sizes.items() for s in range(size)}
-
-
-def drain(client: redis.Redis, schema: KeySchema, timeout: float = 30.0) -> Totals:
-    totals: Totals = wait_until(
-        lambda: drained(client, schema), timeout=timeout, what="every batch finished"
-    )
-    assert_reconciled(totals)
-    return totals
 
 
 def assert_matches_endpoint(

@@ -23,10 +23,17 @@ from reporter._monitoring.accounting import Totals
 from reporter._service.service import ReporterService
 from tests.support.fixtures import StartService
 from tests.support.rawhttp import OK, Act, RawServer, after, then_hold, trickle
-from tests.support.scenarios import drained, make_config, schema_of, wait_until
+from tests.support.scenarios import (
+    drain,
+    drained,
+    fill,
+    games_in_distinct_shards,
+    make_config,
+    schema_of,
+    wait_until,
+)
 from tests.support.scriptcalls import store_of
 from tests.support.servers import Server
-from tests.system.test_endpoint_faults import drain, fill, games_in_distinct_shards
 
 Reply = bytes | Act | None
 

@@ -14,8 +14,8 @@ import pytest
 import redis
 
 from collector.store import Collect, lua_script
-from tests.collector.store.test_written_once import GAME, KEYS, SCHEMA, entry, queue, send, write
 from tests.support.collected import stats_of
+from tests.support.written_once import GAME, KEYS, SCHEMA, entry, queue, send, write
 
 
 @pytest.fixture

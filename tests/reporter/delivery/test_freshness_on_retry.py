@@ -16,6 +16,7 @@ from collector.store import KeySchema
 from reporter._delivery.batches import Batches, new_id
 from reporter._monitoring.accounting import read_totals
 from reporter._sinks.registry import make_sender
+from tests.support.clock import Clock
 from tests.support.fixtures import MakeEndpoint, StartService
 from tests.support.scenarios import (
     Script,
@@ -33,14 +34,6 @@ from tests.support.wiring import Delivery, delivery_for
 
 MAX_AGE = 180.0
 GAME = "fresh"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Ingest:
@@ -100,7 +93,7 @@ def fail_once_then_retry(
 
 
 def test_batch_gone_stale_while_waiting_for_retry_is_never_sent(r: redis.Redis) -> None:
-    clock, ingest = Clock(), Ingest(503)
+    clock, ingest = Clock(time.time()), Ingest(503)
     store, deliverer, schema = deliverer_for(r, ingest, clock)
     push_events(r, schema, GAME, range(10), collected_ms=int(clock.now * 1000))
 
@@ -116,7 +109,7 @@ def test_batch_gone_stale_while_waiting_for_retry_is_never_sent(r: redis.Redis) 
 
 
 def test_partly_stale_batch_sends_only_the_fresh_events(r: redis.Redis) -> None:
-    clock, ingest = Clock(), Ingest(503)
+    clock, ingest = Clock(time.time()), Ingest(503)
     store, deliverer, schema = deliverer_for(r, ingest, clock)
     now_ms = int(clock.now * 1000)
     push_events(r, schema, GAME, range(5), collected_ms=now_ms - 170_000)
@@ -133,7 +126,7 @@ def test_partly_stale_batch_sends_only_the_fresh_events(r: redis.Redis) -> None:
 
 
 def test_events_already_stale_when_claimed_are_dropped_in_redis(r: redis.Redis) -> None:
-    clock, ingest = Clock(), Ingest()
+    clock, ingest = Clock(time.time()), Ingest()
     store, _, schema = deliverer_for(r, ingest, clock)
     now_ms = int(clock.now * 1000)
     push_events(r, schema, GAME, range(4), collected_ms=now_ms - int(MAX_AGE * 1000) - 5000)

@@ -19,9 +19,15 @@ import uvicorn
 from reporter._senders.outcome import DELIVERED, Outcome
 from reporter._sinks.json.sender import JsonSender
 from tests.support.fixtures import StartService
-from tests.support.scenarios import drained, make_config, push_events, schema_of, wait_until
+from tests.support.scenarios import (
+    drained,
+    games_in_distinct_shards,
+    make_config,
+    push_events,
+    schema_of,
+    wait_until,
+)
 from tests.support.servers import Server
-from tests.system.test_endpoint_faults import games_in_distinct_shards
 
 KEEP_ALIVE_SECONDS = 1
 SPACINGS = [0.95, 0.97, 0.99, 1.0, 1.01, 1.03, 1.05]

@@ -15,16 +15,9 @@ from reporter._pacing.body_limit import JSON_BODY, BodyLimit
 from reporter._senders.outcome import DELIVERED, REJECTED
 from reporter._sinks.json.sender import JsonSender
 from reporter._sinks.nppa.sink import NPPA_BODY
+from tests.support.clock import Clock
 
 MiB = 1024 * 1024
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def changes(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -17,20 +17,13 @@ from reporter._delivery.batches import Batches
 from reporter._pacing.limiter import LocalTokenBucket, SharedTokenBucket, Unlimited
 from reporter._pacing.permits import make_limiter
 from reporter._senders.outcome import Outcome
+from tests.support.clock import Clock
 from tests.support.entries import make_config, numbered, store
 from tests.support.scriptcalls import Scripts, store_of, store_on
 from tests.support.wiring import delivery_for
 
 SECONDS = 5.0
 STEP = 0.001
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def run(take: Callable[[float], int], seconds: float = SECONDS, step: float = STEP) -> list[float]:
@@ -49,7 +42,7 @@ def busiest_second(times: list[float]) -> int:
 
 @pytest.mark.parametrize(("rate", "burst"), [(10.0, 1), (10.0, 5), (3.5, 1), (200.0, 20)])
 def test_local_bucket_rate_over_five_seconds(rate: float, burst: int) -> None:
-    clock = FakeClock()
+    clock = Clock()
     start = clock.now
     bucket = LocalTokenBucket(rate, burst, clock)
 
@@ -64,7 +57,7 @@ def test_local_bucket_rate_over_five_seconds(rate: float, burst: int) -> None:
 
 
 def test_burst_one_spaces_requests_so_no_second_exceeds_the_rate() -> None:
-    clock = FakeClock()
+    clock = Clock()
     bucket = LocalTokenBucket(10.0, 1, clock)
     times: list[float] = []
     for i in range(5001):
@@ -75,7 +68,7 @@ def test_burst_one_spaces_requests_so_no_second_exceeds_the_rate() -> None:
 
 
 def test_local_bucket_refund_pause_and_wait() -> None:
-    clock = FakeClock()
+    clock = Clock()
     bucket = LocalTokenBucket(4.0, 2, clock)
     grant = bucket.acquire(5)
     assert (grant.granted, grant.wait) == (2, pytest.approx(0.25))
@@ -119,7 +112,7 @@ def test_shared_bucket_refund_and_pause_on_redis_time(r: redis.Redis) -> None:
         return real(request)  # type: ignore[arg-type]
 
     store.call = counted  # type: ignore[method-assign,assignment]
-    clock = FakeClock()
+    clock = Clock()
     bucket = SharedTokenBucket(store, "sink", 1.0, 2, clock)
     assert bucket.acquire(3).granted == 2
     refused = bucket.acquire(1)
@@ -168,7 +161,7 @@ def test_nothing_is_claimed_before_the_limiter_allows_it(
 ) -> None:
     config = make_config(redis_url, reporter={"linger_ms": 0, "max_batches_per_claim": 8})
     batches = Batches(store_on(client, config), config)
-    clock = FakeClock()
+    clock = Clock()
     limiter = LocalTokenBucket(1.0, 3, clock)
     sent = Sent()
     deliverer = delivery_for(batches, sent, config, clock, limiter)
@@ -217,7 +210,7 @@ def test_a_partly_granted_ask_and_a_refund_do_not_block_the_next_ask(r: redis.Re
     """A hot-game worker asks for 16 retries, finds none and gives the token back: its
     claim right after must get it (a local "not before" once starved such workers)."""
     store = store_of(r, KeySchema("lim", 1))
-    clock = FakeClock()
+    clock = Clock()
     bucket = SharedTokenBucket(store, "starve", 10.0, 1, clock)
     assert bucket.acquire(16).granted == 1
     bucket.refund(1)
@@ -232,7 +225,7 @@ def test_a_limited_sweeper_spends_its_requests_on_the_fullest_batch(
     from reporter._service.service import ReporterService
 
     config = make_config(redis_url, shards=1, reporter={"linger_ms": 0})
-    clock = FakeClock()
+    clock = Clock()
     sent = Sent()
     service = ReporterService(config, sender=sent)
     try:
@@ -265,7 +258,7 @@ def test_while_requests_are_scarce_a_short_game_waits_longer(
     sent = Sent()
     service = ReporterService(config, sender=sent)
     try:
-        service.permits.limiter = LocalTokenBucket(1.0, 5, FakeClock())
+        service.permits.limiter = LocalTokenBucket(1.0, 5, Clock())
         store(Scripts(client), service.store.schema, "small", numbered("small", 10))
         service.ownership.loop()
         [sweeper] = service.sweepers
@@ -296,7 +289,7 @@ def test_a_spare_caller_gets_no_token_while_a_full_batch_waits(r: redis.Redis) -
     assert take(0.2, spare=True) == (0, True)  # a token is there, but not for spares
     assert take(0.2, spare=False) == (1, True)  # it goes to the full batch
     assert take(1.5, spare=True) == (1, False)  # a second later, spares are served again
-    local = LocalTokenBucket(10.0, 1, FakeClock())
+    local = LocalTokenBucket(10.0, 1, Clock())
     assert local.acquire(1, spare=True).granted == 1
     assert not local.acquire(1).granted
     assert (local.acquire(1, spare=True).granted, local.acquire(1, spare=True).scarce) == (0, True)

@@ -10,8 +10,7 @@ import httpx
 import redis
 
 from reporter._service.service import ReporterService
-from tests.reporter.service.test_service import store_many
-from tests.support.entries import make_config, numbered, wait_until
+from tests.support.entries import make_config, numbered, store_many, wait_until
 from tests.support.fixtures import MakeService
 from tests.support.recorder import Recorder
 

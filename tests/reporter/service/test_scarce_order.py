@@ -14,7 +14,7 @@ import redis
 from collector.store import GameState, KeySchema
 from reporter._service.service import ReporterService
 from reporter._service.workers import NEXT_REQUEST_MS
-from tests.reporter.service.test_sweep import Clock
+from tests.support.clock import Clock
 from tests.support.entries import make_config, now_ms, numbered, store
 from tests.support.fixtures import MakeService
 from tests.support.recorder import Recorder

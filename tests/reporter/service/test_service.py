@@ -15,17 +15,17 @@ import redis
 
 import reporter._delivery.settling
 from collector.counters import REPORTER
-from collector.store import BackendError, BackendUnavailable, Collect, entry_event
+from collector.store import BackendUnavailable, entry_event
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint, Received
 from reporter._monitoring.accounting import read_totals
 from reporter._service.service import ReporterService
 from tests.support.entries import (
-    TTL,
     ids_of,
     make_config,
     now_ms,
     numbered,
+    store_many,
     wait_until,
 )
 from tests.support.fixtures import MakeService
@@ -46,19 +46,6 @@ def check_batches(received: list[Received]) -> None:
         assert 1 <= len(post.events) <= 128
         assert {e["game"] for e in post.events} == {post.game}, "one game per batch"
         assert post.idempotency_key == post.batch_id
-
-
-def store_many(
-    client: redis.Redis, service: ReporterService, games: dict[str, list[bytes]]
-) -> None:
-    """Store several games' entries in one write, through collect.lua."""
-    schema = service.schema
-    calls = [
-        Collect(schema.for_game(game), game, entries, service.config.cap_for(game), TTL)
-        for game, entries in games.items()
-    ]
-    replies = service.store.call_many(calls)
-    assert not [reply for reply in replies if isinstance(reply, BackendError)]
 
 
 # -- fairness ------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import redis
 from collector.store import BackendRefused, Claim, KeySchema
 from reporter._monitoring.accounting import read_totals
 from reporter._service.service import ReporterService
+from tests.support.clock import Clock
 from tests.support.entries import (
     ids_of,
     make_config,
@@ -27,19 +28,6 @@ from tests.support.scriptcalls import Scripts, store_of
 
 LINGER_MS = 1000
 GAME = "game-1"
-
-
-class Clock:
-    """A clock the test sets; the service reads it through ``__call__``."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-
-    def __call__(self) -> float:
-        return self.seconds
-
-    def at_ms(self, ms: int) -> None:
-        self.seconds = ms / 1000 + 0.0005  # inside the millisecond, safe from rounding
 
 
 Build = Callable[..., tuple[ReporterService, Recorder, Clock]]
