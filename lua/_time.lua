@@ -1,4 +1,5 @@
--- (included by _guard and _written_once, so by every script; a part is included once)
+-- (included by _guard and _written_once, so by every script but read_shard, which reads no time;
+-- a part is included once)
 -- The server's clock, read with TIME at most once per call: every time a script uses comes
 -- from here (ms for deadlines and records, us for the rate limiters), so all of one call's
 -- times agree and no script does this arithmetic itself.

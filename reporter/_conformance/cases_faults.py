@@ -6,7 +6,6 @@ producer restarted.  Each returns a line saying what held, or raises ``CaseFaile
 from __future__ import annotations
 
 import itertools
-import time
 
 from reporter._conformance.relay import Relay, SeenCall
 from reporter._conformance.world import CaseFailed, Suite, World, check, world
@@ -27,7 +26,10 @@ def case_buffer_full(suite: Suite) -> str:
         producer = w.start()
         for n in range(count):
             w.collect(producer, game, {"n": n})
-        time.sleep(0.3)  # a few of its attempts meet Redis cut off
+        check(
+            relay.wait_refused(2, suite.flush_seconds),
+            "the producer did not try to reach Redis again while it was away",
+        )
         relay.restore()
         w.flush(producer)
         stored = w.stored_events(game)

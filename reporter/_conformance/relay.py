@@ -88,6 +88,7 @@ class Relay:
         self._cut = False
         self._stop = threading.Event()
         self._open: set[socket.socket] = set()
+        self._refused = threading.Semaphore(0)  # a release per connection closed while cut
         self.calls: list[SeenCall] = []
         self._threads = [threading.Thread(target=self._accept, daemon=True)]
         self._threads[0].start()
@@ -117,6 +118,14 @@ class Relay:
         for conn in conns:
             _close(conn)
 
+    def wait_refused(self, count: int, seconds: float) -> bool:
+        """Whether ``count`` connections were closed at once while cut, within ``seconds``."""
+        deadline = time.monotonic() + seconds
+        return all(
+            self._refused.acquire(timeout=max(0.0, deadline - time.monotonic()))
+            for _ in range(count)
+        )
+
     def restore(self) -> None:
         with self._lock:
             self._cut = False
@@ -134,6 +143,7 @@ class Relay:
                 cut = self._cut
             if cut:
                 _close(conn)
+                self._refused.release()
                 continue
             thread = threading.Thread(target=self._relay, args=(conn,), daemon=True)
             self._threads.append(thread)

@@ -89,7 +89,8 @@
 -- token.  It expires after the receipt lifetime the store passes (how long a client may
 -- still send a call again after it ran).  The same call sent again, because its reply was
 -- lost, finds the receipt and answers the same, changing nothing.
--- (included by _guard and _written_once, so by every script; a part is included once)
+-- (included by _guard and _written_once, so by every script but read_shard, which reads no time;
+-- a part is included once)
 -- The server's clock, read with TIME at most once per call: every time a script uses comes
 -- from here (ms for deadlines and records, us for the rate limiters), so all of one call's
 -- times agree and no script does this arithmetic itself.
