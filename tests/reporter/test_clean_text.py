@@ -27,7 +27,7 @@ from collector.text import printable, printable_json
 from reporter._commands.cli import main
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._logging import make_formatter
-from tests.reporter.test_logs import NPPA_KEY, PI
+from tests.support.nppa_sends import PI, SECRET
 from tests.support.polling import wait_until
 from tests.support.processes import start_run, stop_run
 
@@ -224,7 +224,7 @@ def test_an_errmsg_with_a_newline_forges_no_log_line(
         [nppa]
         base_url = "{interface.url}"
         app_id = "app-clean"
-        secret_key = "{NPPA_KEY}"
+        secret_key = "{SECRET}"
         [games."farm"]
         biz_id = "1101999999"
     """,

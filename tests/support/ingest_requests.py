@@ -1,12 +1,28 @@
-"""Requests to the ingest, made the way a producer in another language makes them."""
+"""The HTTP ingest's config for the tests (any free loopback port, one token) and requests to
+it, made the way a producer in another language makes them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from tests.reporter.ingest.conftest import TOKEN
+from reporter._config import ReporterConfig
+from reporter._ingest.service import IngestService
+from tests.support.scenarios import make_config
+
+TOKEN = "ingest-test-token-0123456789abcdef"
+StartIngest = Callable[..., IngestService]
+
+
+def ingest_config(
+    redis_url: str, token_file: str = "", **sections: dict[str, Any]
+) -> ReporterConfig:
+    """The scenarios' fast settings (``FAST``), with the ingest on any free loopback port."""
+    ingest = {"listen": "127.0.0.1:0", "token_file": token_file, **sections.pop("ingest", {})}
+    return make_config(redis_url, ingest=ingest, **sections)
+
 
 NDJSON = "application/x-ndjson"
 

@@ -8,7 +8,6 @@ margin of 165 s leaves a window of 15 s, so an item goes late in seconds."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -19,7 +18,6 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector import Collector, nppa
 from collector.store import Replay
 from reporter._commands.status import status_text
 from reporter._config import ReporterConfig
@@ -27,76 +25,24 @@ from reporter._demo.nppa_mock import NppaEndpoint
 from reporter._monitoring.accounting import read_totals
 from reporter._pacing.send_hold import read_hold
 from reporter._service.service import ReporterService
-from reporter._sinks.nppa.routes import fingerprint
 from reporter._sinks.nppa.trail import read_session, summary
-from tests.support.entries import make_config
 from tests.support.fixtures import StartService
+from tests.support.nppa_runs import (
+    APP_ID,
+    GAMES,
+    HOLD,
+    NEW,
+    OLD,
+    SHORT_WINDOW,
+    accepted_count,
+    answered,
+    key_config,
+    key_scope,
+    pause,
+    sessions,
+)
 from tests.support.polling import wait_until
 from tests.support.servers import Server
-from tests.system.test_nppa_reporting import APP_ID, GAMES, PI, accepted_count
-
-OLD = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"  # the key the reporter starts with
-NEW = "5a" * 16  # the only key the interface accepts
-HOLD = "nppa:" + APP_ID  # the group of the app's holds: the app's own is its first scope
-
-
-def key_scope(key: str) -> str:
-    """The hold of the reporters that use ``key``."""
-    return f"key:{APP_ID}:{fingerprint(key)}"
-
-
-SHORT_WINDOW = {"freshness_margin_seconds": 165.0}  # items go late after 15 s
-
-
-def key_config(
-    server: Server,
-    endpoint: NppaEndpoint,
-    key_file: Path,
-    key: str = OLD,
-    metrics: dict[str, Any] | None = None,
-    **nppa_settings: Any,
-) -> ReporterConfig:
-    """The key in a file; the rest as the other nppa delivery tests have it."""
-    key_file.write_text(f"{key}\n", encoding="utf-8")
-    return make_config(
-        server.url,
-        shards=4,
-        sink={"kind": "nppa"},
-        metrics=metrics or {},
-        nppa={
-            "base_url": endpoint.url,
-            "app_id": APP_ID,
-            "secret_key_file": str(key_file),
-            "throttle_seconds": 1.0,
-            **nppa_settings,
-        },
-        games={game: {"biz_id": biz} for game, biz in GAMES.items()},
-        reporter={"linger_ms": 100, "poll_interval_ms": 20, "lease_seconds": 10.0},
-    )
-
-
-def sessions(
-    config: ReporterConfig, game: str, count: int, login_ot: int, logout_ot: int, pi: str = PI
-) -> None:
-    """``count`` sessions of ``game``: every login, then every logout, stored in Redis."""
-    c = Collector(config=config)
-    try:
-        for i in range(count):
-            c.collect(game, nppa.login(si=f"{game}-{i:05d}", ot=login_ot, pi=pi))
-        for i in range(count):
-            c.collect(game, nppa.logout(si=f"{game}-{i:05d}", ot=logout_ot, pi=pi))
-        assert c.flush(timeout=20)
-    finally:
-        c.close(timeout=1)
-
-
-def pause(seconds: float) -> None:
-    threading.Event().wait(seconds)
-
-
-def answered(endpoint: NppaEndpoint) -> list[tuple[float, int]]:
-    with endpoint.lock:
-        return [(r.at, r.errcode) for r in endpoint.requests]
 
 
 def counter(service: ReporterService, name: str) -> int:

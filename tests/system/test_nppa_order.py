@@ -24,12 +24,11 @@ from reporter._senders.outcome import Outcome
 from tests.support.entries import make_config, numbered
 from tests.support.entries import store as push
 from tests.support.fixtures import StartService
+from tests.support.nppa_runs import APP_ID, GAMES, PI, SECRET
 from tests.support.polling import wait_until
 from tests.support.scriptcalls import Scripts, store_on
 from tests.support.wiring import delivery_for
-from tests.system.test_nppa_reporting import APP_ID, GAMES, PI
 
-SECRET = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 SESSIONS = 300  # a game's logins, then its logouts: 600 items, 5 batches
 TIMEOUT_SECONDS = 0.5
 

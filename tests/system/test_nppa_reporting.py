@@ -6,82 +6,26 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-from collector import Collector, nppa
-from reporter._config import ReporterConfig
 from reporter._demo.nppa_mock import NppaEndpoint
 from reporter._monitoring.accounting import read_totals
-from tests.support.entries import make_config
 from tests.support.fixtures import StartService
+from tests.support.nppa_runs import (
+    APP_ID,
+    GAMES,
+    PI,
+    SECRET,
+    accepted_count,
+    codes,
+    collect,
+    nppa_config,
+)
 from tests.support.polling import wait_until
-
-SECRET = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
-APP_ID = "app-test-1"
-GAMES = {"farm": "1101999999", "kart": "1101999998"}
-PI = "1" * 38
-
-
-def nppa_config(
-    redis_url: str,
-    endpoint: NppaEndpoint,
-    reporter: dict[str, Any] | None = None,
-    **nppa_settings: Any,
-) -> ReporterConfig:
-    return make_config(
-        redis_url,
-        shards=4,
-        sink={"kind": "nppa"},
-        nppa={
-            "base_url": endpoint.url,
-            "app_id": APP_ID,
-            "secret_key": SECRET,
-            "throttle_seconds": 1.0,
-            **nppa_settings,
-        },
-        games={game: {"biz_id": biz} for game, biz in GAMES.items()},
-        reporter={
-            "linger_ms": 100,
-            "poll_interval_ms": 20,
-            "lease_seconds": 10.0,
-            **(reporter or {}),
-        },
-    )
-
-
-def collect(
-    config: ReporterConfig,
-    per_game: int,
-    ot: int | None = None,
-    pi: Callable[[int], str] = lambda i: PI,
-) -> None:
-    """Logins and logouts of sessions of every game, stored in Redis."""
-    c = Collector(config=config)
-    try:
-        for game in GAMES:
-            for i in range(per_game):
-                event = (nppa.login if i % 2 == 0 else nppa.logout)(
-                    si=f"{game}-{i // 2:05d}", ot=ot or int(time.time()), pi=pi(i)
-                )
-                c.collect(game, event)
-        assert c.flush(timeout=20)
-    finally:
-        c.close(timeout=1)
-
-
-def accepted_count(endpoint: NppaEndpoint) -> int:
-    with endpoint.lock:
-        return len(endpoint.accepted)
-
-
-def codes(endpoint: NppaEndpoint) -> Counter[int]:
-    with endpoint.lock:
-        return Counter(r.errcode for r in endpoint.requests)
 
 
 def test_a_backlog_of_two_games_is_accepted_in_full_requests(

@@ -18,10 +18,19 @@ from reporter._monitoring.accounting import read_totals
 from reporter._pacing.send_hold import read_hold
 from reporter._sinks.nppa.routes import fingerprint
 from tests.support.fixtures import StartService
+from tests.support.nppa_runs import (
+    GAMES,
+    HOLD,
+    NEW,
+    OLD,
+    accepted_count,
+    answered,
+    key_config,
+    key_scope,
+    sessions,
+)
 from tests.support.polling import wait_until
 from tests.support.servers import Server
-from tests.system.test_nppa_hold import HOLD, NEW, OLD, answered, key_config, key_scope, sessions
-from tests.system.test_nppa_reporting import GAMES, accepted_count
 
 FARM, KART = GAMES["farm"], GAMES["kart"]
 

@@ -11,9 +11,16 @@ import pytest
 import redis
 
 from reporter._demo.endpoint import LocalEndpoint
-from tests.reporter.ingest.conftest import TOKEN, StartIngest, ingest_config
 from tests.support.fixtures import MakeEndpoint, StartService
-from tests.support.ingest_requests import NDJSON, as_array, as_ndjson, headers
+from tests.support.ingest_requests import (
+    NDJSON,
+    TOKEN,
+    StartIngest,
+    as_array,
+    as_ndjson,
+    headers,
+    ingest_config,
+)
 from tests.support.scenarios import make_config, wait_until
 
 REQUESTS = 100

@@ -17,8 +17,7 @@ import redis
 
 from collector import ConfigError
 from reporter._config import ReporterConfig
-from tests.reporter.ingest.conftest import TOKEN, StartIngest, ingest_config
-from tests.support.ingest_requests import as_array, headers
+from tests.support.ingest_requests import TOKEN, StartIngest, as_array, headers, ingest_config
 from tests.support.polling import wait_until
 from tests.support.processes import child_env
 from tests.support.servers import free_port

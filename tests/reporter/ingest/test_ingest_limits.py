@@ -11,8 +11,7 @@ import httpx
 import redis
 
 from reporter._ingest.service import IngestService
-from tests.reporter.ingest.conftest import StartIngest, ingest_config
-from tests.support.ingest_requests import as_array
+from tests.support.ingest_requests import StartIngest, as_array, ingest_config
 from tests.support.scenarios import wait_until
 from tests.support.servers import Server, free_port
 

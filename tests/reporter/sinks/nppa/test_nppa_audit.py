@@ -23,7 +23,7 @@ from reporter._senders.outcome import DELIVERED, RETRY
 from reporter._sinks.nppa import audit as audit_module
 from reporter._sinks.nppa.audit import AuditTrail
 from reporter._sinks.nppa.sender import NppaSender
-from tests.reporter.sinks.nppa.test_nppa_sender import (
+from tests.support.nppa_sends import (
     APP_ID,
     NOW,
     SECRET,

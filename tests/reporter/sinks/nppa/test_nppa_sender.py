@@ -5,22 +5,29 @@ Outcome."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 import orjson
 import pytest
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from reporter._config import ReporterConfig
 from reporter._senders.outcome import DELIVERED, REJECTED, RETRY
 from reporter._sinks.nppa.sender import CHECK, NppaSender, classify, endpoint_url
 from reporter._sinks.nppa.wire import seal, signature, unseal
-from tests.support.entries import make_config
+from tests.support.nppa_sends import (
+    APP_ID,
+    NOW,
+    PI,
+    SECRET,
+    Captured,
+    config,
+    event,
+    independent_open,
+    independent_seal,
+    sender,
+)
 
 # The worked example of the interface description (shared/nppa.md).
 EXAMPLE_SECRET = "2836e95fcd10e04b0069bb1ee659955b"
@@ -30,11 +37,6 @@ EXAMPLE_BODY = (
 )
 EXAMPLE_SIGN = "386c03b776a28c06b8032a958fbd89337424ef45c62d0422706cca633d8ad5fd"
 EXAMPLE_PLAIN = {"ai": "test-accountId", "name": "用户姓名", "idNum": "371321199012310912"}
-
-SECRET = "00112233445566778899aabbccddeeff"
-APP_ID = "app-1"
-PI = "1" * 38
-NOW = 1_732_241_234.5
 
 
 def test_the_worked_example_signs_and_opens() -> None:
@@ -49,18 +51,6 @@ def test_the_worked_example_signs_and_opens() -> None:
     assert json.loads(unseal(EXAMPLE_SECRET, EXAMPLE_BODY)) == EXAMPLE_PLAIN
 
 
-def independent_open(secret: str, wire: bytes) -> bytes:
-    """The spec, read again: base64 of nonce (12) || ciphertext || tag (16), AES-128-GCM."""
-    raw = base64.b64decode(json.loads(wire)["data"])
-    nonce, rest = raw[:12], raw[12:]
-    return AESGCM(bytes.fromhex(secret)).decrypt(nonce, rest, None)
-
-
-def independent_seal(secret: str, plain: bytes, nonce: bytes) -> bytes:
-    sealed = AESGCM(bytes.fromhex(secret)).encrypt(nonce, plain, None)
-    return json.dumps({"data": base64.b64encode(nonce + sealed).decode()}).encode()
-
-
 def test_sealing_both_ways_against_an_independent_reading_of_the_spec() -> None:
     plain = b'{"collections":[{"no":1}]}'
     wire = seal(SECRET, plain)
@@ -70,40 +60,6 @@ def test_sealing_both_ways_against_an_independent_reading_of_the_spec() -> None:
     assert first != second  # a fresh nonce every time
     with pytest.raises(ValueError, match="not a body sealed with this key"):
         unseal("f" * 32, wire)
-
-
-def config(**nppa: Any) -> ReporterConfig:
-    return make_config(
-        "redis://127.0.0.1:1/0",
-        sink={"kind": "nppa"},
-        nppa={"app_id": APP_ID, "secret_key": SECRET, "base_url": "http://nppa.test", **nppa},
-        games={"g1": {"biz_id": "biz-1"}},
-    )
-
-
-class Captured:
-    """An httpx.MockTransport handler: keeps every request, answers with ``reply``."""
-
-    def __init__(
-        self, reply: Callable[[dict[str, Any]], dict[str, Any]] | None = None, status: int = 200
-    ) -> None:
-        self.requests: list[httpx.Request] = []
-        self.reply = reply or (lambda plain: {"errcode": 0, "errmsg": "ok", "data": ""})
-        self.status = status
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        plain = json.loads(independent_open(SECRET, request.content))
-        return httpx.Response(self.status, content=orjson.dumps(self.reply(plain)))
-
-
-def sender(captured: Captured, clock: float = NOW, **nppa: Any) -> NppaSender:
-    c = config(**nppa)
-    return NppaSender(c, httpx.MockTransport(captured), lambda: clock)
-
-
-def event(i: int, ot: int = int(NOW) - 5, **fields: Any) -> bytes:
-    return orjson.dumps({"si": f"s{i}", "bt": i % 2, "ot": ot, "ct": 0, "pi": PI, **fields})
 
 
 def test_the_request_is_what_the_interface_specifies() -> None:
