@@ -56,10 +56,11 @@ class ShardOwnership:
     def loop(self, step_back: bool = False) -> bool:
         """Renew what is held, then move towards this process's fair share: one round trip
         for the heartbeat, one for the renewals, one per try at free shards, one to give up
-        any excess.  ``step_back``: this process can send nothing (its key, its clock) while
-        others may: it gives every shard up and leaves the live registry, so that the others'
-        shares cover them, until it can again."""
-        if step_back:
+        any excess.  ``step_back``: this process can send nothing (its key, its clock): while
+        another reporter is live it gives every shard up and leaves the live registry, so that
+        the others' shares cover them, until it can again (with nobody else to take them, it
+        keeps them: nothing would be sent either way, and it stays visible as live)."""
+        if step_back and self._others_live():
             self._step_back()
             return False
         if self._stepped_back:
@@ -90,6 +91,11 @@ class ShardOwnership:
                 )
             self._owned = held
         return False
+
+    def _others_live(self) -> bool:
+        """Whether another reporter is live (one round trip)."""
+        live = self._store.live_reporters()
+        return live > (0 if self._stepped_back else 1)
 
     def _step_back(self) -> None:
         with self._lock:

@@ -100,6 +100,10 @@ def test_a_key_the_system_refuses_holds_its_reporters_until_a_new_key_proves_its
         totals = read_totals(first.store)
         assert (totals.counter("dead_events"), accepted_count(endpoint)) == (0, 0)
         assert totals.counter("batches_released") >= 1
+        # both use the bad key: one may leave its shards to the other, not both (nobody
+        # would take them, and status would show no reporter running)
+        assert first.store.live_reporters() >= 1
+        assert first.ownership.owned() or second.ownership.owned()
 
         key_file.write_text(NEW, encoding="utf-8")  # no signal: the file is watched
         wait_until(
