@@ -22,9 +22,9 @@ from packaging.version import Version
 
 from collector.store import SCRIPT_NAMES, KeySchema
 from tests.support import servers
-from tests.support.collected import queue_events
 from tests.support.servers import Server, env_without_telemetry
 from tests.support.sources import SOURCES
+from tests.support.stored import queue_events
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,9 +17,10 @@ import redis
 from collector import BufferFull, Collector, InvalidEvent
 from collector._buffer import EventBuffer
 from collector.store import KeySchema
-from tests.support.collected import balanced, queue_events, wait_until
 from tests.support.fixtures import FAST_FAILURE, MakeCollector
+from tests.support.polling import wait_until
 from tests.support.servers import free_port
+from tests.support.stored import balanced, queue_events
 
 PREFIX = "cj"
 SCHEMA = KeySchema(PREFIX, 16)

@@ -15,17 +15,11 @@ import redis
 import collector
 from collector import Collector
 from collector.store import ENTRY_TIME_DIGITS, KeySchema, SingleServer, Store, entry_time_ms
-from tests.support.collected import (
-    balanced,
-    queue_entries,
-    queue_events,
-    stats_of,
-    stats_total,
-    wait_until,
-)
 from tests.support.fixtures import FAST_FAILURE, MakeCollector
 from tests.support.markers import secret
+from tests.support.polling import wait_until
 from tests.support.servers import Server
+from tests.support.stored import balanced, queue_entries, queue_events, stats_of, stats_total
 
 PW = secret("pw")
 

@@ -15,10 +15,10 @@ import redis
 from collector import Collector, ConfigError, TelemetryConfig, TelemetryError
 from collector.store import KeySchema
 from tests.support import config_files
-from tests.support.collected import queue_events, stats_of
 from tests.support.config_files import write
 from tests.support.fixtures import MakeCollector
 from tests.support.markers import secret
+from tests.support.stored import queue_events, stats_of
 
 PW = secret("pw")
 

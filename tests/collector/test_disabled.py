@@ -12,8 +12,8 @@ import pytest
 
 from collector import Collector, EventsDropped, TelemetryError
 from collector.counters import Counter
-from tests.support.collected import balanced
 from tests.support.fixtures import MakeCollector
+from tests.support.stored import balanced
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ import pytest
 import redis
 
 from collector.store import KeySchema
-from tests.support.collected import queue_entries, queue_events
 from tests.support.fixtures import MakeCollector
+from tests.support.stored import queue_entries, queue_events
 
 SCHEMA = KeySchema("conv", 4)
 SDK_DOC = Path(__file__).resolve().parents[2] / "docs" / "sdk.md"

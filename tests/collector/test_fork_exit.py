@@ -18,9 +18,10 @@ import collector
 import collector._default
 from collector import Collector
 from collector.store import KeySchema
-from tests.support.collected import queue_events, seqs, wait_until
 from tests.support.fixtures import FAST_FAILURE, MakeCollector
+from tests.support.polling import wait_until
 from tests.support.servers import Server, env_without_telemetry
+from tests.support.stored import queue_events, seqs
 
 PREFIX = "fork"
 SCHEMA = KeySchema(PREFIX, 16)

@@ -16,7 +16,7 @@ from collector import EventsDropped, TelemetryError
 from collector import _default as default_module
 from collector.counters import SDK, SDK_GAUGES, Counter
 from collector.store import KeySchema
-from tests.support.collected import queue_events
+from tests.support.stored import queue_events
 
 PREFIX = "mod"
 SCHEMA = KeySchema(PREFIX, 16)

@@ -13,9 +13,10 @@ import redis
 from collector import BackendError, Collector, EventsDropped, TelemetryError
 from collector.counters import Counter
 from collector.store import KeySchema
-from tests.support.collected import queue_events, stats_total, wait_until
 from tests.support.fixtures import FAST_FAILURE, MakeCollector
+from tests.support.polling import wait_until
 from tests.support.servers import Server
+from tests.support.stored import queue_events, stats_total
 
 PREFIX = "oe"
 SCHEMA = KeySchema(PREFIX, 16)

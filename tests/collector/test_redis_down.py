@@ -6,9 +6,10 @@ import pytest
 
 from collector import Collector, EventsDropped
 from collector.store import KeySchema
-from tests.support.collected import balanced, queue_events, stats_total, wait_until
 from tests.support.fixtures import FAST_FAILURE, MakeCollector
+from tests.support.polling import wait_until
 from tests.support.servers import Server
+from tests.support.stored import balanced, queue_events, stats_total
 
 PREFIX = "down"
 SCHEMA = KeySchema(PREFIX, 16)

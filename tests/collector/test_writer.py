@@ -15,9 +15,9 @@ import collector.store._bulk
 from collector import Collector
 from collector.config import TelemetryConfig, build_config, raw_settings
 from collector.store import KeySchema
-from tests.support.collected import balanced, queue_events
 from tests.support.fixtures import MakeCollector
 from tests.support.servers import Server, default_binary
+from tests.support.stored import balanced, queue_events
 
 PREFIX = "tw"
 SCHEMA = KeySchema(PREFIX, 16)

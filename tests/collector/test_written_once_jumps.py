@@ -9,9 +9,10 @@ import pytest
 
 from collector import BackendError
 from collector.store import BackendRefused, KeySchema
-from tests.support.collected import balanced, queue_events, stats_total, wait_until
 from tests.support.fixtures import MakeCollector
+from tests.support.polling import wait_until
 from tests.support.servers import Server
+from tests.support.stored import balanced, queue_events, stats_total
 
 PREFIX = "jump"
 

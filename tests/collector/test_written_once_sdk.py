@@ -11,10 +11,11 @@ import redis
 from collector import Collector
 from collector.config import TelemetryConfig, build_config, raw_settings
 from collector.store import KeySchema
-from tests.support.collected import balanced, queue_events, stats_total, wait_until
 from tests.support.fixtures import MakeCollector
+from tests.support.polling import wait_until
 from tests.support.relay import relay_to
 from tests.support.servers import Server
+from tests.support.stored import balanced, queue_events, stats_total
 
 PREFIX = "once"
 SCHEMA = KeySchema(PREFIX, 16)

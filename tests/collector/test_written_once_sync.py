@@ -12,10 +12,11 @@ import pytest
 
 from collector import BackendUnconfirmed
 from collector.store import KeySchema
-from tests.support.collected import balanced, queue_events, wait_until
 from tests.support.fixtures import MakeCollector
+from tests.support.polling import wait_until
 from tests.support.relay import relay_to
 from tests.support.servers import Server
+from tests.support.stored import balanced, queue_events
 
 PREFIX = "sync"
 SCHEMA = KeySchema(PREFIX, 1)

@@ -1,4 +1,5 @@
-"""Helpers shared by the reporter tests: configs, stored entries, polling with a deadline."""
+"""Entries made by hand for the reporter's tests: a config of the defaults on a server, entries
+with a collect time, stored through collect.lua as the SDK would store them."""
 
 from __future__ import annotations
 
@@ -13,9 +14,7 @@ from collector.store import BackendError, Collect, KeySchema, ShardKeys, encode_
 from reporter._config import ReporterConfig
 from reporter._service.service import ReporterService
 from tests.support.configs import NOWHERE, merged, reporter_config
-from tests.support.polling import wait_until  # noqa: F401 - re-exported for the tests
 from tests.support.scriptcalls import Scripts
-from tests.support.stored import shard_stats, stats_total  # noqa: F401 - re-exported
 
 TTL = 3600
 
@@ -50,10 +49,6 @@ def store(
     for first in range(0, len(entries), 5000):
         scripts.collect(keys, game, cap, TTL, entries[first : first + 5000])
     return keys
-
-
-def stats(client: Any, keys: ShardKeys) -> dict[str, int]:
-    return shard_stats(client, keys)
 
 
 def ids_of(events: Iterable[Any]) -> list[str]:

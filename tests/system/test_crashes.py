@@ -16,6 +16,7 @@ import redis
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
 from tests.support.fixtures import MakeEndpoint
+from tests.support.polling import wait_until
 from tests.support.processes import EXIT_MARGIN, Spawn
 from tests.support.scenarios import (
     Script,
@@ -26,7 +27,6 @@ from tests.support.scenarios import (
     received_keys,
     schema_of,
     totals,
-    wait_until,
 )
 from tests.support.servers import Server
 

@@ -21,13 +21,8 @@ from reporter._demo.endpoint import LocalEndpoint
 from reporter._demo.nppa_mock import NppaEndpoint
 from tests.support.entries import make_config as nppa_make_config
 from tests.support.fixtures import MakeEndpoint, StartService
-from tests.support.scenarios import (
-    assert_reconciled,
-    drained,
-    make_config,
-    schema_of,
-    wait_until,
-)
+from tests.support.polling import wait_until
+from tests.support.scenarios import assert_reconciled, drained, make_config, schema_of
 from tests.support.servers import Server, env_without_telemetry
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,6 +19,7 @@ from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import Totals
 from reporter._service.service import ReporterService
 from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.polling import wait_until
 from tests.support.scenarios import (
     Script,
     drain,
@@ -28,7 +29,6 @@ from tests.support.scenarios import (
     make_config,
     received_keys,
     schema_of,
-    wait_until,
 )
 from tests.support.scriptcalls import store_of
 from tests.support.servers import Server, free_port

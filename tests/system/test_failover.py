@@ -18,8 +18,9 @@ from collector import Collector
 from collector.store import open_store
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import read_totals
-from tests.support.entries import make_config, wait_until
+from tests.support.entries import make_config
 from tests.support.fixtures import MakeService
+from tests.support.polling import wait_until
 from tests.support.servers import Cluster, Server
 
 GAMES = [f"game-{i}" for i in range(12)]

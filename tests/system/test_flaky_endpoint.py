@@ -27,6 +27,7 @@ import pytest
 from redis.cluster import RedisCluster
 
 from tests.support.fixtures import MakeEndpoint
+from tests.support.polling import wait_until
 from tests.support.processes import Spawn
 from tests.support.scenarios import (
     Script,
@@ -36,7 +37,6 @@ from tests.support.scenarios import (
     make_config,
     received_keys,
     schema_of,
-    wait_until,
 )
 from tests.support.servers import Cluster, Server, env_without_telemetry
 

@@ -22,6 +22,7 @@ from collector.store import KeySchema
 from reporter._monitoring.accounting import Totals
 from reporter._service.service import ReporterService
 from tests.support.fixtures import StartService
+from tests.support.polling import wait_until
 from tests.support.rawhttp import OK, Act, RawServer, after, then_hold, trickle
 from tests.support.scenarios import (
     drain,
@@ -30,7 +31,6 @@ from tests.support.scenarios import (
     games_in_distinct_shards,
     make_config,
     schema_of,
-    wait_until,
 )
 from tests.support.scriptcalls import store_of
 from tests.support.servers import Server

@@ -17,10 +17,11 @@ from collections.abc import Iterator
 import pytest
 
 from collector.store import KeySchema
-from tests.support.collected import queue_events, wait_until
 from tests.support.fixtures import BINARIES, MakeCollector
+from tests.support.polling import wait_until
 from tests.support.relay import Relay, relay_to
 from tests.support.servers import Server
+from tests.support.stored import queue_events
 
 PREFIX = "lag"
 SCHEMA = KeySchema(PREFIX, 1)  # one shard: every game's writes number in one sequence

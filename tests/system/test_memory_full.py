@@ -28,13 +28,13 @@ from reporter._commands.status import status_text
 from reporter._monitoring.levels import RedisReadings
 from reporter._service.store_watch import StoreWatch
 from tests.support.fixtures import BINARIES, MakeEndpoint, StartService
+from tests.support.polling import wait_until
 from tests.support.scenarios import (
     assert_reconciled,
     drained,
     make_config,
     received_keys,
     schema_of,
-    wait_until,
 )
 from tests.support.scriptcalls import Scripts, store_of, store_on
 from tests.support.servers import Cluster, Server

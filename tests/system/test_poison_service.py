@@ -19,14 +19,8 @@ from collector.store import KeySchema, ShardKeys, encode_entry
 from reporter._commands.cli import main
 from reporter._config import ReporterConfig
 from tests.support.fixtures import MakeEndpoint, StartService
-from tests.support.scenarios import (
-    config_toml,
-    drained,
-    make_config,
-    received_keys,
-    schema_of,
-    wait_until,
-)
+from tests.support.polling import wait_until
+from tests.support.scenarios import config_toml, drained, make_config, received_keys, schema_of
 from tests.support.servers import free_port
 
 GAMES = [f"game-{i}" for i in range(12)]

@@ -18,13 +18,13 @@ import pytest
 
 from collector import Collector
 from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.polling import wait_until
 from tests.support.scenarios import (
     assert_reconciled,
     drained,
     make_config,
     received_keys,
     schema_of,
-    wait_until,
 )
 from tests.support.servers import Server
 

@@ -15,6 +15,7 @@ from collector.store import KeySchema
 from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint
 from tests.support.fixtures import MakeEndpoint
+from tests.support.polling import wait_until
 from tests.support.processes import EXIT_MARGIN, Spawn
 from tests.support.scenarios import (
     Script,
@@ -24,7 +25,6 @@ from tests.support.scenarios import (
     push_events,
     received_keys,
     schema_of,
-    wait_until,
 )
 from tests.support.servers import Server
 

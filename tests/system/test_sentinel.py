@@ -20,6 +20,7 @@ from reporter._commands.cli import main, startup_line
 from reporter._config import ReporterConfig
 from tests.support.fixtures import MakeEndpoint, StartService
 from tests.support.markers import secret
+from tests.support.polling import wait_until
 from tests.support.scenarios import (
     assert_reconciled,
     config_toml,
@@ -28,7 +29,6 @@ from tests.support.scenarios import (
     make_config,
     received_keys,
     schema_of,
-    wait_until,
 )
 from tests.support.sentinel import sentinel_config
 from tests.support.servers import SentinelGroup, Server, default_binary, free_port

@@ -12,7 +12,8 @@ from collector import Collector
 from reporter._service.service import ReporterService
 from reporter._service.store_watch import ALERT_NAME
 from tests.support.fixtures import MakeEndpoint, StartService
-from tests.support.scenarios import Script, make_config, wait_until
+from tests.support.polling import wait_until
+from tests.support.scenarios import Script, make_config
 from tests.support.servers import Server
 
 GAME = "reset"

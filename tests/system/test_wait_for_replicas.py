@@ -14,11 +14,12 @@ import pytest
 from collector import ConfigError
 from collector.store import BackendUnreplicated, Collect, KeySchema, open_store
 from reporter._demo.endpoint import LocalEndpoint
-from tests.support.collected import queue_events, stats_total, wait_until
 from tests.support.entries import ids_of, make_config, numbered, store
 from tests.support.fixtures import MakeCollector, MakeService
+from tests.support.polling import wait_until
 from tests.support.scriptcalls import Scripts
 from tests.support.servers import Server, default_binary
+from tests.support.stored import queue_events, stats_total
 
 SCHEMA = KeySchema("telemetry", 4)
 

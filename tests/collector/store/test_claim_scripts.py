@@ -7,7 +7,7 @@ import redis
 
 from collector.store import BackendRefused, KeySchema
 from reporter._delivery.batches import Batches
-from tests.support.entries import make_config, now_ms, numbered, stats, store
+from tests.support.entries import make_config, now_ms, numbered, store
 from tests.support.scriptcalls import Scripts, store_on
 from tests.support.scripting import (
     GAME,
@@ -20,6 +20,7 @@ from tests.support.scripting import (
     registered,
     snapshot,
 )
+from tests.support.stored import shard_stats
 
 # -- claim ---------------------------------------------------------------------------------
 
@@ -69,7 +70,7 @@ def test_claim_takes_exact_batches(
             "n": len(batch),
             "c": 0,
         }
-    counters = stats(client, KEYS)
+    counters = shard_stats(client, KEYS)
     assert counters.get("claimed", 0) == length - left
     assert counters.get("batches_claimed", 0) == len(sizes)
 
@@ -98,8 +99,8 @@ def test_claim_is_idempotent_on_the_batch_id(client: redis.Redis, scripts: Scrip
     assert client.zcard(KEYS.inflight) == 2
     assert client.hlen(KEYS.batches) == 2
     assert client.lrange(KEYS.queue(GAME), 0, -1) == entries[256:]
-    assert stats(client, KEYS)["claimed"] == 256
-    assert stats(client, KEYS)["batches_claimed"] == 2
+    assert shard_stats(client, KEYS)["claimed"] == 256
+    assert shard_stats(client, KEYS)["batches_claimed"] == 2
 
     other = claim(scripts, "other", most=2)
     assert [len(b) for _, b in other.batches] == [44]
@@ -147,7 +148,7 @@ def test_claim_drops_stale_entries_and_counts_them(client: redis.Redis, scripts:
     assert claimed.stale == 3
     assert claimed.batches == [("b1.0", fresh)]
     assert meta(client, "b1.0")["n"] == 4
-    counters = stats(client, KEYS)
+    counters = shard_stats(client, KEYS)
     assert counters["stale"] == 3
     assert counters["claimed"] == 4
 
@@ -160,8 +161,8 @@ def test_claim_of_only_stale_entries_makes_no_batch(client: redis.Redis, scripts
     assert claimed.remaining == 0
     assert registered(client) == (False, [])
     assert client.zcard(KEYS.inflight) == 0
-    assert stats(client, KEYS)["stale"] == 10
-    assert "batches_claimed" not in stats(client, KEYS)
+    assert shard_stats(client, KEYS)["stale"] == 10
+    assert "batches_claimed" not in shard_stats(client, KEYS)
 
 
 def test_claim_with_max_age_zero_keeps_everything(scripts: Scripts) -> None:
@@ -184,12 +185,12 @@ def test_ack_finishes_the_batch(client: redis.Redis, scripts: Scripts) -> None:
     assert client.zcard(KEYS.inflight) == 0
     assert client.hlen(KEYS.batches) == 0
     assert client.hlen(KEYS.payloads) == 0
-    counters = stats(client, KEYS)
+    counters = shard_stats(client, KEYS)
     assert counters["delivered"] == 10
     assert counters["batches_delivered"] == 1
     # the same ack again (a resend after a lost reply): the same answer, nothing counted
     assert scripts.ack(KEYS, "b1.0", TOKEN) == 10
-    assert stats(client, KEYS) == counters
+    assert shard_stats(client, KEYS) == counters
     assert scripts.ack(KEYS, "b1.0", "another-token") == -1
 
 
@@ -197,7 +198,7 @@ def test_ack_counts_stale_events(client: redis.Redis, scripts: Scripts) -> None:
     store(scripts, SCHEMA, GAME, numbered(GAME, 10))
     claim(scripts)
     assert scripts.ack(KEYS, "b1.0", TOKEN, stale=3) == 7
-    counters = stats(client, KEYS)
+    counters = shard_stats(client, KEYS)
     assert (counters["delivered"], counters["stale"]) == (7, 3)
 
 
@@ -255,7 +256,7 @@ def test_batch_store_uses_the_configured_batch_size_and_linger(
     assert (ring.games, ring.ring_length, ring.retries) == ([GAME], 1, 0)
     for batch_id, _ in claimed.batches:
         assert store_.ack(keys, batch_id, TOKEN, 0) > 0
-    assert stats(client, keys)["delivered"] == 120
+    assert shard_stats(client, keys)["delivered"] == 120
 
 
 def test_batch_store_drops_stale_entries_at_claim_by_collect_time(

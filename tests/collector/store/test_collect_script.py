@@ -7,8 +7,8 @@ import pytest
 import redis
 
 from collector.store import KeySchema, encode_entry
-from tests.support.collected import stats_of
 from tests.support.scriptcalls import Scripts
+from tests.support.stored import stats_of
 
 SCHEMA = KeySchema("t", 16)
 GAME = "game-1"

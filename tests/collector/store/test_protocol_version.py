@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from collector.store import PROTOCOL_VERSION, Collect, KeySchema, encode_entry, lua_script
-from tests.support.collected import queue_entries
+from tests.support.stored import queue_entries
 
 SCHEMA = KeySchema("proto", 2)
 GAME = "game-1"

@@ -8,7 +8,8 @@ from typing import Any
 import redis
 
 from collector.store import RetryState
-from tests.support.entries import now_ms, numbered, stats, store, wait_until
+from tests.support.entries import now_ms, numbered, store
+from tests.support.polling import wait_until
 from tests.support.scriptcalls import Scripts
 from tests.support.scripting import (
     GAME,
@@ -21,6 +22,7 @@ from tests.support.scripting import (
     meta,
     snapshot,
 )
+from tests.support.stored import shard_stats
 
 # -- release, nack, take_retries -----------------------------------------------------------
 
@@ -40,7 +42,7 @@ def test_release_returns_the_batch_without_charging_an_attempt(
     assert meta(client, "b1.0")["t"] == ""
     # the same call again (a resend after a lost reply): the same answer, released once
     assert scripts.release(KEYS, "b1.0", TOKEN) is True
-    assert stats(client, KEYS)["batches_released"] == 1
+    assert shard_stats(client, KEYS)["batches_released"] == 1
     assert scripts.release(KEYS, "b1.0", "token-x") is False  # not held by anyone
     [batch] = scripts.take_retries(KEYS, "token-2", LEASE_MS, 10)
     assert (batch.batch_id, batch.game, batch.attempts, batch.entries) == ("b1.0", GAME, 0, entries)
@@ -96,7 +98,7 @@ def test_nack_schedules_a_retry_with_backoff(client: redis.Redis, scripts: Scrip
     assert client.zcard(KEYS.inflight) == 0
     assert meta(client, "b1.0")["a"] == 1
     assert scripts.take_retries(KEYS, "token-2", LEASE_MS, 10) == []  # not due yet
-    assert stats(client, KEYS)["batches_retried"] == 1
+    assert shard_stats(client, KEYS)["batches_retried"] == 1
 
 
 def test_nack_honours_the_least_delay(client: redis.Redis, scripts: Scripts) -> None:
@@ -139,10 +141,10 @@ def test_nack_dead_letters_a_permanent_rejection(client: redis.Redis, scripts: S
     assert client.zcard(KEYS.retry) == 0
     assert client.zcard(KEYS.inflight) == 0
     assert meta(client, "b1.0")["r"] == "HTTP 503: busy"
-    assert stats(client, KEYS)["dead_events"] == 5
+    assert shard_stats(client, KEYS)["dead_events"] == 5
     assert nack(scripts).state == "dead"  # the same call again: its answer, nothing more
     assert client.lrange(KEYS.dead, 0, -1) == [b"b1.0"]
-    assert stats(client, KEYS)["dead_events"] == 5
+    assert shard_stats(client, KEYS)["dead_events"] == 5
     assert nack(scripts, "token-x").state == "lost"
 
 
@@ -159,7 +161,7 @@ def test_nack_dead_letters_after_the_last_attempt(client: redis.Redis, scripts: 
             [batch] = scripts.take_retries(KEYS, token, LEASE_MS, 10)
             assert batch.attempts == attempt + 1
     assert states == ["retry", "retry", "dead"]
-    assert stats(client, KEYS)["dead_batches"] == 1
+    assert shard_stats(client, KEYS)["dead_batches"] == 1
 
 
 def test_nack_with_a_wrong_token_is_lost(client: redis.Redis, scripts: Scripts) -> None:
@@ -191,7 +193,7 @@ def test_dead_letters_are_capped(client: redis.Redis, scripts: Scripts) -> None:
     assert client.lrange(KEYS.dead, 0, -1) == [b"d2.0", b"d1.0"]
     assert not client.hexists(KEYS.batches, "d0.0")
     assert not client.hexists(KEYS.payloads, "d0.0")
-    assert stats(client, KEYS)["dead_dropped"] == 2
+    assert shard_stats(client, KEYS)["dead_dropped"] == 2
 
 
 def test_take_retries_filters_by_game(client: redis.Redis, scripts: Scripts) -> None:
@@ -236,7 +238,7 @@ def test_reap_returns_expired_leases_to_retry(client: redis.Redis, scripts: Scri
     assert client.zcard(KEYS.inflight) == 0
     assert client.zrange(KEYS.retry, 0, -1) == [b"b1.0"]
     assert meta(client, "b1.0")["a"] == 1
-    assert stats(client, KEYS)["batches_reaped"] == 1
+    assert shard_stats(client, KEYS)["batches_reaped"] == 1
     assert scripts.ack(KEYS, "b1.0", TOKEN) == -1  # the crashed worker's token is void
     [batch] = scripts.take_retries(KEYS, "token-2", LEASE_MS, 10)
     assert batch.entries == entries
@@ -255,7 +257,7 @@ def test_reap_dead_letters_out_of_attempts(client: redis.Redis, scripts: Scripts
     claim(scripts, lease_ms=1)
     assert wait_until(lambda: scripts.reap(KEYS, 10, 1, 100) == (0, 1), what="the reap")
     assert client.lrange(KEYS.dead, 0, -1) == [b"b1.0"]
-    assert stats(client, KEYS)["dead_events"] == 3
+    assert shard_stats(client, KEYS)["dead_events"] == 3
 
 
 # -- replay, purge -------------------------------------------------------------------------
@@ -286,7 +288,7 @@ def test_replay_and_purge_dead_letters(client: redis.Redis, scripts: Scripts) ->
     assert scripts.purge(KEYS) == (1, 4)
     assert client.llen(KEYS.dead) == 0
     assert not client.hexists(KEYS.payloads, "d1.0")
-    counters = stats(client, KEYS)
+    counters = shard_stats(client, KEYS)
     assert (counters["replayed"], counters["purged"], counters["dead_events"]) == (4, 4, 8)
 
 

@@ -14,9 +14,10 @@ from redis.crc import key_slot
 
 import collector.store._backends
 from collector.store import Collect, KeySchema, validate_game
-from tests.support.collected import queue_events, stats_total, wait_until
 from tests.support.fixtures import MakeCollector
+from tests.support.polling import wait_until
 from tests.support.servers import Cluster
+from tests.support.stored import queue_events, stats_total
 
 NASTY_GAMES = [
     "a:b",

@@ -10,7 +10,7 @@ import redis
 
 from collector._constants import WRITES_PER_WRITER
 from collector.store import Collect
-from tests.support.collected import stats_of
+from tests.support.stored import stats_of
 from tests.support.written_once import (
     GAME,
     HORIZON,

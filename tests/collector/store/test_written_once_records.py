@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from collector.store import Collect, lua_script
-from tests.support.collected import stats_of
+from tests.support.stored import stats_of
 from tests.support.written_once import GAME, KEYS, SCHEMA, entry, queue, send, write
 
 

@@ -21,8 +21,9 @@ from collector.store import KeySchema
 from reporter._commands.cli import main
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import read_totals
-from tests.support.entries import ids_of, now_ms, numbered, store, wait_until
+from tests.support.entries import ids_of, now_ms, numbered, store
 from tests.support.markers import secret
+from tests.support.polling import wait_until
 from tests.support.processes import child_env, reporter_cli, start_run
 from tests.support.scriptcalls import Scripts, store_of
 from tests.support.servers import Server

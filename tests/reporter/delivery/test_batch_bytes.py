@@ -13,13 +13,13 @@ import redis
 from collector.store import KeySchema, encode_entry
 from reporter._pacing.body_limit import JSON_BODY
 from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.polling import wait_until
 from tests.support.scenarios import (
     assert_reconciled,
     drained,
     make_config,
     received_keys,
     schema_of,
-    wait_until,
 )
 from tests.support.scriptcalls import Scripts
 

@@ -12,18 +12,11 @@ import redis
 from reporter._delivery.freshness import Freshness, sink_freshness, split_fresh
 from reporter._monitoring.accounting import read_totals
 from reporter._service.service import ReporterService
-from tests.support.entries import (
-    entry,
-    ids_of,
-    make_config,
-    now_ms,
-    numbered,
-    stats_total,
-    store,
-)
+from tests.support.entries import entry, ids_of, make_config, now_ms, numbered, store
 from tests.support.fixtures import MakeService
 from tests.support.recorder import Recorder
 from tests.support.scriptcalls import Scripts, store_of
+from tests.support.stored import stats_total
 
 NOW_MS = 1_700_000_000_000
 MAX_AGE_MS = 180_000

@@ -18,6 +18,7 @@ from reporter._monitoring.accounting import read_totals
 from reporter._sinks.registry import make_sender
 from tests.support.clock import Clock
 from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.polling import wait_until
 from tests.support.scenarios import (
     Script,
     assert_reconciled,
@@ -26,7 +27,6 @@ from tests.support.scenarios import (
     push_events,
     received_keys,
     schema_of,
-    wait_until,
 )
 from tests.support.scriptcalls import store_of, store_on
 from tests.support.servers import Server

@@ -12,8 +12,9 @@ from reporter._delivery import settling
 from reporter._delivery.settling import log_kind
 from reporter._monitoring.accounting import read_totals
 from reporter._senders.outcome import REJECTED, RETRY, Outcome, Refusal
-from tests.support.entries import make_config, numbered, store, wait_until
+from tests.support.entries import make_config, numbered, store
 from tests.support.fixtures import MakeService
+from tests.support.polling import wait_until
 from tests.support.recorder import Recorder
 from tests.support.scriptcalls import Scripts
 

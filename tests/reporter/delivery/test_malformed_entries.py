@@ -17,13 +17,13 @@ from collector.store import encode_entry
 from reporter._delivery.attempt import malformed
 from reporter._senders.outcome import MALFORMED
 from tests.support.fixtures import MakeEndpoint, StartService
+from tests.support.polling import wait_until
 from tests.support.scenarios import (
     assert_reconciled,
     drained,
     make_config,
     received_keys,
     schema_of,
-    wait_until,
 )
 from tests.support.scriptcalls import Scripts, store_of
 

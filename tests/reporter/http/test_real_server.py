@@ -19,13 +19,13 @@ import uvicorn
 from reporter._senders.outcome import DELIVERED, Outcome
 from reporter._sinks.json.sender import JsonSender
 from tests.support.fixtures import StartService
+from tests.support.polling import wait_until
 from tests.support.scenarios import (
     drained,
     games_in_distinct_shards,
     make_config,
     push_events,
     schema_of,
-    wait_until,
 )
 from tests.support.servers import Server
 

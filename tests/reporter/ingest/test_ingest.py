@@ -21,7 +21,8 @@ from tests.support.ingest_requests import (
     headers,
     ingest_config,
 )
-from tests.support.scenarios import make_config, wait_until
+from tests.support.polling import wait_until
+from tests.support.scenarios import make_config
 
 REQUESTS = 100
 PER_REQUEST = 100

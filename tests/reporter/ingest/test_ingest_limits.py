@@ -12,7 +12,7 @@ import redis
 
 from reporter._ingest.service import IngestService
 from tests.support.ingest_requests import StartIngest, as_array, ingest_config
-from tests.support.scenarios import wait_until
+from tests.support.polling import wait_until
 from tests.support.servers import Server, free_port
 
 DOWN = {"socket_timeout_seconds": 0.2, "connect_timeout_seconds": 0.2}

@@ -24,8 +24,9 @@ from reporter._monitoring.prometheus import SEND_ERRORS
 from reporter._monitoring.server import SERVER_COUNTERS
 from reporter._service.service import ReporterService
 from tests.support.config_files import write
-from tests.support.entries import make_config, now_ms, numbered, store, wait_until
+from tests.support.entries import make_config, now_ms, numbered, store
 from tests.support.fixtures import MakeService
+from tests.support.polling import wait_until
 from tests.support.processes import run_python
 from tests.support.scriptcalls import Scripts
 from tests.support.servers import Server, free_port

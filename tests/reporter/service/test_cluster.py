@@ -15,8 +15,9 @@ import pytest
 from collector.store import Cluster as ClusterBackend
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import read_totals
-from tests.support.entries import ids_of, make_config, now_ms, numbered, store, wait_until
+from tests.support.entries import ids_of, make_config, now_ms, numbered, store
 from tests.support.fixtures import MakeService
+from tests.support.polling import wait_until
 from tests.support.scriptcalls import Scripts
 from tests.support.servers import Cluster
 

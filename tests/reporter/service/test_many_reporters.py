@@ -10,8 +10,9 @@ import httpx
 import redis
 
 from reporter._service.service import ReporterService
-from tests.support.entries import make_config, numbered, store_many, wait_until
+from tests.support.entries import make_config, numbered, store_many
 from tests.support.fixtures import MakeService
+from tests.support.polling import wait_until
 from tests.support.recorder import Recorder
 
 QUICK = {"linger_ms": 200, "poll_interval_ms": 50, "shard_lease_seconds": 1.0}

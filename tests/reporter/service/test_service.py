@@ -20,15 +20,9 @@ from reporter._config import ReporterConfig
 from reporter._demo.endpoint import LocalEndpoint, Received
 from reporter._monitoring.accounting import read_totals
 from reporter._service.service import ReporterService
-from tests.support.entries import (
-    ids_of,
-    make_config,
-    now_ms,
-    numbered,
-    store_many,
-    wait_until,
-)
+from tests.support.entries import ids_of, make_config, now_ms, numbered, store_many
 from tests.support.fixtures import MakeService
+from tests.support.polling import wait_until
 from tests.support.recorder import Recorder
 from tests.support.scriptcalls import Scripts
 from tests.support.servers import Server

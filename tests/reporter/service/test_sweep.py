@@ -13,18 +13,12 @@ from collector.store import BackendRefused, Claim, KeySchema
 from reporter._monitoring.accounting import read_totals
 from reporter._service.service import ReporterService
 from tests.support.clock import Clock
-from tests.support.entries import (
-    ids_of,
-    make_config,
-    now_ms,
-    numbered,
-    stats,
-    store,
-    wait_until,
-)
+from tests.support.entries import ids_of, make_config, now_ms, numbered, store
 from tests.support.fixtures import MakeService
+from tests.support.polling import wait_until
 from tests.support.recorder import Recorder
 from tests.support.scriptcalls import Scripts, store_of
+from tests.support.stored import shard_stats
 
 LINGER_MS = 1000
 GAME = "game-1"
@@ -68,7 +62,7 @@ def test_a_full_batch_is_claimed_at_once(build: Build, client: redis.Redis) -> N
     assert post.idempotency_key == post.batch_id
     assert client.llen(keys.queue(GAME)) == 0
     assert client.zcard(keys.inflight) == 0
-    assert stats(client, keys)["delivered"] == 128
+    assert shard_stats(client, keys)["delivered"] == 128
     assert service.tally.snapshot()["delivered"] == 128
 
 
@@ -184,7 +178,7 @@ def test_sweep_takes_due_retries_first(build: Build, client: redis.Redis) -> Non
     assert post.batch_id == batch_id
     assert len(post.events) == 10
     assert client.zcard(keys.retry) == 0
-    assert stats(client, keys)["delivered"] == 10
+    assert shard_stats(client, keys)["delivered"] == 10
 
 
 def test_failed_posts_are_retried_then_delivered(
@@ -207,8 +201,8 @@ def test_failed_posts_are_retried_then_delivered(
 
     assert len({p.batch_id for p in recorder.posts}) == 1
     assert [p.attempt for p in recorder.posts] == ["1", "2", "3"]
-    assert stats(client, keys)["delivered"] == 10
-    assert stats(client, keys)["batches_retried"] == 2
+    assert shard_stats(client, keys)["delivered"] == 10
+    assert shard_stats(client, keys)["batches_retried"] == 2
     assert service.tally.snapshot()["batches_retried"] == 2
     assert read_totals(service.store).unaccounted == 0
 

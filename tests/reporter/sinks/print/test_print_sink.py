@@ -21,7 +21,7 @@ from collector.config import build_config, raw_settings
 from reporter._config import ReporterConfig
 from reporter._senders.outcome import DELIVERED, RETRY
 from reporter._sinks.print.sender import PrintSender
-from tests.support.entries import wait_until
+from tests.support.polling import wait_until
 from tests.support.processes import child_env, reporter_cli
 from tests.support.servers import Server
 from tests.support.sources import ROOT
