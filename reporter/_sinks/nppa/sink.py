@@ -259,8 +259,10 @@ class NppaSink(Sink):
         passes; a new app's key file is read (and watched from then on).  ``[nppa]``'s own
         settings are the ones of the start (a restart takes them)."""
         old = self.routes
-        keys, files = self._reload_keys(config.section(NppaSettings), old)
+        keys, files, broken = self._reload_keys(config.section(NppaSettings), old)
         new = routes_of(config, keys, first=old.apps[""])
+        for name in broken:  # no key to send with: its games are held until it has one
+            new.apps.pop(name, None)
         games = sorted(set(old.games()) | set(new.games()))
         changed = [g for g in games if route_text(old, g) != route_text(new, g)]
         apps = [n for n in new.apps if n and n not in old.apps]
@@ -274,7 +276,7 @@ class NppaSink(Sink):
 
     def _reload_keys(
         self, nppa: NppaSettings, old: Routes
-    ) -> tuple[dict[str, Callable[[], str]], list[SecretFile]]:
+    ) -> tuple[dict[str, Callable[[], str]], list[SecretFile], list[str]]:
         """The keys of the apps read again: a key file already read is kept (it is watched);
         a new one is opened (and proved before each change, like the others); one that
         cannot be read leaves its app out, with an ERROR (its games are held)."""
@@ -282,6 +284,7 @@ class NppaSink(Sink):
             a.key_setting: a.key for a in old.apps.values() if isinstance(a.key, SecretFile)
         }
         files: list[SecretFile] = []
+        broken: list[str] = []
         for name, app in nppa.apps.items():
             setting = key_setting(name, app.secret_key_file)
             current = keys.get(setting)
@@ -293,13 +296,13 @@ class NppaSink(Sink):
                 file = SecretFile(setting, app.secret_key_file, read_key_file)
             except ValueError as exc:
                 logger.error("SIGHUP: %s: %s; that app is left out", setting, exc)
-                keys[setting] = lambda: ""
+                broken.append(name)
                 continue
             if self._vet is not None:
                 file.vet_with(functools.partial(self._prove, name, *self._vet))
             keys[setting] = file
             files.append(file)
-        return keys, files
+        return keys, files, broken
 
     def vet_secrets(
         self,
