@@ -35,6 +35,8 @@ def nppa_config(
     endpoint: NppaEndpoint,
     reporter: dict[str, Any] | None = None,
     metrics: dict[str, Any] | None = None,
+    sink: dict[str, Any] | None = None,
+    retry: dict[str, Any] | None = None,
     **nppa_settings: Any,
 ) -> ReporterConfig:
     """The app and its games on ``endpoint``, with ``SECRET`` unless a key file is given."""
@@ -42,8 +44,9 @@ def nppa_config(
     return make_config(
         redis_url,
         shards=4,
-        sink={"kind": "nppa"},
+        sink={"kind": "nppa", **(sink or {})},
         metrics=metrics or {},
+        retry=retry or {},
         nppa={
             "base_url": endpoint.url,
             "app_id": APP_ID,

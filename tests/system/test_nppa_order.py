@@ -14,17 +14,16 @@ from typing import Any
 import pytest
 import redis
 
-from collector import Collector, nppa
 from reporter._config import ReporterConfig
 from reporter._delivery.batches import Batches
 from reporter._delivery.lease import Result
 from reporter._demo.nppa_mock import Accepted, NppaEndpoint
 from reporter._monitoring.accounting import read_totals
 from reporter._senders.outcome import Outcome
-from tests.support.entries import make_config, numbered
+from tests.support.entries import numbered
 from tests.support.entries import store as push
 from tests.support.fixtures import StartService
-from tests.support.nppa_runs import APP_ID, GAMES, PI, SECRET
+from tests.support.nppa_runs import APP_ID, GAMES, SECRET, nppa_config, sessions
 from tests.support.polling import wait_until
 from tests.support.scriptcalls import Scripts, store_on
 from tests.support.wiring import delivery_for
@@ -34,44 +33,23 @@ TIMEOUT_SECONDS = 0.5
 
 
 def order_config(redis_url: str, endpoint: NppaEndpoint, **reporter: object) -> ReporterConfig:
-    return make_config(
+    # Claims of two batches: a game's later events are claimed while earlier ones fail.
+    return nppa_config(
         redis_url,
-        shards=4,
-        sink={"kind": "nppa", "timeout_seconds": TIMEOUT_SECONDS},
-        nppa={
-            "base_url": endpoint.url,
-            "app_id": APP_ID,
-            "secret_key": SECRET,
-            "throttle_seconds": 1.0,
-            "late_behaviour": "resend",
-            "freshness_margin_seconds": 165.0,
-        },
-        games={game: {"biz_id": biz} for game, biz in GAMES.items()},
-        # Claims of two batches: a game's later events are claimed while earlier ones fail.
-        reporter={
-            "linger_ms": 100,
-            "poll_interval_ms": 20,
-            "lease_seconds": 10.0,
-            "max_batches_per_claim": 2,
-            **reporter,
-        },
+        endpoint,
+        reporter={"max_batches_per_claim": 2, **reporter},
+        sink={"timeout_seconds": TIMEOUT_SECONDS},
         retry={"initial_delay_ms": 300, "max_delay_ms": 1000},
+        late_behaviour="resend",
+        freshness_margin_seconds=165.0,
     )
 
 
 def late_sessions(config: ReporterConfig, ago: int = 20) -> None:
     """Every game's sessions: all logins, then all logouts a second later, ``ago`` s ago."""
     now = int(time.time())
-    c = Collector(config=config)
-    try:
-        for game in GAMES:
-            for i in range(SESSIONS):
-                c.collect(game, nppa.login(si=f"{game}-{i:05d}", ot=now - ago, pi=PI))
-            for i in range(SESSIONS):
-                c.collect(game, nppa.logout(si=f"{game}-{i:05d}", ot=now - ago + 1, pi=PI))
-        assert c.flush(timeout=20)
-    finally:
-        c.close(timeout=1)
+    for game in GAMES:
+        sessions(config, game, SESSIONS, now - ago, now - ago + 1)
 
 
 def out_of_order(accepted: list[Accepted]) -> tuple[list[str], list[str]]:
