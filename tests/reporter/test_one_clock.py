@@ -26,6 +26,7 @@ from reporter._pacing.slots import SharedSlots
 from reporter._senders.outcome import Refusal
 from reporter._service.ownership import ShardOwnership
 from reporter._sinks.base import HoldScope
+from tests.support.lifecycle import server_ms
 from tests.support.polling import wait_until
 
 SHARDS = 4
@@ -39,11 +40,6 @@ def store(redis_url: str) -> Iterator[Store]:
     store = open_store(RedisSettings(url=redis_url, shards=SHARDS, key_prefix=PREFIX))
     yield store
     store.close()
-
-
-def server_ms(r: redis.Redis) -> int:
-    seconds, micros = r.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def deadlines(r: redis.Redis, store: Store) -> dict[str, float]:

@@ -1,4 +1,5 @@
-"""Shared constants and helpers of the life cycle script tests."""
+"""One shard of the life cycle scripts' tests (claim, ack, nack, retries, order): its schema,
+a game, a claim, and what the scripts leave (registration, metadata, a snapshot of every key)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ Key = tuple[str, int]
 def sentinel_config(
     group: SentinelGroup, sink_url: str = "http://127.0.0.1:9/ingest", **sections: dict[str, object]
 ) -> ReporterConfig:
-    """The delivery tests' fast settings, with Redis found through ``group``'s sentinels."""
+    """The scenarios' fast settings (``FAST``), with Redis found through ``group``'s sentinels."""
     redis_section = {
         "sentinels": group.addresses,
         "sentinel_service": group.service,

@@ -47,3 +47,8 @@ def balanced(stats: dict[str, int]) -> bool:
 
 def seqs(events: Iterable[dict[str, Any]], field: str = "seq") -> list[int]:
     return [int(e[field]) for e in events]
+
+
+def keyspace(client: Any) -> dict[bytes, bytes | None]:
+    """Every key and its DUMP: two of these are equal when nothing was written between."""
+    return {key: client.dump(key) for key in sorted(client.keys("*"))}

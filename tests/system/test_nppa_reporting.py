@@ -26,6 +26,7 @@ from tests.support.nppa_runs import (
     nppa_config,
 )
 from tests.support.polling import wait_until
+from tests.support.windows import busiest
 
 
 def test_a_backlog_of_two_games_is_accepted_in_full_requests(
@@ -218,10 +219,6 @@ def test_events_from_a_game_server_clock_ahead_wait_until_they_are_valid(
     assert read_totals(service.store).counter("batches_retried") >= 1
 
 
-def busiest_second(times: list[float]) -> int:
-    return max(sum(1 for u in times if t <= u < t + 1.0) for t in times)
-
-
 def test_three_reporters_together_keep_under_ten_requests_a_second(
     redis_url: str, start_service: StartService
 ) -> None:
@@ -236,5 +233,5 @@ def test_three_reporters_together_keep_under_ten_requests_a_second(
         with endpoint.lock:
             requests = list(endpoint.requests)
     assert set(codes(endpoint)) == {0}
-    assert busiest_second([r.at for r in requests]) <= 10
+    assert busiest([r.at for r in requests], 1.0) <= 10
     assert [r.items for r in requests] == [128] * 14

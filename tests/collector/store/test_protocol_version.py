@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from collector.store import PROTOCOL_VERSION, Collect, KeySchema, encode_entry, lua_script
-from tests.support.stored import queue_entries
+from tests.support.stored import keyspace, queue_entries
 
 SCHEMA = KeySchema("proto", 2)
 GAME = "game-1"
@@ -30,10 +30,6 @@ def send(r: redis.Redis, keys: list[str], args: list[object]) -> object:
     script = lua_script("collect")
     r.script_load(script.text)
     return r.evalsha(script.sha, len(keys), *keys, *args)
-
-
-def keyspace(r: redis.Redis) -> dict[bytes, bytes | None]:
-    return {key: r.dump(key) for key in sorted(r.keys("*"))}
 
 
 def test_the_sdk_sends_the_version_the_script_speaks() -> None:

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from collector.store import Collect, lua_script
-from tests.support.stored import stats_of
+from tests.support.stored import keyspace, stats_of
 from tests.support.written_once import GAME, KEYS, SCHEMA, entry, queue, send, write
 
 
@@ -31,10 +31,6 @@ def slowlog(r: redis.Redis) -> Iterator[redis.Redis]:
 
 def slow_calls(r: redis.Redis) -> list[Any]:
     return [e for e in r.slowlog_get(128) if e["command"].upper().startswith(b"EVALSHA")]
-
-
-def keyspace(r: redis.Redis) -> dict[bytes, bytes | None]:
-    return {key: r.dump(key) for key in sorted(r.keys("*"))}
 
 
 def quarantined(r: redis.Redis) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from reporter._senders.outcome import Outcome
 from tests.support.entries import make_config, numbered
 from tests.support.entries import store as push
 from tests.support.scriptcalls import Scripts, store_of, store_on
+from tests.support.windows import busiest
 from tests.support.wiring import delivery_for
 
 INTERVAL_US = 100_000  # 10 a second
@@ -46,12 +47,6 @@ def reserve(
     )
 
 
-def busiest_second(times_us: list[int]) -> int:
-    """Most slots in any half-open window of one second."""
-    ordered = sorted(times_us)
-    return max(sum(1 for u in ordered if t <= u < t + 1_000_000) for t in ordered)
-
-
 def test_takers_at_one_instant_get_slots_one_interval_apart(store: Store) -> None:
     slots = [reserve(store, 0) for _ in range(12)]
     assert all(s.reserved for s in slots)
@@ -65,7 +60,7 @@ def test_an_idle_scope_lends_nothing_to_a_burst(store: Store) -> None:
     crowd = [reserve(store, 10_000_000) for _ in range(15)]
     starts = [10_000_000 + s.wait_us for s in crowd]
     assert starts == [10_000_000 + i * INTERVAL_US for i in range(15)]
-    assert busiest_second(starts) == 10
+    assert busiest(starts, 1_000_000) == 10
 
 
 def test_no_sliding_second_holds_more_than_the_rate(store: Store) -> None:
@@ -78,7 +73,7 @@ def test_no_sliding_second_holds_more_than_the_rate(store: Store) -> None:
         slot = reserve(store, at)
         assert slot.reserved
         slots.append(at + slot.wait_us)
-    assert busiest_second(slots) == 10
+    assert busiest(slots, 1_000_000) == 10
     gaps = [b - a for a, b in itertools.pairwise(slots)]
     assert min(gaps) == INTERVAL_US
 
