@@ -1,0 +1,1 @@
+"""Tests of the producers of ``clients/`` in other languages."""

@@ -1,0 +1,1 @@
+"""Tests of the SDK, ``collector/*.py``; the store and the Lua scripts are in ``store/``."""
