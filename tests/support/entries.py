@@ -3,6 +3,7 @@ with a collect time, stored through collect.lua as the SDK would store them."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -66,3 +67,37 @@ def store_many(
     ]
     replies = service.store.call_many(calls)
     assert not [reply for reply in replies if isinstance(reply, BackendError)]
+
+
+def dead_letter(
+    scripts: Scripts,
+    schema: KeySchema,
+    game: str,
+    events: int,
+    tag: str,
+    age_seconds: float = 0.0,
+    reason: str = "HTTP 400: bad",
+) -> tuple[str, ShardKeys]:
+    """A dead letter of ``events`` new events of ``game`` (claimed as batch ``tag``, refused for
+    good with ``reason``), dead ``age_seconds`` ago; its batch id and its shard's keys."""
+    keys = store(scripts, schema, game, numbered(game, events))
+    [(batch_id, _)] = scripts.claim(keys, game, tag, "t", 128, 1, 30_000, 180_000, 0).batches
+    scripts.nack(
+        keys,
+        batch_id,
+        "t",
+        permanent=True,
+        min_delay_ms=0,
+        initial_ms=1,
+        max_ms=1,
+        max_attempts=3,
+        jitter=0.0,
+        dead_max=100,
+        reason=reason,
+    )
+    if age_seconds:  # as if it had died then: the dead time is in the batch's metadata
+        client = scripts.store.backend.client
+        meta = json.loads(client.hget(keys.batches, batch_id))
+        meta["d"] -= int(age_seconds * 1000)
+        client.hset(keys.batches, batch_id, json.dumps(meta))
+    return batch_id, keys

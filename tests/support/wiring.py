@@ -16,6 +16,7 @@ from reporter._delivery.deliverer import Deliverer, send
 from reporter._delivery.lease import Lease, Leased, Result
 from reporter._pacing.gate import SinkGate
 from reporter._pacing.limiter import ClaimLimiter, Unlimited
+from reporter._senders.outcome import Outcome
 from reporter._service.graph import Given, build_core
 from reporter._sinks.registry import Sender
 
@@ -64,3 +65,20 @@ def delivery_for(
     )
     core = build_core(config, given)
     return Delivery(core.claimer, core.deliverer, core.gate, core.tally)
+
+
+class Sent:
+    """A sender that takes every batch and notes its id, in the order sent."""
+
+    def __init__(self) -> None:
+        self.batches: list[str] = []
+
+    def send(self, game: str, batch_id: str, events: object, attempt: int = 1) -> Outcome:
+        self.batches.append(batch_id)
+        return Outcome("delivered")
+
+    def describe(self) -> str:
+        return "recorder"
+
+    def close(self) -> None:
+        pass

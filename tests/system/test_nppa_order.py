@@ -19,14 +19,13 @@ from reporter._delivery.batches import Batches
 from reporter._delivery.lease import Result
 from reporter._demo.nppa_mock import Accepted, NppaEndpoint
 from reporter._monitoring.accounting import read_totals
-from reporter._senders.outcome import Outcome
 from tests.support.entries import numbered
 from tests.support.entries import store as push
 from tests.support.fixtures import StartService
 from tests.support.nppa_runs import APP_ID, GAMES, SECRET, nppa_config, sessions
 from tests.support.polling import wait_until
 from tests.support.scriptcalls import Scripts, store_on
-from tests.support.wiring import delivery_for
+from tests.support.wiring import Sent, delivery_for
 
 SESSIONS = 300  # a game's logins, then its logouts: 600 items, 5 batches
 TIMEOUT_SECONDS = 0.5
@@ -133,23 +132,6 @@ def distinct(endpoint: NppaEndpoint) -> set[tuple[str, int]]:
         return {(a.item["si"], a.item["bt"]) for a in endpoint.accepted}
 
 
-class Recorder:
-    """A sender that takes every batch and notes its id."""
-
-    def __init__(self) -> None:
-        self.batches: list[str] = []
-
-    def send(self, game: str, batch_id: str, events: object, attempt: int = 1) -> Outcome:
-        self.batches.append(batch_id)
-        return Outcome("delivered")
-
-    def describe(self) -> str:
-        return "recorder"
-
-    def close(self) -> None:
-        pass
-
-
 def test_a_batch_whose_lease_was_lost_before_its_request_is_not_sent(
     redis_url: str, client: redis.Redis
 ) -> None:
@@ -159,7 +141,7 @@ def test_a_batch_whose_lease_was_lost_before_its_request_is_not_sent(
     with NppaEndpoint(app_id=APP_ID, secret_key=SECRET, biz_ids=GAMES.values()) as endpoint:
         config = order_config(redis_url, endpoint)
     batches = Batches(store_on(client, config), config)
-    sent = Recorder()
+    sent = Sent()
     delivery = delivery_for(batches, sent, config, time.time)
     keys = push(Scripts(client), batches.store.schema, "farm", numbered("farm", 256))
     stop = threading.Event()

@@ -21,7 +21,7 @@ from collector.store import KeySchema
 from reporter._commands.cli import main
 from reporter._demo.endpoint import LocalEndpoint
 from reporter._monitoring.accounting import read_totals
-from tests.support.entries import ids_of, now_ms, numbered, store
+from tests.support.entries import dead_letter, ids_of, now_ms, numbered, store
 from tests.support.markers import secret
 from tests.support.polling import wait_until
 from tests.support.processes import child_env, reporter_cli, start_run
@@ -227,21 +227,7 @@ def test_dead_letter_commands(
         monkeypatch.delenv(var)
     config = write_config(tmp_path / "dead.toml", redis_url, "http://127.0.0.1:9/ingest")
     schema, scripts = KeySchema(PREFIX, SHARDS), Scripts(client)
-    keys = store(scripts, schema, "game-1", numbered("game-1", 3))
-    [(batch_id, _)] = scripts.claim(keys, "game-1", "b", "t", 128, 1, 30_000, 180_000, 0).batches
-    scripts.nack(
-        keys,
-        batch_id,
-        "t",
-        permanent=True,
-        min_delay_ms=0,
-        initial_ms=1,
-        max_ms=1,
-        max_attempts=3,
-        jitter=0.0,
-        dead_max=100,
-        reason="HTTP 400: bad schema",
-    )
+    batch_id, keys = dead_letter(scripts, schema, "game-1", 3, "b", reason="HTTP 400: bad schema")
 
     def run(*args: str) -> tuple[int, str]:
         code = main(["dead", "--config", str(config), *args])

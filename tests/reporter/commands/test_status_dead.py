@@ -21,7 +21,6 @@ from collector.store import (
     Collect,
     KeySchema,
     PurgeIds,
-    ShardKeys,
     ShardLease,
     Store,
 )
@@ -30,7 +29,7 @@ from reporter._commands.dead import duration, run_dead
 from reporter._commands.status import run_status, watch
 from reporter._config import ReporterConfig
 from reporter._monitoring.accounting import read_totals
-from tests.support.entries import numbered, store
+from tests.support.entries import dead_letter, numbered, store
 from tests.support.scriptcalls import Scripts, store_of
 
 pytestmark = pytest.mark.usefixtures("no_telemetry_env", "restore_logging")
@@ -57,33 +56,6 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def dead_letter(
-    scripts: Scripts, schema: KeySchema, game: str, events: int, tag: str, age_seconds: float = 0.0
-) -> tuple[str, ShardKeys]:
-    """A dead letter of ``events`` events of ``game``, dead ``age_seconds`` ago."""
-    keys = store(scripts, schema, game, numbered(game, events))
-    [(batch_id, _)] = scripts.claim(keys, game, tag, "t", 128, 1, 30_000, 180_000, 0).batches
-    scripts.nack(
-        keys,
-        batch_id,
-        "t",
-        permanent=True,
-        min_delay_ms=0,
-        initial_ms=1,
-        max_ms=1,
-        max_attempts=3,
-        jitter=0.0,
-        dead_max=100,
-        reason="HTTP 400: bad",
-    )
-    if age_seconds:  # as if it had died then: the dead time is in the batch's metadata
-        client = scripts.store.backend.client
-        meta = json.loads(client.hget(keys.batches, batch_id))
-        meta["d"] -= int(age_seconds * 1000)
-        client.hset(keys.batches, batch_id, json.dumps(meta))
-    return batch_id, keys
 
 
 # -- status ------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from collector.logs import counted
 from collector.store import KeySchema, open_store
 from collector.store._remembered import DEDUP_KEY_BYTES, WRITE_RECORD_BYTES, WRITER_BYTES
 from reporter._commands.cli import main
-from tests.support.entries import make_config, numbered, store
+from tests.support.entries import dead_letter, make_config, numbered, store
 from tests.support.scriptcalls import Scripts
 from tests.support.servers import Cluster
 
@@ -62,20 +62,7 @@ def test_status_reads_no_dead_letters_metadata(
     game = "g"
     keys = schema.for_game(game)
     for i in range(30):  # 30 dead letters of 2 events
-        batch_id = claim(scripts, schema, game, 2, f"d{i}")
-        scripts.nack(
-            keys,
-            batch_id,
-            "t",
-            permanent=True,
-            min_delay_ms=0,
-            initial_ms=1,
-            max_ms=1,
-            max_attempts=3,
-            jitter=0.0,
-            dead_max=100,
-            reason="HTTP 400",
-        )
+        dead_letter(scripts, schema, game, 2, f"d{i}", reason="HTTP 400")
     claim(scripts, schema, game, 3, "flight")  # in flight
     retry_id = claim(scripts, schema, game, 4, "retry")
     scripts.nack(

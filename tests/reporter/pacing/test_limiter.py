@@ -16,12 +16,11 @@ from collector.store import KeySchema, TakeTokens
 from reporter._delivery.batches import Batches
 from reporter._pacing.limiter import LocalTokenBucket, SharedTokenBucket, Unlimited
 from reporter._pacing.permits import make_limiter
-from reporter._senders.outcome import Outcome
 from tests.support.clock import Clock
 from tests.support.entries import make_config, numbered, store
 from tests.support.scriptcalls import Scripts, store_of, store_on
 from tests.support.windows import busiest
-from tests.support.wiring import delivery_for
+from tests.support.wiring import Sent, delivery_for
 
 # A hair under a second: a grant one second after another (up to float rounding) is in the
 # next second, as the bucket counts it.
@@ -139,21 +138,6 @@ def test_make_limiter_follows_the_sink_settings(redis_url: str, client: redis.Re
     assert isinstance(limiter(requests_per_second=10.0), SharedTokenBucket)
     local = limiter(requests_per_second=5.0, request_burst=3, rate_limit_scope="process")
     assert isinstance(local, LocalTokenBucket) and (local.rate, local.burst) == (5.0, 3)
-
-
-class Sent:
-    def __init__(self) -> None:
-        self.batches: list[str] = []
-
-    def send(self, game: str, batch_id: str, events: object, attempt: int = 1) -> Outcome:
-        self.batches.append(batch_id)
-        return Outcome("delivered")
-
-    def describe(self) -> str:
-        return "recorder"
-
-    def close(self) -> None:
-        pass
 
 
 def test_nothing_is_claimed_before_the_limiter_allows_it(

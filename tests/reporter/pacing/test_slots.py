@@ -21,12 +21,11 @@ from reporter._delivery.batches import Batches
 from reporter._pacing.limiter import Unlimited
 from reporter._pacing.permits import Permits, make_limiter
 from reporter._pacing.slots import SLOT_HORIZON_SECONDS, SharedSlots
-from reporter._senders.outcome import Outcome
 from tests.support.entries import make_config, numbered
 from tests.support.entries import store as push
 from tests.support.scriptcalls import Scripts, store_of, store_on
 from tests.support.windows import busiest
-from tests.support.wiring import delivery_for
+from tests.support.wiring import Sent, delivery_for
 
 INTERVAL_US = 100_000  # 10 a second
 BASE_US = 1_700_000_000_000_000
@@ -185,21 +184,6 @@ def test_a_spare_claim_waits_while_others_queue_for_slots(store: Store) -> None:
     assert permits.take(1, stop, wait=False, game="g1").granted == 0
     assert permits.take(1, stop, wait=True, game="g1").granted == 1  # a full batch goes
     assert permits.contended
-
-
-class Sent:
-    def __init__(self) -> None:
-        self.batches: list[str] = []
-
-    def send(self, game: str, batch_id: str, events: object, attempt: int = 1) -> Outcome:
-        self.batches.append(batch_id)
-        return Outcome("delivered")
-
-    def describe(self) -> str:
-        return "recorder"
-
-    def close(self) -> None:
-        pass
 
 
 def test_a_leased_batch_without_a_slot_goes_back_unsent(
