@@ -27,18 +27,6 @@ PREFIX = "tc"
 SCHEMA = KeySchema(PREFIX, 16)
 
 
-@pytest.fixture
-def make(redis_url: str, make_collector: MakeCollector) -> MakeCollector:
-    """Collectors on the shared (flushed) server with this module's key prefix."""
-
-    def build(**settings: Any) -> Collector:
-        settings.setdefault("url", redis_url)
-        settings.setdefault("key_prefix", PREFIX)
-        return make_collector(**settings)
-
-    return build
-
-
 def test_flush_stores_events_grouped_by_game(make: MakeCollector, r: redis.Redis) -> None:
     c = make()
     games = ["g1", "g2", "g3"]

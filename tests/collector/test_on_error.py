@@ -44,16 +44,6 @@ class Recorder:
             return [call for call in self.calls if isinstance(call[0], kind)]
 
 
-@pytest.fixture
-def make(redis_url: str, make_collector: MakeCollector) -> MakeCollector:
-    def build(**settings: Any) -> Collector:
-        settings.setdefault("url", redis_url)
-        settings.setdefault("key_prefix", PREFIX)
-        return make_collector(**settings)
-
-    return build
-
-
 def test_a_failed_write_is_reported_once_per_failed_round_from_the_flusher(
     own_server: Server, make_collector: MakeCollector
 ) -> None:
