@@ -20,6 +20,7 @@ from tests.support.entries import make_config
 
 ROOT = Path(__file__).resolve().parents[3]
 KIND_PACKAGES = ROOT / "reporter" / "_sinks"
+KIND_TESTS = ROOT / "tests" / "reporter" / "sinks"  # a kind's tests, in the folder of its name
 THIS_TEST = Path(__file__).resolve()
 REGISTRY = KIND_PACKAGES / "registry.py"
 # What a kind's config needs to load (its own section's required keys).
@@ -85,7 +86,7 @@ def places_asking_for_a_kind() -> list[str]:
     found = []
     for tree in ("reporter", "tests", "bench"):
         for path in sorted((ROOT / tree).rglob("*.py")):
-            own = path.parent.parent == KIND_PACKAGES and path.parent.name in kinds
+            own = path.parent.parent in (KIND_PACKAGES, KIND_TESTS) and path.parent.name in kinds
             if not own:
                 found += asks_for_a_kind(path, kinds, classes, product=tree == "reporter")
     return found
@@ -99,8 +100,9 @@ def test_every_kind_package_is_one_line_of_the_registry() -> None:
 
 
 def test_only_the_registry_and_its_test_ask_which_kind_a_sink_is() -> None:
-    """Outside a kind's own package, at most two places know kinds by name: the registry
-    and this test (which checks what the registry builds)."""
+    """Outside a kind's own package (and its tests, ``tests/reporter/sinks/<kind>/``), at most
+    two places know kinds by name: the registry and this test (which checks what the registry
+    builds)."""
     found = places_asking_for_a_kind()
     files = {place.split(":")[0] for place in found}
     assert files <= {str(REGISTRY.relative_to(ROOT)), str(THIS_TEST.relative_to(ROOT))}, "\n".join(
