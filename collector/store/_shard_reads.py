@@ -27,9 +27,12 @@ from collector.store._views import GameState, GameView, RingSlice, ShardLevels, 
 from collector.text import printable
 
 
-def ring(client: RedisClient, keys: ShardKeys, after: str, count: int) -> RingSlice:
+def ring(
+    client: RedisClient, keys: ShardKeys, after: str, count: int, known: Sequence[str] = ()
+) -> RingSlice:
     """Up to ``count`` active games whose names sort after ``after`` ('' = from the first):
-    O(log n + count) whatever the number of games in the shard."""
+    O(log n + count) whatever the number of games in the shard.  The states of the ``known``
+    games (those the last read of this page found) come in the same round trip."""
     with client.pipeline(transaction=False) as pipe:
         pipe.zrangebylex(keys.ring, f"({after}" if after else "-", "+", 0, count)
         pipe.zcard(keys.ring)
@@ -37,7 +40,9 @@ def ring(client: RedisClient, keys: ShardKeys, after: str, count: int) -> RingSl
         pipe.get(keys.marker)
         pipe.hmget(keys.stats, [*_OUTSTANDING, Counter.QUARANTINED_RECORDS])
         pipe.type(keys.legacy_ring)
+        _queue_heads(pipe, keys, known)
         replies = execute(pipe)
+    replies, heads = replies[:6], replies[6:]
     wrong = any(isinstance(r, ResponseError) for r in replies)
     names, length, retries, marker, counts, legacy = (
         None if isinstance(r, ResponseError) else r for r in replies
@@ -64,6 +69,7 @@ def ring(client: RedisClient, keys: ShardKeys, after: str, count: int) -> RingSl
         junk,
         wrong or kind not in ("list", "none"),
         quarantined,
+        _states(known, heads),
     )
 
 
@@ -84,10 +90,18 @@ def game_states(client: RedisClient, keys: ShardKeys, games: list[str]) -> list[
     if not games:
         return []
     with client.pipeline(transaction=False) as pipe:
-        for game in games:
-            pipe.llen(keys.queue(game))
-            pipe.lindex(keys.queue(game), 0)
+        _queue_heads(pipe, keys, games)
         replies = execute(pipe)
+    return _states(games, replies)
+
+
+def _queue_heads(pipe: Any, keys: ShardKeys, games: Sequence[str]) -> None:
+    for game in games:
+        pipe.llen(keys.queue(game))
+        pipe.lindex(keys.queue(game), 0)
+
+
+def _states(games: Sequence[str], replies: Sequence[Any]) -> list[GameState]:
     return [_game_state(game, replies[2 * i], replies[2 * i + 1]) for i, game in enumerate(games)]
 
 

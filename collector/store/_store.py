@@ -110,15 +110,18 @@ class Store:
 
     # -- reads -------------------------------------------------------------------------------
 
-    def ring(self, shard: ShardKeys, after: str, count: int) -> RingSlice:
-        """Up to ``count`` active games named after ``after`` ('' = from the first)."""
-        found = self._read(_shard_reads.ring, shard, after, count)
+    def ring(
+        self, shard: ShardKeys, after: str, count: int, known: Sequence[str] = ()
+    ) -> RingSlice:
+        """Up to ``count`` active games named after ``after`` ('' = from the first), and the
+        states of the ``known`` games, in one round trip."""
+        found = self._read(_shard_reads.ring, shard, after, count, known)
         if found.junk or found.wrong_type:  # junk in the registry: the scripts set it aside
             self.call(SetAside(shard, found.junk))
-            found = self._read(_shard_reads.ring, shard, after, count)
+            found = self._read(_shard_reads.ring, shard, after, count, known)
         if found.legacy_ring:  # once per shard after an upgrade
             self._move_legacy_ring(shard)
-            found = self._read(_shard_reads.ring, shard, after, count)
+            found = self._read(_shard_reads.ring, shard, after, count, known)
         return found
 
     def _move_legacy_ring(self, shard: ShardKeys) -> None:

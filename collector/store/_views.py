@@ -24,6 +24,8 @@ class RingSlice:
     junk: list[bytes] = field(default_factory=list)
     wrong_type: bool = False
     quarantined: int = 0  # records the shard's scripts have set aside so far (its counter)
+    # The states of the games the caller named as known (read in the same round trip).
+    states: list[GameState] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

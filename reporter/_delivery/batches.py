@@ -68,8 +68,8 @@ class Batches:
         self._lease_ms = int(config.reporter.lease_seconds * 1000)
         self.policy = RetryPolicy.of(config.retry, config.dead.max_batches)
 
-    def ring(self, keys: ShardKeys, after: str, count: int) -> RingSlice:
-        return self.store.ring(keys, after, count)
+    def ring(self, keys: ShardKeys, after: str, count: int, known: Sequence[str] = ()) -> RingSlice:
+        return self.store.ring(keys, after, count, known)
 
     def game_states(self, keys: ShardKeys, games: list[str]) -> list[GameState]:
         return self.store.game_states(keys, games)

@@ -87,11 +87,18 @@ class ShardSweeper:
         self._round_started_ms: int | None = None
         self._round_ms = self._r.poll_interval_ms  # how long the last round of the ring took
         self._quarantined: int | None = None  # the shard's quarantined_records, last seen
+        # The games each page of the ring held (by the cursor it was read after), this round
+        # and the last: their states are read with the page, so a busy shard's sweep costs
+        # one round trip before its claims instead of two.
+        self._pages: dict[str, list[str]] = {}
+        self._last_round_pages: dict[str, list[str]] = {}
 
     def loop(self) -> bool:
         if not self._pipeline.running() or not self._ownership.owns(self.keys.shard):
             return False
-        ring = self._store.ring(self.keys, self._cursor, self._r.games_per_sweep)
+        cursor = self._cursor
+        known = self._pages.get(cursor, self._last_round_pages.get(cursor, []))
+        ring = self._store.ring(self.keys, cursor, self._r.games_per_sweep, known)
         if self._watch is not None:
             self._watch.seen(self.keys, ring.marker, ring.outstanding)
         self._note_quarantine(ring)
@@ -99,13 +106,14 @@ class ShardSweeper:
         if ring.retries:
             more = self._isolated(None, self._send_retries)
         page_full = len(ring.games) == self._r.games_per_sweep  # else the round is over
-        first_page = self._cursor == ""
+        first_page = cursor == ""
         self._cursor = ring.games[-1] if page_full else ""
         candidates = [g for g in ring.games if g not in self._hot]
         now_ms = int(self._clock() * 1000)
         if first_page:
             self._new_round(now_ms)
-        states = self._store.game_states(self.keys, candidates)
+        self._pages[cursor] = candidates
+        states = self._states(ring, candidates)
         limited = self._pace.limited
         if limited:  # few requests: a deliberate order
             states.sort(key=lambda s: self.rank(s, now_ms))
@@ -138,6 +146,18 @@ class ShardSweeper:
         if self._round_started_ms is not None:
             self._round_ms = max(self._r.poll_interval_ms, now_ms - self._round_started_ms)
         self._round_started_ms = now_ms
+        self._last_round_pages, self._pages = self._pages, {}
+
+    def _states(self, ring: RingSlice, candidates: list[str]) -> list[GameState]:
+        """The candidates' states: those read with the page, the rest (games new to it) in
+        one more round trip."""
+        read = {state.game: state for state in ring.states}
+        missing = [game for game in candidates if game not in read]
+        if missing:
+            read.update(
+                (state.game, state) for state in self._store.game_states(self.keys, missing)
+            )
+        return [read[game] for game in candidates]
 
     def _send_retries(self) -> bool:
         return self._pipeline.retries(self.keys)

@@ -289,3 +289,46 @@ def test_a_game_whose_claim_is_refused_does_not_stop_its_shard(
     monkeypatch.setattr(service.store, "call", call)
     sweep(service, bad)
     assert sorted(p.game for p in recorder.posts) == sorted(good)
+
+
+def test_a_busy_shard_reads_its_games_states_with_the_ring(
+    build: Build, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The games a page held last time have their states read with the page: a sweep of a
+    busy shard takes one round trip before its claims; a game new to the page costs one
+    more, and states read with the page are as fresh as the page."""
+    service, recorder, clock = build(max_batches_per_claim=1)
+    keys = service.schema.for_game(GAME)
+    other = next(g for g in (f"g-{i}" for i in range(200)) if service.schema.for_game(g) == keys)
+    scripts = Scripts(service.store)
+    store(scripts, service.schema, GAME, numbered(GAME, 3 * 128))
+    separate: list[list[str]] = []
+    real = service.batches.game_states
+
+    def game_states(shard: Any, games: list[str]) -> Any:
+        separate.append(list(games))
+        return real(shard, games)
+
+    monkeypatch.setattr(service.batches, "game_states", game_states)
+
+    assert sweep(service, GAME) is True
+    assert separate == [[GAME]]  # the page's first read: its game is new
+    assert sweep(service, GAME) is True
+    assert separate == [[GAME]]  # read with the ring
+    assert len(recorder.events(GAME)) == 2 * 128
+
+    store(scripts, service.schema, other, numbered(other, 128))
+    sweep(service, GAME)
+    assert separate == [[GAME], [other]]
+    assert len(recorder.events(other)) == 128
+    assert len(recorder.events(GAME)) == 3 * 128
+
+    born = now_ms() - 5_000  # old enough for Redis too; the sweeper's clock decides
+    store(scripts, service.schema, GAME, numbered(GAME, 5, born_ms=born))
+    clock.at_ms(born + LINGER_MS - 1)  # lingering: the state read with the page says so
+    sweep(service, GAME)
+    assert len(recorder.events(GAME)) == 3 * 128
+    clock.at_ms(born + LINGER_MS)
+    sweep(service, GAME)
+    assert len(recorder.events(GAME)) == 3 * 128 + 5
+    assert separate == [[GAME], [other]]
