@@ -1,5 +1,6 @@
 """Benchmark the server-side time of single script calls on the hot paths: collect (1 event,
-100 events), claim (4 batches of 128) and ack.
+100 events), claim (4 batches of 128), ack (one batch) and ack_many (the 4 batches of a
+claim in one call, as the reporter acks a lease).
 
 Each call's time is read from the server itself (``INFO commandstats``, the ``evalsha`` usec
 before and after the call), so the client's and the network's share is left out; the figures
@@ -13,6 +14,7 @@ To compare two trees, run it from each checkout (alternating, a few times).
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import sys
 import time
@@ -34,6 +36,7 @@ from bench._harness import (
 )
 from collector.store import (
     Ack,
+    AckMany,
     Claim,
     Collect,
     KeySchema,
@@ -66,22 +69,28 @@ def measure(client: redis.Redis, calls: int) -> dict[str, list[int]]:
         "collect, 100 events": [],
         "claim, 4 x 128": [],
         "ack": [],
+        "ack_many, 4 batches": [],
     }
     for _ in range(calls):
         out["collect, 1 event"].append(timed(Collect(keys, "h", [entry], 10**7, 3600))[1])
     for _ in range(calls):
         out["collect, 100 events"].append(timed(Collect(keys, "g", [entry] * 100, 10**7, 3600))[1])
-    while True:
+    for n in itertools.count():
         token = uuid.uuid4().hex
         claimed, spent = timed(
             Claim(keys, "g", uuid.uuid4().hex, token, 128, 4, 60_000, 600_000, 0, 100)
         )
         if not claimed.batches:
             break
-        if len(claimed.batches) == 4:
-            out["claim, 4 x 128"].append(spent)
-        for batch in claimed.batches:
-            out["ack"].append(timed(Ack(keys, batch.batch_id, token))[1])
+        if len(claimed.batches) < 4:
+            continue  # the buffer's tail: neither a whole claim nor a whole lease
+        out["claim, 4 x 128"].append(spent)
+        if n % 2:  # a lease in one call, or batch by batch: alternating
+            acks = tuple((batch.batch_id, 0) for batch in claimed.batches)
+            out["ack_many, 4 batches"].append(timed(AckMany(keys, token, acks))[1])
+        else:
+            for batch in claimed.batches:
+                out["ack"].append(timed(Ack(keys, batch.batch_id, token))[1])
     return out
 
 

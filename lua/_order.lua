@@ -1,5 +1,5 @@
--- (included by the scripts that lease or finish batches: claim, take_retries, ack, nack,
--- settle, reap; after _guard)
+-- (included by the scripts that lease or finish batches: claim, take_retries, ack, ack_many,
+-- nack, settle, reap; after _guard)
 -- A game's batches first in, first out, for a sink that asks for it (the anti-addiction
 -- interface: a session's logout must never reach it before its login).  Such a claim gives
 -- each batch a place in its game's queue: a member '<game>\n<seq>\n<batch id>' of the

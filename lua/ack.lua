@@ -3,6 +3,7 @@
 -- as stale before sending). Does nothing unless the caller still holds the lease.
 -- Sent again after a lost reply (its receipt is there): answers what it answered, changes
 -- nothing.  Metadata that cannot be used is set aside (lua/_guard.lua); the answer is then -1.
+-- The work is lua/_ack.lua's, which ack_many does for the batches of a lease in one call.
 -- allow-oom: it deletes the batch's metadata and payload, bumps counters and leaves a receipt
 -- of a few dozen bytes that expires after the receipt lifetime.
 --
@@ -20,29 +21,10 @@
 -- returns  events counted as delivered, or -1 if the lease is not held
 -- include: _guard
 -- include: _order
+-- include: _ack
 guard_open('ack', KEYS[5], KEYS[4], {'delivered', 'stale', 'batches_delivered'})
-local id, token = ARGV[1], ARGV[2]
 local stale = arg_number(3, 'stale', 0, MAX_BATCH_EVENTS)
-local raw = read('hash', false, 'HGET', KEYS[2], id)
-local held = raw and read('zset', false, 'ZSCORE', KEYS[1], id)
-if not held then return receipt_of(KEYS[6], token, is_whole) or -1 end
-local meta, why = read_meta(raw)
-if not meta then
-  set_aside_batch(KEYS[2], KEYS[3], id, raw, why, true)
-  redis.call('ZREM', KEYS[1], id)
-  return -1
-end
-if meta.t ~= token then return receipt_of(KEYS[6], token, is_whole) or -1 end
-local delivered = meta.n - stale
-if delivered < 0 then return redis.error_reply('ack counts exceed the batch size') end
-expect(KEYS[3], 'hash')
-local member = queued_member(KEYS[7], id, meta)
-redis.call('ZREM', KEYS[1], id)
-redis.call('HDEL', KEYS[2], id)
-redis.call('HDEL', KEYS[3], id)
-if member then redis.call('ZREM', KEYS[7], member) end
-if delivered > 0 then redis.call('HINCRBY', KEYS[4], 'delivered', delivered) end
-if stale > 0 then redis.call('HINCRBY', KEYS[4], 'stale', stale) end
-redis.call('HINCRBY', KEYS[4], 'batches_delivered', 1)
-keep_receipt(KEYS[6], token, delivered, ARGV[4])
-return delivered
+local answers = ack_batches(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[7], ARGV[2], {ARGV[1]},
+                            {stale}, {KEYS[6]}, ARGV[4])
+if answers.err then return answers end
+return answers[1]

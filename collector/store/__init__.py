@@ -43,6 +43,7 @@ from collector.retry import RetryPolicy  # the policy Nack, Settle and Reap take
 from collector.store._backends import Backend, Cluster, SingleServer
 from collector.store._batch_calls import (
     Ack,
+    AckMany,
     Claim,
     Extend,
     Nack,
@@ -122,6 +123,7 @@ __all__ = [
     "QUARANTINE_KEEP",
     "SCRIPT_NAMES",
     "Ack",
+    "AckMany",
     "Alert",
     "Backend",
     "BackendError",

@@ -170,6 +170,40 @@ class Ack(ScriptCall[int]):
 
 
 @dataclass(frozen=True, slots=True)
+class AckMany(ScriptCall[list[int]]):
+    """Finish several batches of one shard, leased under ``token``, that the endpoint took
+    whole, in one script call (``acks``: each batch's id and the events of it not sent as
+    stale, at most 64, each id once); per batch, in order, what ``Ack`` of it alone would
+    answer."""
+
+    script: ClassVar[str] = "ack_many"
+    confirmed: ClassVar[bool] = True
+    receipt: ClassVar[bool] = True
+    shard: ShardKeys
+    token: str
+    acks: tuple[tuple[str, int], ...]
+
+    def keys(self) -> Sequence[str]:
+        s = self.shard
+        return (
+            s.inflight,
+            s.batches,
+            s.payloads,
+            s.stats,
+            s.quarantine,
+            s.order,
+            *(s.receipt(batch_id) for batch_id, _ in self.acks),
+        )
+
+    def args(self) -> Sequence[Any]:
+        acks = [value for batch_id, stale in self.acks for value in (batch_id, stale)]
+        return (self.token, *acks)
+
+    def parse(self, reply: Any) -> list[int]:
+        return [int(answer) for answer in reply]
+
+
+@dataclass(frozen=True, slots=True)
 class Nack(ScriptCall[NackResult]):
     """A delivery attempt failed: schedule a retry (not before ``min_delay_ms``) or, when
     ``permanent`` or out of attempts, dead-letter the batch with ``reason``."""

@@ -25,6 +25,7 @@ SCRIPT_NAMES = (
     "collect",
     "claim",
     "ack",
+    "ack_many",
     "nack",
     "settle",
     "extend",

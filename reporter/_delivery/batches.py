@@ -15,7 +15,9 @@ from typing import NamedTuple
 from collector.retry import RetryPolicy
 from collector.store import (
     Ack,
+    AckMany,
     BackendError,
+    BackendUnreplicated,
     Claim,
     Claimed,
     Extend,
@@ -54,6 +56,26 @@ class Partial(NamedTuple):
 
 def new_id() -> str:
     return uuid.uuid4().hex
+
+
+# Batches one ack_many call takes at most (lua/_ack.lua); a lease holds no more than a claim's.
+ACKS_PER_CALL = 64
+
+
+def _slices(items: list[Ack], size: int) -> list[list[Ack]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _one(reply: list[int] | BackendError, i: int) -> int | BackendError:
+    """The ``i``-th batch's answer of an ack_many call: its own, or the call's error (an
+    unreplicated one carries this batch's answer, as ``Ack``'s would)."""
+    if not isinstance(reply, BackendError):
+        return reply[i]
+    if isinstance(reply, BackendUnreplicated) and isinstance(reply.result, list):
+        one = BackendUnreplicated(str(reply), reply.result[i])
+        one.__cause__ = reply.__cause__
+        return one
+    return reply
 
 
 class Batches:
@@ -116,8 +138,21 @@ class Batches:
         return self.store.call(Ack(keys, batch_id, token, stale))
 
     def ack_many(self, acks: Sequence[Ack]) -> list[int | BackendError]:
-        """Ack several batches in one round trip; a result or the error it met, each."""
-        return self.store.call_many(acks)
+        """Ack several batches in one round trip (one per node on a cluster), those of one
+        lease in one script call; a result or the error it met, each."""
+        leases: dict[tuple[ShardKeys, str], list[Ack]] = {}
+        for ack in acks:
+            leases.setdefault((ack.shard, ack.token), []).append(ack)
+        calls = [
+            AckMany(shard, token, tuple((a.batch_id, a.stale) for a in part))
+            for (shard, token), lease in leases.items()
+            for part in _slices(lease, ACKS_PER_CALL)
+        ]
+        answers: dict[str, int | BackendError] = {}
+        for call, reply in zip(calls, self.store.call_many(calls), strict=True):
+            for i, (batch_id, _) in enumerate(call.acks):
+                answers[batch_id] = _one(reply, i)
+        return [answers[ack.batch_id] for ack in acks]
 
     def nack(
         self,

@@ -9,7 +9,7 @@ import json
 
 import redis
 
-from collector.store import RetryState
+from collector.store import AckMany, RetryState
 from tests.support.entries import now_ms, numbered, store
 from tests.support.scriptcalls import Scripts
 from tests.support.scripting import GAME, KEYS, LEASE_MS, SCHEMA, TOKEN, meta
@@ -179,3 +179,11 @@ def test_a_queue_place_of_another_form_sets_the_batch_aside(
     assert scripts.ack(KEYS, "b1.0", TOKEN) == -1
     record = json.loads(client.lindex(KEYS.quarantine, 0) or b"{}")
     assert record["r"] == "metadata with a queue place of the wrong form"
+
+
+def test_a_lease_acked_in_one_call_leaves_the_queue(client: redis.Redis, scripts: Scripts) -> None:
+    store(scripts, SCHEMA, GAME, numbered(GAME, 3 * 128))
+    assert claim(scripts, "b1", most=3)[0] == ["b1.0", "b1.1", "b1.2"]
+    acks = (("b1.0", 0), ("b1.1", 0))
+    assert scripts.store.call(AckMany(KEYS, TOKEN, acks)) == [128, 128]
+    assert queue(client) == ["b1.2"]

@@ -15,6 +15,8 @@ import redis
 
 from collector.store import (
     Ack,
+    AckMany,
+    BackendRefused,
     Claim,
     Extend,
     Heartbeat,
@@ -107,10 +109,10 @@ CASES: list[Case] = [
     ],
     *[
         (s, k, t)
-        for s in ("ack", "release", "extend", "nack", "settle")
+        for s in ("ack", "ack_many", "release", "extend", "nack", "settle")
         for k, t in [("inflight", "zset"), ("batches", "hash"), ("stats", "hash")]
     ],
-    *[(s, "payloads", "hash") for s in ("ack", "nack", "settle")],
+    *[(s, "payloads", "hash") for s in ("ack", "ack_many", "nack", "settle")],
     *[(s, "retry", "zset") for s in ("release", "nack", "settle")],
     *[(s, "dead", "list") for s in ("nack", "settle")],
     *[
@@ -226,6 +228,7 @@ PREPARE: dict[str, Callable[[Shard], Call]] = {
     "heartbeat": _call(lambda s: Heartbeat(s.schema.reporters, "rep-1", 60_000)),
     "set_aside": _call(lambda s: SetAside(s.keys)),
     "ack": _on_held(lambda s, b, t: Ack(s.keys, b, t)),
+    "ack_many": _on_held(lambda s, b, t: AckMany(s.keys, t, ((b, 0),))),
     "release": _on_held(lambda s, b, t: Release(s.keys, b, t)),
     "extend": _on_held(lambda s, b, t: Extend(s.keys, b, t, LEASE_MS)),
     "nack": _on_held(lambda s, b, t: Nack(s.keys, b, t, POLICY, 0.5, True, 0, "HTTP 400")),
@@ -291,7 +294,7 @@ def spoil_meta(shard: Shard, batch: str, raw: bytes) -> None:
 
 
 @pytest.mark.parametrize("bad", sorted(BAD_META))
-@pytest.mark.parametrize("script", ["ack", "nack", "settle", "release", "extend"])
+@pytest.mark.parametrize("script", ["ack", "ack_many", "nack", "settle", "release", "extend"])
 def test_a_held_batch_whose_metadata_cannot_be_used_is_set_aside(
     shard: Shard, script: str, bad: str
 ) -> None:
@@ -302,6 +305,7 @@ def test_a_held_batch_whose_metadata_cannot_be_used_is_set_aside(
     store, keys = shard.scripts.store, shard.keys
     requests: dict[str, ScriptCall[Any]] = {
         "ack": Ack(keys, batch, token),
+        "ack_many": AckMany(keys, token, ((batch, 0),)),
         "release": Release(keys, batch, token),
         "extend": Extend(keys, batch, token, LEASE_MS),
         "nack": Nack(keys, batch, token, POLICY, 0.5, False, 0, "HTTP 503"),
@@ -309,7 +313,7 @@ def test_a_held_batch_whose_metadata_cannot_be_used_is_set_aside(
     }
     result = store.call(requests[script])
     assert (
-        result in (-1, 0, False)
+        result in (-1, 0, False, [-1])
         or getattr(result, "state", "") == "lost"
         or (getattr(result, "delivered", 0) == -1)
     )
@@ -320,6 +324,39 @@ def test_a_held_batch_whose_metadata_cannot_be_used_is_set_aside(
     assert (stats["quarantined_records"], stats["quarantined_events"]) == (1, 3)
     assert store.call(Ack(keys, other, token)) == 2  # its neighbour goes on
     assert totals(shard).unaccounted == 0
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_META))
+def test_a_lease_acked_in_one_call_sets_aside_the_batch_it_cannot_use_and_acks_the_rest(
+    shard: Shard, bad: str
+) -> None:
+    token = new_token()
+    first, batch, last = (
+        shard.leased(game, n, token) for game, n in (("g", 2), ("h", 3), ("i", 4))
+    )
+    spoil_meta(shard, batch, BAD_META[bad])
+    keys = shard.keys
+    request = AckMany(keys, token, ((first, 0), (batch, 0), (last, 1)))
+    assert shard.scripts.store.call(request) == [2, -1, 3]
+    [record] = records(shard)
+    assert (record.key, record.field, record.events) == (keys.batches, batch, 3)
+    assert shard.inflight() == {} and shard.meta(first) is None and shard.meta(last) is None
+    stats = shard.stats()
+    assert (stats["delivered"], stats["stale"], stats["batches_delivered"]) == (5, 1, 2)
+    assert (stats["quarantined_records"], stats["quarantined_events"]) == (1, 3)
+    assert totals(shard).unaccounted == 0
+
+
+def test_a_lease_acked_in_one_call_refuses_counts_beyond_a_batch_before_writing(
+    shard: Shard,
+) -> None:
+    token = new_token()
+    first, second = (shard.leased(game, 2, token) for game in ("g", "h"))
+    spoil_meta(shard, first, b"{not json")  # would be set aside, were the call not refused
+    before = shard.snapshot()
+    with pytest.raises(BackendRefused, match="exceed the batch size"):
+        shard.scripts.store.call(AckMany(shard.keys, token, ((first, 0), (second, 3))))
+    assert shard.snapshot() == before
 
 
 def test_due_retries_with_unreadable_metadata_are_set_aside_and_the_rest_taken(

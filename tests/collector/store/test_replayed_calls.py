@@ -18,6 +18,7 @@ from redis.retry import Retry
 from collector.store import (
     SCRIPT_NAMES,
     Ack,
+    AckMany,
     Claim,
     Extend,
     Heartbeat,
@@ -109,6 +110,17 @@ def test_ack(shard: Shard) -> None:
     assert twice(shard, Ack(shard.keys, batch, token, 1)) == 4
     stats = shard.stats()
     assert (stats["delivered"], stats["stale"], stats["batches_delivered"]) == (4, 1, 1)
+
+
+def test_ack_many(shard: Shard) -> None:
+    token = new_token()
+    first, second = (shard.leased(game, 5, token) for game in ("g", "h"))
+    other, _ = leased(shard)  # another lease's: not this token's
+    request = AckMany(shard.keys, token, ((first, 1), (other, 0), (second, 0)))
+    assert twice(shard, request) == [4, -1, 5]
+    stats = shard.stats()
+    assert (stats["delivered"], stats["stale"], stats["batches_delivered"]) == (9, 1, 2)
+    assert list(shard.inflight()) == [other]
 
 
 @pytest.mark.parametrize("permanent", [False, True])
@@ -306,6 +318,16 @@ def _ack(shard: Shard) -> tuple[ScriptCall[Any], Any, Callable[[Shard], None]]:
     return Ack(shard.keys, batch, token), 5, check
 
 
+def _ack_many(shard: Shard) -> tuple[ScriptCall[Any], Any, Callable[[Shard], None]]:
+    token = new_token()
+    batches = [shard.leased(game, 5, token) for game in ("g", "h")]
+
+    def check(s: Shard) -> None:
+        assert (s.stats()["delivered"], s.stats()["batches_delivered"]) == (10, 2)
+
+    return AckMany(shard.keys, token, tuple((b, 0) for b in batches)), [5, 5], check
+
+
 def _take_retries(shard: Shard) -> tuple[ScriptCall[Any], Any, Callable[[Shard], None]]:
     batch, token = leased(shard)
     shard.nack(batch, token)
@@ -338,8 +360,8 @@ def _claim(shard: Shard) -> tuple[ScriptCall[Any], Any, Callable[[Shard], None]]
 
 @pytest.mark.parametrize(
     "prepare",
-    [_ack, _take_retries, _settle, _claim],
-    ids=["ack", "take_retries", "settle", "claim"],
+    [_ack, _ack_many, _take_retries, _settle, _claim],
+    ids=["ack", "ack_many", "take_retries", "settle", "claim"],
 )
 def test_a_lost_reply_and_its_resend_apply_once(shard: Shard, prepare: Prepare) -> None:
     request, expected, check = prepare(shard)

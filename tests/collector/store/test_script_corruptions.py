@@ -33,6 +33,7 @@ import redis
 from collector.store import (
     SCRIPT_NAMES,
     Ack,
+    AckMany,
     BackendError,
     Claim,
     Collect,
@@ -297,6 +298,7 @@ def scene_hold(shard: Shard) -> Scene:
 
 HELD = {
     "ack": lambda s: Ack(s.keys, s.batch, s.token),
+    "ack_many": lambda s: AckMany(s.keys, s.token, ((s.batch, 0),)),
     "release": lambda s: Release(s.keys, s.batch, s.token),
     "extend": lambda s: Extend(s.keys, s.batch, s.token, LEASE_MS),
     "nack": lambda s: Nack(s.keys, s.batch, s.token, POLICY, 0.5, False, 0, "HTTP 503"),
@@ -649,6 +651,7 @@ READS: dict[str, list[str]] = {
     "collect": ["queue", "active", "ring", "marker", "writes", "writers", *_SHARD],
     "claim": ["queue", "active", "ring", "inflight", "batches", "payloads", "dead", *_SHARD],
     "ack": ["payloads", *_HELD],
+    "ack_many": ["payloads", *_HELD],
     "release": ["retry", *_HELD],
     "extend": _HELD,
     "nack": ["payloads", "retry", "dead", *_HELD],
@@ -672,6 +675,7 @@ COUNTED = {
     "collect": "stored",
     "claim": "claimed",
     "ack": "delivered",
+    "ack_many": "delivered",
     "release": "batches_released",
     "nack": "batches_retried",
     "settle": "delivered",
@@ -684,6 +688,7 @@ COUNTED = {
 }
 READS_METADATA = (
     "ack",
+    "ack_many",
     "release",
     "extend",
     "nack",
@@ -763,6 +768,7 @@ def size_cases() -> list[Case]:
         Case("heartbeat", "registry", "100,000 far-future ghosts", OK, _registry_of_ghosts),
         Case("reap", "payload", "missing", SET_ASIDE, _payload(None)),
         Case("ack", "payload", "more entries than a batch", OK, _payload(200)),
+        Case("ack_many", "payload", "more entries than a batch", OK, _payload(200)),
         Case("replay", "payload", "more entries than a batch", SET_ASIDE, _payload(200)),
     ]
     for script in ("take_retries", "settle"):

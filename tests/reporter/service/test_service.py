@@ -255,12 +255,21 @@ def test_acks_of_a_claim_go_together_after_its_posts(
         return ack_many(acks)
 
     service.batches.ack_many = counted  # type: ignore[method-assign]
+    scripts: list[list[str]] = []
+    call_many = service.store.call_many
+
+    def spied(requests: Any) -> Any:
+        scripts.append([request.script for request in requests])
+        return call_many(requests)
+
+    service.store.call_many = spied  # type: ignore[method-assign]
     service.start()
     wait_until(
         lambda: read_totals(service.store).counter("delivered") == 512,
         what="every batch acknowledged",
     )
     assert rounds == [4]
+    assert [names for names in scripts if "shard_lease" not in names] == [["ack_many"]]
     assert len(recorder.posts) == 4
     counts = service.stop().counts
     assert (counts["delivered"], counts["batches_delivered"]) == (512, 4)
