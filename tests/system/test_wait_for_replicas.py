@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from collector import ConfigError
-from collector.store import BackendUnreplicated, Collect, KeySchema, open_store
+from collector.store import Ack, BackendUnreplicated, Collect, KeySchema, open_store
+from reporter._delivery.batches import Batches
 from reporter._demo.endpoint import LocalEndpoint
 from tests.support.entries import ids_of, make_config, numbered, store
 from tests.support.fixtures import MakeCollector, MakeService
@@ -100,6 +101,26 @@ def test_the_store_raises_with_the_primarys_result(own_server: Server) -> None:
         with pytest.raises(BackendUnreplicated, match="0 replicas confirmed, 2 wanted") as info:
             s.call(Collect(keys, "g", numbered("g", 1), 100, 60))
         assert info.value.result is not None and info.value.result.evicted == 0
+    finally:
+        s.close()
+
+
+def test_the_acks_of_a_lease_no_replica_confirmed_carry_each_batchs_result(
+    own_server: Server,
+) -> None:
+    """A lease's acks go in one call; unconfirmed, each batch still gets its own result."""
+    config = make_config(own_server.url, redis={"wait_for_replicas": 1, "wait_timeout_ms": 10})
+    s = open_store(config.redis)
+    try:
+        keys = s.schema.for_game("g")
+        scripts = Scripts(own_server.client())
+        store(scripts, s.schema, "g", numbered("g", 300))
+        claimed = scripts.claim(keys, "g", "b1", "tok", 128, 3, 60_000, 0, 0)
+        answers = Batches(s, config).ack_many(
+            [Ack(keys, batch.batch_id, "tok", stale) for stale, batch in enumerate(claimed.batches)]
+        )
+        assert all(isinstance(a, BackendUnreplicated) for a in answers)
+        assert [a.result for a in answers if isinstance(a, BackendUnreplicated)] == [128, 127, 42]
     finally:
         s.close()
 
