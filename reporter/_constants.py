@@ -15,6 +15,9 @@ CONTENDED_SECONDS = 1.0
 # jitter can bring two of them closer than they were sent: the shared bucket runs this much
 # below the configured rate so that no second at the server holds more than the rate.
 NPPA_RATE_HEADROOM = 0.04
+# Every reporter looks at the shared request rate's state in Redis this often, so that each
+# finds it lost (a restart, a failover) within this long, however idle it is.
+RATE_WATCH_SECONDS = 1.0
 # Due retries one claim of retries takes at most.
 RETRIES_PER_LOOP = 16
 # A job keeps looping this long while its worker reports more work, before yielding its thread.

@@ -64,7 +64,9 @@ class ReserveSlot(ScriptCall[Slot]):
     """Reserve the next free slot of ``scope`` ('' for the whole key, or a game's bizId) in
     the slots at ``key`` (``KeySchema.limiter``), slots ``interval_us`` apart, if it is at
     most ``horizon_us`` ahead (-1: only look); ``pause_ms`` > 0 puts every scope's next slot
-    that far from now.  ``now_us`` replaces Redis TIME (tests)."""
+    that far from now.  ``known``: the state's born time the caller saw last ('' none): a
+    state absent or born at another time was lost, and pauses every scope for
+    ``lost_pause_us``.  ``now_us`` replaces Redis TIME (tests)."""
 
     script: ClassVar[str] = "reserve_slot"
     receipt: ClassVar[bool] = True
@@ -74,6 +76,8 @@ class ReserveSlot(ScriptCall[Slot]):
     horizon_us: int = 0
     pause_ms: int = 0
     now_us: int | None = None
+    known: str = ""
+    lost_pause_us: int = 0
     call: str = field(default_factory=call_id)  # the receipt's id: a resend takes no more
 
     def keys(self) -> Sequence[str]:
@@ -93,10 +97,19 @@ class ReserveSlot(ScriptCall[Slot]):
             self.horizon_us,
             self.pause_ms,
             "" if self.now_us is None else self.now_us,
+            self.known,
+            self.lost_pause_us,
         )
 
     def parse(self, reply: Any) -> Slot:
-        return Slot(bool(int(reply[0])), int(reply[1]), int(reply[2]))
+        return Slot(
+            bool(int(reply[0])),
+            int(reply[1]),
+            int(reply[2]),
+            int(reply[3]),
+            text(reply[4]),
+            bool(int(reply[5])),
+        )
 
 
 class HoldOp(StrEnum):

@@ -137,12 +137,16 @@ class LeaseAnswer(NamedTuple):
 
 class Slot(NamedTuple):
     """A slot of a shared request rate (``reserve_slot.lua``): whether it was reserved,
-    microseconds from now until it (or until the next free one), and how many slots others
-    reserved ahead of it."""
+    microseconds from now until it (or until the next free one), how many slots others
+    reserved ahead of it, microseconds a pause still runs, when the rate's state was first
+    written (``born``, to pass back as ``known``), and whether this call found it lost."""
 
     reserved: bool
     wait_us: int
     ahead: int
+    paused_us: int = 0
+    born: str = ""
+    lost: bool = False
 
 
 @dataclass(frozen=True, slots=True)

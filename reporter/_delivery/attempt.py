@@ -164,13 +164,15 @@ class Attempt:
     ) -> Outcome:
         started = time.perf_counter()
         outcome = self._sender.send(game, batch_id, events, attempt)
+        if outcome.audit_lost:
+            self._counts.count(C.AUDIT_LINES_LOST, outcome.audit_lost)
+        if outcome.unsent:  # no request went out: nothing was answered
+            return outcome
         seconds = time.perf_counter() - started
         answers.append(Answer(outcome, seconds, len(events)))
         self._counts.observe(Histogram.POST_DURATION_SECONDS, seconds)
         self._counts.observe(Histogram.BATCH_SIZE_EVENTS, len(events))
         self._errors.record(outcome)
-        if outcome.audit_lost:
-            self._counts.count(C.AUDIT_LINES_LOST, outcome.audit_lost)
         return outcome
 
     def _halves(self, batch: _Batch) -> Outcome:

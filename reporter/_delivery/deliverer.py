@@ -98,6 +98,8 @@ class Deliverer:
         sent = self._attempt.send(
             game, batch.batch_id, fresh.events, batch.attempts + 1, lambda: pace.one(stop, game)
         )
+        if sent.outcome.unsent:  # its slot was gone at the last moment (a pause): handed back
+            return None
         outcome = sent.outcome
         for answer in sent.answers:
             heard = pace.heard(answer.outcome, game, batch.batch_id)

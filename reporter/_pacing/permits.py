@@ -99,7 +99,8 @@ class Permits:
         """A slot, slept until.  A taker that wakes more than ``SLOT_LATE_SECONDS`` after its
         slot (a busy host) lets it go and takes the next free one: sent late, its request
         would arrive close to the next one's, and ten slots a second leave only a few ms
-        each to spare."""
+        each to spare.  A pause that began while it slept (a 1006 heard by any reporter)
+        makes it give the slot up (without a lead; with one, ``on_time`` asks)."""
         assert self._slots is not None
         self._due.at = None
         for _ in range(SLOT_TRIES):
@@ -118,6 +119,8 @@ class Permits:
                 return False
             due = (asked + answered) / 2 + wait
             if time.monotonic() - due <= SLOT_LATE_SECONDS:
+                if not self._lead and self._slots.paused(game):
+                    return False
                 self._due.at, self._due.send_at = due, send_at
                 return True
             self._metrics.count(Counter.LATE_SLOTS)
@@ -128,7 +131,8 @@ class Permits:
         sleep until the slot this thread took (woken ``lead`` early to get the request
         ready), then is it still within ``SLOT_LATE_SECONDS`` of it?  If not (it stalled on
         the way: sealing, a busy host), a new slot, slept for; False if there is none within
-        reach or the process is stopping."""
+        reach, a pause began since the slot was reserved (every reporter's request waits it
+        out), or the process is stopping."""
         due, self._due.at = getattr(self._due, "at", None), None
         if self._slots is None or due is None:
             return True
@@ -136,9 +140,18 @@ class Permits:
         if rest > 0 and stop.wait(rest):
             return False
         if time.monotonic() - due <= SLOT_LATE_SECONDS:
-            return True
+            return not self._slots.paused(game)
         self._metrics.count(Counter.LATE_SLOTS)
         return self._slot(game, stop) and self.on_time(game, stop)
+
+    @property
+    def watched(self) -> bool:
+        """Whether the rate keeps a state in Redis that every reporter watches (slots)."""
+        return self._slots is not None
+
+    def watch(self) -> bool:
+        """Look at the shared rate's state (``SharedSlots.watch``); False: nothing more."""
+        return self._slots.watch() if self._slots is not None else False
 
     def refund(self, requests: int) -> None:
         if requests > 0:

@@ -86,7 +86,9 @@ class Outcome:
     sending is held for every reporter and the batch handed back (a ``retry`` outcome); the
     text says what to check.  ``moved``: items sent with their behaviour time moved into the
     endpoint's window (counted and kept for audit once delivered).  ``audit_lost``: lines of
-    the sink's audit trail the attempt could not write (counted).
+    the sink's audit trail the attempt could not write (counted).  ``unsent``: the request
+    was not sent at all (at the last moment its slot of the shared rate was gone: a pause,
+    or stopping): nothing was heard, and the batch is handed back without an attempt charged.
     """
 
     kind: Literal["delivered", "retry", "rejected"]
@@ -101,6 +103,7 @@ class Outcome:
     hold: Refusal | None = None
     moved: tuple[MovedItem, ...] = ()
     audit_lost: int = 0
+    unsent: bool = False
 
     def __post_init__(self) -> None:
         if (self.refused or self.retry_items) and self.kind != DELIVERED:

@@ -26,6 +26,7 @@ from collector.store import KeySchema, Store
 from reporter._config import ReporterConfig
 from reporter._constants import (
     HOLD_POLL_SECONDS,
+    RATE_WATCH_SECONDS,
     REAP_INTERVAL_SECONDS,
     SECRET_FILE_POLL_SECONDS,
     STOP_MARGIN_SECONDS,
@@ -181,6 +182,9 @@ class ReporterService:
         every("reaper", jobs.reaper.loop, REAP_INTERVAL_SECONDS, "control")
         every("lease-keeper", jobs.lease_keeper.loop, r.lease_seconds / 3, "control")
         every("store-watch", jobs.store_watch.loop, RESET_GATHER_SECONDS, "control")
+        if core.permits.watched:  # know the shared rate's state, to find it lost
+            guarded("rate-watch", core.permits.watch)()
+            every("rate-watch", core.permits.watch, RATE_WATCH_SECONDS, "control")
         for sweeper in jobs.sweepers:
             every(f"sweep:{sweeper.keys.shard}", sweeper.loop, poll, "default")
         for i, worker in enumerate(jobs.hot_workers):

@@ -281,7 +281,7 @@ class NppaSender:
                 call.lost += self._record.answer(line, outcome, error=outcome.reason)
                 return outcome
             if response is None:
-                outcome = Outcome(RETRY, NOT_SENT)
+                outcome = Outcome(RETRY, NOT_SENT, unsent=True)
                 call.lost += self._record.answer(line, outcome)
                 return outcome
             outcome = classify(

@@ -280,3 +280,61 @@ def test_a_thread_stopped_while_sleeping_off_its_lead_does_not_send(store: Store
     stop.set()
     assert not permits.on_time("g1", stop)
     assert tally.get(Counter.LATE_SLOTS) == 0
+
+
+# -- the throttle honoured everywhere --------------------------------------------------------
+
+
+def limiter_key(store: Store) -> str:
+    return store.schema.limiter("nppa:app-1")
+
+
+@pytest.mark.parametrize("lead", [0.0, 0.05])
+def test_a_slot_reserved_before_a_pause_is_given_up_when_its_time_comes(
+    store: Store, lead: float
+) -> None:
+    """A thread reserved a slot about 0.3 s ahead; meanwhile another reporter (a process of
+    its own: nothing shared but Redis) hears a 1006 and pauses everyone.  At its slot the
+    thread does not send: without a lead ``one`` says so, with one ``on_time``."""
+    mine, other = nppa_slots(store), nppa_slots(store)
+    permits = Permits(mine, mine, lead=lead)
+    for _ in range(3):
+        assert other.reserve("g1").reserved
+    threading.Timer(0.1, other.pause, args=(60.0, "g1")).start()
+    stop = threading.Event()
+    if lead:
+        assert permits.one(stop, "g1")  # woken ahead of its slot, the request made ready
+        assert not permits.on_time("g1", stop)
+    else:
+        assert not permits.one(stop, "g1")
+    assert not mine.reserve("g1").reserved  # and it waits the pause out
+
+
+def test_a_lost_state_pauses_every_scope_for_the_slot_horizon(store: Store, r: redis.Redis) -> None:
+    """The next second's slots were reserved when Redis lost the rate's state (a restart
+    without persistence, a failover): no slot is handed out until every one reserved
+    before has passed, whichever scope asks, whichever reporter, one starting now too."""
+    slots = nppa_slots(store, "game")
+    first = slots.reserve("g1")
+    assert first.reserved and first.wait_us == 0 and not first.lost  # a first start: no wait
+    for _ in range(9):
+        assert slots.reserve("g1").reserved  # up to 0.94 s ahead
+    r.delete(limiter_key(store))
+    lost = slots.reserve("g1")
+    horizon_us = SLOT_HORIZON_SECONDS * 1_000_000
+    assert not lost.reserved and lost.lost
+    assert horizon_us < lost.paused_us <= horizon_us + 104_167
+    starting = nppa_slots(store, "game")  # knows nothing of the state before
+    other_scope = starting.reserve("g2")
+    assert not other_scope.reserved and other_scope.paused_us > horizon_us - 100_000
+    assert not slots.reserve("g2").reserved  # this process waits it out without asking
+
+
+def test_a_lost_pause_is_put_back_by_a_reporter_that_knew_it(store: Store, r: redis.Redis) -> None:
+    heard, saw, starting = nppa_slots(store), nppa_slots(store), nppa_slots(store)
+    heard.pause(60.0, "g1")  # a 1006, a minute
+    assert saw.acquire(1, game="g1").granted == 0  # another reporter looks: paused
+    r.delete(limiter_key(store))
+    assert saw.acquire(1, game="g1").granted == 0  # finds the state lost: puts the pause back
+    slot = starting.reserve("g1")  # a reporter that never saw either
+    assert not slot.reserved and slot.paused_us > 55_000_000
