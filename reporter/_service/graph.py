@@ -285,6 +285,8 @@ def build_jobs(core: Core) -> Jobs:
         held=(lambda: hold.any_held) if hold is not None else lambda: False,
     )
     pools = {"default": r.workers, "control": 2}
+    if core.permits.watched:
+        pools["rate"] = 1  # the shared rate's watch, never behind the control jobs
     if prober is not None:
         pools["hold"] = 1
     pools.update({f"hot:{game}": threads for game, threads in r.hot_games.items()})

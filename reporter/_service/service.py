@@ -184,7 +184,7 @@ class ReporterService:
         every("store-watch", jobs.store_watch.loop, RESET_GATHER_SECONDS, "control")
         if core.permits.watched:  # know the shared rate's state, to find it lost
             guarded("rate-watch", core.permits.watch)()
-            every("rate-watch", core.permits.watch, RATE_WATCH_SECONDS, "control")
+            every("rate-watch", core.permits.watch, RATE_WATCH_SECONDS, "rate")
         for sweeper in jobs.sweepers:
             every(f"sweep:{sweeper.keys.shard}", sweeper.loop, poll, "default")
         for i, worker in enumerate(jobs.hot_workers):

@@ -16,9 +16,9 @@ from collector import Collector, nppa
 from reporter._config import ReporterConfig
 from reporter._demo.nppa_mock import NppaEndpoint, RequestLog
 from reporter._service.service import ReporterService
-from tests.support.polling import wait_until
 from tests.support.entries import make_config
 from tests.support.fixtures import StartService
+from tests.support.polling import wait_until
 
 SECRET = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 APP_ID = "app-throttle"
