@@ -16,12 +16,13 @@ from collector.config import build_config, raw_settings
 from collector.retry import MAX_RETRY_AFTER_SECONDS
 from reporter._config import ReporterConfig, SinkSettings
 from reporter._exceptions import SinkConfigError
+from reporter._http.transport import _request_bytes
 from reporter._senders.bodies import json_body
 from reporter._senders.outcome import DELIVERED, REJECTED, RETRY
 from reporter._sinks.json.sender import JsonSender, ratelog
 from reporter._sinks.registry import make_sender
 from tests.support.markers import secret
-from tests.support.rawhttp import always, raw_server, then_hold
+from tests.support.rawhttp import always, hang, raw_server, then_hold
 
 TOKEN = secret("token")
 
@@ -330,3 +331,77 @@ def test_an_error_answer_is_read_only_for_its_reason() -> None:
         finally:
             sender.close()
     assert (outcome.kind, outcome.reason) == (RETRY, "HTTP 503")  # the body is never kept
+
+
+# Through the builtin transport a request goes as bytes made by the sender (no httpx.Request).
+WIRE_SINKS = [
+    {},
+    {"gzip": True},
+    {"headers": {"X-Tenant": "acme", "Authorization": "Bearer t"}},
+    {"headers": {"Host": "other.invalid"}},
+    {"headers": {"Idempotency-Key": "mine"}},
+]
+
+
+@pytest.mark.parametrize("sink", WIRE_SINKS, ids=["default", "gzip", "headers", "host", "key"])
+def test_the_bytes_sent_are_those_of_the_request_httpx_would_build(sink: dict[str, Any]) -> None:
+    """Whether made by the sender or by the transport from an ``httpx.Request``, a request
+    goes as the bytes of the request ``send`` would hand httpx: every header in its order,
+    and the body."""
+    with raw_server(always(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")) as server:
+        sender = JsonSender(sink_config(url=server.url(), **sink).sink)
+        try:
+            assert sender.send("game-1", "batch-42.a", raw_events(), 3).kind == DELIVERED
+            [(head, body)] = server.requests
+            expected = _request_bytes(sender._request("batch-42.a", 3, body), None)
+        finally:
+            sender.close()
+    assert head + body == expected
+
+
+def test_a_delivered_request_to_the_builtin_transport_builds_no_httpx_objects(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    built: list[str] = []
+    real_request, real_response = JsonSender._request, httpx.Response.__init__
+
+    def request(self: JsonSender, *args: Any) -> httpx.Request:
+        built.append("request")
+        return real_request(self, *args)
+
+    def response(self: httpx.Response, *args: Any, **kwargs: Any) -> None:
+        built.append("response")
+        real_response(self, *args, **kwargs)
+
+    monkeypatch.setattr(JsonSender, "_request", request)
+    monkeypatch.setattr(httpx.Response, "__init__", response)
+    answers = [b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"] * 2 + [
+        b"HTTP/1.1 503 Busy\r\nRetry-After: 7\r\nContent-Length: 4\r\n\r\nbusy"
+    ]
+    with raw_server(lambda n, _: answers[n]) as server:
+        sender = JsonSender(sink_config(url=server.url()).sink)
+        try:
+            outcomes = [sender.send("g", f"b{i}", raw_events()) for i in range(2)]
+            assert built == []
+            assert [o.kind for o in outcomes] == [DELIVERED, DELIVERED]
+            failed = sender.send("g", "b2", raw_events())  # an answer to read: as before
+        finally:
+            sender.close()
+    assert (failed.kind, failed.retry_after, failed.reason) == (RETRY, 7.0, "HTTP 503")
+    assert built == ["request", "response"]
+
+
+def test_a_transport_error_of_the_builtin_transport_names_the_endpoint(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with raw_server(always(hang)) as server:
+        url = server.url()
+        sender = JsonSender(sink_config(url=url, timeout_seconds=0.3).sink)
+        try:
+            outcome = sender.send("g", "b", raw_events())
+        finally:
+            sender.close()
+    assert (outcome.kind, outcome.code) == (RETRY, "ReadTimeout")
+    assert f"request to {url.split('?')[0]} timed out while waiting for the status line" in (
+        caplog.text
+    )
