@@ -1,6 +1,7 @@
 """Benchmark the server-side time of single script calls on the hot paths: collect (1 event,
-100 events), claim (4 batches of 128), ack (one batch) and ack_many (the 4 batches of a
-claim in one call, as the reporter acks a lease).
+100 events; and 1 event, 1,000 events written once, as the SDK sends them: a writer id, a
+sequence number and the lowest unanswered one), claim (4 batches of 128), ack (one batch) and
+ack_many (the 4 batches of a claim in one call, as the reporter acks a lease).
 
 Each call's time is read from the server itself (``INFO commandstats``, the ``evalsha`` usec
 before and after the call), so the client's and the network's share is left out; the figures
@@ -19,7 +20,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -41,10 +42,25 @@ from collector.store import (
     Collect,
     KeySchema,
     ScriptCall,
+    ShardKeys,
     SingleServer,
     Store,
     encode_entry,
 )
+
+
+def collect_calls(keys: ShardKeys, entry: bytes, calls: int) -> Iterator[tuple[str, Collect]]:
+    """The collect calls, named: plain ones (of game "h" with 1 event, "g" with 100, which
+    the claims take), then as the SDK's writer sends them, 1 event and 1,000 alternating,
+    each answered before the next (so its own lowest unanswered number)."""
+    for _ in range(calls):
+        yield "collect, 1 event", Collect(keys, "h", [entry], 10**7, 3600)
+    for _ in range(calls):
+        yield "collect, 100 events", Collect(keys, "g", [entry] * 100, 10**7, 3600)
+    writer = uuid.uuid4().hex[:16]
+    for seq in range(1, 2 * calls + 1):
+        size, name = (1, "SDK's collect, 1 event") if seq % 2 else (1000, "SDK's collect, 1,000")
+        yield name, Collect(keys, "s", [entry] * size, 10**7, 3600, writer=writer, seq=seq, low=seq)
 
 
 def measure(client: redis.Redis, calls: int) -> dict[str, list[int]]:
@@ -67,14 +83,14 @@ def measure(client: redis.Redis, calls: int) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {
         "collect, 1 event": [],
         "collect, 100 events": [],
+        "SDK's collect, 1 event": [],
+        "SDK's collect, 1,000": [],
         "claim, 4 x 128": [],
         "ack": [],
         "ack_many, 4 batches": [],
     }
-    for _ in range(calls):
-        out["collect, 1 event"].append(timed(Collect(keys, "h", [entry], 10**7, 3600))[1])
-    for _ in range(calls):
-        out["collect, 100 events"].append(timed(Collect(keys, "g", [entry] * 100, 10**7, 3600))[1])
+    for name, call in collect_calls(keys, entry, calls):
+        out[name].append(timed(call)[1])
     for n in itertools.count():
         token = uuid.uuid4().hex
         claimed, spent = timed(
