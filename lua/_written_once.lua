@@ -65,15 +65,16 @@ local function once_record(record)
 end
 
 -- The checks of a write's own numbers (arguments, not records): nil, or what is wrong.
--- `seq`, `low` and `most` are nil unless whole numbers; `texts` are the arguments as sent.
-local function once_check(writer, seq, low, most, checksum, texts)
+-- `seq`, `low` and `most` are nil unless whole numbers; the texts are those three arguments as
+-- sent (for the error).
+local function once_check(writer, seq, low, most, checksum, seq_text, low_text, most_text)
   if #writer > 64 or not string.find(writer, '^[%w_.-]+$') then
     return string.format('writer id: expected 1 to 64 of [A-Za-z0-9_.-], got %.80s', writer)
   end
   if not (seq and low and most) or low > seq or most > ONCE_MOST or seq - low >= most then
     return string.format('sequence number %.20s with lowest unanswered %.20s: expected whole '
-      .. 'numbers, 1 <= lowest <= sequence < lowest + %.20s (at most %d)', texts[1],
-      texts[2], texts[3], ONCE_MOST)
+      .. 'numbers, 1 <= lowest <= sequence < lowest + %.20s (at most %d)', seq_text,
+      low_text, most_text, ONCE_MOST)
   end
   if #checksum < 1 or #checksum > 16 or not string.find(checksum, '^%w+$') then
     return string.format('checksum: expected 1 to 16 of [A-Za-z0-9], got %.80s', checksum)
@@ -205,16 +206,17 @@ end
 -- Returns the entries read (merged included), those merged, and the list's length (nil if
 -- nothing was pushed).
 local function dedup_push(queue, seen, blob, now_ms, window_ms, most)
-  local n, merged, len, pos, slice, keyed = 0, 0, nil, 1, {}, false
-  while pos <= #blob do
-    local stop = string.find(blob, '\n', pos, true) or (#blob + 1)
+  local n, merged, len, pos, slice, k, keyed = 0, 0, nil, 1, {}, 0, false
+  local find, sub, byte, size = string.find, string.sub, string.byte, #blob
+  while pos <= size do
+    local stop = find(blob, '\n', pos, true) or (size + 1)
     local entry = nil
     n = n + 1
-    if string.byte(blob, pos) == 30 then
-      local close = string.find(blob, '\30', pos + 1, true)
+    if byte(blob, pos) == 30 then
+      local close = find(blob, '\30', pos + 1, true)
       if close and close < stop then
-        local key = string.sub(blob, pos + 1, close - 1)
-        entry = string.sub(blob, close + 1, stop - 1)
+        local key = sub(blob, pos + 1, close - 1)
+        entry = sub(blob, close + 1, stop - 1)
         if key ~= '' and window_ms > 0 then
           keyed = true
           if redis.call('ZADD', seen, 'NX', now_ms, key) == 0 then -- the key was there
@@ -228,17 +230,18 @@ local function dedup_push(queue, seen, blob, now_ms, window_ms, most)
         end
       end
     end
-    if entry == nil then entry = string.sub(blob, pos, stop - 1) end
+    if entry == nil then entry = sub(blob, pos, stop - 1) end
     if entry then
-      slice[#slice + 1] = entry
-      if #slice == 1000 then
-        len = redis.call('RPUSH', queue, unpack(slice))
-        slice = {}
+      k = k + 1
+      slice[k] = entry
+      if k == 1000 then
+        len = redis.call('RPUSH', queue, unpack(slice, 1, k))
+        k = 0
       end
     end
     pos = stop + 1
   end
-  if #slice > 0 then len = redis.call('RPUSH', queue, unpack(slice)) end
+  if k > 0 then len = redis.call('RPUSH', queue, unpack(slice, 1, k)) end
   if keyed then
     redis.call('ZREMRANGEBYSCORE', seen, '-inf', now_ms - window_ms)
     local extra = redis.call('ZCARD', seen) - most

@@ -87,9 +87,10 @@ if #ARGV ~= PROTOCOL_ARGS then
     .. 'arguments, the call sent %d', PROTOCOL_VERSION, PROTOCOL_ARGS, #ARGV))
 end
 
+local tonumber = tonumber
 local function whole(text, lo, hi)
   local n = tonumber(text)
-  if n and n == math.floor(n) and n >= lo and n <= hi then return n end
+  if n and n % 1 == 0 and n >= lo and n <= hi then return n end
   return nil
 end
 local function refuse(what, value)
@@ -113,7 +114,7 @@ local seq, low, horizon_ms, most_writers
 if writer ~= '' then
   seq, low = whole(ARGV[10], 1, MAX_WHOLE), whole(ARGV[11], 1, MAX_WHOLE)
   local bad = once_check(writer, seq, low, whole(ARGV[14], 1, 2 ^ 31), ARGV[17] or '',
-                         {ARGV[10], ARGV[11], ARGV[14]})
+                         ARGV[10], ARGV[11], ARGV[14])
   if bad then return redis.error_reply('collect: ' .. bad) end
   horizon_ms, most_writers = whole(ARGV[12], 1, 2 ^ 40), whole(ARGV[13], 1, 2 ^ 31)
   if not (horizon_ms and most_writers) then
@@ -181,20 +182,25 @@ end
 -- == end of written once ==================================================================
 
 -- Cut with a plain find (memchr), not a pattern; unpack() is limited by Lua's stack, so push
--- in slices of 1000.
-local pos, slice = 1, {}
+-- in slices of 1000.  The hot loop of the script (once per event): the functions are locals,
+-- the slice's length is counted (Lua's # searches for it) and the one table is filled again.
+local pos, slice, k = 1, {}, 0
 if n > 0 then blob = '' end -- pushed with their dedup keys above
-while pos <= #blob do
-  local stop = string.find(blob, '\n', pos, true) or (#blob + 1)
-  n = n + 1
-  slice[#slice + 1] = string.sub(blob, pos, stop - 1)
-  if #slice == 1000 then
-    len = redis.call('RPUSH', KEYS[1], unpack(slice))
-    slice = {}
+local find, sub, size = string.find, string.sub, #blob
+while pos <= size do
+  local stop = find(blob, '\n', pos, true) or (size + 1)
+  k = k + 1
+  slice[k] = sub(blob, pos, stop - 1)
+  if k == 1000 then
+    len = redis.call('RPUSH', KEYS[1], unpack(slice, 1, k))
+    n, k = n + k, 0
   end
   pos = stop + 1
 end
-if #slice > 0 then len = redis.call('RPUSH', KEYS[1], unpack(slice)) end
+if k > 0 then
+  len = redis.call('RPUSH', KEYS[1], unpack(slice, 1, k))
+  n = n + k
+end
 if len == nil then len = redis.call('LLEN', KEYS[1]) end
 if len > cap then
   redis.call('LTRIM', KEYS[1], len - cap, -1)
