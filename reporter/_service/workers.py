@@ -32,6 +32,8 @@ from reporter._service.store_watch import StoreWatch
 logger = logging.getLogger("reporter")
 # The longest a claim may wait for its request once the sweep has come to it.
 NEXT_REQUEST_MS = round(CLAIM_NEAR_SECONDS * 1000)
+# Sweeps of a busy shard (each game left a full batch) at most between two reads of its ring.
+BUSY_SWEEPS = 3
 ratelog = RateLimitedLog(logger, interval=30.0)
 
 
@@ -92,10 +94,18 @@ class ShardSweeper:
         # one round trip before its claims instead of two.
         self._pages: dict[str, list[str]] = {}
         self._last_round_pages: dict[str, list[str]] = {}
+        # A shard whose every game was left with a full batch by the last sweep: its games
+        # are swept again without reading the ring (BUSY_SWEEPS at most in a row, within
+        # poll_interval_ms of the last read of the ring).
+        self._busy: list[str] = []
+        self._busy_sweeps = 0
+        self._ring_read_ms = 0
 
     def loop(self) -> bool:
         if not self._pipeline.running() or not self._ownership.owns(self.keys.shard):
             return False
+        if self._busy:
+            return self._sweep_busy()
         cursor = self._cursor
         known = self._pages.get(cursor, self._last_round_pages.get(cursor, []))
         ring = self._store.ring(self.keys, cursor, self._r.games_per_sweep, known)
@@ -117,16 +127,53 @@ class ShardSweeper:
         limited = self._pace.limited
         if limited:  # few requests: a deliberate order
             states.sort(key=lambda s: self.rank(s, now_ms))
+        drained = self._drain_ready(states, now_ms, limited)
+        if drained is None:
+            return False
+        left, full = drained
+        # The whole ring in one page, no retry due, and every game left with a full batch.
+        if full and states and first_page and not page_full and not ring.retries:
+            self._busy, self._busy_sweeps, self._ring_read_ms = candidates, 0, now_ms
+        return more or left or self._cursor != ""
+
+    def _drain_ready(
+        self, states: list[GameState], now_ms: int, limited: bool
+    ) -> tuple[bool, bool] | None:
+        """Claim and send each ready game's batches; whether work was left, and whether
+        every game was left with a full batch (None: stopping)."""
+        more, full = False, not limited
         for state in states:
             if not self._pipeline.running():
-                return False
+                return None
             urgent = limited and self._urgent(state, now_ms)  # unlimited: nobody waits
             if urgent or self._is_ready(state, now_ms):
                 wait = (
                     urgent or state.length >= self._r.batch_size or self._pace.contended
                 )  # else only a request that is there
-                more |= self._isolated(state.game, partial(self._drain, state.game, wait))
-        return more or self._cursor != ""
+                left = self._isolated(state.game, partial(self._drain, state.game, wait))
+                more |= left
+                full &= left
+            else:
+                full = False
+        return more, full
+
+    def _sweep_busy(self) -> bool:
+        """Sweep the games the last sweep left each with a full batch, in the same order,
+        without reading the ring: none could have waited less.  Due retries, a game new to
+        the ring and a reset store are seen at the next read of the ring, at most
+        BUSY_SWEEPS sweeps and poll_interval_ms later."""
+        games, self._busy = self._busy, []
+        self._busy_sweeps += 1
+        if int(self._clock() * 1000) - self._ring_read_ms >= self._r.poll_interval_ms:
+            return True  # the ring is read at once
+        full = True
+        for game in games:
+            if not self._pipeline.running():
+                return False
+            full &= self._isolated(game, partial(self._drain, game, True))
+        if full and self._busy_sweeps < BUSY_SWEEPS and not self._pace.limited:
+            self._busy = games
+        return True
 
     def rank(self, state: GameState, now_ms: int) -> tuple[int, int, int]:
         """Sort key of a game when requests are scarce: would-go-stale first, then higher

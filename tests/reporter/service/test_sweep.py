@@ -12,6 +12,7 @@ import redis
 from collector.store import BackendRefused, Claim, KeySchema
 from reporter._monitoring.accounting import read_totals
 from reporter._service.service import ReporterService
+from reporter._service.workers import BUSY_SWEEPS
 from tests.support.clock import Clock
 from tests.support.entries import ids_of, make_config, now_ms, numbered, store
 from tests.support.fixtures import MakeService
@@ -291,35 +292,38 @@ def test_a_game_whose_claim_is_refused_does_not_stop_its_shard(
     assert sorted(p.game for p in recorder.posts) == sorted(good)
 
 
-def test_a_busy_shard_reads_its_games_states_with_the_ring(
+def test_a_page_reads_its_games_states_with_the_ring(
     build: Build, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The games a page held last time have their states read with the page: a sweep of a
-    busy shard takes one round trip before its claims; a game new to the page costs one
-    more, and states read with the page are as fresh as the page."""
+    """The games a page held last time have their states read with the page: a sweep takes
+    one round trip before its claims; a game new to the page costs one more, and states
+    read with the page are as fresh as the page."""
     service, recorder, clock = build(max_batches_per_claim=1)
     keys = service.schema.for_game(GAME)
-    other = next(g for g in (f"g-{i}" for i in range(200)) if service.schema.for_game(g) == keys)
+    other, waiting = [
+        g for g in (f"g-{i}" for i in range(200)) if service.schema.for_game(g) == keys
+    ][:2]
     scripts = Scripts(service.store)
     store(scripts, service.schema, GAME, numbered(GAME, 3 * 128))
+    store(scripts, service.schema, waiting, numbered(waiting, 5))  # lingers throughout
     separate: list[list[str]] = []
     real = service.batches.game_states
 
     def game_states(shard: Any, games: list[str]) -> Any:
-        separate.append(list(games))
+        separate.append(sorted(games))
         return real(shard, games)
 
     monkeypatch.setattr(service.batches, "game_states", game_states)
 
     assert sweep(service, GAME) is True
-    assert separate == [[GAME]]  # the page's first read: its game is new
+    assert separate == [sorted([GAME, waiting])]  # the page's first read: its games are new
     assert sweep(service, GAME) is True
-    assert separate == [[GAME]]  # read with the ring
+    assert separate == [sorted([GAME, waiting])]  # read with the ring
     assert len(recorder.events(GAME)) == 2 * 128
 
     store(scripts, service.schema, other, numbered(other, 128))
     sweep(service, GAME)
-    assert separate == [[GAME], [other]]
+    assert separate == [sorted([GAME, waiting]), [other]]
     assert len(recorder.events(other)) == 128
     assert len(recorder.events(GAME)) == 3 * 128
 
@@ -331,4 +335,69 @@ def test_a_busy_shard_reads_its_games_states_with_the_ring(
     clock.at_ms(born + LINGER_MS)
     sweep(service, GAME)
     assert len(recorder.events(GAME)) == 3 * 128 + 5
-    assert separate == [[GAME], [other]]
+    assert separate == [sorted([GAME, waiting]), [other]]
+    assert recorder.events(waiting) == []
+
+
+def ring_reads(service: ReporterService, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of each sweep's reads of the ring, as they happen (a list to read from)."""
+    reads: list[int] = []
+    real = service.batches.ring
+
+    def ring(*args: Any) -> Any:
+        reads.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(service.batches, "ring", ring)
+    return reads
+
+
+def test_a_shard_whose_games_all_keep_a_full_batch_is_swept_without_reading_its_ring(
+    build: Build, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every game left with a full batch: the next sweeps claim them again at once, and the
+    ring is read again after BUSY_SWEEPS of them (or poll_interval_ms); a retry that came
+    due meanwhile is taken then, first."""
+    service, recorder, clock = build(max_batches_per_claim=1)
+    keys = service.schema.for_game(GAME)
+    second = next(g for g in (f"g-{i}" for i in range(200)) if service.schema.for_game(g) == keys)
+    scripts = Scripts(service.store)
+    for game in (GAME, second):
+        store(scripts, service.schema, game, numbered(game, 20 * 128))
+    reads = ring_reads(service, monkeypatch)
+
+    for _ in range(1 + BUSY_SWEEPS):
+        assert sweep(service, GAME) is True
+    assert len(reads) == 1
+    assert len(recorder.events(GAME)) == len(recorder.events(second)) == (1 + BUSY_SWEEPS) * 128
+
+    claimed = service.batches.claim(keys, GAME, "crashed-worker", 1)
+    [(retry_id, _)] = claimed.batches
+    assert service.batches.release(keys, retry_id, "crashed-worker")  # due at once
+    sweep(service, GAME)
+    assert len(reads) == 2
+    assert recorder.posts[-3].batch_id == retry_id  # the retry first, then the two games
+    assert sweep(service, GAME) is True
+    assert len(reads) == 3  # a sweep that took a retry leaves the ring to be read again
+    sweep(service, GAME)
+    assert len(reads) == 3  # busy again
+
+    clock.at_ms(now_ms() + LINGER_MS)  # poll_interval_ms since the ring was read: read now
+    sweep(service, GAME)
+    sweep(service, GAME)
+    assert len(reads) == 4
+
+
+def test_a_shard_with_a_game_not_left_full_reads_its_ring_every_sweep(
+    build: Build, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service, _, _ = build(max_batches_per_claim=1)
+    keys = service.schema.for_game(GAME)
+    small = next(g for g in (f"g-{i}" for i in range(200)) if service.schema.for_game(g) == keys)
+    scripts = Scripts(service.store)
+    store(scripts, service.schema, GAME, numbered(GAME, 10 * 128))
+    store(scripts, service.schema, small, numbered(small, 5))  # lingering: not claimed
+    reads = ring_reads(service, monkeypatch)
+    for n in range(1, 5):
+        sweep(service, GAME)
+        assert len(reads) == n
