@@ -170,6 +170,7 @@ EXPECTED: dict[str, list[str | re.Pattern[str]]] = {
         "stored events/s",
         "every round's events stored: yes",
     ],
+    "write_cost": ["client CPU ns/event", "wall ns/event", "server ns/event"],
     "collect": [
         "background",
         "baseline",
