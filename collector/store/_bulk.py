@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import redis
+from hiredis import pack_command
 from redis.exceptions import NoScriptError, ResponseError
 
 from collector._constants import WRITE_BYTES
@@ -29,6 +30,11 @@ from collector.store._scripts import LuaScript
 
 # One EVALSHA: the script, its KEYS and its ARGV.
 WireCall = tuple[LuaScript, Sequence[str], Sequence[Any]]
+
+# An argument longer than this (a collect call's entries, up to CALL_BYTES) goes to the
+# write's buffer as it is, beside the rest of its call packed, not copied into a packed call
+# first: the entries are copied once on their way to the socket, not twice.
+APART_BYTES = 16 * 1024
 
 
 def run_calls(
@@ -166,12 +172,12 @@ def _writes(
     count, chunks, size = 0, [], 0
     asking = conn.pack_command("ASKING") if wait[2] else None
     for script, keys, args in calls:
-        packed = conn.pack_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        packed = _packed(("EVALSHA", script.sha, len(keys), *keys, *args))
         if asking:  # rare: a call sent again after an ASK redirect
             packed = asking + packed
         count += 1
         chunks += packed
-        size += sum(len(chunk) for chunk in packed)
+        size += sum(map(len, packed))
         if size >= WRITE_BYTES:
             yield count, chunks
             count, chunks, size = 0, [], 0
@@ -179,3 +185,27 @@ def _writes(
         chunks += conn.pack_command("WAIT", wait[0], wait[1])
     if count or chunks:
         yield count, chunks
+
+
+def _packed(command: tuple[Any, ...]) -> list[bytes]:
+    """``command`` in the Redis protocol (as redis-py packs it with hiredis), in chunks: the
+    arguments longer than APART_BYTES each its own chunk, the rest packed around them."""
+    apart = [i for i, arg in enumerate(command) if type(arg) is bytes and len(arg) > APART_BYTES]
+    if not apart:
+        return [pack_command(command)]
+    chunks = [b"*%d\r\n" % len(command)]
+    start = 0
+    for i in apart:
+        if start < i:
+            chunks.append(_without_count(command[start:i]))
+        chunks += (b"$%d\r\n" % len(command[i]), command[i], b"\r\n")
+        start = i + 1
+    if start < len(command):
+        chunks.append(_without_count(command[start:]))
+    return chunks
+
+
+def _without_count(arguments: tuple[Any, ...]) -> bytes:
+    """``arguments`` packed, without the count that heads a command ("*<n>\\r\\n")."""
+    packed: bytes = pack_command(arguments)
+    return packed[packed.index(b"\r\n") + 2 :]
