@@ -8,6 +8,7 @@ sink's (``Sink.freshness``, a ``Freshness``).
 
 from __future__ import annotations
 
+import operator
 from typing import NamedTuple
 
 import orjson
@@ -18,6 +19,8 @@ from reporter._sinks.base import Freshness
 from reporter._sinks.registry import make_sink
 
 __all__ = ["Fresh", "Freshness", "sink_freshness", "split_fresh"]
+
+_EVENT = operator.itemgetter(slice(ENTRY_TIME_DIGITS, None))  # an entry's event (its JSON)
 
 
 def sink_freshness(config: ReporterConfig) -> Freshness:
@@ -51,7 +54,7 @@ def split_fresh(entries: list[bytes], now_ms: int, rule: Freshness) -> Fresh:
     max_age_ms, field_name = rule.keep_ms, rule.field
     # Entries start with a fixed-width time, so the smallest entry is the oldest one.
     if not field_name and entries and now_ms - entry_time_ms(min(entries)) <= max_age_ms:
-        return Fresh([entry[ENTRY_TIME_DIGITS:] for entry in entries], 0)
+        return Fresh(list(map(_EVENT, entries)), 0)
     fresh: list[bytes] = []
     positions: list[int] = []
     for position, entry in enumerate(entries):

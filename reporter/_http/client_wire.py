@@ -11,6 +11,7 @@ limit when the caller needs it, else at most ``STATUS_BODY_BYTES`` (see the tran
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 import ssl
 import time
@@ -52,6 +53,13 @@ class Connection:
 
     def __init__(self, sock: socket.socket, deadline: float) -> None:
         self.sock = sock
+        # Plain sockets are asked whether anything came in while idle with a poll, which
+        # leaves the socket as it is (a TLS socket is read, and so is any where there is no
+        # poll: see reusable).
+        self._idle_poll: select.poll | None = None
+        if not isinstance(sock, ssl.SSLSocket) and hasattr(select, "poll"):
+            self._idle_poll = select.poll()
+            self._idle_poll.register(sock, select.POLLIN)
         self.buffer = bytearray()
         self.deadline = deadline
         self.phase = CONNECTING
@@ -132,6 +140,11 @@ class Connection:
         while it was idle: a read that does not wait finds the EOF."""
         if self.buffer:
             return False
+        if self._idle_poll is not None:
+            try:
+                return not self._idle_poll.poll(0)  # readable: EOF, or bytes nobody asked for
+            except OSError:
+                return False
         try:
             self.sock.setblocking(False)
             if isinstance(self.sock, ssl.SSLSocket):

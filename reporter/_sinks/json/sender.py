@@ -32,6 +32,7 @@ ratelog = RateLimitedLog(logger, interval=60.0)
 ATTEMPT_HEADER = "X-Telemetry-Attempt"  # 1 for the first try of a batch, then 2, 3, ...
 # Bytes of an error answer's body read for the batch's reason, at most.
 REASON_BYTES = 1024
+_DELIVERED = Outcome(DELIVERED)  # immutable: one for every batch the endpoint took
 _ATTEMPT = ATTEMPT_HEADER.encode()
 # Headers a request gets from httpx or from send() unless the client's headers hold them.
 _OWN = frozenset(
@@ -162,7 +163,7 @@ class JsonSender:
                     lambda: self._request(batch_id, attempt, body),
                 )
                 if 200 <= reply.status < 300:
-                    return Outcome(DELIVERED)
+                    return _DELIVERED
                 response = response_of(reply, self._request(batch_id, attempt, body))
             elif self._transport is not None:
                 # The request is whole (headers, timeout): what Client.send adds on the way
@@ -175,7 +176,7 @@ class JsonSender:
             return classify_transport_error(exc)
         try:
             if 200 <= response.status_code < 300:
-                return Outcome(DELIVERED)
+                return _DELIVERED
             retry_after = response.headers.get("Retry-After")
             outcome = classify_http(response.status_code, retry_after, _start_of_body(response))
         finally:
