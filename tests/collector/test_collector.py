@@ -252,7 +252,8 @@ def test_too_large_drop_alone_reaches_redis_after_flush(
 
 
 class Opaque:
-    pass
+    def __repr__(self) -> str:  # the same in every process, so test ids are too
+        return "Opaque()"
 
 
 @pytest.mark.parametrize(
