@@ -149,12 +149,14 @@ def test_a_pause_survives_a_lost_rate_state(
     """A 1006 with a penalty of 8 s, then Redis loses the rate's state during it, and a
     fourth reporter starts (it knows nothing of the pause): the reporters that knew of it
     put it back (a lost state alone pauses for 5 s), and nothing arrives before it is
-    over.  The mock answers 1006 once (its fifth request) and throttles nothing itself:
-    only the reporters' pause keeps requests out of the penalty."""
+    over.  The mock answers its fifth request 1006 whatever the rate (a forced answer
+    starts no throttle of its own: only the reporters' pause keeps requests out of the
+    penalty); a 1006 of its own (a loaded host bunching requests) throttles as long."""
     with NppaEndpoint(
         app_id=APP_ID,
         secret_key=SECRET,
         biz_ids=GAMES.values(),
+        throttle_seconds=LONG_THROTTLE,
         force=lambda n: 1006 if n == 5 else None,
     ) as endpoint:
         config = throttle_config(redis_url, endpoint, throttle=LONG_THROTTLE)
