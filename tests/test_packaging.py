@@ -391,9 +391,9 @@ def test_make_test_after_make_demo_installs_the_dev_tools(checkout: Path) -> Non
     plan = make_plan(checkout, "test")
     assert not any(" -m venv " in line for line in plan)
     assert installs(plan) == ["'.[dev,embedded]'"]
-    assert plan[-1] == ".venv/bin/python -m pytest"
+    assert plan[-1] == ".venv/bin/python -m pytest -n 3"
     pretend_done(checkout, plan)
-    assert make_plan(checkout, "test") == [".venv/bin/python -m pytest"]
+    assert make_plan(checkout, "test") == [".venv/bin/python -m pytest -n 3"]
     assert make_plan(checkout, "check")[0].startswith(".venv/bin/ruff format --check")
 
 
