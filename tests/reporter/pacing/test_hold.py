@@ -14,12 +14,13 @@ import redis
 from collector.store import Cluster as ClusterBackend
 from collector.store import Hold, HoldOp, HoldState, KeySchema, NoteLate, Store
 from reporter._logging import REDACT
-from reporter._pacing.send_hold import SendHold, read_hold
+from reporter._pacing.send_hold import Holds, SendHold, read_hold
+from reporter._senders.outcome import KEY as KEY_SCOPE
 from reporter._senders.outcome import Refusal
 from reporter._senders.secrets import SecretFile
 from reporter._sinks.base import HoldScope
 from reporter._sinks.nppa.settings import read_key_file
-from reporter._sinks.nppa.sink import NPPA_KEY
+from reporter._sinks.nppa.sink import NPPA_KEY, NppaSink
 from tests.support.entries import make_config
 from tests.support.scriptcalls import store_of
 from tests.support.servers import Cluster
@@ -251,3 +252,30 @@ def test_a_suspect_is_forgotten_after_the_window_and_never_poison_while_held(
     scoped(client, "", "lift", 31_000, window_ms=10_000)
     late = scoped(client, "", "hold", 41_001, batch="b-1", window_ms=10_000)
     assert late.mine and not late.poison  # the lift was too long ago to tell
+
+
+def test_one_app_s_key_held_holds_its_games_only_and_the_reporter_can_still_send(
+    client: redis.Redis,
+) -> None:
+    """A reporter of two apps whose second app's key is refused: that app's game is held,
+    the first app's is not, and the reporter keeps its shards (it can still send the first
+    app); only when every app's key is refused can it send nothing."""
+    sink = NppaSink(
+        make_config(
+            "redis://127.0.0.1:1/0",
+            sink={"kind": "nppa"},
+            nppa={
+                "app_id": "app-1",
+                "secret_key": OLD,
+                "apps": {"second": {"app_id": "app-2", "secret_key": NEW}},
+            },
+            games={"farm": {"biz_id": "11"}, "kart": {"biz_id": "22", "app": "second"}},
+        )
+    )
+    holds = Holds(store_of(client), sink.hold(), sink, "reporter-1")
+    assert holds.begin("kart", Refusal("nppa 1011", "check the key", KEY_SCOPE)).held
+    assert holds.blocked("kart") is not None
+    assert holds.blocked("farm") is None
+    assert not holds.cannot_send() and not holds.stalled()
+    assert holds.begin("farm", Refusal("nppa 1011", "check the key", KEY_SCOPE)).held
+    assert holds.cannot_send() and holds.stalled()
