@@ -63,6 +63,8 @@ def test_each_game_goes_to_its_app_and_is_held_in_that_app_s_scopes(tmp_path: Pa
     # a key scope of another key is not this reporter's: it neither probes nor lifts it
     assert sink.scope_named(f"key:app-1:{fingerprint(SECOND)}") is None
     assert fingerprint(FIRST) != fingerprint(SECOND) and FIRST not in fingerprint(FIRST)
+    # a key copied in upper case signs as issued (lower case): the same key, the same hold
+    assert fingerprint(FIRST.upper()) == fingerprint(FIRST)
 
 
 def test_a_reload_whose_new_key_file_went_away_leaves_that_app_out(
