@@ -11,6 +11,7 @@ import os
 import signal
 import textwrap
 import threading
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -98,6 +99,24 @@ def test_only_a_small_regular_file_is_read(
     path.unlink()
     make(path)
     assert problem in within(WAIT, secret.reread).problem  # type: ignore[attr-defined]
+    assert secret() == FIRST
+
+
+def test_a_huge_secret_file_is_read_no_further_than_its_bound(tmp_path: Path) -> None:
+    """A file far larger than the bound (a path to the wrong file, a log) is refused having
+    read no more than the bound of it: its size is not what the reader takes in."""
+    path = token_file(tmp_path)
+    secret = SecretFile(SETTING, str(path), read_header_file)
+    with open(path, "r+b") as f:
+        f.truncate(64 * 1024 * 1024)  # 64 MiB, sparse: nothing written to the disk
+    tracemalloc.start()
+    try:
+        found = within(WAIT, secret.reread)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "larger than 65536 bytes" in found.problem  # type: ignore[attr-defined]
+    assert peak < 1024 * 1024, f"{peak:,} bytes allocated at the peak"
     assert secret() == FIRST
 
 
