@@ -124,3 +124,46 @@ def test_a_write_without_an_answer_that_the_shard_refuses_for_good_is_sent_no_mo
     )
     assert stats["stored"] == 3 and balanced(stats)
     assert [e["n"] for e in queue_events(own_server.client(), SCHEMA, "g")] == [0, "twin", 1, 2]
+
+
+def test_a_write_without_an_answer_whose_arguments_the_shard_refuses_is_sent_no_more(
+    own_server: Server, make_collector: MakeCollector
+) -> None:
+    """Cut off, a write's outcome is unknown: it is kept and sent again.  Once the link is
+    back, its script refuses it for good for one of its arguments (here a queue cap beyond
+    what the script takes, as a producer and a script that disagree would send): every copy
+    of it was refused, so its unconfirmed state ends there (counted in ``refused_writes``)
+    and its event goes back to the buffer as a new write, instead of being sent again as it
+    is, refused every round, in front of the shard's new events."""
+    with relay_to(("127.0.0.1", own_server.port)) as front:
+        c = make_collector(
+            url=front.url,
+            key_prefix=PREFIX,
+            shards=1,
+            flush_interval_ms=5,
+            retry_max_delay_ms=50,
+            socket_timeout_seconds=0.3,
+            connect_timeout_seconds=0.3,
+        )
+        c.collect("g", {"n": 0})
+        assert c.flush(timeout=10)
+        writer = c._get_writer()
+        cap_for = writer._cap_for
+        writer._cap_for = lambda game: 10**15  # the script takes caps below 10^14
+        front.cut()  # nothing reaches Redis, and nothing comes back
+        c.collect("g", {"n": 1})
+        wait_until(lambda: c.stats()["unconfirmed_writes"] == 1, what="the write unconfirmed")
+        front.cut(False)
+        wait_until(
+            lambda: c.stats()["unconfirmed_writes"] == 0,
+            timeout=10,
+            what="the refusal to end the write's unconfirmed state",
+        )
+        assert c.stats()["refused_writes"] >= 1
+        writer._cap_for = cap_for
+        c.collect("g", {"n": 2})
+        assert c.flush(timeout=10), c.stats()
+    stats = c.stats()
+    assert (stats["refused_repeats"], stats["unconfirmed_writes"]) == (0, 0)
+    assert stats["stored"] == 3 and balanced(stats)
+    assert [e["n"] for e in queue_events(own_server.client(), SCHEMA, "g")] == [0, 1, 2]
