@@ -27,6 +27,12 @@ from collector.store._script_call import ScriptCall
 # in lua/collect.lua, and the script refuses a call of another version, naming both.
 PROTOCOL_VERSION = 1
 
+# The entries are checksummed in pieces of at most this many bytes: CPython's zlib.crc32 lets
+# go of the GIL for a longer buffer, and the flusher, which checksums every call of a round,
+# then waits for a busy collect() loop to give it back, up to the interpreter's switch
+# interval (5 ms) each time: rounds grew and fell behind the callers.
+CRC_PIECE_BYTES = 5 * 1024
+
 
 @dataclass(frozen=True, slots=True)
 class Collect(ScriptCall[Stored]):
@@ -120,4 +126,8 @@ def content_checksum(
     against anyone: a check that a write sent again under a writer id and number is the one
     first sent with them (another process with the same id sends other events)."""
     head = f"{game}\n{pre_evicted} {dropped_full} {dropped_large}\n".encode()
-    return f"{zlib.crc32(blob, zlib.crc32(head)):08x}"
+    crc = zlib.crc32(head)
+    with memoryview(blob) as view:
+        for start in range(0, len(view), CRC_PIECE_BYTES):
+            crc = zlib.crc32(view[start : start + CRC_PIECE_BYTES], crc)
+    return f"{crc:08x}"
