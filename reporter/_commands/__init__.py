@@ -2,7 +2,9 @@
 the service and the demo.
 
 - ``cli``: the parser, the global options, exit codes, and ``run`` / ``check-config``.
-- ``status``: shards, games, counters and live reporters, once or watched.
+- ``status``: shards, games, counters and live reporters, once or watched; its sections
+  (holds, alerts, quarantine, memory, reporters, hot games, repeats kept) in
+  ``status_sections``, each as text and as JSON.
 - ``dead``: list, show, replay and purge dead letters.
 - ``probe``: ``check-config --connect`` (does Redis answer, does the sink?).
 - ``ingest``: ``telemetry-reporter ingest``, the HTTP ingest server, until SIGTERM.
