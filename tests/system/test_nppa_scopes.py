@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from collector.store import Store
 from reporter._commands.status import status_text
 from reporter._config import ReporterConfig
 from reporter._demo.nppa_mock import NppaEndpoint
-from reporter._monitoring.accounting import read_totals
+from reporter._monitoring.accounting import Totals, read_totals
 from reporter._pacing.send_hold import read_hold
 from reporter._sinks.nppa.routes import fingerprint
 from tests.support.fixtures import StartService
@@ -33,6 +34,17 @@ from tests.support.polling import wait_until
 from tests.support.servers import Server
 
 FARM, KART = GAMES["farm"], GAMES["kart"]
+
+
+def settled_totals(store: Store, delivered: int) -> Totals:
+    """The totals once ``delivered`` events are counted delivered: the endpoint has answered
+    a batch a moment before the reporter acknowledges it and counts it."""
+    wait_until(
+        lambda: read_totals(store).counter("delivered") >= delivered,
+        timeout=10,
+        what=f"{delivered} events counted delivered",
+    )
+    return read_totals(store)
 
 
 def test_a_biz_id_the_system_does_not_know_holds_that_game_only(
@@ -97,7 +109,7 @@ def test_one_reporter_with_a_wrong_key_leaves_its_shards_to_the_one_that_can_sen
     assert took < 90
     codes = [code for _, code in answered(endpoint)]
     assert codes.count(3002) == 0  # nothing was lifted: no hold/lift cycle at all
-    totals = read_totals(first.store)
+    totals = settled_totals(first.store, 960)
     assert (totals.counter("delivered"), totals.counter("dead_events")) == (960, 0)
 
 
@@ -184,7 +196,7 @@ def test_a_new_key_is_proved_before_use_and_a_refused_one_leaves_the_old_in_use(
         wait_until(lambda: accepted_count(endpoint) == 300, timeout=30, what="sent with NEW")
     refused = [r for r in endpoint.requests if r.errcode == 1011]
     assert len(refused) == 1 and refused[0].items == 0  # the wrong key's proof, nothing else
-    totals = read_totals(service.store)
+    totals = settled_totals(service.store, 300)
     assert (totals.counter("delivered"), totals.counter("dead_events")) == (300, 0)
 
 
@@ -335,7 +347,7 @@ def test_two_apps_in_one_reporter_each_game_under_its_own_and_a_wrong_key_holds_
 
         second_file.write_text(second_new + "\n", encoding="utf-8")  # proved, then used
         wait_until(lambda: accepted_count(second) == 200, timeout=30, what="kart with its key")
-    totals = read_totals(service.store)
+    totals = settled_totals(service.store, 400)
     assert (totals.counter("delivered"), totals.counter("dead_events")) == (400, 0)
 
 
@@ -392,5 +404,5 @@ def test_a_game_of_an_app_the_config_lacks_is_held_and_goes_once_sighup_brings_t
         assert "2 apps (second new)" in line
         assert "taken at a restart" not in line  # [nppa.apps] is taken at run time
         wait_until(lambda: accepted_count(second) == 100, timeout=30, what="kart under app-second")
-    totals = read_totals(service.store)
+    totals = settled_totals(service.store, 200)
     assert (totals.counter("delivered"), totals.counter("dead_events")) == (200, 0)
