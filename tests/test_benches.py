@@ -220,9 +220,26 @@ def run_small(script: str) -> Run:
     return Run(args, proc.returncode, out, err)
 
 
+class Runs(dict[str, Future[Run]]):
+    """Each script's run, started the first time a test asks for it."""
+
+    def __init__(self, pool: ThreadPoolExecutor) -> None:
+        super().__init__()
+        self._pool = pool
+
+    def start(self, script: str) -> Future[Run]:
+        run = self[script] = self._pool.submit(run_small, script)
+        return run
+
+    def __missing__(self, script: str) -> Future[Run]:
+        return self.start(script)
+
+
 @pytest.fixture(scope="module")
-def runs(request: pytest.FixtureRequest) -> Iterator[dict[str, Future[Run]]]:
-    """Every selected script started (three at a time) before the first test waits."""
+def runs(request: pytest.FixtureRequest) -> Iterator[Runs]:
+    """In one process, every selected script started (three at a time) before the first test
+    waits.  Under pytest-xdist (``make test``) a process cannot know which of them it will be
+    given: each script starts when its test asks, in the process that runs it."""
     here = Path(str(request.node.path))
     selected = [
         item.callspec.params["script"]
@@ -232,8 +249,11 @@ def runs(request: pytest.FixtureRequest) -> Iterator[dict[str, Future[Run]]]:
         and "script" in item.callspec.params
     ]
     with ThreadPoolExecutor(PARALLEL, thread_name_prefix="bench") as pool:
-        futures = {name: pool.submit(run_small, name) for name in selected}
-        yield futures
+        started = Runs(pool)
+        if "PYTEST_XDIST_WORKER" not in os.environ:
+            for script in selected:
+                started.start(script)
+        yield started
         pool.shutdown(cancel_futures=True)
 
 
@@ -244,7 +264,7 @@ def test_every_bench_script_is_run_here() -> None:
 
 @pytest.mark.timeout(2 * RUN_TIMEOUT_S)
 @pytest.mark.parametrize("script", list(EXPECTED))
-def test_small_mode_runs_to_the_end(script: str, runs: dict[str, Future[Run]]) -> None:
+def test_small_mode_runs_to_the_end(script: str, runs: Runs) -> None:
     run = runs[script].result()
     assert run.returncode == 0, run.describe()
     missing = [
